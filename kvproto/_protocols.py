@@ -1,0 +1,177 @@
+"""Structural protocols for tiers and the offloading manager (TIER-1..TIER-16).
+
+A tier needs no kvproto base class: any class with these methods and these
+signatures satisfies the protocol, and strict mypy checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
+from kvproto._keys import OffloadKey
+from kvproto._results import LookupResult
+
+__all__ = [
+    "BatchLookup",
+    "OffloadingManager",
+    "PrimaryTier",
+    "SecondaryTier",
+    "TierLifecycle",
+]
+
+
+@runtime_checkable
+class TierLifecycle(Protocol):
+    """Methods every tier and the manager share (TIER-12..TIER-16)."""
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Drop every piece of per-request state held for ``req_context`` (TIER-12)."""
+        ...
+
+    def on_step_end(self) -> None:
+        """End-of-step hook: submit batched work, expire deadlines (TIER-13). Non-blocking."""
+        ...
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        """Return and forget the events since the last call (TIER-14)."""
+        ...
+
+    def has_pending_work(self) -> bool:
+        """True while any job submitted to this component has not been reported finished (TIER-15)."""
+        ...
+
+    def reset_cache(self) -> bool:
+        """Forget every stored block; False if it cannot now (work in flight) (TIER-16)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Finish or fail every job in flight, report it, and join worker threads (TIER-16)."""
+        ...
+
+
+@runtime_checkable
+class PrimaryTier(TierLifecycle, Protocol):
+    """The CPU tier: every block moving between the device and any tier passes through it.
+
+    It owns ``buffer``, a writable 2-D ``memoryview`` of shape
+    ``(num_slots, block_bytes)``, format ``"B"``; secondary tiers read and
+    write its rows (TIER-3).
+    """
+
+    @property
+    def name(self) -> str:
+        """A short, stable name used in events and logs."""
+        ...
+
+    @property
+    def buffer(self) -> memoryview:
+        """The slot buffer, one row per slot, writable, shared without copying (TIER-3)."""
+        ...
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """MISS, HIT or HIT_PENDING for ``key``; never RETRY (LR-4, TIER-4). Non-blocking."""
+        ...
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        """Mark ``keys`` as recently used for the eviction policy (TIER-5)."""
+        ...
+
+    def prepare_store(
+        self, keys: Sequence[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        """Reserve slots for the keys not yet present, evicting if needed (TIER-6).
+
+        All or nothing: ``None`` when not enough unpinned ready blocks can be
+        evicted. Reserved keys answer HIT_PENDING until ``complete_store``.
+        """
+        ...
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        """Finish a store: success makes the keys HIT; failure removes the keys still in flight (TIER-7)."""
+        ...
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        """Pin the READY ``keys`` (counted) and return their slots, in order (TIER-8)."""
+        ...
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        """Release one pin on each of ``keys`` (TIER-9)."""
+        ...
+
+
+@runtime_checkable
+class SecondaryTier(TierLifecycle, Protocol):
+    """A tier below the primary: filesystem, object store, remote store...
+
+    It never touches the device; it moves bytes between its storage and rows
+    of the primary tier's buffer through non-blocking jobs (TIER-10, TIER-11).
+    """
+
+    @property
+    def name(self) -> str:
+        """A short, stable name used in events and logs."""
+        ...
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """MISS, HIT or RETRY for ``key``; never HIT_PENDING (LR-3, TIER-4). Non-blocking."""
+        ...
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        """Mark ``keys`` as recently used, where the tier keeps recency (TIER-5)."""
+        ...
+
+    def submit_store(self, job: TransferJob) -> None:
+        """Start copying ``job.slots`` rows of the primary buffer into storage (TIER-10)."""
+        ...
+
+    def submit_load(self, job: TransferJob) -> None:
+        """Start copying stored ``job.keys`` into rows ``job.slots`` of the primary buffer (TIER-10)."""
+        ...
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        """Results of jobs finished since the last call; each job reported exactly once (TIER-11)."""
+        ...
+
+
+@runtime_checkable
+class OffloadingManager(TierLifecycle, Protocol):
+    """What the scheduler talks to: one lookup surface over all tiers (MGR-1..MGR-8)."""
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """Any of the four results for ``key`` (LR-2, MGR-1). Non-blocking."""
+        ...
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        """Mark ``keys`` as recently used (TIER-5)."""
+        ...
+
+    def prepare_store(
+        self, keys: Sequence[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        """Reserve primary slots for a device -> CPU store (TIER-6)."""
+        ...
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        """Finish a device -> CPU store; on success write through to every secondary (MGR-5)."""
+        ...
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        """Pin HIT ``keys`` in the primary and return their slots (TIER-8)."""
+        ...
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        """Release the pins taken by ``prepare_load`` (TIER-9)."""
+        ...
+
+
+@runtime_checkable
+class BatchLookup(Protocol):
+    """Optional ability: answer many lookups in one call (TIER-17)."""
+
+    def lookup_many(
+        self, keys: Sequence[OffloadKey], req_context: ReqContext
+    ) -> list[LookupResult]:
+        """``[self.lookup(k, req_context) for k in keys]``, possibly faster."""
+        ...

@@ -1,0 +1,59 @@
+"""The ``kvproto`` command line: ``verify``, ``bench``, ``conform``, ``typecheck``.
+
+Each subcommand lives in its own module and is imported only when used, so
+``kvproto --help`` stays fast and the contract never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["main"]
+
+# subcommand -> (module, help). Each module provides
+#   add_arguments(parser: argparse.ArgumentParser) -> None
+#   run(args: argparse.Namespace) -> int
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "verify": ("kvproto._cli_verify", "check the scans against the spec (CrossHair + Hypothesis)"),
+    "bench": ("kvproto._cli_bench", "run benchmarks side by side and print their ratios"),
+    "conform": ("kvproto._cli_conform", "run the conformance kit against tiers"),
+    "typecheck": ("kvproto._cli_typecheck", "check with strict mypy that a tier satisfies its protocol"),
+}
+
+
+def _load(module: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    mod = importlib.import_module(module)
+    add_arguments: Callable[[argparse.ArgumentParser], None] = mod.add_arguments
+    run: Callable[[argparse.Namespace], int] = mod.run
+    return add_arguments, run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kvproto`` console script; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="kvproto", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    runner: Callable[[argparse.Namespace], int] | None = None
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text)
+        if name == chosen:
+            try:
+                add_arguments, runner = _load(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:
+                    raise
+                parser.error(f"'{name}' is not available in this build of kvproto")
+            add_arguments(sp)
+    args = parser.parse_args(args_list)
+    if args.command is None or runner is None:
+        parser.print_help()
+        return 2
+    return runner(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
