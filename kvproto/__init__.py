@@ -8,6 +8,7 @@ Reference tiers live in ``impls``; the normative text in ``spec/CONTRACT.md``.
 from __future__ import annotations
 
 from kvproto import errors
+from kvproto._capabilities import Capabilities
 from kvproto._jobs import (
     EventKind,
     JobResult,
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchLookup",
+    "Capabilities",
     "Decision",
     "Defer",
     "EventKind",

@@ -1,0 +1,39 @@
+"""What a tier declares it can do, so the conformance kit runs only the checks that apply."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Capabilities"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """A tier's declared abilities (TIER-18).
+
+    A conformance check that needs an ability the tier does not declare is
+    skipped with that ability named as the reason. ``reasons`` says, per
+    ability name, why the tier lacks it (or anything an author wants a
+    report to show), e.g. ``{"persistence": "in-memory by design"}``.
+
+    * ``async_lookup``: lookups may answer RETRY while a check is pending;
+      every RETRY resolves within ``max_retry_steps`` end-of-step hooks.
+    * ``persistence``: a new instance over the same storage sees stored blocks.
+    * ``eviction``: the tier may drop stored blocks on its own.
+    * ``sharing``: several processes may use one storage at once.
+    * ``partial_jobs``: a job may finish with only some of its keys done.
+    """
+
+    async_lookup: bool = False
+    max_retry_steps: int = 0
+    persistence: bool = False
+    eviction: bool = False
+    sharing: bool = False
+    partial_jobs: bool = False
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def has(self, ability: str) -> bool:
+        """True if the tier declares ``ability`` (a field name above)."""
+        value = getattr(self, ability, None)
+        return value is True
