@@ -18,6 +18,7 @@ from kvproto._jobs import (
     TransferJob,
 )
 from kvproto._keys import OffloadKey, make_key, split_key
+from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import (
     BatchLookup,
     OffloadingManager,
@@ -39,6 +40,7 @@ __all__ = [
     "Hits",
     "JobResult",
     "LookupResult",
+    "MemoryTier",
     "OffloadKey",
     "OffloadingEvent",
     "OffloadingManager",

@@ -1,0 +1,354 @@
+"""Non-blocking existence checks for secondary tiers (AP-1..AP-8).
+
+A secondary tier whose "is this key stored?" question is slow (a filesystem
+``stat``, an object-store ``HEAD``, a remote round trip) composes an
+:class:`AsyncProbe`: lookups of unknown keys answer RETRY at once and are
+queued; at the tier's end-of-step hook the queued keys go as one batch to a
+background worker; the verdicts apply when they come back and are shared by
+every request that asked, until the last of them finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kvproto import members as lr
+from kvproto._jobs import ReqContext
+from kvproto._keys import OffloadKey
+from kvproto._results import LookupResult
+from kvproto.errors import ConfigurationError
+
+__all__ = ["AsyncProbe", "BatchCheck"]
+
+_log = logging.getLogger("kvproto.async_lookup")
+
+BatchCheck = Callable[[Sequence[OffloadKey]], Iterable[OffloadKey]]
+"""Checks a batch of keys and returns those that are stored (may block; runs off the scheduler)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Verdict:
+    gen: int
+    result: LookupResult
+    asked_step: int
+    refs: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    keys: tuple[OffloadKey, ...]
+    gens: tuple[int, ...]
+    posted_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchOutcome:
+    batch: _Batch
+    found: frozenset[OffloadKey]
+
+
+class AsyncProbe:
+    """Answers lookups without blocking, from verdicts of batched background checks.
+
+    * ``check``: called with one batch of keys; returns the keys that are
+      stored. It may block (it runs on the worker thread). If it raises,
+      every key of that batch becomes MISS and the error is logged with the
+      probe's ``name`` (AP-6).
+    * ``deadline_steps``: a key still unresolved after this many end-of-step
+      hooks since it was first asked becomes MISS (AP-5). It is the bound a
+      tier declares as ``Capabilities.max_retry_steps``.
+    * ``resolve_after_steps``: a verdict applies no earlier than the
+      ``resolve_after_steps``-th end-of-step hook after the key was first
+      asked (default 1: as soon as the batch's answer is back).
+    * ``background``: True runs ``check`` on a worker thread (started on
+      first use, joined by :meth:`shutdown`); False runs it inline in
+      :meth:`on_step_end`, for cheap checks and deterministic tests.
+    """
+
+    def __init__(
+        self,
+        check: BatchCheck,
+        *,
+        name: str,
+        deadline_steps: int = 8,
+        resolve_after_steps: int = 1,
+        background: bool = True,
+    ) -> None:
+        if type(resolve_after_steps) is not int or resolve_after_steps < 1:
+            raise ConfigurationError(
+                f"AsyncProbe {name!r}: resolve_after_steps must be an int >= 1, "
+                f"got {resolve_after_steps!r}"
+            )
+        if type(deadline_steps) is not int or deadline_steps < resolve_after_steps:
+            raise ConfigurationError(
+                f"AsyncProbe {name!r}: deadline_steps must be an int >= resolve_after_steps "
+                f"({resolve_after_steps}), got {deadline_steps!r}"
+            )
+        self._check = check
+        self.name = name
+        self.deadline_steps = deadline_steps
+        self.resolve_after_steps = resolve_after_steps
+        self._background = background
+        self._step = 0
+        self._next_gen = 0
+        self._entries: dict[OffloadKey, _Verdict] = {}
+        self._req_keys: dict[str, set[OffloadKey]] = {}
+        self._queue: list[OffloadKey] = []
+        # (asked_step, key, gen) in the order keys were first asked: the deadline queue.
+        self._asked: deque[tuple[int, OffloadKey, int]] = deque()
+        # Outcomes back from the checker, waiting for their step (appended by the worker).
+        self._outcomes: deque[_BatchOutcome] = deque()
+        self._held: list[_BatchOutcome] = []  # drained but not yet due
+        self._cond = threading.Condition()
+        self._posted: deque[_Batch] = deque()  # guarded by _cond
+        self._in_check = 0  # batches posted and not yet back; guarded by _cond
+        self._stopping = False
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        self.batches_posted = 0
+        """How many batches went to the checker (a statistic for tests and reports)."""
+
+    # -- the scheduler-side surface -------------------------------------------------
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """HIT or MISS from the shared verdict, else RETRY and queue ``key`` once (AP-1, AP-2).
+
+        Records that ``req_context`` refers to the verdict (AP-4). After
+        :meth:`shutdown`, unknown keys answer MISS. Never blocks.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            if self._closed:
+                return lr.MISS
+            self._next_gen += 1
+            entry = _Verdict(self._next_gen, lr.RETRY, self._step)
+            self._entries[key] = entry
+            self._queue.append(key)
+            self._asked.append((self._step, key, entry.gen))
+        rid = req_context.req_id
+        refs = entry.refs
+        if rid not in refs:
+            refs.add(rid)
+            keys = self._req_keys.get(rid)
+            if keys is None:
+                self._req_keys[rid] = {key}
+            else:
+                keys.add(key)
+        return entry.result
+
+    def on_step_end(self) -> None:
+        """Post this step's queued keys as one batch, apply due verdicts, expire deadlines (AP-2, AP-5).
+
+        Non-blocking when ``background`` is True.
+        """
+        self._step += 1
+        self._post_queued()
+        self._apply_due()
+        self._expire()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Drop ``req_context``'s references; a verdict nobody refers to is forgotten (AP-4)."""
+        rid = req_context.req_id
+        keys = self._req_keys.pop(rid, None)
+        if keys is None:
+            return
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            entry.refs.discard(rid)
+            if not entry.refs:
+                del entries[key]
+
+    def mark_miss(self, keys: Iterable[OffloadKey]) -> None:
+        """Turn the current verdicts of ``keys`` into MISS (e.g. after a failed load) (AP-7).
+
+        Keys with no verdict are ignored; a pending check's later answer does
+        not overwrite the mark.
+        """
+        self._mark(keys, lr.MISS)
+
+    def mark_hit(self, keys: Iterable[OffloadKey]) -> None:
+        """Turn the current verdicts of ``keys`` into HIT (e.g. after a completed store) (AP-7)."""
+        self._mark(keys, lr.HIT)
+
+    def verdict(self, key: OffloadKey) -> LookupResult | None:
+        """The current shared verdict of ``key``, or None if there is none; records no reference."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.result
+
+    def known_keys(self) -> frozenset[OffloadKey]:
+        """Keys that have a verdict (resolved or pending) right now."""
+        return frozenset(self._entries)
+
+    def has_pending_work(self) -> bool:
+        """True while a posted batch has not come back and been applied (AP-2)."""
+        with self._cond:
+            if self._in_check or self._posted:
+                return True
+        return bool(self._outcomes) or bool(self._held)
+
+    def reset(self) -> None:
+        """Forget every verdict, queued key and reference; answers still in flight are ignored (AP-3)."""
+        self._entries.clear()
+        self._req_keys.clear()
+        self._queue.clear()
+        self._asked.clear()
+        self._held.clear()
+        self._outcomes.clear()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every posted batch is back from the checker; False on timeout.
+
+        For tests and shutdown paths only: the scheduler never calls it.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._in_check and not self._posted, timeout)
+
+    def shutdown(self) -> None:
+        """Stop accepting work, let the worker finish the batch it holds, and join it (AP-8).
+
+        Batches not yet started are dropped (their keys become MISS). Idempotent.
+        """
+        self._closed = True
+        with self._cond:
+            self._stopping = True
+            dropped = list(self._posted)
+            self._posted.clear()
+            self._in_check -= len(dropped)
+            self._cond.notify_all()
+        worker = self._worker
+        if worker is not None:
+            worker.join()
+            self._worker = None
+        for batch in dropped:
+            self._outcomes.append(_BatchOutcome(batch, frozenset()))
+        self._queue.clear()
+        # Everything pending is decided now: MISS unless an answer came back.
+        self._held.extend(self._drain_outcomes())
+        for outcome in self._held:
+            self._apply(outcome)
+        self._held.clear()
+        for entry in self._entries.values():
+            if entry.result is lr.RETRY:
+                entry.result = lr.MISS
+
+    # -- internals ------------------------------------------------------------------
+
+    def _mark(self, keys: Iterable[OffloadKey], result: LookupResult) -> None:
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is not None:
+                entry.result = result
+
+    def _post_queued(self) -> None:
+        if not self._queue:
+            return
+        entries = self._entries
+        keys: list[OffloadKey] = []
+        gens: list[int] = []
+        for key in self._queue:
+            entry = entries.get(key)
+            if entry is not None and entry.result is lr.RETRY:
+                keys.append(key)
+                gens.append(entry.gen)
+        self._queue = []
+        if not keys:
+            return
+        batch = _Batch(tuple(keys), tuple(gens), self._step)
+        self.batches_posted += 1
+        if not self._background:
+            self._outcomes.append(_BatchOutcome(batch, self._run_check(batch.keys)))
+            return
+        with self._cond:
+            self._posted.append(batch)
+            self._in_check += 1
+            self._cond.notify_all()
+        if self._worker is None:
+            self._worker = threading.Thread(
+                target=self._work, name=f"kvproto-probe-{self.name}", daemon=True
+            )
+            self._worker.start()
+
+    def _run_check(self, keys: tuple[OffloadKey, ...]) -> frozenset[OffloadKey]:
+        try:
+            found = frozenset(self._check(keys))
+        except Exception:
+            _log.warning(
+                "AsyncProbe %r: existence check of %d keys raised; answering MISS for the batch",
+                self.name,
+                len(keys),
+                exc_info=True,
+            )
+            return frozenset()
+        return found
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or bool(self._posted))
+                if not self._posted:
+                    return
+                batch = self._posted.popleft()
+            found = self._run_check(batch.keys)
+            self._outcomes.append(_BatchOutcome(batch, found))
+            with self._cond:
+                self._in_check -= 1
+                self._cond.notify_all()
+
+    def _drain_outcomes(self) -> list[_BatchOutcome]:
+        drained: list[_BatchOutcome] = []
+        outcomes = self._outcomes
+        while outcomes:
+            drained.append(outcomes.popleft())
+        return drained
+
+    def _apply_due(self) -> None:
+        held = self._held
+        held.extend(self._drain_outcomes())
+        if not held:
+            return
+        still: list[_BatchOutcome] = []
+        step = self._step
+        lag = self.resolve_after_steps
+        for outcome in held:
+            # A key asked during step s is posted at hook s+1; it resolves at hook s+lag.
+            if outcome.batch.posted_step - 1 + lag <= step:
+                self._apply(outcome)
+            else:
+                still.append(outcome)
+        self._held = still
+
+    def _apply(self, outcome: _BatchOutcome) -> None:
+        entries = self._entries
+        found = outcome.found
+        for key, gen in zip(outcome.batch.keys, outcome.batch.gens):
+            entry = entries.get(key)
+            if entry is None or entry.gen != gen or entry.result is not lr.RETRY:
+                continue  # stale (dropped and asked again) or already marked (AP-3, AP-7)
+            entry.result = lr.HIT if key in found else lr.MISS
+
+    def _expire(self) -> None:
+        limit = self._step - self.deadline_steps
+        asked = self._asked
+        entries = self._entries
+        expired = 0
+        while asked and asked[0][0] <= limit:
+            _, key, gen = asked.popleft()
+            entry = entries.get(key)
+            if entry is not None and entry.gen == gen and entry.result is lr.RETRY:
+                entry.result = lr.MISS
+                expired += 1
+        if expired:
+            _log.info(
+                "AsyncProbe %r: %d checks unresolved after %d steps answer MISS",
+                self.name,
+                expired,
+                self.deadline_steps,
+            )

@@ -1,0 +1,237 @@
+"""MemoryTier: the in-memory reference secondary tier (MEM-1..MEM-9)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from kvproto import (
+    EventKind,
+    JobResult,
+    LookupResult,
+    MemoryTier,
+    ReqContext,
+    SecondaryTier,
+    TransferJob,
+    make_key,
+)
+from kvproto._keys import OffloadKey
+from kvproto.errors import ConfigurationError, InvalidArgumentError
+
+SLOTS = 8
+BLOCK = 16
+REQ = ReqContext("r1")
+
+
+def new_buffer(slots: int = SLOTS, block: int = BLOCK) -> memoryview:
+    return memoryview(bytearray(slots * block)).cast("B", (slots, block))
+
+
+def key(i: int) -> OffloadKey:
+    return make_key(i.to_bytes(4, "big"), 0)
+
+
+def row(buf: memoryview, slot: int) -> bytes:
+    return bytes(buf.cast("B")[slot * BLOCK : (slot + 1) * BLOCK])
+
+
+def fill(buf: memoryview, slot: int, value: int) -> bytes:
+    data = bytes([value]) * BLOCK
+    buf.cast("B")[slot * BLOCK : (slot + 1) * BLOCK] = data
+    return data
+
+
+@pytest.fixture
+def buf() -> memoryview:
+    return new_buffer()
+
+
+@pytest.fixture
+def tiers() -> Iterator[list[MemoryTier]]:
+    made: list[MemoryTier] = []
+    yield made
+    for t in made:
+        t.shutdown()
+
+
+def test_satisfies_secondary_tier_protocol(buf: memoryview) -> None:
+    """MEM-1: MemoryTier is a SecondaryTier (statically through this annotation, and at run time)."""
+    tier: SecondaryTier = MemoryTier(buf)
+    assert isinstance(tier, SecondaryTier)
+    assert tier.name == "memory"
+
+
+def test_store_then_lookup_then_load_round_trip(buf: memoryview) -> None:
+    """MEM-2, MEM-3: a stored block is HIT and loads back the same bytes; others are MISS."""
+    tier = MemoryTier(buf, name="m")
+    data = fill(buf, 0, 7)
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
+    assert tier.has_pending_work()
+    assert tier.get_finished_jobs() == [JobResult(1, True)]
+    assert not tier.has_pending_work()
+    assert tier.get_finished_jobs() == []  # reported exactly once
+    assert tier.lookup(key(1), REQ) is LookupResult.HIT
+    assert tier.read_stored(key(1)) == data
+    tier.submit_load(TransferJob(2, (key(1),), (3,), promotion=True))
+    assert tier.get_finished_jobs() == [JobResult(2, True)]
+    assert row(buf, 3) == data
+    events = tier.take_events()
+    assert [(e.kind, e.keys, e.tier) for e in events] == [(EventKind.STORED, (key(1),), "m")]
+    assert tier.take_events() == []
+
+
+def test_job_latency_steps_runs_at_nth_step(buf: memoryview) -> None:
+    """MEM-3: with job_latency_steps=2 a job runs at the 2nd on_step_end after submission."""
+    tier = MemoryTier(buf, job_latency_steps=2)
+    fill(buf, 0, 1)
+    tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
+    assert tier.get_finished_jobs() == []
+    tier.on_step_end()
+    assert tier.get_finished_jobs() == []
+    assert tier.stored_keys() == frozenset()
+    tier.on_step_end()
+    assert tier.get_finished_jobs() == [JobResult(1, True)]
+    assert tier.stored_keys() == {key(1)}
+
+
+def test_lookup_latency_answers_retry_until_resolved(buf: memoryview) -> None:
+    """MEM-4: with lookup_latency_steps=2 an unknown key is RETRY until the 2nd on_step_end."""
+    tier = MemoryTier(buf, lookup_latency_steps=2)
+    tier.seed(key(1), b"x" * BLOCK)
+    assert tier.capabilities.async_lookup and tier.capabilities.max_retry_steps == 2
+    assert tier.lookup(key(1), REQ) is LookupResult.RETRY
+    assert tier.lookup(key(2), REQ) is LookupResult.RETRY
+    tier.on_step_end()
+    assert tier.lookup(key(1), REQ) is LookupResult.RETRY
+    tier.on_step_end()
+    assert tier.lookup(key(1), REQ) is LookupResult.HIT
+    assert tier.lookup(key(2), REQ) is LookupResult.MISS
+    tier.on_request_finished(REQ)
+    assert tier.lookup(key(1), REQ) is LookupResult.RETRY  # verdict dropped with its last request
+    tier.shutdown()
+
+
+def test_capacity_evicts_least_recently_used(buf: memoryview) -> None:
+    """MEM-5: beyond capacity_blocks the least recently used block goes, with a REMOVED event."""
+    tier = MemoryTier(buf, capacity_blocks=2)
+    assert tier.capabilities.eviction
+    for i in range(2):
+        tier.seed(key(i), bytes([i]) * BLOCK)
+    tier.touch([key(0)])
+    tier.seed(key(2), b"\x02" * BLOCK)
+    assert tier.stored_keys() == {key(0), key(2)}
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    assert [(e.kind, e.keys) for e in tier.take_events()] == [(EventKind.REMOVED, (key(1),))]
+
+
+def test_corrupt_block_fails_its_load_and_becomes_miss(buf: memoryview) -> None:
+    """MEM-6: corruption is caught by the checksum; the row keeps its old bytes, the key MISSes."""
+    tier = MemoryTier(buf)
+    tier.seed(key(1), b"\x11" * BLOCK)
+    tier.seed(key(2), b"\x22" * BLOCK)
+    before = fill(buf, 5, 0xAA)
+    tier.corrupt_on_read([key(1)])
+    tier.submit_load(TransferJob(9, (key(1), key(2)), (5, 6), promotion=True))
+    assert tier.get_finished_jobs() == [JobResult(9, False, frozenset({key(2)}))]
+    assert row(buf, 5) == before  # never wrong bytes
+    assert row(buf, 6) == b"\x22" * BLOCK
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    assert [(e.kind, e.keys) for e in tier.take_events()] == [(EventKind.REMOVED, (key(1),))]
+
+
+def test_fail_next_jobs_and_fail_keys(buf: memoryview) -> None:
+    """MEM-7: injected job failures (whole jobs, then per key as a partial result)."""
+    tier = MemoryTier(buf)
+    fill(buf, 0, 1)
+    fill(buf, 1, 2)
+    tier.fail_next_jobs(1)
+    tier.submit_store(TransferJob(1, (key(1), key(2)), (0, 1), promotion=False))
+    assert tier.get_finished_jobs() == [JobResult(1, False)]
+    assert tier.stored_keys() == frozenset()
+    tier.fail_keys([key(2)])
+    tier.submit_store(TransferJob(2, (key(1), key(2)), (0, 1), promotion=False))
+    assert tier.get_finished_jobs() == [JobResult(2, False, frozenset({key(1)}))]
+    assert tier.stored_keys() == {key(1)}
+    tier.submit_load(TransferJob(3, (key(1), key(3)), (4, 5), promotion=True))
+    (result,) = tier.get_finished_jobs()
+    assert result.succeeded_keys(TransferJob(3, (key(1), key(3)), (4, 5), True)) == {key(1)}
+
+
+def test_latency_s_completes_in_background_and_shutdown_joins(
+    buf: memoryview, tiers: list[MemoryTier]
+) -> None:
+    """MEM-3, MEM-8: with latency_s the job runs on a worker; submission does not wait for it."""
+    tier = MemoryTier(buf, latency_s=0.05)
+    tiers.append(tier)
+    fill(buf, 0, 3)
+    before = threading.active_count()
+    tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
+    assert tier.has_pending_work()
+    tier.shutdown()  # waits for the running job
+    assert tier.get_finished_jobs() == [JobResult(1, True)]
+    assert threading.active_count() <= before
+    tier.submit_store(TransferJob(2, (key(2),), (0,), promotion=False))
+    assert tier.get_finished_jobs() == [JobResult(2, False)]  # after shutdown: fails at once
+
+
+def test_shutdown_fails_jobs_not_yet_run(buf: memoryview) -> None:
+    """MEM-8: shutdown reports every job in flight, failed if it had not run."""
+    tier = MemoryTier(buf, job_latency_steps=5)
+    tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
+    assert not tier.reset_cache()  # work in flight
+    tier.shutdown()
+    assert tier.get_finished_jobs() == [JobResult(1, False)]
+    assert not tier.has_pending_work()
+    assert tier.reset_cache()
+
+
+def test_reset_cache_forgets_blocks(buf: memoryview) -> None:
+    """TIER-16: reset forgets every block with a REMOVED event."""
+    tier = MemoryTier(buf)
+    tier.seed(key(1), b"\x01" * BLOCK)
+    assert tier.reset_cache()
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    assert [(e.kind, e.keys) for e in tier.take_events()] == [(EventKind.REMOVED, (key(1),))]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"job_latency_steps": -1},
+        {"lookup_latency_steps": 1.5},
+        {"latency_s": float("nan")},
+        {"latency_s": True},
+        {"capacity_blocks": 0},
+    ],
+)
+def test_bad_configuration_is_a_typed_error(buf: memoryview, kwargs: dict[str, object]) -> None:
+    """MEM-9: bad configuration raises ConfigurationError naming the argument."""
+    with pytest.raises(ConfigurationError, match=next(iter(kwargs))):
+        MemoryTier(buf, **kwargs)  # type: ignore[arg-type]  # deliberately wrong types
+
+
+def test_bad_buffer_is_a_typed_error() -> None:
+    """MEM-9: a buffer that is not a writable 2-D byte view is refused."""
+    with pytest.raises(ConfigurationError, match="buffer"):
+        MemoryTier(memoryview(bytes(16)).cast("B", (2, 8)))
+    with pytest.raises(ConfigurationError, match="buffer"):
+        MemoryTier(memoryview(bytearray(16)))
+
+
+def test_bad_jobs_are_typed_errors(buf: memoryview) -> None:
+    """MEM-9: a wrong job direction, slot out of range or duplicate id names the culprit."""
+    tier = MemoryTier(buf)
+    with pytest.raises(InvalidArgumentError, match="promotion"):
+        tier.submit_load(TransferJob(1, (key(1),), (0,), promotion=False))
+    with pytest.raises(InvalidArgumentError, match="slot 99"):
+        tier.submit_store(TransferJob(2, (key(1),), (99,), promotion=False))
+    tier2 = MemoryTier(buf, job_latency_steps=1)
+    tier2.submit_store(TransferJob(3, (key(1),), (0,), promotion=False))
+    with pytest.raises(InvalidArgumentError, match="already in flight"):
+        tier2.submit_store(TransferJob(3, (key(2),), (1,), promotion=False))
+    with pytest.raises(InvalidArgumentError, match="bytes"):
+        tier.seed(key(1), b"short")
+    assert not tier.has_pending_work()
