@@ -1,0 +1,76 @@
+"""The CPU tier's configuration: a pydantic model that rejects bad values (CPU-1)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["CpuTierConfig"]
+
+
+class CpuTierConfig(BaseModel):
+    """How big the CPU tier is and how it behaves (CPU-1).
+
+    Give the size as ``num_slots`` *or* ``capacity_bytes`` (exactly one;
+    ``capacity_bytes`` is rounded down to whole blocks and must hold at least
+    one). ``block_bytes`` is the size of one block (one slot row).
+
+    * ``policy``: the eviction policy, ``"lru"`` or ``"arc"`` (CPU-6).
+    * ``pin_memory``: ``"auto"`` pins the slot buffer when CUDA is available,
+      ``"on"`` requires it (an error without CUDA), ``"off"`` never pins (CPU-2).
+    * ``pending_deadline_s``: a block still WRITING after this many seconds is
+      failed and answers MISS (CPU-7).
+    * ``quarantine_grace_s``: how long the slot of such an expired write is
+      kept out of use while waiting for its late completion (CPU-8).
+    * ``expired_memory``: how many expired keys the tier remembers so that a
+      very late completion of one is ignored rather than treated as misuse.
+
+    Invalid values raise :class:`kvproto.errors.ConfigurationError` (a
+    ``ValueError``) whose message names every offending field. The model is
+    frozen and strict: ``"8"`` is not an int and ``True`` is not a slot count.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    num_slots: int | None = Field(default=None, ge=1)
+    capacity_bytes: int | None = Field(default=None, ge=1)
+    block_bytes: int = Field(ge=1)
+    policy: Literal["lru", "arc"] = "lru"
+    pin_memory: Literal["auto", "on", "off"] = "auto"
+    pending_deadline_s: float = Field(default=60.0, gt=0)
+    quarantine_grace_s: float = Field(default=600.0, gt=0)
+    expired_memory: int = Field(default=65536, ge=0)
+
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (CPU-1)."""
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigurationError(f"invalid CpuTierConfig: {problems}") from exc
+
+    @model_validator(mode="after")
+    def _one_size(self) -> CpuTierConfig:
+        if (self.num_slots is None) == (self.capacity_bytes is None):
+            raise ValueError("give exactly one of num_slots and capacity_bytes")
+        if self.capacity_bytes is not None and self.capacity_bytes < self.block_bytes:
+            raise ValueError(
+                f"capacity_bytes={self.capacity_bytes} holds no block of "
+                f"block_bytes={self.block_bytes}"
+            )
+        return self
+
+    @property
+    def slot_count(self) -> int:
+        """The number of slots: ``num_slots``, or ``capacity_bytes // block_bytes``."""
+        if self.num_slots is not None:
+            return self.num_slots
+        capacity = self.capacity_bytes or 0  # set whenever num_slots is not (_one_size)
+        return capacity // self.block_bytes

@@ -1,0 +1,1 @@
+"""Tests of the reference CPU primary tier (impls.cpu)."""
