@@ -18,6 +18,7 @@ from impls.cpu._buffer import SlotBuffer, allocate_slot_buffer
 from impls.cpu._config import CpuTierConfig
 from impls.cpu._policy import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 from impls.cpu._tier import BlockState, CpuTier, CpuTierStats
+from impls.cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutcome
 
 __all__ = [
     "ArcPolicy",
@@ -25,9 +26,12 @@ __all__ = [
     "CpuTier",
     "CpuTierConfig",
     "CpuTierStats",
+    "CpuTransferHandler",
+    "DeviceLayout",
     "EvictionPolicy",
     "LruPolicy",
     "SlotBuffer",
+    "TransferOutcome",
     "allocate_slot_buffer",
     "make_policy",
 ]

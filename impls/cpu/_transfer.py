@@ -1,0 +1,433 @@
+"""The CPU tier's data plane: device <-> CPU slot copies as non-blocking jobs (CPU-11..CPU-13).
+
+Device KV cache layout. The device cache is one tensor or a list of per-layer
+tensors, all with the same shape, dtype and device, contiguous, with the block
+index on dim 0: ``layer[b]`` is block ``b`` of that layer. With ``L`` layers of
+``P`` bytes per block, a CPU slot holds the block of every layer back to back,
+layer 0 first: slot bytes ``[l * P, (l + 1) * P)`` are ``layer[l][b]``'s bytes
+in memory order. ``L * P`` must equal the tier's ``block_bytes`` (CPU-11).
+
+Copies. On CUDA, jobs run in order on one dedicated stream, which first waits
+for the current stream (so a store reads what the model wrote). A store
+gathers the blocks on the device (``index_select`` per layer into a staging
+tensor laid out like the slots), then copies each run of consecutive slots to
+the pinned slot buffer in one ``copy_``; a load does the reverse
+(``index_copy_`` on the device). One CUDA event per job; ``poll`` queries it
+and never blocks. On CPU tensors the same jobs run, in order, on one worker
+thread, copying each run of blocks consecutive on both sides with one
+``copy_`` per layer, so a store reads and writes every byte once.
+
+Completion (CPU-12). ``poll`` reports each finished job once. Unless the
+handler was built with ``complete_tier=False``, a finished store calls the
+tier's ``complete_store(keys, success)`` and a finished load its
+``complete_load(keys)`` (pins are released whether or not the copy worked).
+Stores are accepted only for keys WRITING in the given slots and loads only
+for keys PINNED in them (``prepare_load`` first), so a load never reads a
+block that is not READY.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from kvproto import OffloadKey
+from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
+
+from impls.cpu._tier import BlockState, CpuTier
+
+__all__ = ["CpuTransferHandler", "DeviceLayout", "TransferOutcome"]
+
+_log = logging.getLogger("impls.cpu")
+
+_Direction = Literal["store", "load"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransferOutcome:
+    """One finished job, reported once by :meth:`CpuTransferHandler.poll` (CPU-12)."""
+
+    job_id: int
+    direction: _Direction
+    keys: tuple[OffloadKey, ...]
+    success: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLayout:
+    """The validated shape of a device KV cache (CPU-11)."""
+
+    layers: tuple[torch.Tensor, ...]
+    num_blocks: int
+    layer_block_bytes: int
+    device: torch.device
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def block_bytes(self) -> int:
+        return self.num_layers * self.layer_block_bytes
+
+    @staticmethod
+    def of(device_cache: torch.Tensor | Sequence[torch.Tensor]) -> DeviceLayout:
+        """Validate ``device_cache``; ConfigurationError naming the mismatch (CPU-11)."""
+        layers = (device_cache,) if isinstance(device_cache, torch.Tensor) else tuple(device_cache)
+        if not layers:
+            raise ConfigurationError("device KV cache: no layer tensors given")
+        first = layers[0]
+        for index, layer in enumerate(layers):
+            if not isinstance(layer, torch.Tensor):
+                raise ConfigurationError(
+                    f"device KV cache layer {index} is a {type(layer).__name__}, not a torch.Tensor"
+                )
+            if layer.dim() < 1 or layer.shape[0] < 1:
+                raise ConfigurationError(
+                    f"device KV cache layer {index} has shape {tuple(layer.shape)}; "
+                    "expected the block index on dim 0 and at least one block"
+                )
+            if layer.dtype != first.dtype:
+                raise ConfigurationError(
+                    f"device KV cache layer {index} has dtype {layer.dtype}, layer 0 has {first.dtype}"
+                )
+            if layer.shape != first.shape:
+                raise ConfigurationError(
+                    f"device KV cache layer {index} has shape {tuple(layer.shape)}, "
+                    f"layer 0 has {tuple(first.shape)}"
+                )
+            if layer.device != first.device:
+                raise ConfigurationError(
+                    f"device KV cache layer {index} is on {layer.device}, layer 0 on {first.device}"
+                )
+            if not layer.is_contiguous():
+                raise ConfigurationError(f"device KV cache layer {index} is not contiguous")
+            if layer.device.type not in ("cpu", "cuda"):
+                raise ConfigurationError(
+                    f"device KV cache layer {index} is on {layer.device}; only cpu and cuda are supported"
+                )
+        num_blocks = int(first.shape[0])
+        layer_block_bytes = first[0].numel() * first.element_size()
+        return DeviceLayout(layers, num_blocks, layer_block_bytes, first.device)
+
+    def as_bytes(self) -> tuple[torch.Tensor, ...]:
+        """Each layer as a uint8 ``[num_blocks, layer_block_bytes]`` view (no copy)."""
+        return tuple(
+            layer.view(torch.uint8).reshape(self.num_blocks, self.layer_block_bytes)
+            for layer in self.layers
+        )
+
+
+def _runs(first: Sequence[int], second: Sequence[int] | None) -> list[tuple[int, int, int]]:
+    """Split index pairs into runs ``(first_start, second_start, length)``.
+
+    A run continues while ``first`` (and ``second``, if given) both step by
+    one. With ``second=None`` the second start is the position in ``first``.
+    Found with one vectorised pass, not a Python loop over blocks.
+    """
+    n = len(first)
+    if n == 0:
+        return []
+    a = torch.tensor(first, dtype=torch.int64)
+    breaks = (a[1:] - a[:-1]) != 1
+    if second is not None:
+        b = torch.tensor(second, dtype=torch.int64)
+        breaks |= (b[1:] - b[:-1]) != 1
+    starts = [0, *(torch.nonzero(breaks).flatten() + 1).tolist(), n]
+    return [
+        (first[s], second[s] if second is not None else s, e - s)
+        for s, e in itertools.pairwise(starts)
+    ]
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: int
+    direction: _Direction
+    keys: tuple[OffloadKey, ...]
+    future: Future[None] | None = None
+    event: torch.cuda.Event | None = None
+    error: str | None = None
+
+
+class CpuTransferHandler:
+    """Moves blocks between a device KV cache and a :class:`CpuTier`'s slots (CPU-11..CPU-13).
+
+    ``submit_store(keys, slots, device_block_ids)`` copies device blocks into
+    the slots ``prepare_store`` reserved; ``submit_load(keys, slots,
+    device_block_ids)`` copies pinned slots (``prepare_load``) into device
+    blocks. Both return a job id at once; ``poll()`` returns the jobs finished
+    since the last call without blocking; ``wait()`` blocks until all are.
+    ``max_staging_bytes`` bounds the device staging memory of one CUDA copy
+    step (a job is split into chunks of at most that many bytes).
+    """
+
+    def __init__(
+        self,
+        tier: CpuTier,
+        device_cache: torch.Tensor | Sequence[torch.Tensor],
+        *,
+        complete_tier: bool = True,
+        max_staging_bytes: int = 256 << 20,
+    ) -> None:
+        layout = DeviceLayout.of(device_cache)
+        if layout.block_bytes != tier.block_bytes:
+            raise ConfigurationError(
+                f"device KV cache block is {layout.num_layers} layer(s) x "
+                f"{layout.layer_block_bytes} bytes = {layout.block_bytes} bytes, "
+                f"but the CPU tier's block_bytes is {tier.block_bytes}"
+            )
+        if max_staging_bytes < 1:
+            raise ConfigurationError(f"max_staging_bytes must be >= 1, got {max_staging_bytes}")
+        self._tier = tier
+        self._layout = layout
+        self._device_bytes = layout.as_bytes()
+        self._slots = tier.tensor
+        self._slots_by_layer = tier.tensor.view(
+            tier.num_slots, layout.num_layers, layout.layer_block_bytes
+        )
+        self._complete_tier = complete_tier
+        self._chunk_blocks = max(1, max_staging_bytes // tier.block_bytes)
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._jobs: dict[int, _Job] = {}
+        self._cuda = layout.device.type == "cuda"
+        self._stream: torch.cuda.Stream | None = None
+        self._worker: ThreadPoolExecutor | None = None
+        if self._cuda:
+            # torch.cuda.Stream's constructor is unannotated.
+            self._stream = torch.cuda.Stream(device=layout.device)  # type: ignore[no-untyped-call]
+            if not tier.pinned:
+                _log.warning(
+                    "%s: the slot buffer is not pinned; device copies will block", tier.name
+                )
+        else:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy")
+
+    @property
+    def layout(self) -> DeviceLayout:
+        return self._layout
+
+    def pending_jobs(self) -> int:
+        """Jobs submitted and not yet reported by ``poll``."""
+        return len(self._jobs)
+
+    # ------------------------------------------------------------------ submission
+
+    def submit_store(
+        self,
+        keys: Sequence[OffloadKey],
+        slots: Sequence[int],
+        device_block_ids: Sequence[int],
+    ) -> int:
+        """Start copying device blocks into the WRITING slots of ``keys`` (CPU-12).
+
+        Raises TierMisuseError naming the key if a key is not WRITING in its
+        slot or a slot is out of range, InvalidArgumentError for mismatched
+        lengths or a device block id out of range; nothing is started then.
+        """
+        keys_t, slots_t, ids_t = self._check("store", keys, slots, device_block_ids)
+        return self._start("store", keys_t, slots_t, ids_t)
+
+    def submit_load(
+        self,
+        keys: Sequence[OffloadKey],
+        slots: Sequence[int],
+        device_block_ids: Sequence[int],
+    ) -> int:
+        """Start copying the PINNED slots of ``keys`` into device blocks (CPU-12).
+
+        Only keys pinned by ``prepare_load`` in exactly those slots are
+        accepted (TierMisuseError naming the key otherwise), so loads start
+        only from READY blocks.
+        """
+        keys_t, slots_t, ids_t = self._check("load", keys, slots, device_block_ids)
+        return self._start("load", keys_t, slots_t, ids_t)
+
+    def _check(
+        self,
+        direction: _Direction,
+        keys: Sequence[OffloadKey],
+        slots: Sequence[int],
+        device_block_ids: Sequence[int],
+    ) -> tuple[tuple[OffloadKey, ...], tuple[int, ...], tuple[int, ...]]:
+        keys_t, slots_t, ids_t = tuple(keys), tuple(slots), tuple(device_block_ids)
+        if not len(keys_t) == len(slots_t) == len(ids_t):
+            raise InvalidArgumentError(
+                f"submit_{direction}: {len(keys_t)} keys, {len(slots_t)} slots and "
+                f"{len(ids_t)} device block ids; they must match"
+            )
+        tier = self._tier
+        want = BlockState.WRITING if direction == "store" else BlockState.PINNED
+        for key, slot in zip(keys_t, slots_t, strict=True):
+            tier.check_slot(slot)
+            state = tier.state(key)
+            if state is not want or tier.slot_of(key) != slot:
+                hint = "prepare_store" if direction == "store" else "prepare_load"
+                raise TierMisuseError(
+                    f"submit_{direction}: key {key!r} is {state.name} in slot "
+                    f"{tier.slot_of(key)}, not {want.name} in slot {slot} ({hint} it first)",
+                    key=key,
+                )
+        if len(set(slots_t)) != len(slots_t):
+            raise InvalidArgumentError(f"submit_{direction}: a slot appears twice in {slots_t}")
+        for block in ids_t:
+            if type(block) is not int or not 0 <= block < self._layout.num_blocks:
+                raise InvalidArgumentError(
+                    f"submit_{direction}: device block id {block!r} is out of range "
+                    f"0..{self._layout.num_blocks - 1}"
+                )
+        if direction == "load" and len(set(ids_t)) != len(ids_t):
+            raise InvalidArgumentError(
+                f"submit_load: a device block id appears twice in {ids_t}"
+            )
+        return keys_t, slots_t, ids_t
+
+    def _start(
+        self,
+        direction: _Direction,
+        keys: tuple[OffloadKey, ...],
+        slots: tuple[int, ...],
+        ids: tuple[int, ...],
+    ) -> int:
+        if self._closed:
+            raise TierMisuseError(f"submit_{direction} after shutdown of the transfer handler")
+        job = _Job(next(self._ids), direction, keys)
+        self._jobs[job.job_id] = job
+        if self._worker is not None:
+            copy = self._host_store if direction == "store" else self._host_load
+            job.future = self._worker.submit(copy, slots, ids)
+            return job.job_id
+        try:
+            job.event = self._cuda_copy(direction, slots, ids)
+        except Exception as exc:  # noqa: BLE001 - a failed copy fails the job, not the caller
+            _log.exception("%s job %d could not start", direction, job.job_id)
+            job.error = f"{type(exc).__name__}: {exc}"
+        return job.job_id
+
+    # ------------------------------------------------------------------ host copies
+
+    def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
+        by_layer = self._slots_by_layer
+        for block, slot, length in _runs(ids, slots):
+            for layer, source in enumerate(self._device_bytes):
+                by_layer[slot : slot + length, layer].copy_(source[block : block + length])
+
+    def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
+        by_layer = self._slots_by_layer
+        for slot, block, length in _runs(slots, ids):
+            for layer, target in enumerate(self._device_bytes):
+                target[block : block + length].copy_(by_layer[slot : slot + length, layer])
+
+    # ------------------------------------------------------------------ CUDA copies
+
+    def _cuda_copy(
+        self, direction: _Direction, slots: tuple[int, ...], ids: tuple[int, ...]
+    ) -> torch.cuda.Event:
+        stream = self._stream
+        if stream is None:  # pragma: no cover - set whenever the cache is on CUDA
+            raise InvalidArgumentError("no CUDA stream")
+        device = self._layout.device
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            step = self._chunk_blocks
+            for start in range(0, len(ids), step):
+                chunk_slots = slots[start : start + step]
+                chunk_ids = ids[start : start + step]
+                index = torch.tensor(chunk_ids, dtype=torch.int64).pin_memory()
+                index = index.to(device, non_blocking=True)
+                if direction == "store":
+                    self._cuda_store_chunk(chunk_slots, index)
+                else:
+                    self._cuda_load_chunk(chunk_slots, index)
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # unannotated in torch
+            event.record(stream)
+        return event
+
+    def _cuda_store_chunk(self, slots: tuple[int, ...], index: torch.Tensor) -> None:
+        n = len(slots)
+        layout = self._layout
+        staging = torch.empty(
+            (n, layout.num_layers, layout.layer_block_bytes), dtype=torch.uint8, device=layout.device
+        )
+        for layer, source in enumerate(self._device_bytes):
+            staging[:, layer].copy_(source.index_select(0, index))
+        rows = staging.view(n, layout.block_bytes)
+        for slot, row, length in _runs(slots, None):
+            self._slots[slot : slot + length].copy_(rows[row : row + length], non_blocking=True)
+
+    def _cuda_load_chunk(self, slots: tuple[int, ...], index: torch.Tensor) -> None:
+        n = len(slots)
+        layout = self._layout
+        staging = torch.empty((n, layout.block_bytes), dtype=torch.uint8, device=layout.device)
+        for slot, row, length in _runs(slots, None):
+            staging[row : row + length].copy_(self._slots[slot : slot + length], non_blocking=True)
+        by_layer = staging.view(n, layout.num_layers, layout.layer_block_bytes)
+        for layer, target in enumerate(self._device_bytes):
+            target.index_copy_(0, index, by_layer[:, layer])
+
+    # ------------------------------------------------------------------ completion
+
+    def _finished(self, job: _Job) -> TransferOutcome | None:
+        if job.error is not None:
+            return TransferOutcome(job.job_id, job.direction, job.keys, False, job.error)
+        if job.future is not None:
+            if not job.future.done():
+                return None
+            exc = job.future.exception()
+            error = None if exc is None else f"{type(exc).__name__}: {exc}"
+            if exc is not None:
+                _log.error("%s job %d failed: %s", job.direction, job.job_id, error)
+            return TransferOutcome(job.job_id, job.direction, job.keys, exc is None, error)
+        # Event.query is unannotated in torch; it returns bool without blocking.
+        if job.event is not None and job.event.query():  # type: ignore[no-untyped-call]
+            return TransferOutcome(job.job_id, job.direction, job.keys, True)
+        return None
+
+    def poll(self) -> list[TransferOutcome]:
+        """The jobs finished since the last call, each reported once, in submission order (CPU-12).
+
+        Never blocks. Drives the tier's ``complete_store`` / ``complete_load``
+        unless built with ``complete_tier=False``.
+        """
+        done: list[TransferOutcome] = []
+        for job in list(self._jobs.values()):
+            outcome = self._finished(job)
+            if outcome is None:
+                continue
+            del self._jobs[job.job_id]
+            done.append(outcome)
+            if self._complete_tier:
+                if outcome.direction == "store":
+                    self._tier.complete_store(outcome.keys, outcome.success)
+                else:
+                    self._tier.complete_load(outcome.keys)
+        return done
+
+    def wait(self) -> list[TransferOutcome]:
+        """Block until every submitted job has finished, then :meth:`poll`."""
+        for job in list(self._jobs.values()):
+            if job.future is not None:
+                try:
+                    job.future.result()
+                except Exception:  # noqa: BLE001, S110 - reported by poll
+                    pass
+            elif job.event is not None:
+                job.event.synchronize()
+        return self.poll()
+
+    def shutdown(self) -> list[TransferOutcome]:
+        """Finish every job, report them, and stop the worker thread."""
+        self._closed = True
+        outcomes = self.wait()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+        return outcomes
+
