@@ -1,0 +1,630 @@
+"""The tiering manager: one lookup surface over a primary tier and ordered secondaries (MGR-1..MGR-14).
+
+The scheduler talks to :class:`TieringManager` as an
+:class:`~kvproto.OffloadingManager`. The manager asks the primary tier
+first, then the secondaries in order; it promotes blocks found below the
+primary (secondary -> primary), writes completed stores through to every
+secondary (primary -> secondary), and keeps every deferral bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvproto import members as lr
+from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
+from kvproto._keys import OffloadKey
+from kvproto._protocols import OffloadingManager, PrimaryTier, SecondaryTier
+from kvproto._results import LookupResult, unreachable
+from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError
+
+__all__ = ["TieringConfig", "TieringManager", "TieringStats"]
+
+_log = logging.getLogger("kvproto.tiering")
+
+_StageKey = tuple[int, str | None]  # (secondary index, request id)
+
+
+@dataclass(frozen=True, slots=True)
+class TieringConfig:
+    """How the manager behaves (MGR-2, MGR-9).
+
+    * ``strict``: a tier answer the contract forbids (a secondary's
+      HIT_PENDING, the primary's RETRY, a value that is not a LookupResult)
+      raises :class:`~kvproto.errors.ContractViolation`; otherwise it is
+      handled as MISS and counted in :attr:`TieringStats.contract_violations`.
+    * ``negative_verdict_steps``: after a failed promotion from a tier, the
+      manager answers that tier's lookups of the key with MISS for this many
+      steps, or until a write-through stores the key there again (MGR-9).
+    """
+
+    strict: bool = False
+    negative_verdict_steps: int = 64
+
+    def __post_init__(self) -> None:
+        if type(self.strict) is not bool:
+            raise ConfigurationError(f"TieringConfig.strict must be a bool, got {self.strict!r}")
+        steps = self.negative_verdict_steps
+        if type(steps) is not int or steps < 1:
+            raise ConfigurationError(
+                f"TieringConfig.negative_verdict_steps must be an int >= 1, got {steps!r}"
+            )
+
+
+@dataclass(slots=True)
+class TieringStats:
+    """Counters an operator or a test can read (``TieringManager.stats``)."""
+
+    promotions_started: int = 0
+    promotions_failed: int = 0  # keys
+    promotion_jobs: int = 0
+    write_through_jobs: int = 0
+    write_throughs_failed: int = 0  # keys
+    contract_violations: int = 0
+    tier_errors: int = 0
+    negative_verdict_misses: int = 0
+
+
+class TieringManager:
+    """An :class:`~kvproto.OffloadingManager` over one primary and ordered secondary tiers (MGR-1).
+
+    Lookup (MGR-1, MGR-2): the primary's HIT and HIT_PENDING pass through.
+    Otherwise the secondaries are asked in order; the first HIT starts a
+    promotion: a primary slot is reserved at once (the primary then answers
+    HIT_PENDING for the key, to every request, so a key is promoted at most
+    once at a time) and the answer is RETRY; if no slot can be reserved the
+    answer is MISS. With no HIT, the answer is RETRY if a secondary answered
+    RETRY, else MISS.
+
+    Jobs (MGR-3..MGR-7): promotions are batched into one ``submit_load``
+    per (tier, request) per step at :meth:`on_step_end`, which also collects
+    finished jobs once per step. A successful ``complete_store`` is written
+    through to every secondary, each tier's job holding its own pin on the
+    primary block until it ends.
+
+    Failure (MGR-8..MGR-11): a tier method that raises is logged with the
+    tier's name and becomes MISS or a failed job; the scheduler never sees
+    the exception, except :class:`~kvproto.errors.KvprotoError` raised by the
+    primary for the scheduler's own misuse of ``prepare_store``,
+    ``complete_store``, ``prepare_load`` or ``complete_load``, and contract
+    violations in strict mode.
+    """
+
+    def __init__(
+        self,
+        primary: PrimaryTier,
+        secondaries: Sequence[SecondaryTier],
+        *,
+        config: TieringConfig | None = None,
+    ) -> None:
+        if not isinstance(primary, PrimaryTier):
+            raise ConfigurationError(
+                f"TieringManager: primary {primary!r} does not have the PrimaryTier methods"
+            )
+        seen: set[str] = {primary.name}
+        for tier in secondaries:
+            if not isinstance(tier, SecondaryTier):
+                raise ConfigurationError(
+                    f"TieringManager: secondary {tier!r} does not have the SecondaryTier methods"
+                )
+            if tier.name in seen:
+                raise ConfigurationError(
+                    f"TieringManager: tier name {tier.name!r} is used twice; names must be unique"
+                )
+            seen.add(tier.name)
+        self._config = config if config is not None else TieringConfig()
+        self._strict = self._config.strict
+        self._negative_steps = self._config.negative_verdict_steps
+        self._primary = primary
+        self._primary_lookup = primary.lookup
+        self._secondaries: tuple[SecondaryTier, ...] = tuple(secondaries)
+        self._names: tuple[str, ...] = tuple(t.name for t in self._secondaries)
+        self._lookups = tuple((i, t.lookup) for i, t in enumerate(self._secondaries))
+        # Write-through pins outlive requests: they are taken under the manager's own context.
+        self._pin_context = ReqContext("kvproto.tiering:write-through")
+        self._step = 0
+        self._next_job = 0
+        self._closed = False
+        # Per secondary: job id -> job in flight (submitted, not yet reported).
+        self._jobs: tuple[dict[int, TransferJob], ...] = tuple({} for _ in self._secondaries)
+        # Per secondary: key -> first step at which the negative verdict no longer applies.
+        self._negative: tuple[dict[OffloadKey, int], ...] = tuple({} for _ in self._secondaries)
+        # key -> secondary index, for every promotion reserved and not yet ended.
+        self._promoting: dict[OffloadKey, int] = {}
+        self._staged_loads: dict[_StageKey, list[tuple[OffloadKey, int]]] = {}
+        self._staged_stores: dict[_StageKey, list[tuple[OffloadKey, int]]] = {}
+        # Stores prepared through the manager and not yet completed: key -> request id
+        # (None once that request has finished).
+        self._store_owner: dict[OffloadKey, str | None] = {}
+        self._req_stores: dict[str, set[OffloadKey]] = {}
+        self.stats = TieringStats()
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def primary(self) -> PrimaryTier:
+        """The primary tier."""
+        return self._primary
+
+    @property
+    def secondaries(self) -> tuple[SecondaryTier, ...]:
+        """The secondary tiers, in lookup order."""
+        return self._secondaries
+
+    @property
+    def config(self) -> TieringConfig:
+        """The configuration the manager was built with."""
+        return self._config
+
+    def promotions_in_flight(self) -> dict[OffloadKey, str]:
+        """Each key being promoted (reserved, not yet ended) and the tier it comes from (MGR-3)."""
+        names = self._names
+        return {key: names[i] for key, i in self._promoting.items()}
+
+    # ------------------------------------------------------------------ lookups
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """Any of the four results for ``key`` (LR-2, MGR-1, MGR-2). Non-blocking.
+
+        A HIT means the primary holds the block and it is readable now.
+        """
+        try:
+            result = self._primary_lookup(key, req_context)
+            match result:
+                case lr.HIT | lr.HIT_PENDING:
+                    return result
+                case lr.MISS:
+                    pass
+                case lr.RETRY:
+                    raise ContractViolation(
+                        f"primary tier {self._primary.name!r} answered RETRY for {key!r} (LR-4)"
+                    )
+                case _:
+                    unreachable(result, where=f"primary tier {self._primary.name!r} lookup")
+        except ContractViolation as exc:
+            self._violation(exc)
+        except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
+            self._tier_error(self._primary.name, "lookup", exc)
+            return lr.MISS
+        if self._lookups:
+            return self._lookup_secondaries(key, req_context)
+        return lr.MISS
+
+    def _lookup_secondaries(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self._closed:
+            return lr.MISS
+        if key in self._promoting:
+            # The primary lost our reservation (its pending deadline expired) while the load
+            # is still running; never start a second promotion of the key (MGR-3).
+            return lr.MISS
+        retry = False
+        negatives = self._negative
+        step = self._step
+        for index, tier_lookup in self._lookups:
+            negative = negatives[index]
+            if negative:
+                until = negative.get(key)
+                if until is not None:
+                    if until > step:
+                        self.stats.negative_verdict_misses += 1
+                        continue
+                    del negative[key]
+            try:
+                result = tier_lookup(key, req_context)
+                match result:
+                    case lr.HIT:
+                        return self._start_promotion(index, key, req_context)
+                    case lr.MISS:
+                        pass
+                    case lr.RETRY:
+                        retry = True
+                    case lr.HIT_PENDING:
+                        raise ContractViolation(
+                            f"secondary tier {self._names[index]!r} answered HIT_PENDING "
+                            f"for {key!r} (LR-3)"
+                        )
+                    case _:
+                        unreachable(result, where=f"secondary tier {self._names[index]!r} lookup")
+            except ContractViolation as exc:
+                self._violation(exc)
+            except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
+                self._tier_error(self._names[index], "lookup", exc)
+        return lr.RETRY if retry else lr.MISS
+
+    def _start_promotion(
+        self, index: int, key: OffloadKey, req_context: ReqContext
+    ) -> LookupResult:
+        try:
+            out = self._primary.prepare_store((key,), req_context)
+        except Exception as exc:  # noqa: BLE001 - no slot is a MISS (MGR-10)
+            self._tier_error(self._primary.name, "prepare_store", exc)
+            return lr.MISS
+        if out is None or key not in out.keys_to_store:
+            return lr.MISS  # no slot can be reserved (MGR-2)
+        slot = out.slots[out.keys_to_store.index(key)]
+        self._promoting[key] = index
+        stage = (index, req_context.req_id)
+        staged = self._staged_loads.get(stage)
+        if staged is None:
+            self._staged_loads[stage] = [(key, slot)]
+        else:
+            staged.append((key, slot))
+        self.stats.promotions_started += 1
+        return lr.RETRY
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        """Mark ``keys`` as recently used in the primary (TIER-5)."""
+        try:
+            self._primary.touch(keys)
+        except Exception as exc:  # noqa: BLE001 - recency is advisory
+            self._tier_error(self._primary.name, "touch", exc)
+
+    # ------------------------------------------------------------------ stores and loads
+
+    def prepare_store(
+        self, keys: Sequence[OffloadKey], req_context: ReqContext
+    ) -> PrepareStoreOutput | None:
+        """Reserve primary slots for a device -> CPU store (TIER-6, MGR-5).
+
+        Keys being promoted are left out (they are on their way). ``None``
+        when the primary cannot reserve the slots or fails.
+        """
+        if self._promoting:
+            keys = [k for k in keys if k not in self._promoting]
+        try:
+            out = self._primary.prepare_store(keys, req_context)
+        except KvprotoError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing primary stores nothing (MGR-10)
+            self._tier_error(self._primary.name, "prepare_store", exc)
+            return None
+        if out is not None and out.keys_to_store and self._secondaries:
+            rid = req_context.req_id
+            owned = self._req_stores.setdefault(rid, set())
+            for key in out.keys_to_store:
+                self._store_owner[key] = rid
+                owned.add(key)
+        return out
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        """Finish a device -> CPU store; on success write it through to every secondary (MGR-5, MGR-6).
+
+        Each secondary's write-through job pins the primary block itself
+        (``prepare_load``) and the pin is released when that job ends, whatever
+        its outcome. A failed store writes nothing through.
+        """
+        batch = tuple(keys)
+        try:
+            self._primary.complete_store(batch, success)
+        except KvprotoError:
+            self._forget_owners(batch)
+            raise
+        except Exception as exc:  # noqa: BLE001 - nothing is written through (MGR-10)
+            self._tier_error(self._primary.name, "complete_store", exc)
+            self._forget_owners(batch)
+            return
+        if not self._secondaries:
+            return
+        owners = self._forget_owners(batch)
+        if not success or not owners:
+            return
+        by_request: dict[str | None, list[OffloadKey]] = {}
+        for key, rid in owners:
+            by_request.setdefault(rid, []).append(key)
+        for rid, group in by_request.items():
+            for index in range(len(self._secondaries)):
+                pinned = self._pin_for_write_through(group)
+                if not pinned:
+                    continue
+                stage = (index, rid)
+                staged = self._staged_stores.get(stage)
+                if staged is None:
+                    self._staged_stores[stage] = pinned
+                else:
+                    staged.extend(pinned)
+
+    def _forget_owners(self, keys: Sequence[OffloadKey]) -> list[tuple[OffloadKey, str | None]]:
+        owners: list[tuple[OffloadKey, str | None]] = []
+        store_owner = self._store_owner
+        for key in keys:
+            if key not in store_owner:
+                continue
+            rid = store_owner.pop(key)
+            if rid is not None:
+                owned = self._req_stores.get(rid)
+                if owned is not None:
+                    owned.discard(key)
+                    if not owned:
+                        del self._req_stores[rid]
+            owners.append((key, rid))
+        return owners
+
+    def _pin_for_write_through(self, keys: list[OffloadKey]) -> list[tuple[OffloadKey, int]]:
+        primary = self._primary
+        try:
+            slots = primary.prepare_load(keys, self._pin_context)
+            return list(zip(keys, slots))
+        except Exception:  # noqa: BLE001 - retry key by key below
+            pass
+        pinned: list[tuple[OffloadKey, int]] = []
+        for key in keys:
+            try:
+                (slot,) = primary.prepare_load((key,), self._pin_context)
+            except Exception as exc:  # noqa: BLE001 - this key is not written through
+                self._tier_error(primary.name, "prepare_load (write-through pin)", exc)
+                continue
+            pinned.append((key, slot))
+        return pinned
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        """Pin HIT ``keys`` in the primary and return their slots (TIER-8).
+
+        The primary's errors for keys that are not HIT pass through (the caller's misuse).
+        """
+        return self._primary.prepare_load(keys, req_context)
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        """Release the pins taken by :meth:`prepare_load` (TIER-9)."""
+        self._primary.complete_load(keys)
+
+    # ------------------------------------------------------------------ steps
+
+    def on_step_end(self) -> None:
+        """Collect finished jobs once, submit this step's batches, then run the tiers' hooks (MGR-3, MGR-4, TIER-13).
+
+        Non-blocking as long as the tiers' hooks are.
+        """
+        self._step += 1
+        self._collect()
+        self._submit_staged(None)
+        for index, tier in enumerate(self._secondaries):
+            try:
+                tier.on_step_end()
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(self._names[index], "on_step_end", exc)
+        try:
+            self._primary.on_step_end()
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(self._primary.name, "on_step_end", exc)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Submit the request's staged jobs, then tell every tier it finished (MGR-7, TIER-12)."""
+        rid = req_context.req_id
+        self._submit_staged(rid)
+        for key in self._req_stores.pop(rid, ()):
+            # A store completed after its request finished is still written through.
+            self._store_owner[key] = None
+        for index, tier in enumerate(self._secondaries):
+            try:
+                tier.on_request_finished(req_context)
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(self._names[index], "on_request_finished", exc)
+        try:
+            self._primary.on_request_finished(req_context)
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(self._primary.name, "on_request_finished", exc)
+
+    def _submit_staged(self, only: str | None) -> None:
+        """Submit staged batches: all of them, or only request ``only``'s."""
+        for staged, promotion in ((self._staged_loads, True), (self._staged_stores, False)):
+            if not staged:
+                continue
+            if only is None:
+                batches = list(staged.items())
+                staged.clear()
+            else:
+                batches = [(s, staged.pop(s)) for s in list(staged) if s[1] == only]
+            for (index, rid), pairs in batches:
+                self._submit(index, rid, pairs, promotion=promotion)
+
+    def _submit(
+        self, index: int, rid: str | None, pairs: list[tuple[OffloadKey, int]], *, promotion: bool
+    ) -> None:
+        self._next_job += 1
+        job = TransferJob(
+            self._next_job,
+            tuple(k for k, _ in pairs),
+            tuple(s for _, s in pairs),
+            promotion=promotion,
+            req_id=rid,
+        )
+        tier = self._secondaries[index]
+        self._jobs[index][job.job_id] = job
+        try:
+            if promotion:
+                self.stats.promotion_jobs += 1
+                tier.submit_load(job)
+            else:
+                self.stats.write_through_jobs += 1
+                tier.submit_store(job)
+        except Exception as exc:  # noqa: BLE001 - the job failed (MGR-10)
+            self._tier_error(self._names[index], "submit_load" if promotion else "submit_store", exc)
+            if self._jobs[index].pop(job.job_id, None) is not None:
+                self._end_job(index, job, frozenset())
+
+    def _collect(self) -> None:
+        for index, tier in enumerate(self._secondaries):
+            jobs = self._jobs[index]
+            if not jobs:
+                continue
+            try:
+                # Typed as objects: a third-party tier may report anything (checked below).
+                results: tuple[object, ...] = tuple(tier.get_finished_jobs())
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(self._names[index], "get_finished_jobs", exc)
+                continue
+            for result in results:
+                if not isinstance(result, JobResult):
+                    self._violation(
+                        ContractViolation(
+                            f"secondary tier {self._names[index]!r} reported {result!r}, "
+                            "not a JobResult (TIER-11)"
+                        )
+                    )
+                    continue
+                job = jobs.pop(result.job_id, None)
+                if job is None:
+                    self._violation(
+                        ContractViolation(
+                            f"secondary tier {self._names[index]!r} reported job "
+                            f"{result.job_id}, which is not in flight (TIER-11)"
+                        )
+                    )
+                    continue
+                self._end_job(index, job, result.succeeded_keys(job))
+
+    def _end_job(self, index: int, job: TransferJob, ok: frozenset[OffloadKey]) -> None:
+        """Settle one ended job: ready or fail promoted keys; release write-through pins (MGR-4, MGR-6)."""
+        primary = self._primary
+        if job.promotion:
+            done = [k for k in job.keys if k in ok]
+            failed = [k for k in job.keys if k not in ok]
+            for keys, success in ((done, True), (failed, False)):
+                if not keys:
+                    continue
+                try:
+                    primary.complete_store(keys, success)
+                except Exception as exc:  # noqa: BLE001 - MGR-10
+                    self._tier_error(primary.name, "complete_store (promotion)", exc)
+            if failed:
+                self.stats.promotions_failed += len(failed)
+                negative = self._negative[index]
+                until = self._step + self._negative_steps
+                for key in failed:
+                    negative[key] = until
+            promoting = self._promoting
+            for key in job.keys:
+                promoting.pop(key, None)
+            return
+        try:
+            primary.complete_load(job.keys)
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(primary.name, "complete_load (write-through pin)", exc)
+        negative = self._negative[index]
+        failed_count = 0
+        for key in job.keys:
+            if key in ok:
+                negative.pop(key, None)
+            else:
+                failed_count += 1
+        self.stats.write_throughs_failed += failed_count
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        """The tiers' events since the last call, primary first; the manager adds none (TIER-14, MGR-12)."""
+        events: list[OffloadingEvent] = []
+        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
+        tiers.extend(zip(self._names, self._secondaries))
+        for name, tier in tiers:
+            try:
+                events.extend(tier.take_events())
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(name, "take_events", exc)
+        return events
+
+    def has_pending_work(self) -> bool:
+        """True while a job is staged or in flight here or in any tier (TIER-15, MGR-12)."""
+        if self._staged_loads or self._staged_stores or any(self._jobs):
+            return True
+        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
+        tiers.extend(zip(self._names, self._secondaries))
+        for name, tier in tiers:
+            try:
+                if tier.has_pending_work():
+                    return True
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(name, "has_pending_work", exc)
+        return False
+
+    def reset_cache(self) -> bool:
+        """Drop staged work and forget every block in every tier; False while jobs are in flight (TIER-16, MGR-13).
+
+        Staged promotions are dropped (their primary reservations fail) and
+        staged write-throughs release their pins before the tiers reset.
+        """
+        if any(self._jobs):
+            return False
+        self._drop_staged()
+        for negative in self._negative:
+            negative.clear()
+        ok = True
+        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
+        tiers.extend(zip(self._names, self._secondaries))
+        for name, tier in tiers:
+            try:
+                ok = tier.reset_cache() and ok
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(name, "reset_cache", exc)
+                ok = False
+        return ok
+
+    def shutdown(self) -> None:
+        """Fail staged work, shut every secondary down, settle every job, then the primary (TIER-16, MGR-14).
+
+        A job a tier does not report after its own shutdown is settled as
+        failed. Every tier joins its own workers. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._drop_staged()
+        for index, tier in enumerate(self._secondaries):
+            try:
+                tier.shutdown()
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(self._names[index], "shutdown", exc)
+        self._collect()
+        for index, jobs in enumerate(self._jobs):
+            if jobs:
+                _log.warning(
+                    "tier %r: %d jobs unreported after shutdown are settled as failed",
+                    self._names[index],
+                    len(jobs),
+                )
+            for job in list(jobs.values()):
+                del jobs[job.job_id]
+                self._end_job(index, job, frozenset())
+        try:
+            self._primary.shutdown()
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(self._primary.name, "shutdown", exc)
+
+    def _drop_staged(self) -> None:
+        primary = self._primary
+        loads = [pair for pairs in self._staged_loads.values() for pair in pairs]
+        stores = [pair for pairs in self._staged_stores.values() for pair in pairs]
+        self._staged_loads.clear()
+        self._staged_stores.clear()
+        if loads:
+            keys = [k for k, _ in loads]
+            try:
+                primary.complete_store(keys, False)
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(primary.name, "complete_store (dropped promotion)", exc)
+            for key in keys:
+                self._promoting.pop(key, None)
+        if stores:
+            try:
+                primary.complete_load([k for k, _ in stores])
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(primary.name, "complete_load (dropped write-through)", exc)
+
+    # ------------------------------------------------------------------ failures
+
+    def _violation(self, exc: ContractViolation) -> None:
+        if self._strict:
+            raise exc
+        self.stats.contract_violations += 1
+        _log.warning("contract violation handled as MISS: %s", exc)
+
+    def _tier_error(self, tier: str, method: str, exc: BaseException) -> None:
+        self.stats.tier_errors += 1
+        _log.warning("tier %r raised in %s: %r", tier, method, exc, exc_info=exc)
+
+
+def _conforms(manager: TieringManager) -> OffloadingManager:
+    """Never called: mypy proves here that TieringManager satisfies OffloadingManager (MGR-1)."""
+    return manager

@@ -1,0 +1,208 @@
+"""Builders shared by the tiering tests: a CPU primary, memory secondaries, a manager."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from impls.cpu import CpuTier, CpuTierConfig
+from kvproto import (
+    JobResult,
+    LookupResult,
+    MemoryTier,
+    OffloadingEvent,
+    ReqContext,
+    TransferJob,
+    make_key,
+)
+from kvproto._keys import OffloadKey
+from kvproto.tiering import TieringConfig, TieringManager
+
+BLOCK = 16
+
+
+def key(i: int) -> OffloadKey:
+    return make_key(i.to_bytes(4, "big"), 0)
+
+
+def block(i: int) -> bytes:
+    """The bytes stored under key(i) in these tests: distinct per key."""
+    return i.to_bytes(4, "big") * (BLOCK // 4)
+
+
+class FakeClock:
+    """A monotonic clock the tests advance by hand (drives the CPU tier's pending deadline)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Stack:
+    cpu: CpuTier
+    tiers: list[MemoryTier]
+    manager: TieringManager
+    clock: FakeClock
+    extra: list[object] = field(default_factory=list)
+
+    def read(self, k: OffloadKey) -> bytes:
+        """Pin ``k`` through the manager, read its primary row, release the pin."""
+        (slot,) = self.manager.prepare_load([k], ReqContext("reader"))
+        try:
+            return bytes(self.cpu.slot_view(slot))
+        finally:
+            self.manager.complete_load([k])
+
+    def store(self, k: OffloadKey, data: bytes, req: ReqContext, *, success: bool = True) -> bool:
+        """Store ``data`` under ``k`` from the 'device' through the manager; False if no slot."""
+        out = self.manager.prepare_store([k], req)
+        if out is None:
+            return False
+        for kk, slot in zip(out.keys_to_store, out.slots):
+            self.cpu.slot_view(slot)[:] = data
+            assert kk == k
+        self.manager.complete_store(out.keys_to_store, success)
+        return True
+
+    def shutdown(self) -> None:
+        self.manager.shutdown()
+        for tier in self.tiers:
+            tier.shutdown()
+
+
+def build_stack(
+    *,
+    num_slots: int = 16,
+    tier_kwargs: Sequence[dict[str, object]] = ({}, {}),
+    config: TieringConfig | None = None,
+    pending_deadline_s: float = 60.0,
+) -> Stack:
+    clock = FakeClock()
+    cpu = CpuTier(
+        CpuTierConfig(
+            num_slots=num_slots,
+            block_bytes=BLOCK,
+            pin_memory="off",
+            pending_deadline_s=pending_deadline_s,
+        ),
+        clock=clock,
+    )
+    tiers = [
+        MemoryTier(cpu.buffer, name=f"mem{i}", **kwargs)  # type: ignore[arg-type]  # test knobs
+        for i, kwargs in enumerate(tier_kwargs)
+    ]
+    manager = TieringManager(cpu, tiers, config=config)
+    return Stack(cpu, tiers, manager, clock)
+
+
+class RecordingTier:
+    """A SecondaryTier wrapper recording the order of calls (for ordering assertions)."""
+
+    def __init__(self, inner: MemoryTier, log: list[str]) -> None:
+        self.inner = inner
+        self.log = log
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return self.inner.lookup(key, req_context)
+
+    def touch(self, keys: object) -> None:
+        self.inner.touch(keys)  # type: ignore[arg-type]  # pass-through
+
+    def submit_store(self, job: TransferJob) -> None:
+        self.log.append(f"submit_store:{job.req_id}")
+        self.inner.submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.log.append(f"submit_load:{job.req_id}")
+        self.inner.submit_load(job)
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        return self.inner.get_finished_jobs()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self.log.append(f"on_request_finished:{req_context.req_id}")
+        self.inner.on_request_finished(req_context)
+
+    def on_step_end(self) -> None:
+        self.inner.on_step_end()
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        return self.inner.take_events()
+
+    def has_pending_work(self) -> bool:
+        return self.inner.has_pending_work()
+
+    def reset_cache(self) -> bool:
+        return self.inner.reset_cache()
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+
+class RaisingTier:
+    """A secondary tier whose every method raises (or only those named in ``failing``)."""
+
+    def __init__(
+        self, inner: MemoryTier, failing: Callable[[str], bool] = lambda _name: True
+    ) -> None:
+        self.inner = inner
+        self.failing = failing
+        self.calls: list[str] = []
+
+    def _maybe_raise(self, method: str) -> None:
+        self.calls.append(method)
+        if self.failing(method):
+            raise RuntimeError(f"injected failure in {method}")
+
+    @property
+    def name(self) -> str:
+        return "raiser"
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        self._maybe_raise("lookup")
+        return self.inner.lookup(key, req_context)
+
+    def touch(self, keys: object) -> None:
+        self._maybe_raise("touch")
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._maybe_raise("submit_store")
+        self.inner.submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._maybe_raise("submit_load")
+        self.inner.submit_load(job)
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        self._maybe_raise("get_finished_jobs")
+        return self.inner.get_finished_jobs()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self._maybe_raise("on_request_finished")
+
+    def on_step_end(self) -> None:
+        self._maybe_raise("on_step_end")
+        self.inner.on_step_end()
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        self._maybe_raise("take_events")
+        return self.inner.take_events()
+
+    def has_pending_work(self) -> bool:
+        self._maybe_raise("has_pending_work")
+        return self.inner.has_pending_work()
+
+    def reset_cache(self) -> bool:
+        self._maybe_raise("reset_cache")
+        return self.inner.reset_cache()
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+        self._maybe_raise("shutdown")
