@@ -15,4 +15,5 @@ __all__ = ["REGISTRY", "BenchResult"]
 # name -> module providing run(quick: bool) -> BenchResult
 REGISTRY: dict[str, str] = {
     "scan": "benchmarks.bench_scan",
+    "cpu": "benchmarks.bench_cpu",
 }
