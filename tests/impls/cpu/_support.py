@@ -1,0 +1,52 @@
+"""Shared helpers for the CPU tier tests: a fake clock and key makers."""
+
+from __future__ import annotations
+
+from impls.cpu import CpuTier, CpuTierConfig
+from kvproto import OffloadKey, ReqContext, make_key
+
+__all__ = ["REQ", "FakeClock", "key", "keys", "make_tier"]
+
+REQ = ReqContext("req-0")
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def key(i: int, group: int = 0) -> OffloadKey:
+    return make_key(i.to_bytes(8, "big"), group)
+
+
+def keys(*ids: int) -> list[OffloadKey]:
+    return [key(i) for i in ids]
+
+
+def make_tier(
+    num_slots: int = 4,
+    block_bytes: int = 16,
+    *,
+    policy: str = "lru",
+    deadline: float = 10.0,
+    grace: float = 100.0,
+    clock: FakeClock | None = None,
+) -> tuple[CpuTier, FakeClock]:
+    clock = clock or FakeClock()
+    config = CpuTierConfig(
+        num_slots=num_slots,
+        block_bytes=block_bytes,
+        policy=policy,
+        pin_memory="off",
+        pending_deadline_s=deadline,
+        quarantine_grace_s=grace,
+    )
+    return CpuTier(config, clock=clock), clock
