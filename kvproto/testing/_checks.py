@@ -1,0 +1,67 @@
+"""How a kit check is declared: the clause it verifies and what it needs (KIT-1, KIT-2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+__all__ = ["CheckInfo", "check", "checks_of", "info_of"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_ATTR = "__kvproto_check__"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckInfo:
+    """One conformance check.
+
+    ``clause``: the spec/CONTRACT.md clause it verifies. ``needs``: capability
+    names (fields of :class:`~kvproto.Capabilities`) without which it skips
+    (KIT-4). ``hooks``: backdoor hooks of the test class it needs (KIT-5).
+    ``hypothesis``: True when Hypothesis drives it, so an expected failure is
+    a non-strict xfail (KIT-6).
+    """
+
+    name: str
+    clause: str
+    summary: str
+    needs: tuple[str, ...] = ()
+    hooks: tuple[str, ...] = ()
+    hypothesis: bool = False
+
+
+def check(
+    clause: str,
+    *,
+    needs: tuple[str, ...] = (),
+    hooks: tuple[str, ...] = (),
+    hypothesis: bool = False,
+) -> Callable[[_F], _F]:
+    """Mark a test method of a kit base class as the check of ``clause``."""
+
+    def mark(fn: _F) -> _F:
+        doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
+        info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis)
+        setattr(fn, _ATTR, info)
+        return fn
+
+    return mark
+
+
+def info_of(obj: object) -> CheckInfo | None:
+    """The :class:`CheckInfo` attached to ``obj`` by :func:`check`, if any."""
+    found = getattr(obj, _ATTR, None)
+    return found if isinstance(found, CheckInfo) else None
+
+
+def checks_of(cls: type) -> dict[str, CheckInfo]:
+    """Every check defined by ``cls`` or its bases, by name, in definition order."""
+    found: dict[str, CheckInfo] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            info = info_of(value)
+            if info is not None:
+                found[name] = info
+    return found

@@ -1,0 +1,67 @@
+"""Deterministic test data: keys the kit stores and the bytes each key holds."""
+
+from __future__ import annotations
+
+import hashlib
+
+from kvproto._keys import OffloadKey, make_key
+from kvproto.errors import InvalidArgumentError
+
+__all__ = ["block_for", "key_pool", "make_buffer", "row", "sentinel_for", "tricky_keys"]
+
+
+def block_for(key: bytes, block_bytes: int) -> bytes:
+    """The bytes the kit stores under ``key``: a function of the key, so a load
+    that returns another key's bytes is always detectable."""
+    return hashlib.shake_256(b"kvproto-kit-block:" + key).digest(block_bytes)
+
+
+def sentinel_for(slot: int, block_bytes: int) -> bytes:
+    """The filler of an idle primary slot, distinct per slot and from every block."""
+    return hashlib.shake_256(b"kvproto-kit-sentinel:" + slot.to_bytes(8, "big")).digest(block_bytes)
+
+
+def key_pool(tag: str, count: int, *, group: int = 0) -> list[OffloadKey]:
+    """``count`` distinct keys whose hashes start with ``tag`` (one namespace per check)."""
+    return [
+        make_key(hashlib.blake2b(f"{tag}:{i}".encode(), digest_size=16).digest(), group)
+        for i in range(count)
+    ]
+
+
+def tricky_keys() -> list[OffloadKey]:
+    """Keys that differ only in hash or only in group, and hashes a careless tier could
+    confuse when it turns a key into a file name, a URL or a string."""
+    hashes = [
+        b"\x00",
+        b"\x00\x00",
+        b"/",
+        b"..",
+        b"a/b",
+        b"%2F",
+        b"A",
+        b"a",
+        b"ab",
+        b"ab\x00",
+        b"\xff" * 32,
+        b"\xff" * 31 + b"\xfe",
+        bytes(range(64)),
+    ]
+    keys: list[OffloadKey] = []
+    for h in hashes:
+        for group in (0, 1, 256, 2**32 - 1):
+            keys.append(make_key(h, group))
+    return keys
+
+
+def make_buffer(num_slots: int, block_bytes: int) -> memoryview:
+    """A writable 2-D primary buffer of shape ``(num_slots, block_bytes)``, format ``"B"`` (TIER-3)."""
+    return memoryview(bytearray(num_slots * block_bytes)).cast("B", (num_slots, block_bytes))
+
+
+def row(buffer: memoryview, slot: int) -> memoryview:
+    """Row ``slot`` of a 2-D primary buffer as a 1-D writable view."""
+    if buffer.ndim != 2 or buffer.shape is None:
+        raise InvalidArgumentError(f"the primary buffer must be 2-D (slots, block bytes), got ndim={buffer.ndim}")
+    block_bytes = buffer.shape[1]
+    return buffer.cast("B")[slot * block_bytes : (slot + 1) * block_bytes]

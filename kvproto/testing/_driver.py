@@ -1,0 +1,354 @@
+"""Drives a secondary tier the way a scheduler would, checking every answer on the way.
+
+Every check of :class:`~kvproto.testing.SecondaryTierTests` goes through a
+:class:`SecondaryDriver`, so rules that hold for every call (answers are
+LookupResult members, lookups do not block, each job is reported once, no
+slot outside a load job changes) are enforced everywhere, not only in the
+check named after them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from kvproto import members as lr
+from kvproto._capabilities import Capabilities
+from kvproto._jobs import JobResult, ReqContext, TransferJob
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto._results import LookupResult, unreachable
+from kvproto.testing._data import block_for, row, sentinel_for
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._settings import KitLimits
+
+__all__ = ["SecondaryDriver", "TrackedContext", "short_key"]
+
+
+class TrackedContext(ReqContext):
+    """A :class:`~kvproto.ReqContext` that can be weakly referenced, so the kit can
+    tell whether a tier still holds a request after ``on_request_finished`` (TIER-12)."""
+
+
+def short_key(key: bytes) -> str:
+    """A key in hex, shortened for messages."""
+    text = key.hex()
+    return text if len(text) <= 20 else f"{text[:12]}..{text[-8:]}"
+
+
+class SecondaryDriver:
+    """One secondary tier bound to one primary buffer, driven step by step."""
+
+    def __init__(
+        self,
+        tier: SecondaryTier,
+        buffer: memoryview,
+        capabilities: Capabilities,
+        limits: KitLimits,
+        *,
+        first_job_id: int = 7001,
+    ) -> None:
+        if buffer.ndim != 2 or buffer.shape is None:
+            raise ConformanceFailure("TIER-3", "the primary buffer handed to the kit is not 2-D")
+        self.tier = tier
+        self.buffer = buffer
+        self.capabilities = capabilities
+        self.limits = limits
+        self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
+        self.jobs: dict[int, TransferJob] = {}
+        self.results: dict[int, JobResult] = {}
+        self.context = TrackedContext("kvproto-kit")
+        self.steps = 0
+        self.slow_lookups = 0
+        self.closed = False
+        self._next_job_id = first_job_id
+        self._submitted_at: dict[int, tuple[int, float]] = {}
+        # What each slot must hold; None while a load job targets it or after a failed load.
+        self._shadow: list[bytes | None] = []
+        for slot in range(self.num_slots):
+            filler = sentinel_for(slot, self.block_bytes)
+            row(buffer, slot)[:] = filler
+            self._shadow.append(filler)
+
+    # ---- the primary buffer -------------------------------------------------------------
+    def slot_bytes(self, slot: int) -> bytes:
+        """What primary slot ``slot`` holds now."""
+        return bytes(row(self.buffer, slot))
+
+    def put_block(self, slot: int, key: OffloadKey) -> None:
+        """Write ``key``'s bytes into ``slot``, as the device -> CPU copy would."""
+        data = block_for(key, self.block_bytes)
+        row(self.buffer, slot)[:] = data
+        self._shadow[slot] = data
+
+    def clear_slot(self, slot: int) -> None:
+        """Refill ``slot`` with its sentinel, so a later load into it is visible."""
+        filler = sentinel_for(slot, self.block_bytes)
+        row(self.buffer, slot)[:] = filler
+        self._shadow[slot] = filler
+
+    def _busy_load_slots(self) -> set[int]:
+        busy: set[int] = set()
+        for job_id, job in self.jobs.items():
+            if job.promotion and job_id not in self.results:
+                busy.update(job.slots)
+        return busy
+
+    def check_untouched_slots(self) -> None:
+        """Every slot no unfinished load job targets still holds what the kit put there (TIER-10)."""
+        busy = self._busy_load_slots()
+        for slot in range(self.num_slots):
+            want = self._shadow[slot]
+            if slot in busy or want is None:
+                continue
+            if self.slot_bytes(slot) != want:
+                raise ConformanceFailure(
+                    "TIER-10",
+                    f"primary slot {slot} changed although no load job targeted it "
+                    "(a store must only read the buffer; a load must only write its own slots)",
+                )
+
+    # ---- jobs -----------------------------------------------------------------------------
+    def _job(self, keys: Sequence[OffloadKey], slots: Sequence[int], promotion: bool) -> TransferJob:
+        job = TransferJob(
+            self._next_job_id, tuple(keys), tuple(slots), promotion, req_id=self.context.req_id
+        )
+        self._next_job_id += 1
+        self.jobs[job.job_id] = job
+        self._submitted_at[job.job_id] = (self.steps, time.monotonic())
+        return job
+
+    def submit_store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> TransferJob:
+        """Put each key's bytes in its slot, then ``submit_store`` them (TIER-10)."""
+        chosen = list(range(len(keys))) if slots is None else list(slots)
+        for slot, key in zip(chosen, keys, strict=True):
+            self.put_block(slot, key)
+        job = self._job(keys, chosen, promotion=False)
+        self.tier.submit_store(job)
+        return job
+
+    def submit_load(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> TransferJob:
+        """Clear the target slots, then ``submit_load`` ``keys`` into them (TIER-10)."""
+        for slot in slots:
+            self.clear_slot(slot)
+        job = self._job(keys, slots, promotion=True)
+        self.tier.submit_load(job)
+        return job
+
+    def step(self) -> list[JobResult]:
+        """One scheduler step: ``on_step_end`` then ``get_finished_jobs``; validates each result."""
+        self.tier.on_step_end()
+        self.steps += 1
+        return self.collect()
+
+    def collect(self) -> list[JobResult]:
+        """``get_finished_jobs`` once, validating each result (TIER-11) and each finished load."""
+        fresh = list(self.tier.get_finished_jobs())
+        for result in fresh:
+            if not isinstance(result, JobResult):
+                raise ConformanceFailure(
+                    "TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult"
+                )
+            job = self.jobs.get(result.job_id)
+            if job is None:
+                raise ConformanceFailure(
+                    "TIER-11", f"get_finished_jobs reported job {result.job_id}, which was never submitted"
+                )
+            if result.job_id in self.results:
+                raise ConformanceFailure(
+                    "TIER-11",
+                    f"job {result.job_id} was reported finished twice "
+                    f"(first {self.results[result.job_id]}, then {result})",
+                )
+            if result.succeeded is not None and not result.succeeded <= frozenset(job.keys):
+                raise ConformanceFailure(
+                    "TIER-11",
+                    f"job {result.job_id} reports succeeded keys that are not in the job",
+                )
+            if result.succeeded and not result.success and not self.capabilities.partial_jobs:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"job {result.job_id} finished partly but the tier does not declare partial_jobs",
+                )
+            self.results[result.job_id] = result
+            if job.promotion:
+                self._verify_load(job, result)
+        self.check_untouched_slots()
+        return fresh
+
+    def _verify_load(self, job: TransferJob, result: JobResult) -> None:
+        done = result.succeeded_keys(job)
+        for key, slot in zip(job.keys, job.slots, strict=True):
+            if key not in done:
+                self._shadow[slot] = None  # a failed load may leave anything in its slot
+                continue
+            want = block_for(key, self.block_bytes)
+            got = self.slot_bytes(slot)
+            if got != want:
+                raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
+            self._shadow[slot] = want
+
+    def _diagnose(self, job: TransferJob, key: OffloadKey, slot: int, got: bytes) -> str:
+        want = block_for(key, self.block_bytes)
+        head = f"load job {job.job_id} reported key {short_key(key)} done, but slot {slot}"
+        for other in range(self.num_slots):
+            if other != slot and self.slot_bytes(other) == want:
+                return f"{head} does not hold its bytes: they were written into slot {other} instead"
+        known = {k for j in self.jobs.values() for k in j.keys}
+        for other_key in known:
+            if other_key != key and block_for(other_key, self.block_bytes) == got:
+                return f"{head} holds the bytes of another key, {short_key(other_key)}"
+        if got == sentinel_for(slot, self.block_bytes):
+            return f"{head} was never written"
+        return f"{head} holds bytes that were never stored under any key"
+
+    def pending(self) -> list[int]:
+        """Ids of submitted jobs not reported yet, oldest first."""
+        return [job_id for job_id in self.jobs if job_id not in self.results]
+
+    def wait_step(self, jobs: Iterable[TransferJob]) -> None:
+        """One step while waiting for ``jobs``; a job past both bounds fails TIER-11 (see KitLimits)."""
+        self.step()
+        now = time.monotonic()
+        lost: list[int] = []
+        overdue = False
+        for job in jobs:
+            if job.job_id in self.results:
+                continue
+            steps_then, time_then = self._submitted_at[job.job_id]
+            if self.steps - steps_then >= self.limits.max_job_steps:
+                overdue = True
+                if now - time_then >= self.limits.job_timeout_s:
+                    lost.append(job.job_id)
+        if lost:
+            raise ConformanceFailure(
+                "TIER-11",
+                f"job(s) {lost} never reported finished after {self.limits.max_job_steps} steps "
+                f"and {self.limits.job_timeout_s:g} s",
+            )
+        if overdue:
+            time.sleep(0.001)
+
+    def wait(self, jobs: Iterable[TransferJob]) -> dict[int, JobResult]:
+        """Step until every job in ``jobs`` is reported; a job never reported fails TIER-11."""
+        wanted = list(jobs)
+        while any(job.job_id not in self.results for job in wanted):
+            self.wait_step(wanted)
+        return {job.job_id: self.results[job.job_id] for job in wanted}
+
+    def store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> JobResult:
+        """Submit a store and wait for its result."""
+        job = self.submit_store(keys, slots)
+        return self.wait([job])[job.job_id]
+
+    def load(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> JobResult:
+        """Submit a load and wait for its result (bytes are verified as it finishes)."""
+        job = self.submit_load(keys, slots)
+        return self.wait([job])[job.job_id]
+
+    def settle(self) -> None:
+        """Wait for every job in flight."""
+        self.wait([self.jobs[j] for j in self.pending()])
+
+    def quiet_steps(self, steps: int = 8) -> None:
+        """Run a few steps with nothing to report, so late duplicates show up (TIER-11)."""
+        for _ in range(steps):
+            self.step()
+        time.sleep(0.005)
+        self.collect()
+
+    # ---- lookups --------------------------------------------------------------------------
+    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
+        """One lookup, checked: a LookupResult member (LR-1), never HIT_PENDING (LR-3),
+        RETRY only if declared (TIER-18), and quick (TIER-4)."""
+        started = time.perf_counter()
+        answer: object = self.tier.lookup(key, self.context if context is None else context)
+        took = time.perf_counter() - started
+        if not isinstance(answer, LookupResult):
+            raise ConformanceFailure(
+                "LR-1",
+                f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
+                "the contract requires a LookupResult member (MISS, HIT, HIT_PENDING or RETRY)",
+            )
+        if took > self.limits.lookup_budget_s:
+            self.slow_lookups += 1
+            if self.slow_lookups >= 2:
+                raise ConformanceFailure(
+                    "TIER-4",
+                    f"lookup({short_key(key)}) blocked for {took:.3f} s "
+                    f"(budget {self.limits.lookup_budget_s:g} s; {self.slow_lookups} slow lookups); "
+                    "a lookup must answer at once and answer RETRY while it finds out",
+                )
+        match answer:
+            case lr.HIT_PENDING:
+                raise ConformanceFailure(
+                    "LR-3",
+                    f"lookup({short_key(key)}) answered HIT_PENDING; a secondary tier never does "
+                    "(it answers RETRY while it finds out, HIT once readable)",
+                )
+            case lr.RETRY:
+                if not self.capabilities.async_lookup:
+                    raise ConformanceFailure(
+                        "TIER-18",
+                        f"lookup({short_key(key)}) answered RETRY but the tier does not declare "
+                        "the async_lookup capability",
+                    )
+            case lr.HIT | lr.MISS:
+                pass
+            case _:
+                unreachable(answer, where="SecondaryDriver.lookup")
+        return answer
+
+    def resolve(
+        self, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> dict[OffloadKey, LookupResult]:
+        """Ask until every key answers HIT or MISS; RETRY must end within the declared
+        ``max_retry_steps`` end-of-step hooks (and the kit's wall-time bound) (TIER-18)."""
+        answers: dict[OffloadKey, LookupResult] = {}
+        waiting = list(keys)
+        start = time.monotonic()
+        steps = 0
+        budget = max(self.capabilities.max_retry_steps, 0)
+        while True:
+            still: list[OffloadKey] = []
+            for key in waiting:
+                answer = self.lookup(key, context)
+                match answer:
+                    case lr.RETRY:
+                        still.append(key)
+                    case lr.HIT | lr.MISS | lr.HIT_PENDING:
+                        answers[key] = answer
+                    case _:
+                        unreachable(answer, where="SecondaryDriver.resolve")
+            if not still:
+                return answers
+            waiting = still
+            if steps >= budget and time.monotonic() - start >= self.limits.job_timeout_s:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"lookup({short_key(waiting[0])}) still answers RETRY after {steps} end-of-step "
+                    f"hooks and {time.monotonic() - start:.1f} s; the tier declares "
+                    f"max_retry_steps={self.capabilities.max_retry_steps}",
+                )
+            self.step()
+            steps += 1
+            if steps > budget:
+                time.sleep(0.001)
+
+    def resolve_one(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
+        """:meth:`resolve` for one key."""
+        return self.resolve([key], context)[key]
+
+    def expect(self, answers: Mapping[OffloadKey, LookupResult], want: LookupResult, clause: str, why: str) -> None:
+        """Fail ``clause`` naming the first key whose answer is not ``want``."""
+        for key, got in answers.items():
+            if got is not want:
+                raise ConformanceFailure(
+                    clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
+                )
+
+    def shutdown(self) -> None:
+        """Shut the tier down once (the fixture calls this after each check)."""
+        if not self.closed:
+            self.closed = True
+            self.tier.shutdown()

@@ -1,0 +1,622 @@
+"""``SecondaryTierTests``: the conformance checks for a secondary tier (TIER-*, LR-*, KIT-*)."""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import ClassVar
+
+import pytest
+
+from kvproto import members as lr
+from kvproto._jobs import EventKind, OffloadingEvent
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto._results import LookupResult, unreachable
+from kvproto.testing._base import KitBase
+from kvproto.testing._checks import check
+from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
+from kvproto.testing._driver import SecondaryDriver, TrackedContext, short_key
+from kvproto.testing._failures import ConformanceFailure
+
+__all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
+
+SecondaryTierFactory = Callable[[memoryview], SecondaryTier]
+"""Builds an EMPTY secondary tier bound to the given primary buffer."""
+
+_PROTOCOL_MEMBERS = tuple(n for n in dir(SecondaryTier) if not n.startswith("_"))
+
+
+def _missing(answers: dict[OffloadKey, LookupResult], want: LookupResult) -> list[OffloadKey]:
+    return [k for k, v in answers.items() if v is not want]
+
+
+class SecondaryTierTests(KitBase):
+    """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
+
+    ``tier_factory`` returns a callable that builds an EMPTY tier bound to a
+    primary buffer (a writable 2-D ``memoryview``, one row per slot); the kit
+    calls it once per check and once per Hypothesis example, and shuts each
+    tier down afterwards.
+
+    Optional backdoor hooks (define them as methods to enable the checks that
+    need them; a check whose hook is missing skips, naming it) (KIT-5):
+
+    * ``seed_block(tier, key, data)``: store ``data`` under ``key`` without the tier's methods;
+    * ``read_block(tier, key) -> bytes | None``: what the storage holds under ``key``;
+    * ``fail_next_jobs(tier, n)``: make the next ``n`` submitted jobs fail;
+    * ``fail_keys(tier, keys)``: make jobs fail for ``keys`` only (partial results);
+    * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``;
+    * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence).
+    """
+
+    num_slots: ClassVar[int] = 32
+    block_bytes: ClassVar[int] = 64
+
+    # ---- fixtures ----------------------------------------------------------------------
+    @pytest.fixture
+    def primary_buffer(self) -> memoryview:
+        """A fresh primary buffer of ``num_slots`` rows of ``block_bytes`` bytes."""
+        return make_buffer(self.num_slots, self.block_bytes)
+
+    @pytest.fixture
+    def tier_factory(self) -> SecondaryTierFactory:
+        """Override: return a callable that builds an EMPTY tier bound to a primary buffer."""
+        raise ConformanceFailure(
+            "KIT-5",
+            f"{type(self).__name__} must override the tier_factory fixture "
+            "(a callable: primary buffer -> an empty tier)",
+        )
+
+    @pytest.fixture
+    def tier(self, tier_factory: SecondaryTierFactory, primary_buffer: memoryview) -> SecondaryTier:
+        """An empty tier bound to ``primary_buffer``."""
+        return tier_factory(primary_buffer)
+
+    @pytest.fixture
+    def kit(self, tier: SecondaryTier, primary_buffer: memoryview) -> Iterator[SecondaryDriver]:
+        """A driver for ``tier``; shuts the tier down after the check."""
+        driver = SecondaryDriver(tier, primary_buffer, self.declared_capabilities(tier), self.limits)
+        yield driver
+        driver.shutdown()
+
+    # ---- backdoor hooks (KIT-5); the base versions mean "not available" -----------------
+    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
+        """Store ``data`` under ``key`` directly in the tier's storage."""
+        raise NotImplementedError
+
+    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
+        """The bytes the tier's storage holds under ``key``, or None."""
+        raise NotImplementedError
+
+    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
+        """Make the next ``n`` jobs submitted to ``tier`` fail entirely."""
+        raise NotImplementedError
+
+    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
+        """Make jobs fail for ``keys`` (and only them)."""
+        raise NotImplementedError
+
+    def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
+        """Damage what the tier will read back for ``keys``."""
+        raise NotImplementedError
+
+    def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
+        """A new tier instance over the same storage as ``tier``."""
+        raise NotImplementedError
+
+    # ---- protocol and answers ------------------------------------------------------------
+    @check("TIER-1")
+    def test_satisfies_secondary_protocol(self, tier: SecondaryTier) -> None:
+        """The tier has every SecondaryTier member and a non-empty str name."""
+        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(tier, m)]
+        if missing:
+            raise ConformanceFailure(
+                "TIER-1", f"{type(tier).__name__} lacks SecondaryTier member(s): {', '.join(missing)}"
+            )
+        name: object = tier.name
+        if not isinstance(name, str) or not name:
+            raise ConformanceFailure("TIER-1", f"name is {name!r}; the contract requires a non-empty str")
+
+    @check("TIER-18")
+    def test_capabilities_are_consistent(self, tier: SecondaryTier) -> None:
+        """Declared capabilities make sense: async lookups bound their RETRYs; reasons name real abilities."""
+        caps = self.declared_capabilities(tier)
+        if caps.async_lookup and caps.max_retry_steps < 1:
+            raise ConformanceFailure(
+                "TIER-18", "async_lookup is declared with max_retry_steps < 1: RETRY must resolve within a bound"
+            )
+        known = {"async_lookup", "max_retry_steps", "persistence", "eviction", "sharing", "partial_jobs"}
+        unknown = sorted(set(caps.reasons) - known)
+        if unknown:
+            raise ConformanceFailure("TIER-18", f"capability reasons name unknown abilities: {unknown}")
+
+    @check("LR-1")
+    def test_lookup_answers_a_lookup_result(self, kit: SecondaryDriver) -> None:
+        """Every lookup answers a LookupResult member (not bool, not None)."""
+        keys = key_pool("lr1", 4)
+        for key in keys:
+            kit.lookup(key)
+        kit.store(keys[:2])
+        kit.resolve(keys)
+
+    @check("LR-3")
+    def test_never_answers_hit_pending(self, kit: SecondaryDriver) -> None:
+        """No lookup answers HIT_PENDING: not while a store or load is in flight, not after."""
+        keys = key_pool("lr3", 3)
+        job = kit.submit_store(keys)
+        while job.job_id not in kit.results:
+            for key in keys:
+                kit.lookup(key)
+            kit.wait_step([job])
+        kit.resolve(keys)
+        load = kit.submit_load(keys, [10, 11, 12])
+        while load.job_id not in kit.results:
+            for key in keys:
+                kit.lookup(key)
+            kit.wait_step([load])
+        kit.resolve(keys)
+
+    @check("TIER-4")
+    def test_lookup_does_not_block(self, kit: SecondaryDriver) -> None:
+        """Lookups answer at once, also while stores and loads are in flight."""
+        keys = key_pool("t4", 6)
+        for key in keys:
+            kit.lookup(key)
+        job = kit.submit_store(keys[:3])
+        for key in keys:
+            kit.lookup(key)
+        kit.wait([job])
+        kit.resolve(keys)
+        load = kit.submit_load(keys[:3], [20, 21, 22])
+        for key in keys:
+            kit.lookup(key)
+        kit.wait([load])
+        for _ in range(3):
+            for key in keys:
+                kit.lookup(key)
+
+    @check("TIER-4")
+    def test_empty_tier_misses(self, kit: SecondaryDriver) -> None:
+        """An empty tier answers MISS (after any RETRYs) for every key."""
+        answers = kit.resolve(key_pool("empty", 8))
+        kit.expect(answers, lr.MISS, "TIER-4", "on an empty tier")
+
+    @check("TIER-18")
+    def test_retry_resolves_within_declared_steps(self, kit: SecondaryDriver) -> None:
+        """RETRY only with async_lookup declared, and it resolves within max_retry_steps steps."""
+        keys = key_pool("t18", 6)
+        kit.resolve(keys)
+        kit.store(keys[:3])
+        answers = kit.resolve(keys)
+        kit.expect({k: answers[k] for k in keys[:3]}, lr.HIT, "TIER-10", "after its store succeeded")
+        other = TrackedContext("kvproto-kit-second-request")
+        kit.resolve(keys, other)
+        kit.tier.on_request_finished(other)
+
+    # ---- stores ---------------------------------------------------------------------------
+    @check("TIER-10")
+    def test_hit_after_successful_store(self, kit: SecondaryDriver) -> None:
+        """A key whose store job reported success answers HIT (no lost write)."""
+        keys = key_pool("stored", 6)
+        first = kit.store(keys[:4], [0, 1, 2, 3])
+        second = kit.store(keys[4:], [4, 5])
+        for result, batch in ((first, keys[:4]), (second, keys[4:])):
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-10", f"a store of {len(batch)} blocks into an empty tier failed: {result}"
+                )
+        answers = kit.resolve(keys)
+        lost = _missing(answers, lr.HIT)
+        if lost:
+            raise ConformanceFailure(
+                "TIER-10",
+                f"store job reported success but key {short_key(lost[0])} answers "
+                f"{answers[lost[0]].name}: the write was lost ({len(lost)} of {len(keys)} keys)",
+            )
+
+    @check("TIER-10")
+    def test_no_hit_before_store_finished(self, kit: SecondaryDriver) -> None:
+        """While a store job is in flight, a HIT for its keys must already be readable,
+        and must not belong to a store that then fails."""
+        keys = key_pool("early", 4)
+        inject = self.has_hook("fail_next_jobs")
+        if inject:
+            self.fail_next_jobs(kit.tier, 1)
+        job = kit.submit_store(keys, [0, 1, 2, 3])
+        seen: set[OffloadKey] = set()
+        spare = iter(range(8, kit.num_slots))
+        while job.job_id not in kit.results:
+            for key in keys:
+                match kit.lookup(key):
+                    case lr.HIT:
+                        seen.add(key)
+                        if not inject and job.job_id not in kit.results:
+                            load = kit.load([key], [next(spare)])
+                            if key not in load.succeeded_keys(kit.jobs[load.job_id]):
+                                raise ConformanceFailure(
+                                    "TIER-10",
+                                    f"lookup({short_key(key)}) answered HIT while its store was in "
+                                    "flight, but a load submitted right after failed",
+                                )
+                    case lr.MISS | lr.RETRY | lr.HIT_PENDING:
+                        pass
+                    case other:
+                        unreachable(other, where="test_no_hit_before_store_finished")
+            kit.wait_step([job])
+        result = kit.results[job.job_id]
+        failed = seen - result.succeeded_keys(job)
+        if failed:
+            raise ConformanceFailure(
+                "TIER-10",
+                f"lookup({short_key(next(iter(failed)))}) answered HIT while its store job was in "
+                "flight, and the job then failed: a HIT came before the store finished",
+            )
+
+    @check("TIER-10", hooks=("fail_next_jobs",))
+    def test_no_hit_after_failed_store(self, kit: SecondaryDriver) -> None:
+        """After a store job fails, its keys answer MISS; a later store of them works."""
+        keys = key_pool("failed", 4)
+        self.fail_next_jobs(kit.tier, 1)
+        result = kit.store(keys)
+        if result.success:
+            raise ConformanceFailure("KIT-5", "the fail_next_jobs hook had no effect: the store succeeded")
+        done = result.succeeded_keys(kit.jobs[result.job_id])
+        answers = kit.resolve(keys)
+        for key in keys:
+            if key not in done and answers[key] is lr.HIT:
+                raise ConformanceFailure(
+                    "TIER-10", f"lookup({short_key(key)}) answers HIT after its store job failed"
+                )
+        retry = kit.store(keys)
+        if not retry.success:
+            raise ConformanceFailure("TIER-10", f"storing the keys again after a failed store failed: {retry}")
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after a successful store that followed a failed one")
+
+    @check("TIER-11", needs=("partial_jobs",), hooks=("fail_keys",))
+    def test_partial_job_reports_succeeded_keys(self, kit: SecondaryDriver) -> None:
+        """A job that fails some keys reports the others in ``succeeded``; only those answer HIT."""
+        keys = key_pool("partial", 4)
+        self.fail_keys(kit.tier, keys[:2])
+        result = kit.store(keys)
+        job = kit.jobs[result.job_id]
+        done = result.succeeded_keys(job)
+        if result.success or done & set(keys[:2]):
+            raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect on the store")
+        if done != set(keys[2:]):
+            raise ConformanceFailure(
+                "TIER-11",
+                f"a store failing 2 of 4 keys reported {len(done)} succeeded keys; the tier declares "
+                "partial_jobs, so the 2 that succeeded must be named",
+            )
+        answers = kit.resolve(keys)
+        for key in keys:
+            want = lr.HIT if key in done else lr.MISS
+            if answers[key] is not want:
+                raise ConformanceFailure(
+                    "TIER-11",
+                    f"after a partial store, lookup({short_key(key)}) answers {answers[key].name}; "
+                    f"the job reported it {'done' if key in done else 'failed'}",
+                )
+
+    @check("TIER-10", hooks=("read_block",))
+    def test_store_writes_exact_bytes(self, kit: SecondaryDriver) -> None:
+        """The storage holds exactly the bytes of each stored slot; nothing for other keys."""
+        keys = key_pool("exact", 4)
+        kit.store(keys, [3, 7, 1, 9])
+        for key in keys:
+            got = self.read_block(kit.tier, key)
+            if got is None or bytes(got) != block_for(key, kit.block_bytes):
+                raise ConformanceFailure(
+                    "TIER-10", f"the storage does not hold the stored bytes of key {short_key(key)}"
+                )
+        stray = key_pool("exact-unstored", 1)[0]
+        if self.read_block(kit.tier, stray) is not None:
+            raise ConformanceFailure("TIER-10", "the storage holds bytes for a key never stored")
+
+    @check("TIER-10")
+    def test_duplicate_store_is_idempotent(self, kit: SecondaryDriver) -> None:
+        """Storing a key again, one after the other or in two jobs at once, keeps it HIT with its bytes."""
+        keys = key_pool("dup", 3)
+        kit.store(keys, [0, 1, 2])
+        again = kit.store(keys, [3, 4, 5])
+        if not again.success:
+            raise ConformanceFailure("TIER-10", f"storing stored keys again failed: {again}")
+        a = kit.submit_store(keys[:2], [6, 7])
+        b = kit.submit_store(keys[:2], [8, 9])
+        kit.wait([a, b])
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after duplicate stores")
+        kit.load(keys, [20, 21, 22])
+        if self.has_hook("read_block"):
+            for key in keys:
+                if self.read_block(kit.tier, key) != block_for(key, kit.block_bytes):
+                    raise ConformanceFailure("TIER-10", f"duplicate stores changed the bytes of {short_key(key)}")
+
+    @check("TIER-10")
+    def test_concurrent_jobs_on_distinct_keys_do_not_interfere(self, kit: SecondaryDriver) -> None:
+        """Several store jobs, then several load jobs, in flight at once each move their own bytes."""
+        keys = key_pool("concurrent", 12)
+        stores = [kit.submit_store(keys[i : i + 3], range(i, i + 3)) for i in range(0, 12, 3)]
+        results = kit.wait(stores)
+        for result in results.values():
+            if not result.success:
+                raise ConformanceFailure("TIER-10", f"concurrent store job failed: {result}")
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after concurrent stores")
+        loads = [kit.submit_load(keys[i : i + 3][::-1], range(16 + i, 19 + i)) for i in range(0, 12, 3)]
+        for result in kit.wait(loads).values():
+            if not result.success:
+                raise ConformanceFailure("TIER-10", f"concurrent load job of stored keys failed: {result}")
+
+    @check("TIER-10")
+    def test_keys_isolated_by_hash_and_group(self, kit: SecondaryDriver) -> None:
+        """Keys that differ only in hash or only in group never see each other's blocks."""
+        keys = tricky_keys()
+        stored = [k for i, k in enumerate(keys) if i % 2 == 0]
+        absent = [k for i, k in enumerate(keys) if i % 2 == 1]
+        for i in range(0, len(stored), 8):
+            batch = stored[i : i + 8]
+            result = kit.store(batch, range(len(batch)))
+            if not result.success:
+                raise ConformanceFailure("TIER-10", f"store of keys {[short_key(k) for k in batch]} failed")
+        answers = kit.resolve(keys)
+        for key in absent:
+            if answers[key] is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-10",
+                    f"key {short_key(key)} was never stored but answers {answers[key].name}: "
+                    "it collides with a key that differs only in hash or group",
+                )
+        kit.expect({k: answers[k] for k in stored}, lr.HIT, "TIER-10", "after its store succeeded")
+        for i in range(0, len(stored), 8):
+            batch = stored[i : i + 8]
+            result = kit.load(batch, range(16, 16 + len(batch)))
+            if not result.success:
+                raise ConformanceFailure("TIER-10", f"load of stored keys failed: {result}")
+
+    # ---- loads ----------------------------------------------------------------------------
+    @check("TIER-10")
+    def test_load_copies_stored_bytes_into_requested_slots(self, kit: SecondaryDriver) -> None:
+        """A load writes exactly each key's stored bytes into exactly its slot, and no other slot."""
+        keys = key_pool("load", 4)
+        kit.store(keys, [0, 1, 2, 3])
+        for slot in range(4):
+            kit.clear_slot(slot)
+        first = kit.load(keys[::-1], [11, 9, 13, 8])
+        second = kit.load([keys[2], keys[0]], [20, 5])
+        for result in (first, second):
+            if not result.success:
+                raise ConformanceFailure("TIER-10", f"load of stored keys failed: {result}")
+
+    @check("TIER-10")
+    def test_load_of_missing_key_fails(self, kit: SecondaryDriver) -> None:
+        """A load job naming a key never stored does not report that key done."""
+        stored, missing = key_pool("missing", 2)
+        kit.store([stored], [0])
+        result = kit.load([stored, missing], [4, 5])
+        job = kit.jobs[result.job_id]
+        if missing in result.succeeded_keys(job):
+            raise ConformanceFailure(
+                "TIER-10", f"a load job reported key {short_key(missing)} done although it was never stored"
+            )
+
+    @check("TIER-10", hooks=("seed_block",))
+    def test_load_of_seeded_block(self, kit: SecondaryDriver) -> None:
+        """A block put into storage through the backdoor answers HIT and loads its bytes."""
+        keys = key_pool("seeded", 3)
+        for key in keys:
+            self.seed_block(kit.tier, key, block_for(key, kit.block_bytes))
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "for a seeded block")
+        result = kit.load(keys, [5, 2, 30])
+        if not result.success:
+            raise ConformanceFailure("TIER-10", f"load of seeded blocks failed: {result}")
+
+    @check("TIER-10", hooks=("corrupt_on_read",))
+    def test_corrupt_block_fails_load(self, kit: SecondaryDriver) -> None:
+        """A damaged block fails its load; the tier never hands out wrong bytes."""
+        keys = key_pool("corrupt", 2)
+        kit.store(keys, [0, 1])
+        self.corrupt_on_read(kit.tier, keys[:1])
+        result = kit.load(keys, [10, 11])
+        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
+            raise ConformanceFailure("TIER-10", "a load reported a damaged block done")
+
+    @check("TIER-10")
+    def test_hit_is_loadable_under_racing_stores(self, kit: SecondaryDriver, request: pytest.FixtureRequest) -> None:
+        """A HIT stays loadable: a load submitted right after it succeeds, and one submitted
+        after racing stores (that may evict) never returns other bytes."""
+        rounds = self.profile(request).race_rounds
+        rng = random.Random(20240611)
+        pool = key_pool("race", max(8, rounds * 2))
+        stored: list[OffloadKey] = []
+        slots = kit.num_slots
+        cursor = 0
+        for i in range(rounds):
+            fresh = pool[2 * i : 2 * i + 2]
+            base = (4 * i) % (slots - 4)
+            kit.submit_store(fresh, [base, base + 1])
+            if stored:
+                key = rng.choice(stored)
+                target = slots - 1 - (cursor % 4)
+                cursor += 1
+                match kit.lookup(key):
+                    case lr.HIT:
+                        job = kit.submit_load([key], [target])
+                        result = kit.wait([job])[job.job_id]
+                        if key not in result.succeeded_keys(job):
+                            raise ConformanceFailure(
+                                "TIER-10",
+                                f"lookup({short_key(key)}) answered HIT but a load submitted right "
+                                "after it failed",
+                            )
+                    case lr.MISS | lr.RETRY | lr.HIT_PENDING:
+                        pass
+                    case other:
+                        unreachable(other, where="test_hit_is_loadable_under_racing_stores")
+                racing = kit.submit_store(pool[2 * i + 1 : 2 * i + 2], [base + 2])
+                match kit.lookup(key):
+                    case lr.HIT:
+                        kit.submit_store([pool[2 * i]], [base + 3])
+                        kit.wait([kit.submit_load([key], [target])])
+                    case lr.MISS | lr.RETRY | lr.HIT_PENDING:
+                        pass
+                    case other:
+                        unreachable(other, where="test_hit_is_loadable_under_racing_stores")
+                kit.wait([racing])
+            kit.settle()
+            stored.extend(fresh)
+
+    # ---- jobs -------------------------------------------------------------------------------
+    @check("TIER-11")
+    def test_each_job_reported_exactly_once(self, kit: SecondaryDriver) -> None:
+        """Every submitted job, store or load, is reported finished exactly once."""
+        keys = key_pool("once", 6)
+        a = kit.submit_store(keys[:3], [0, 1, 2])
+        b = kit.submit_store(keys[3:], [3, 4, 5])
+        kit.wait([a, b])
+        loads = [kit.submit_load(keys[:2], [10, 11]), kit.submit_load(keys[4:], [12, 13])]
+        c = kit.submit_store(key_pool("once-more", 2), [6, 7])
+        kit.wait([*loads, c])
+        kit.quiet_steps()
+        for job_id in kit.jobs:
+            if job_id not in kit.results:
+                raise ConformanceFailure("TIER-11", f"job {job_id} was never reported")
+
+    @check("TIER-15")
+    def test_has_pending_work_tracks_jobs(self, kit: SecondaryDriver) -> None:
+        """has_pending_work is True from submission until the job is reported, then False."""
+        tier = kit.tier
+        if tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "an empty tier with no jobs says it has pending work")
+        job = kit.submit_store(key_pool("pending", 2))
+        if tier.has_pending_work() is not True:
+            raise ConformanceFailure(
+                "TIER-15", "has_pending_work is not True right after a job was submitted (not yet reported)"
+            )
+        kit.wait([job])
+        kit.quiet_steps(2)
+        if tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "has_pending_work is still True after every job was reported")
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    @check("TIER-12")
+    def test_on_request_finished_drops_request_state(self, kit: SecondaryDriver) -> None:
+        """After on_request_finished the tier holds no reference to the request's context."""
+        keys = key_pool("request", 4)
+        kit.store(keys[:2])
+        context = TrackedContext("kvproto-kit-finished-request")
+        kit.resolve(keys, context)
+        job = kit.submit_load(keys[:2], [10, 11])
+        kit.wait([job])
+        kit.tier.on_request_finished(context)
+        kit.quiet_steps(2)
+        ref = weakref.ref(context)
+        del context
+        gc.collect()
+        if ref() is not None:
+            raise ConformanceFailure(
+                "TIER-12", "the tier still holds the ReqContext of a finished request (per-request state leaked)"
+            )
+        kit.expect(kit.resolve(keys[:2], TrackedContext("kvproto-kit-next")), lr.HIT, "TIER-12",
+                   "for another request after one finished")
+
+    @check("TIER-14")
+    def test_events_name_stored_blocks(self, kit: SecondaryDriver) -> None:
+        """STORED events name only blocks stored successfully, carry the tier's name, and are returned once."""
+        tier = kit.tier
+        list(tier.take_events())
+        keys = key_pool("events", 4)
+        kit.store(keys[:2])
+        failed: set[OffloadKey] = set()
+        if self.has_hook("fail_next_jobs"):
+            self.fail_next_jobs(tier, 1)
+            result = kit.store(keys[2:], [2, 3])
+            failed = set(keys[2:]) - result.succeeded_keys(kit.jobs[result.job_id])
+        kit.quiet_steps(2)
+        events = list(tier.take_events())
+        for event in events:
+            if not isinstance(event, OffloadingEvent):
+                raise ConformanceFailure("TIER-14", f"take_events returned {event!r}, not an OffloadingEvent")
+            if event.tier != tier.name:
+                raise ConformanceFailure("TIER-14", f"event names tier {event.tier!r}; the tier is {tier.name!r}")
+            if event.kind is EventKind.STORED and set(event.keys) & failed:
+                raise ConformanceFailure("TIER-14", "a STORED event names a block whose store failed")
+        if list(tier.take_events()):
+            raise ConformanceFailure("TIER-14", "take_events returned the same events twice (it must forget them)")
+
+    @check("TIER-16")
+    def test_reset_cache_forgets_blocks(self, kit: SecondaryDriver) -> None:
+        """reset_cache with no work in flight returns True and every block answers MISS."""
+        keys = key_pool("reset", 4)
+        kit.store(keys)
+        kit.quiet_steps(2)
+        answer: object = kit.tier.reset_cache()
+        if answer is not True:
+            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}, not True")
+        kit.expect(kit.resolve(keys, TrackedContext("kvproto-kit-after-reset")), lr.MISS, "TIER-16",
+                   "after reset_cache")
+        result = kit.load(keys[:1], [12])
+        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
+            raise ConformanceFailure("TIER-16", "a block loaded after reset_cache")
+        again = kit.store(keys[:2])
+        if not again.success:
+            raise ConformanceFailure("TIER-16", "storing after reset_cache failed")
+
+    @check("TIER-16")
+    def test_shutdown_reports_jobs_in_flight(self, kit: SecondaryDriver) -> None:
+        """shutdown finishes or fails every job in flight and reports each one; nothing is lost."""
+        keys = key_pool("shutdown", 6)
+        kit.store(keys[:2])
+        jobs = [kit.submit_store(keys[2:4], [2, 3]), kit.submit_store(keys[4:], [4, 5]),
+                kit.submit_load(keys[:2], [10, 11])]
+        kit.shutdown()
+        deadline = time.monotonic() + kit.limits.job_timeout_s
+        while any(j.job_id not in kit.results for j in jobs) and time.monotonic() < deadline:
+            kit.collect()
+            time.sleep(0.001)
+        lost = [j.job_id for j in jobs if j.job_id not in kit.results]
+        if lost:
+            raise ConformanceFailure(
+                "TIER-16", f"job(s) {lost} in flight at shutdown were never reported finished or failed"
+            )
+        if kit.tier.has_pending_work():
+            raise ConformanceFailure("TIER-16", "has_pending_work is True after shutdown reported every job")
+
+    @check("TIER-18", needs=("persistence",), hooks=("reopen",))
+    def test_persistence_across_instances(self, kit: SecondaryDriver, primary_buffer: memoryview) -> None:
+        """A new instance over the same storage sees the stored blocks with their bytes."""
+        keys = key_pool("persist", 3)
+        kit.store(keys)
+        kit.quiet_steps(2)
+        kit.shutdown()
+        reopened = self.reopen(kit.tier, primary_buffer)
+        other = SecondaryDriver(reopened, primary_buffer, kit.capabilities, kit.limits, first_job_id=9001)
+        try:
+            other.expect(other.resolve(keys), lr.HIT, "TIER-18", "in a new instance over the same storage")
+            other.load(keys, [10, 11, 12])
+        finally:
+            other.shutdown()
+
+    # ---- Hypothesis --------------------------------------------------------------------
+    @check("TIER-10", hypothesis=True)
+    def test_state_machine_against_model(
+        self, tier_factory: SecondaryTierFactory, request: pytest.FixtureRequest
+    ) -> None:
+        """Random interleavings of stores, loads, lookups, steps and resets agree with a dict model."""
+        from kvproto.testing._machines import run_machine
+
+        run_machine(self, tier_factory, self.profile(request), request, differential=False)
+
+    @check("TIER-10", hypothesis=True)
+    def test_differential_against_memory_tier(
+        self, tier_factory: SecondaryTierFactory, request: pytest.FixtureRequest
+    ) -> None:
+        """The same operations on the tier and on MemoryTier leave the same blocks readable."""
+        from kvproto.testing._machines import run_machine
+
+        run_machine(self, tier_factory, self.profile(request), request, differential=True)
+
+
+SecondaryTierTests._kit_base = SecondaryTierTests

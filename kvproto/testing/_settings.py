@@ -1,0 +1,61 @@
+"""Kit profiles and per-tier limits (KIT-7)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["PROFILES", "KitProfile", "KitLimits", "profile_named"]
+
+
+@dataclass(frozen=True, slots=True)
+class KitProfile:
+    """How hard the Hypothesis-driven checks search.
+
+    ``fast`` is for smoke runs (the kit's own gallery), ``default`` keeps the
+    whole kit against MemoryTier under a minute on two cores, ``thorough``
+    (``kvproto conform --thorough``) searches ten times longer.
+    """
+
+    name: str
+    machine_examples: int
+    machine_steps: int
+    race_rounds: int
+
+
+PROFILES: dict[str, KitProfile] = {
+    "fast": KitProfile("fast", machine_examples=15, machine_steps=20, race_rounds=8),
+    "default": KitProfile("default", machine_examples=60, machine_steps=40, race_rounds=32),
+    "thorough": KitProfile("thorough", machine_examples=600, machine_steps=80, race_rounds=256),
+}
+
+ENV_PROFILE = "KVPROTO_KIT_PROFILE"
+
+
+def profile_named(name: str | None) -> KitProfile:
+    """The profile called ``name``; ``None`` means ``$KVPROTO_KIT_PROFILE`` or ``default``."""
+    from kvproto.errors import ConfigurationError
+
+    chosen = name or os.environ.get(ENV_PROFILE) or "default"
+    try:
+        return PROFILES[chosen]
+    except KeyError:
+        raise ConfigurationError(
+            f"unknown kit profile {chosen!r}; known: {', '.join(PROFILES)}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class KitLimits:
+    """How long the kit waits before it calls something a contract break.
+
+    * ``max_job_steps`` / ``job_timeout_s``: a job not reported after this many
+      end-of-step hooks AND this much wall time is lost (TIER-11). Both bounds
+      must pass, so a threaded tier is not failed for a slow disk.
+    * ``lookup_budget_s``: a lookup slower than this blocked (TIER-4); two such
+      lookups in one check fail it, so one scheduling hiccup does not.
+    """
+
+    max_job_steps: int = 64
+    job_timeout_s: float = 2.0
+    lookup_budget_s: float = 0.2
