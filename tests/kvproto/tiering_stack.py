@@ -48,23 +48,33 @@ class Stack:
     clock: FakeClock
     extra: list[object] = field(default_factory=list)
 
-    def read(self, k: OffloadKey) -> bytes:
-        """Pin ``k`` through the manager, read its primary row, release the pin."""
-        (slot,) = self.manager.prepare_load([k], ReqContext("reader"))
+    def read(self, k: OffloadKey, via: TieringManager | None = None) -> bytes:
+        """Pin ``k`` through the manager (or ``via``), read its primary row, release the pin."""
+        manager = via or self.manager
+        (slot,) = manager.prepare_load([k], ReqContext("reader"))
         try:
             return bytes(self.cpu.slot_view(slot))
         finally:
-            self.manager.complete_load([k])
+            manager.complete_load([k])
 
-    def store(self, k: OffloadKey, data: bytes, req: ReqContext, *, success: bool = True) -> bool:
-        """Store ``data`` under ``k`` from the 'device' through the manager; False if no slot."""
-        out = self.manager.prepare_store([k], req)
+    def store(
+        self,
+        k: OffloadKey,
+        data: bytes,
+        req: ReqContext,
+        *,
+        success: bool = True,
+        via: TieringManager | None = None,
+    ) -> bool:
+        """Store ``data`` under ``k`` from the 'device' through the manager (or ``via``); False if no slot."""
+        manager = via or self.manager
+        out = manager.prepare_store([k], req)
         if out is None:
             return False
         for kk, slot in zip(out.keys_to_store, out.slots):
             self.cpu.slot_view(slot)[:] = data
             assert kk == k
-        self.manager.complete_store(out.keys_to_store, success)
+        manager.complete_store(out.keys_to_store, success)
         return True
 
     def shutdown(self) -> None:
