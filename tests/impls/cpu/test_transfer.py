@@ -1,0 +1,226 @@
+"""The data plane on CPU tensors: layout, round trips, completion, rejection (CPU-11..CPU-13)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from impls.cpu import BlockState, CpuTier, CpuTransferHandler, DeviceLayout
+from kvproto import EventKind
+from kvproto import members as lr
+from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
+
+from tests.impls.cpu._support import REQ, key, keys, make_tier
+
+NUM_BLOCKS = 12
+LAYERS = 3
+LAYER_SHAPE = (2, 3)  # float16: 12 bytes per layer per block
+
+
+def device_cache(seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn((NUM_BLOCKS, *LAYER_SHAPE), generator=gen).to(torch.float16)
+        for _ in range(LAYERS)
+    ]
+
+
+def setup(num_slots: int = 8) -> tuple[CpuTier, list[torch.Tensor], CpuTransferHandler]:
+    tier, _ = make_tier(num_slots=num_slots, block_bytes=LAYERS * 12)
+    cache = device_cache()
+    return tier, cache, CpuTransferHandler(tier, cache)
+
+
+def store(tier: CpuTier, handler: CpuTransferHandler, ids: list[int], blocks: list[int]) -> None:
+    out = tier.prepare_store(keys(*ids), REQ)
+    assert out is not None and len(out.keys_to_store) == len(ids)
+    handler.submit_store(out.keys_to_store, out.slots, blocks)
+    assert all(o.success for o in handler.wait())
+
+
+def test_slot_layout_is_layers_back_to_back() -> None:
+    tier, cache, handler = setup()
+    store(tier, handler, [1], [7])
+    slot = tier.slot_of(key(1))
+    assert slot is not None
+    row = bytes(tier.slot_view(slot))
+    expected = b"".join(bytes(layer[7].view(torch.uint8).flatten().tolist()) for layer in cache)
+    assert row == expected
+
+
+def test_single_tensor_cache_is_one_layer() -> None:
+    tier, _ = make_tier(num_slots=4, block_bytes=24)
+    cache = torch.arange(5 * 6, dtype=torch.float32).reshape(5, 6)
+    handler = CpuTransferHandler(tier, cache)
+    assert handler.layout.num_layers == 1 and handler.layout.layer_block_bytes == 24
+    store(tier, handler, [1, 2], [4, 0])
+    slots = tier.prepare_load(keys(1, 2), REQ)
+    cache.zero_()
+    handler.submit_load(keys(1, 2), slots, [1, 2])
+    handler.wait()
+    assert torch.equal(cache[1], torch.arange(24, 30, dtype=torch.float32))
+    assert torch.equal(cache[2], torch.arange(0, 6, dtype=torch.float32))
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 2, 4, 6, 8, 10], [3, 4, 9, 10, 11, 0], [11]],
+)
+def test_round_trip_moves_exactly_the_bytes(blocks: list[int]) -> None:
+    tier, cache, handler = setup()
+    original = [layer.clone() for layer in cache]
+    ids = list(range(len(blocks)))
+    store(tier, handler, ids, blocks)
+    assert all(tier.state(k) is BlockState.READY for k in keys(*ids))
+    for layer in cache:
+        layer.zero_()
+    targets = [(b + 5) % NUM_BLOCKS for b in blocks]  # load into other device blocks
+    slots = tier.prepare_load(keys(*ids), REQ)
+    handler.submit_load(keys(*ids), slots, targets)
+    outcomes = handler.wait()
+    assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
+    for before, after in zip(original, cache, strict=True):
+        assert torch.equal(after[targets], before[blocks])
+        untouched = [b for b in range(NUM_BLOCKS) if b not in targets]
+        assert torch.count_nonzero(after[untouched]) == 0
+    assert all(tier.pin_count(k) == 0 for k in keys(*ids))
+
+
+def test_poll_drives_complete_store_and_reports_once() -> None:
+    tier, _, handler = setup()
+    out = tier.prepare_store(keys(1, 2), REQ)
+    assert out is not None
+    job = handler.submit_store(out.keys_to_store, out.slots, [0, 1])
+    assert handler.pending_jobs() == 1
+    outcomes = handler.wait()
+    assert [(o.job_id, o.direction, o.keys, o.success) for o in outcomes] == [
+        (job, "store", (key(1), key(2)), True)
+    ]
+    assert tier.lookup(key(1), REQ) is lr.HIT
+    assert [e.kind for e in tier.take_events()] == [EventKind.STORED]
+    assert handler.poll() == [] and handler.pending_jobs() == 0
+
+
+def test_failed_copy_fails_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    tier, _, handler = setup()
+
+    def broken(slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
+        raise RuntimeError("simulated copy failure")
+
+    monkeypatch.setattr(handler, "_host_store", broken)
+    out = tier.prepare_store(keys(1), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, [0])
+    (outcome,) = handler.wait()
+    assert not outcome.success and outcome.error is not None and "simulated" in outcome.error
+    assert tier.lookup(key(1), REQ) is lr.MISS and tier.free_slots == 8
+
+
+def test_failed_load_still_releases_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    tier, _, handler = setup()
+    store(tier, handler, [1], [0])
+
+    def broken(slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
+        raise RuntimeError("simulated copy failure")
+
+    monkeypatch.setattr(handler, "_host_load", broken)
+    slots = tier.prepare_load(keys(1), REQ)
+    handler.submit_load(keys(1), slots, [3])
+    (outcome,) = handler.wait()
+    assert not outcome.success and tier.pin_count(key(1)) == 0
+
+
+def test_complete_tier_false_leaves_completion_to_the_caller() -> None:
+    tier, _ = make_tier(num_slots=4, block_bytes=LAYERS * 12)
+    handler = CpuTransferHandler(tier, device_cache(), complete_tier=False)
+    out = tier.prepare_store(keys(1), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, [0])
+    (outcome,) = handler.wait()
+    assert outcome.success and tier.state(key(1)) is BlockState.WRITING
+    tier.complete_store(outcome.keys, outcome.success)
+    assert tier.state(key(1)) is BlockState.READY
+
+
+def test_store_finishing_after_the_deadline_is_a_late_completion() -> None:
+    tier, clock = make_tier(num_slots=4, block_bytes=LAYERS * 12, deadline=1.0)
+    handler = CpuTransferHandler(tier, device_cache())
+    out = tier.prepare_store(keys(1), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, [0])
+    clock.advance(2.0)
+    tier.on_step_end()
+    assert tier.lookup(key(1), REQ) is lr.MISS and tier.free_slots == 3
+    handler.wait()
+    assert tier.lookup(key(1), REQ) is lr.MISS
+    assert tier.stats.late_completions == 1 and tier.free_slots == 4
+
+
+# ---------------------------------------------------------------- rejection
+
+
+def test_submit_store_needs_writing_keys_in_their_slots() -> None:
+    tier, _, handler = setup()
+    out = tier.prepare_store(keys(1, 2), REQ)
+    assert out is not None
+    with pytest.raises(TierMisuseError, match="not WRITING") as info:
+        handler.submit_store([key(1), key(3)], list(out.slots), [0, 1])
+    assert info.value.key == key(3)
+    with pytest.raises(TierMisuseError, match="not WRITING"):
+        handler.submit_store(out.keys_to_store, list(reversed(out.slots)), [0, 1])
+    with pytest.raises(TierMisuseError, match="out of range"):
+        handler.submit_store([key(1)], [99], [0])
+    with pytest.raises(InvalidArgumentError, match="must match"):
+        handler.submit_store(out.keys_to_store, out.slots, [0])
+    with pytest.raises(InvalidArgumentError, match="device block id"):
+        handler.submit_store(out.keys_to_store, out.slots, [0, NUM_BLOCKS])
+    assert handler.pending_jobs() == 0
+
+
+def test_submit_load_needs_pinned_ready_blocks() -> None:
+    tier, _, handler = setup()
+    store(tier, handler, [1], [0])
+    slot = tier.slot_of(key(1))
+    assert slot is not None
+    with pytest.raises(TierMisuseError, match="READY in slot .* not PINNED"):
+        handler.submit_load(keys(1), [slot], [0])  # READY but not pinned by prepare_load
+    assert tier.prepare_store(keys(2), REQ) is not None
+    slot2 = tier.slot_of(key(2))
+    assert slot2 is not None
+    with pytest.raises(TierMisuseError, match="WRITING") as info:
+        handler.submit_load(keys(2), [slot2], [0])
+    assert info.value.key == key(2)
+    tier.prepare_load(keys(1), REQ)
+    with pytest.raises(InvalidArgumentError, match="appears twice"):
+        handler.submit_load(keys(1, 1), [slot, slot], [0, 0])
+
+
+def test_submit_after_shutdown_is_misuse() -> None:
+    tier, _, handler = setup()
+    handler.shutdown()
+    out = tier.prepare_store(keys(1), REQ)
+    assert out is not None
+    with pytest.raises(TierMisuseError, match="after shutdown"):
+        handler.submit_store(out.keys_to_store, out.slots, [0])
+
+
+@pytest.mark.parametrize(
+    ("cache", "culprit"),
+    [
+        ([], "no layer tensors"),
+        ([torch.zeros(4, 6, dtype=torch.float16), torch.zeros(4, 6, dtype=torch.float32)], "dtype"),
+        ([torch.zeros(4, 6, dtype=torch.float16), torch.zeros(4, 3, dtype=torch.float16)], "shape"),
+        ([torch.zeros(6, 4, dtype=torch.float16).t()], "not contiguous"),
+        ([torch.zeros((), dtype=torch.float16)], "block index on dim 0"),
+        ([torch.zeros(4, 6, dtype=torch.float16), "layer"], "not a torch.Tensor"),
+    ],
+)
+def test_bad_device_caches_are_rejected(cache: list[object], culprit: str) -> None:
+    with pytest.raises(ConfigurationError, match=culprit):
+        DeviceLayout.of(cache)  # type: ignore[arg-type]  # deliberately wrong input
+
+
+def test_block_size_mismatch_is_rejected() -> None:
+    tier, _ = make_tier(num_slots=2, block_bytes=LAYERS * 12 + 1)
+    with pytest.raises(ConfigurationError, match=r"3 layer\(s\) x 12 bytes = 36 bytes.*37"):
+        CpuTransferHandler(tier, device_cache())
