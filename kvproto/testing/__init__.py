@@ -23,6 +23,7 @@ from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
 from kvproto.testing._driver import SecondaryDriver, TrackedContext
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
+from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
 from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
 
@@ -33,6 +34,10 @@ __all__ = [
     "DifferentialStateMachine",
     "KitLimits",
     "KitProfile",
+    "PrimaryDriver",
+    "PrimaryStateMachine",
+    "PrimaryTierFactory",
+    "PrimaryTierTests",
     "SecondaryDriver",
     "SecondaryTierFactory",
     "SecondaryTierTests",

@@ -1,0 +1,591 @@
+"""``PrimaryTierTests``: the conformance checks for a primary (CPU) tier (TIER-*, LR-*, KIT-*)."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import ClassVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+
+from kvproto import members as lr
+from kvproto._capabilities import Capabilities
+from kvproto._jobs import EventKind, OffloadingEvent, PrepareStoreOutput, ReqContext
+from kvproto._keys import OffloadKey
+from kvproto._protocols import PrimaryTier
+from kvproto._results import LookupResult, unreachable
+from kvproto.testing._base import KitBase
+from kvproto.testing._checks import check
+from kvproto.testing._data import block_for, key_pool, row, tricky_keys
+from kvproto.testing._driver import TrackedContext, short_key
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._settings import KitLimits
+
+__all__ = ["PrimaryDriver", "PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
+
+PrimaryTierFactory = Callable[[], PrimaryTier]
+"""Builds an EMPTY primary tier (it owns its slot buffer)."""
+
+_PROTOCOL_MEMBERS = tuple(n for n in dir(PrimaryTier) if not n.startswith("_"))
+
+
+class PrimaryDriver:
+    """One primary tier, driven the way the scheduler and the manager would, checking each answer."""
+
+    def __init__(self, tier: PrimaryTier, capabilities: Capabilities, limits: KitLimits) -> None:
+        self.tier = tier
+        self.capabilities = capabilities
+        self.limits = limits
+        buffer: object = tier.buffer
+        if not isinstance(buffer, memoryview) or buffer.ndim != 2 or buffer.shape is None:
+            raise ConformanceFailure(
+                "TIER-3", f"buffer is {buffer!r}; the contract requires a 2-D memoryview (slots, block bytes)"
+            )
+        self.buffer = buffer
+        self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
+        self.context = TrackedContext("kvproto-kit")
+        self.slow_lookups = 0
+        self.closed = False
+
+    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
+        """One lookup, checked: a LookupResult (LR-1), never RETRY (LR-4), quick (TIER-4)."""
+        started = time.perf_counter()
+        answer: object = self.tier.lookup(key, self.context if context is None else context)
+        took = time.perf_counter() - started
+        if not isinstance(answer, LookupResult):
+            raise ConformanceFailure(
+                "LR-1",
+                f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
+                "the contract requires a LookupResult member",
+            )
+        if took > self.limits.lookup_budget_s:
+            self.slow_lookups += 1
+            if self.slow_lookups >= 2:
+                raise ConformanceFailure(
+                    "TIER-4", f"lookup({short_key(key)}) blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s)"
+                )
+        match answer:
+            case lr.RETRY:
+                raise ConformanceFailure(
+                    "LR-4", f"lookup({short_key(key)}) answered RETRY; the primary tier never does"
+                )
+            case lr.HIT | lr.MISS | lr.HIT_PENDING:
+                return answer
+            case _:
+                unreachable(answer, where="PrimaryDriver.lookup")
+
+    def expect(self, keys: Sequence[OffloadKey], want: LookupResult, clause: str, why: str) -> None:
+        """Fail ``clause`` naming the first key that does not answer ``want``."""
+        for key in keys:
+            got = self.lookup(key)
+            if got is not want:
+                raise ConformanceFailure(
+                    clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
+                )
+
+    def prepare(self, keys: Sequence[OffloadKey]) -> PrepareStoreOutput | None:
+        """``prepare_store`` and copy each reserved key's bytes into its slot, checking the output (TIER-6)."""
+        out: object = self.tier.prepare_store(keys, self.context)
+        if out is None:
+            return None
+        if not isinstance(out, PrepareStoreOutput):
+            raise ConformanceFailure("TIER-6", f"prepare_store returned {out!r}, not a PrepareStoreOutput or None")
+        if len(set(out.slots)) != len(out.slots) or any(not 0 <= s < self.num_slots for s in out.slots):
+            raise ConformanceFailure("TIER-6", f"prepare_store reserved invalid or repeated slots {out.slots}")
+        if not set(out.keys_to_store) <= set(keys):
+            raise ConformanceFailure("TIER-6", "prepare_store reserved keys that were not asked for")
+        for key, slot in zip(out.keys_to_store, out.slots, strict=True):
+            row(self.buffer, slot)[:] = block_for(key, self.block_bytes)
+        return out
+
+    def store(self, keys: Sequence[OffloadKey], *, success: bool = True) -> PrepareStoreOutput:
+        """Prepare, copy and complete a store; fail TIER-6 if the tier refuses."""
+        out = self.prepare(keys)
+        if out is None:
+            raise ConformanceFailure("TIER-6", f"prepare_store of {len(keys)} keys returned None with room to evict")
+        self.tier.complete_store(out.keys_to_store, success)
+        return out
+
+    def load(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        """``prepare_load`` (pins) and check each returned slot holds its key's bytes (TIER-8)."""
+        slots: object = self.tier.prepare_load(keys, self.context)
+        if not isinstance(slots, tuple) or len(slots) != len(keys):
+            raise ConformanceFailure(
+                "TIER-8", f"prepare_load of {len(keys)} keys returned {slots!r}, not a tuple of as many slots"
+            )
+        for key, slot in zip(keys, slots, strict=True):
+            if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
+                raise ConformanceFailure("TIER-8", f"prepare_load returned slot {slot!r} for {short_key(key)}")
+            if bytes(row(self.buffer, slot)) != block_for(key, self.block_bytes):
+                raise ConformanceFailure(
+                    "TIER-8", f"prepare_load returned slot {slot} for key {short_key(key)}, which does not hold its bytes"
+                )
+        return slots
+
+    def shutdown(self) -> None:
+        """Shut the tier down once."""
+        if not self.closed:
+            self.closed = True
+            self.tier.shutdown()
+
+
+class PrimaryTierTests(KitBase):
+    """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
+    which returns a zero-argument callable building an EMPTY primary tier."""
+
+    @pytest.fixture
+    def tier_factory(self) -> PrimaryTierFactory:
+        """Override: return a callable that builds an EMPTY primary tier."""
+        raise ConformanceFailure(
+            "KIT-5", f"{type(self).__name__} must override the tier_factory fixture (a callable: () -> an empty tier)"
+        )
+
+    @pytest.fixture
+    def tier(self, tier_factory: PrimaryTierFactory) -> PrimaryTier:
+        """An empty primary tier."""
+        return tier_factory()
+
+    @pytest.fixture
+    def kit(self, tier: PrimaryTier) -> Iterator[PrimaryDriver]:
+        """A driver for ``tier``; shuts it down after the check."""
+        driver = PrimaryDriver(tier, self.declared_capabilities(tier), self.limits)
+        yield driver
+        driver.shutdown()
+
+    # ---- shape ---------------------------------------------------------------------------
+    @check("TIER-1")
+    def test_satisfies_primary_protocol(self, tier: PrimaryTier) -> None:
+        """The tier has every PrimaryTier member and a non-empty str name."""
+        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(tier, m)]
+        if missing:
+            raise ConformanceFailure("TIER-1", f"{type(tier).__name__} lacks PrimaryTier member(s): {', '.join(missing)}")
+        name: object = tier.name
+        if not isinstance(name, str) or not name:
+            raise ConformanceFailure("TIER-1", f"name is {name!r}; the contract requires a non-empty str")
+
+    @check("TIER-3")
+    def test_buffer_is_a_shared_writable_2d_byte_view(self, tier: PrimaryTier) -> None:
+        """``buffer`` is a writable 2-D memoryview of format "B", the same memory on every access."""
+        buffer: object = tier.buffer
+        if not isinstance(buffer, memoryview):
+            raise ConformanceFailure("TIER-3", f"buffer is a {type(buffer).__name__}, not a memoryview")
+        if buffer.ndim != 2 or buffer.format != "B" or buffer.readonly:
+            raise ConformanceFailure(
+                "TIER-3",
+                f"buffer has ndim={buffer.ndim} format={buffer.format!r} readonly={buffer.readonly}; "
+                "the contract requires a writable 2-D view of format 'B'",
+            )
+        row(buffer, 0)[:] = block_for(b"kvproto-kit-probe", buffer.shape[1] if buffer.shape else 0)
+        again = tier.buffer
+        if bytes(row(again, 0)) != bytes(row(buffer, 0)):
+            raise ConformanceFailure("TIER-3", "buffer returns a copy: a write through one access is not seen by the next")
+
+    @check("LR-1")
+    def test_lookup_answers_a_lookup_result(self, kit: PrimaryDriver) -> None:
+        """Every lookup answers a LookupResult member, whatever the block's state."""
+        keys = key_pool("p-lr1", 3)
+        for key in keys:
+            kit.lookup(key)
+        out = kit.prepare(keys[:2])
+        for key in keys:
+            kit.lookup(key)
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, True)
+        for key in keys:
+            kit.lookup(key)
+
+    @check("LR-4")
+    def test_never_answers_retry(self, kit: PrimaryDriver) -> None:
+        """No lookup answers RETRY: not for absent, writing, ready, pinned or failed blocks."""
+        keys = key_pool("p-lr4", 4)
+        for key in keys:
+            kit.lookup(key)
+        kit.store(keys[:1])
+        out = kit.prepare(keys[1:3])
+        for key in keys:
+            kit.lookup(key)
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, False)
+        kit.load(keys[:1])
+        for key in keys:
+            kit.lookup(key)
+        kit.tier.complete_load(keys[:1])
+
+    @check("TIER-4")
+    def test_lookup_does_not_block(self, kit: PrimaryDriver) -> None:
+        """Lookups answer at once in every state."""
+        keys = key_pool("p-t4", 6)
+        kit.store(keys[:3])
+        kit.prepare(keys[3:5])
+        for _ in range(5):
+            for key in keys:
+                kit.lookup(key)
+
+    # ---- stores -------------------------------------------------------------------------------
+    @check("TIER-6")
+    def test_prepared_store_is_hit_pending_until_complete(self, kit: PrimaryDriver) -> None:
+        """Reserved keys answer HIT_PENDING until complete_store; then HIT."""
+        keys = key_pool("p-pending", 3)
+        out = kit.prepare(keys)
+        if out is None or set(out.keys_to_store) != set(keys):
+            raise ConformanceFailure("TIER-6", f"prepare_store on an empty tier did not reserve every key: {out}")
+        kit.expect(keys, lr.HIT_PENDING, "TIER-6", "between prepare_store and complete_store")
+        kit.tier.complete_store(out.keys_to_store, True)
+        kit.expect(keys, lr.HIT, "TIER-7", "after complete_store(success=True)")
+
+    @check("TIER-7")
+    def test_completed_store_is_hit(self, kit: PrimaryDriver) -> None:
+        """After a successful store each key answers HIT and its slot holds its bytes."""
+        keys = key_pool("p-done", 4)
+        kit.store(keys[:2])
+        kit.store(keys[2:])
+        kit.expect(keys, lr.HIT, "TIER-7", "after complete_store(success=True)")
+        kit.load(keys)
+        kit.tier.complete_load(keys)
+
+    @check("TIER-7")
+    def test_failed_store_is_miss(self, kit: PrimaryDriver) -> None:
+        """After complete_store(success=False) the keys answer MISS, and can be stored again."""
+        keys = key_pool("p-fail", 3)
+        kit.store(keys, success=False)
+        kit.expect(keys, lr.MISS, "TIER-7", "after complete_store(success=False)")
+        kit.store(keys)
+        kit.expect(keys, lr.HIT, "TIER-7", "after storing again")
+
+    @check("TIER-6")
+    def test_prepare_store_skips_present_keys(self, kit: PrimaryDriver) -> None:
+        """Keys already stored or being stored, and repeats, are not reserved again."""
+        keys = key_pool("p-skip", 4)
+        kit.store(keys[:1])
+        pending = kit.prepare(keys[1:2])
+        out = kit.prepare([keys[0], keys[1], keys[2], keys[2], keys[3]])
+        if out is None:
+            raise ConformanceFailure("TIER-6", "prepare_store refused with free slots")
+        if set(out.keys_to_store) != {keys[2], keys[3]} or len(out.keys_to_store) != 2:
+            raise ConformanceFailure(
+                "TIER-6",
+                f"prepare_store reserved {[short_key(k) for k in out.keys_to_store]}; "
+                "present, writing and repeated keys must be skipped",
+            )
+        kit.tier.complete_store(out.keys_to_store, True)
+        if pending is not None:
+            kit.tier.complete_store(pending.keys_to_store, True)
+        kit.expect(keys, lr.HIT, "TIER-7", "after every store completed")
+
+    @check("TIER-6")
+    def test_prepare_store_is_all_or_nothing(self, kit: PrimaryDriver) -> None:
+        """With every slot pinned, prepare_store returns None and reserves nothing."""
+        keys = key_pool("p-full", kit.num_slots)
+        kit.store(keys)
+        kit.load(keys)
+        extra = key_pool("p-full-extra", 2)
+        out = kit.prepare(extra)
+        if out is not None and out.keys_to_store:
+            raise ConformanceFailure("TIER-6", "prepare_store reserved a slot although every slot was pinned")
+        kit.expect(extra, lr.MISS, "TIER-6", "after a refused prepare_store")
+        kit.expect(keys, lr.HIT, "TIER-6", "for pinned blocks after a refused prepare_store")
+        kit.tier.complete_load(keys)
+
+    @check("TIER-6")
+    def test_eviction_reports_evicted_keys(self, kit: PrimaryDriver) -> None:
+        """A store into a full tier evicts unpinned blocks, lists them, and they answer MISS."""
+        keys = key_pool("p-evict", kit.num_slots)
+        kit.store(keys)
+        extra = key_pool("p-evict-extra", 3)
+        out = kit.store(extra)
+        evicted = set(out.evicted)
+        if len(evicted) < len(extra):
+            raise ConformanceFailure(
+                "TIER-6", f"a full tier stored {len(extra)} new blocks but lists {len(evicted)} evicted"
+            )
+        if not evicted <= set(keys):
+            raise ConformanceFailure("TIER-6", "evicted lists keys that were not stored")
+        kit.expect(sorted(evicted), lr.MISS, "TIER-6", "after being evicted")
+        kept = [k for k in keys if k not in evicted]
+        kit.expect(kept, lr.HIT, "TIER-6", "for a block that was not evicted")
+        kit.load([*kept, *extra])
+        kit.tier.complete_load([*kept, *extra])
+
+    @check("TIER-8")
+    def test_prepare_load_returns_slots_holding_stored_bytes(self, kit: PrimaryDriver) -> None:
+        """prepare_load returns, in order, slots holding each key's bytes; repeats are pinned twice."""
+        keys = key_pool("p-load", 5)
+        kit.store(keys[:3])
+        kit.store(keys[3:])
+        order = [keys[4], keys[0], keys[2], keys[0]]
+        slots = kit.load(order)
+        if slots[1] != slots[3]:
+            raise ConformanceFailure("TIER-8", "prepare_load returned two slots for one key")
+        if len({slots[0], slots[1], slots[2]}) != 3:
+            raise ConformanceFailure("TIER-8", "prepare_load returned one slot for different keys")
+        kit.tier.complete_load(order)
+
+    @check("TIER-8", needs=("eviction",))
+    def test_pinned_block_is_not_evicted(self, kit: PrimaryDriver) -> None:
+        """A pinned block stays HIT with its bytes while stores evict everything else."""
+        keys = key_pool("p-pin", kit.num_slots)
+        kit.store(keys)
+        kit.load(keys[:1])
+        extra = key_pool("p-pin-extra", kit.num_slots - 1)
+        out = kit.store(extra)
+        if keys[0] in out.evicted:
+            raise ConformanceFailure("TIER-8", "a pinned block was evicted")
+        kit.expect(keys[:1], lr.HIT, "TIER-8", "for a pinned block while stores evicted")
+        kit.load(keys[:1])
+        kit.tier.complete_load([keys[0], keys[0]])
+
+    @check("TIER-9", needs=("eviction",))
+    def test_complete_load_releases_pin(self, kit: PrimaryDriver) -> None:
+        """After complete_load the blocks can be evicted again: no pin leaks."""
+        keys = key_pool("p-release", kit.num_slots)
+        kit.store(keys)
+        for i in range(0, len(keys), 4):
+            kit.load(keys[i : i + 4])
+            kit.tier.complete_load(keys[i : i + 4])
+        extra = key_pool("p-release-extra", kit.num_slots)
+        out = kit.prepare(extra)
+        if out is None or len(out.keys_to_store) != len(extra):
+            raise ConformanceFailure(
+                "TIER-9",
+                f"after complete_load released every pin, prepare_store of {len(extra)} new blocks "
+                "could not evict the old ones: pins leaked",
+            )
+        kit.tier.complete_store(out.keys_to_store, True)
+        if kit.tier.has_pending_work():
+            raise ConformanceFailure("TIER-15", "has_pending_work is True with no store or load in flight")
+
+    @check("TIER-6")
+    def test_keys_isolated_by_hash_and_group(self, kit: PrimaryDriver) -> None:
+        """Keys that differ only in hash or only in group never see each other's blocks."""
+        keys = tricky_keys()[: 2 * (kit.num_slots // 2)]
+        stored, absent = keys[0::2], keys[1::2]
+        kit.store(stored)
+        kit.expect(stored, lr.HIT, "TIER-7", "after its store completed")
+        kit.expect(absent, lr.MISS, "TIER-6", "(never stored; it differs from a stored key only in hash or group)")
+        kit.load(stored)
+        kit.tier.complete_load(stored)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    @check("TIER-14")
+    def test_events_name_stored_blocks(self, kit: PrimaryDriver) -> None:
+        """STORED events name only completed blocks and carry the tier's name; take_events forgets."""
+        tier = kit.tier
+        list(tier.take_events())
+        keys = key_pool("p-events", 4)
+        kit.store(keys[:2])
+        kit.store(keys[2:], success=False)
+        events = list(tier.take_events())
+        for event in events:
+            if not isinstance(event, OffloadingEvent):
+                raise ConformanceFailure("TIER-14", f"take_events returned {event!r}")
+            if event.tier != tier.name:
+                raise ConformanceFailure("TIER-14", f"event names tier {event.tier!r}; the tier is {tier.name!r}")
+            if event.kind is EventKind.STORED and set(event.keys) & set(keys[2:]):
+                raise ConformanceFailure("TIER-14", "a STORED event names a block whose store failed")
+        if list(tier.take_events()):
+            raise ConformanceFailure("TIER-14", "take_events returned the same events twice")
+
+    @check("TIER-15")
+    def test_has_pending_work_tracks_stores(self, kit: PrimaryDriver) -> None:
+        """has_pending_work is True between prepare_store and complete_store, False when idle."""
+        tier = kit.tier
+        if tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "an empty tier says it has pending work")
+        out = kit.prepare(key_pool("p-busy", 2))
+        if tier.has_pending_work() is not True:
+            raise ConformanceFailure("TIER-15", "has_pending_work is not True while a store is prepared")
+        if out is not None:
+            tier.complete_store(out.keys_to_store, True)
+        if tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "has_pending_work is still True after the store completed")
+
+    @check("TIER-12")
+    def test_on_request_finished_drops_request_state(self, kit: PrimaryDriver) -> None:
+        """After on_request_finished the tier holds no reference to the request's context."""
+        keys = key_pool("p-request", 2)
+        context = TrackedContext("kvproto-kit-finished-request")
+        out = kit.tier.prepare_store(keys, context)
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, True)
+        for key in keys:
+            kit.tier.lookup(key, context)
+        kit.tier.prepare_load(keys, context)
+        kit.tier.complete_load(keys)
+        kit.tier.on_request_finished(context)
+        ref = weakref.ref(context)
+        del context
+        gc.collect()
+        if ref() is not None:
+            raise ConformanceFailure("TIER-12", "the tier still holds the ReqContext of a finished request")
+
+    @check("TIER-16")
+    def test_reset_cache_forgets_blocks(self, kit: PrimaryDriver) -> None:
+        """reset_cache refuses (False) with a store in flight; when idle it returns True and all is MISS."""
+        keys = key_pool("p-reset", 4)
+        kit.store(keys[:2])
+        out = kit.prepare(keys[2:])
+        busy: object = kit.tier.reset_cache()
+        if busy is True:
+            kit.expect(keys[:2], lr.MISS, "TIER-16", "after reset_cache answered True")
+        elif busy is not False:
+            raise ConformanceFailure("TIER-16", f"reset_cache answered {busy!r}, not a bool")
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, False)
+        answer: object = kit.tier.reset_cache()
+        if answer is not True:
+            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
+        kit.expect(keys, lr.MISS, "TIER-16", "after reset_cache")
+        kit.store(keys)
+        kit.expect(keys, lr.HIT, "TIER-16", "stored after reset_cache")
+
+    @check("TIER-16")
+    def test_shutdown_fails_stores_in_flight(self, kit: PrimaryDriver) -> None:
+        """shutdown with stores in flight leaves none of them HIT_PENDING or HIT."""
+        keys = key_pool("p-shutdown", 3)
+        kit.store(keys[:1])
+        kit.prepare(keys[1:])
+        kit.shutdown()
+        for key in keys[1:]:
+            got = kit.lookup(key)
+            if got is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
+                )
+
+    # ---- Hypothesis ----------------------------------------------------------------------
+    @check("TIER-7", hypothesis=True)
+    def test_state_machine_against_model(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
+        """Random stores, failures, loads, releases and resets agree with a model of block states."""
+        import json
+
+        profile = self.profile(request)
+        machine = _primary_machine(tier_factory, self.capabilities, self.limits)
+        try:
+            run_state_machine_as_test(
+                machine,
+                settings=settings(
+                    max_examples=profile.machine_examples,
+                    stateful_step_count=profile.machine_steps,
+                    deadline=None,
+                    derandomize=profile.name != "thorough",
+                    database=None,
+                    suppress_health_check=list(HealthCheck),
+                ),
+            )
+        finally:
+            stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
+            request.node.user_properties.append(("hypothesis", json.dumps(stats)))
+
+
+PrimaryTierTests._kit_base = PrimaryTierTests
+
+_PPOOL = tuple(key_pool("p-machine", 12))
+
+
+class PrimaryStateMachine(RuleBasedStateMachine):
+    """Drives a primary tier against a model: each key ABSENT, WRITING, or READY with a pin count."""
+
+    tier_factory: ClassVar[PrimaryTierFactory]
+    capabilities: ClassVar[Capabilities | None] = None
+    limits: ClassVar[KitLimits] = KitLimits()
+    runs: ClassVar[list[int]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        tier = type(self).tier_factory()
+        caps = self.capabilities
+        if caps is None:
+            found = getattr(tier, "capabilities", None)
+            caps = found if isinstance(found, Capabilities) else Capabilities()
+        self.kit = PrimaryDriver(tier, caps, self.limits)
+        self.writing: set[OffloadKey] = set()
+        self.ready: set[OffloadKey] = set()
+        self.pins: dict[OffloadKey, int] = {}
+        self.steps = 0
+        type(self).runs[0] += 1
+
+    @rule(keys=st.lists(st.sampled_from(_PPOOL), min_size=1, max_size=4))
+    def prepare(self, keys: list[OffloadKey]) -> None:
+        self.steps += 1
+        out = self.kit.prepare(keys)
+        if out is None:
+            return
+        fresh = set(keys) - self.writing - self.ready
+        if set(out.keys_to_store) != fresh:
+            raise ConformanceFailure("TIER-6", "prepare_store reserved other keys than the absent ones asked for")
+        for key in out.evicted:
+            if key not in self.ready or self.pins.get(key):
+                raise ConformanceFailure("TIER-8", f"prepare_store evicted {short_key(key)}, which was pinned or not ready")
+            self.ready.discard(key)
+        self.writing |= fresh
+
+    @rule(data=st.data(), success=st.booleans())
+    def complete(self, data: st.DataObject, success: bool) -> None:
+        self.steps += 1
+        if not self.writing:
+            return
+        keys = data.draw(st.lists(st.sampled_from(sorted(self.writing)), min_size=1, unique=True))
+        self.kit.tier.complete_store(keys, success)
+        self.writing -= set(keys)
+        if success:
+            self.ready |= set(keys)
+
+    @rule(data=st.data())
+    def load(self, data: st.DataObject) -> None:
+        self.steps += 1
+        if not self.ready:
+            return
+        keys = data.draw(st.lists(st.sampled_from(sorted(self.ready)), min_size=1, max_size=3))
+        self.kit.load(keys)
+        for key in keys:
+            self.pins[key] = self.pins.get(key, 0) + 1
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        self.steps += 1
+        held = sorted(k for k, n in self.pins.items() if n)
+        if not held:
+            return
+        key = data.draw(st.sampled_from(held))
+        self.kit.tier.complete_load([key])
+        self.pins[key] -= 1
+
+    @rule(key=st.sampled_from(_PPOOL))
+    def lookup(self, key: OffloadKey) -> None:
+        self.steps += 1
+        got = self.kit.lookup(key)
+        want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
+        if got is not want:
+            clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
+            raise ConformanceFailure(clause, f"lookup({short_key(key)}) answered {got.name}; the model says {want.name}")
+
+    @rule()
+    def reset(self) -> None:
+        self.steps += 1
+        if self.writing or any(self.pins.values()):
+            return  # a tier may refuse while work is in flight; only the idle case is pinned down
+        answer: object = self.kit.tier.reset_cache()
+        if answer is not True:
+            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
+        self.ready.clear()
+
+    def teardown(self) -> None:
+        type(self).runs[1] += self.steps
+        self.kit.shutdown()
+
+
+def _primary_machine(
+    factory: PrimaryTierFactory, capabilities: Capabilities | None, limits: KitLimits
+) -> type[PrimaryStateMachine]:
+    attrs: dict[str, object] = {
+        "tier_factory": staticmethod(factory),
+        "capabilities": capabilities,
+        "limits": limits,
+        "runs": [0, 0],
+    }
+    return type("PrimaryStateMachineForTier", (PrimaryStateMachine,), attrs)
