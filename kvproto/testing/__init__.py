@@ -18,14 +18,19 @@ never does.
 
 from __future__ import annotations
 
-from kvproto.testing._checks import CheckInfo, check, checks_of
-from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
-from kvproto.testing._driver import SecondaryDriver, TrackedContext
-from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
-from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
-from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
-from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvproto.testing._checks import CheckInfo, check, checks_of
+    from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
+    from kvproto.testing._driver import SecondaryDriver, TrackedContext
+    from kvproto.testing._failures import ConformanceFailure
+    from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
+    from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
+    from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
+    from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
+    from kvproto.testing._targets import TierSpec
 
 __all__ = [
     "PROFILES",
@@ -41,6 +46,7 @@ __all__ = [
     "SecondaryDriver",
     "SecondaryTierFactory",
     "SecondaryTierTests",
+    "TierSpec",
     "TierStateMachine",
     "TrackedContext",
     "block_for",
@@ -50,3 +56,39 @@ __all__ = [
     "make_buffer",
     "tricky_keys",
 ]
+
+# Where each public name lives; loaded on first use, so that the pytest plugin
+# (kvproto.testing.plugin, imported at every pytest start-up) stays light.
+_WHERE = {
+    "PROFILES": "_settings",
+    "KitLimits": "_settings",
+    "KitProfile": "_settings",
+    "CheckInfo": "_checks",
+    "check": "_checks",
+    "checks_of": "_checks",
+    "ConformanceFailure": "_failures",
+    "DifferentialStateMachine": "_machines",
+    "TierStateMachine": "_machines",
+    "PrimaryDriver": "_primary",
+    "PrimaryStateMachine": "_primary",
+    "PrimaryTierFactory": "_primary",
+    "PrimaryTierTests": "_primary",
+    "SecondaryDriver": "_driver",
+    "TrackedContext": "_driver",
+    "SecondaryTierFactory": "_secondary",
+    "SecondaryTierTests": "_secondary",
+    "TierSpec": "_targets",
+    "block_for": "_data",
+    "key_pool": "_data",
+    "make_buffer": "_data",
+    "tricky_keys": "_data",
+}
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'kvproto.testing' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(f"kvproto.testing.{where}"), name)
+    globals()[name] = value
+    return value

@@ -89,11 +89,6 @@ class KitBase:
         reason = self.expected_failures.get(name)
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=not info.hypothesis, reason=reason))
-        for hook in info.hooks:
-            if not self.has_hook(hook):
-                pytest.skip(
-                    f"needs the backdoor hook {hook}(), which {type(self).__name__} does not define"
-                )
         if info.needs:
             caps = self.capabilities
             if caps is None:
@@ -105,6 +100,11 @@ class KitBase:
                         f"needs capability '{ability}', which the tier does not declare"
                         + (f" ({why})" if why else "")
                     )
+        for hook in info.hooks:
+            if not self.has_hook(hook):
+                pytest.skip(
+                    f"needs the backdoor hook {hook}(), which {type(self).__name__} does not define"
+                )
 
     # ---- KIT-1: the guard ----------------------------------------------------------------
     @check("KIT-1")

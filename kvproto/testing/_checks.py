@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pytest
+
 __all__ = ["CheckInfo", "check", "checks_of", "info_of"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -45,7 +47,10 @@ def check(
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
         info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis)
         setattr(fn, _ATTR, info)
-        return fn
+        marked: _F = pytest.mark.kvproto(fn)
+        if hypothesis:
+            marked = pytest.mark.kvproto_hypothesis(marked)
+        return marked
 
     return mark
 

@@ -1,0 +1,98 @@
+"""The reference tiers kvproto ships, as ``kvproto.tiers`` entry points (KIT-9).
+
+``kvproto conform`` with no target runs the kit against each of these, on
+these embedded defaults, with no set-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvproto._capabilities import Capabilities
+from kvproto._keys import OffloadKey
+from kvproto._memory_tier import MemoryTier
+from kvproto.testing._targets import TierSpec
+
+__all__ = ["MEMORY_HOOKS", "cpu", "memory", "memory_async"]
+
+
+def _seed(tier: MemoryTier, key: OffloadKey, data: bytes) -> None:
+    tier.seed(key, data)
+
+
+def _read(tier: MemoryTier, key: OffloadKey) -> bytes | None:
+    return tier.read_stored(key)
+
+
+def _fail_next(tier: MemoryTier, n: int) -> None:
+    tier.fail_next_jobs(n)
+
+
+def _fail_keys(tier: MemoryTier, keys: Iterable[OffloadKey]) -> None:
+    tier.fail_keys(keys)
+
+
+def _corrupt(tier: MemoryTier, keys: Iterable[OffloadKey]) -> None:
+    tier.corrupt_on_read(keys)
+
+
+MEMORY_HOOKS: dict[str, Callable[..., Any]] = {
+    "seed_block": _seed,
+    "read_block": _read,
+    "fail_next_jobs": _fail_next,
+    "fail_keys": _fail_keys,
+    "corrupt_on_read": _corrupt,
+}
+"""Backdoor hooks for MemoryTier and anything built on it."""
+
+
+def memory() -> TierSpec:
+    """MemoryTier with immediate jobs and lookups."""
+    return TierSpec(
+        "memory",
+        "secondary",
+        lambda buffer: MemoryTier(buffer),
+        hooks=MEMORY_HOOKS,
+        tier_class=MemoryTier,
+        description="kvproto.MemoryTier(buffer)",
+    )
+
+
+def memory_async() -> TierSpec:
+    """MemoryTier with jobs and lookups that take two steps, and a capacity that evicts."""
+    return TierSpec(
+        "memory-async",
+        "secondary",
+        lambda buffer: MemoryTier(
+            buffer, name="memory-async", job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48
+        ),
+        hooks=MEMORY_HOOKS,
+        tier_class=MemoryTier,
+        description="kvproto.MemoryTier(buffer, job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48)",
+    )
+
+
+def cpu() -> TierSpec:
+    """The reference CPU primary tier (impls.cpu.CpuTier), 32 slots of 64 bytes, unpinned."""
+    from impls.cpu import CpuTier, CpuTierConfig
+
+    def build() -> CpuTier:
+        return CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory="off"))
+
+    return TierSpec(
+        "cpu",
+        "primary",
+        build,
+        capabilities=Capabilities(
+            eviction=True,
+            reasons={
+                "async_lookup": "a primary tier never answers RETRY",
+                "persistence": "host memory",
+                "sharing": "one process's buffer",
+                "partial_jobs": "stores complete per call",
+            },
+        ),
+        tier_class=CpuTier,
+        description="impls.cpu.CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory='off'))",
+    )

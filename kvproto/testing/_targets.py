@@ -1,0 +1,190 @@
+"""What ``kvproto conform`` runs the kit against: tier specs, target strings, entry points (KIT-9)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Literal
+
+import pytest
+
+from kvproto._capabilities import Capabilities
+from kvproto._protocols import PrimaryTier, SecondaryTier
+from kvproto.errors import ConfigurationError
+from kvproto.testing._base import KitBase
+from kvproto.testing._primary import PrimaryTierTests
+from kvproto.testing._secondary import SecondaryTierTests
+from kvproto.testing._settings import KitLimits
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "TierSpec",
+    "build_test_class",
+    "installed_tiers",
+    "resolve_target",
+]
+
+ENTRY_POINT_GROUP = "kvproto.tiers"
+
+TierKind = Literal["primary", "secondary"]
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One tier as the kit sees it (KIT-9).
+
+    * ``factory``: builds an EMPTY tier: ``factory(buffer)`` for a secondary
+      tier (``buffer`` is the primary slot buffer), ``factory()`` for a primary.
+    * ``capabilities``: ``None`` reads the tier's ``capabilities`` attribute.
+    * ``hooks``: backdoor hooks by name (``seed_block``, ``read_block``,
+      ``fail_next_jobs``, ``fail_keys``, ``corrupt_on_read``, ``reopen``),
+      each called with the tier first.
+    * ``expected_failures``: ``{check name: reason}``.
+    * ``tier_class``: the class ``kvproto typecheck`` checks; ``None`` takes
+      the class of a built tier.
+    """
+
+    name: str
+    kind: TierKind
+    factory: Callable[..., Any]
+    capabilities: Capabilities | None = None
+    hooks: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    expected_failures: Mapping[str, str] = field(default_factory=dict)
+    limits: KitLimits = field(default_factory=KitLimits)
+    tier_class: type | None = None
+    description: str = ""
+
+    def build(self) -> object:
+        """One tier built by ``factory`` (on a fresh buffer for a secondary tier)."""
+        if self.kind == "primary":
+            return self.factory()
+        from kvproto.testing._data import make_buffer
+
+        return self.factory(make_buffer(SecondaryTierTests.num_slots, SecondaryTierTests.block_bytes))
+
+    def resolved_class(self) -> type:
+        """``tier_class``, else the class of a tier built and shut down at once."""
+        if self.tier_class is not None:
+            return self.tier_class
+        tier = self.build()
+        shutdown = getattr(tier, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        return type(tier)
+
+
+def _required_positional(fn: Callable[..., Any]) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 0
+    return sum(
+        1
+        for p in sig.parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+def spec_from_object(obj: object, name: str) -> TierSpec:
+    """Turn what a target names into a :class:`TierSpec`.
+
+    A TierSpec is used as is. A callable needing one positional argument is a
+    secondary-tier factory (a class taking the buffer qualifies). A callable
+    needing none is called once: a TierSpec result is used; a primary tier
+    makes the callable a primary-tier factory.
+    """
+    if isinstance(obj, TierSpec):
+        return obj
+    if not callable(obj):
+        raise ConfigurationError(f"{name}: {obj!r} is neither a TierSpec nor a tier factory")
+    needed = _required_positional(obj)
+    if needed == 1:
+        return TierSpec(name, "secondary", obj, tier_class=obj if isinstance(obj, type) else None)
+    if needed == 0:
+        made = obj()
+        if isinstance(made, TierSpec):
+            return made
+        if isinstance(made, PrimaryTier) or hasattr(made, "prepare_store"):
+            shutdown = getattr(made, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            return TierSpec(name, "primary", obj, tier_class=type(made))
+        if isinstance(made, SecondaryTier):
+            raise ConfigurationError(
+                f"{name}: a secondary-tier factory must take the primary buffer as its argument"
+            )
+        raise ConfigurationError(f"{name}: calling it returned {made!r}, neither a TierSpec nor a tier")
+    raise ConfigurationError(
+        f"{name}: a tier factory takes the primary buffer (secondary) or nothing (primary); "
+        f"this one needs {needed} arguments"
+    )
+
+
+def installed_tiers() -> list[EntryPoint]:
+    """Every entry point in the ``kvproto.tiers`` group, sorted by name (KIT-9)."""
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def reference_tiers() -> list[EntryPoint]:
+    """The entry points kvproto itself ships (its reference tiers)."""
+    return [ep for ep in installed_tiers() if ep.dist is not None and ep.dist.name == "kvproto"]
+
+
+def resolve_target(target: str) -> TierSpec:
+    """``pkg.mod:attr`` or an installed ``kvproto.tiers`` entry-point name -> a TierSpec."""
+    if ":" in target:
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(f"{target}: cannot import {module_name!r}: {exc}") from exc
+        obj: object = module
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise ConfigurationError(f"{target}: {module_name!r} has no attribute {attr!r}") from None
+        return spec_from_object(obj, target)
+    for ep in installed_tiers():
+        if ep.name == target:
+            spec = spec_from_object(ep.load(), target)
+            return spec
+    names = ", ".join(ep.name for ep in installed_tiers()) or "none"
+    raise ConfigurationError(
+        f"{target!r} is neither pkg.module:factory nor an installed tier (installed: {names})"
+    )
+
+
+def _hook_method(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def hook(self: KitBase, tier: object, *args: Any) -> Any:
+        return fn(tier, *args)
+
+    hook.__name__ = name
+    return hook
+
+
+def build_test_class(spec: TierSpec, *, profile: str | None = None) -> type[KitBase]:
+    """A test class running every kit check against ``spec`` (what ``kvproto conform`` collects)."""
+    base: type[KitBase] = PrimaryTierTests if spec.kind == "primary" else SecondaryTierTests
+    factory = spec.factory
+
+    def tier_factory(self: KitBase) -> Callable[..., Any]:
+        return factory
+
+    attrs: dict[str, Any] = {
+        "tier_factory": pytest.fixture(tier_factory),
+        "capabilities": spec.capabilities,
+        "expected_failures": dict(spec.expected_failures),
+        "limits": spec.limits,
+        "kit_profile": profile,
+        "__doc__": f"kvproto conformance kit against {spec.name}",
+    }
+    for hook_name, fn in spec.hooks.items():
+        attrs[hook_name] = _hook_method(hook_name, fn)
+    safe = re.sub(r"\W", "_", spec.name)
+    return type(f"TestConform_{safe}", (base,), attrs)
