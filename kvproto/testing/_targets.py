@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -24,6 +26,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "TierSpec",
     "build_test_class",
+    "importable_cwd",
     "installed_tiers",
     "resolve_target",
 ]
@@ -135,8 +138,16 @@ def reference_tiers() -> list[EntryPoint]:
     return [ep for ep in installed_tiers() if ep.dist is not None and ep.dist.name == "kvproto"]
 
 
+def importable_cwd() -> None:
+    """Let targets name modules in the current directory, as ``python -m`` would."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
 def resolve_target(target: str) -> TierSpec:
     """``pkg.mod:attr`` or an installed ``kvproto.tiers`` entry-point name -> a TierSpec."""
+    importable_cwd()
     if ":" in target:
         module_name, _, attr = target.partition(":")
         try:

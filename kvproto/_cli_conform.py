@@ -1,0 +1,148 @@
+"""``kvproto conform [TARGET ...]``: run the conformance kit (and the type check) against tiers.
+
+With no TARGET it runs against every reference tier kvproto ships (the
+``kvproto.tiers`` entry points of the kvproto distribution), on embedded
+defaults. A TARGET is ``pkg.module:factory`` or the name of an installed
+tier (see ``--list``). Exit code 0 only if every check that is not an
+expected failure passed and every type check passed (KIT-11).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.splitlines()[0] if __doc__ else None
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help="pkg.module:factory or an installed tier name (default: every reference tier kvproto ships)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the installed tiers and exit")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
+    parser.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report")
+    parser.add_argument(
+        "--profile",
+        choices=("fast", "default", "thorough"),
+        default=None,
+        help="how hard the Hypothesis-driven checks search (default: default)",
+    )
+    parser.add_argument("--thorough", action="store_true", help="same as --profile thorough")
+    parser.add_argument("--no-typecheck", action="store_true", help="skip the strict mypy type check")
+    parser.add_argument(
+        "--check",
+        action="append",
+        metavar="NAME",
+        help="run only this kit check (repeatable; e.g. lookup_does_not_block)",
+    )
+
+
+def _list(console: Console) -> int:
+    from rich.table import Table
+
+    from kvproto.testing._targets import installed_tiers
+
+    table = Table(title="installed tiers (entry-point group kvproto.tiers)", title_justify="left")
+    for column in ("name", "target", "distribution", "reference"):
+        table.add_column(column)
+    for ep in installed_tiers():
+        dist = ep.dist.name if ep.dist is not None else "?"
+        table.add_row(ep.name, ep.value, dist, "yes" if dist == "kvproto" else "")
+    console.print(table)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from kvproto.errors import KvprotoError
+    from kvproto.testing._reports import render_summary, render_tier, to_json, write_json, write_junit
+    from kvproto.testing._runner import CheckOutcome, TierReport, planned_checks, run_kit
+    from kvproto.testing._targets import TierSpec, reference_tiers, resolve_target
+    from kvproto.testing._typecheck import PendingTypecheck, TypecheckResult, start_typecheck
+
+    console = Console()
+    if args.list:
+        return _list(console)
+    profile = "thorough" if args.thorough else (args.profile or "default")
+    only: list[str] | None = None
+    if args.check:
+        only = [c if c.startswith("test_") else f"test_{c}" for c in args.check]
+    names: list[str] = list(args.targets) or [ep.name for ep in reference_tiers()]
+    if not names:
+        console.print("[red]no tiers to check: no target given and no kvproto.tiers entry points installed")
+        return 2
+    specs: list[TierSpec] = []
+    for name in names:
+        try:
+            specs.append(resolve_target(name))
+        except KvprotoError as exc:
+            console.print(f"[red]kvproto conform: {exc}")
+            return 2
+    reports: list[TierReport] = []
+    typechecks: dict[str, TypecheckResult | None] = {}
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        for spec in specs:
+            planned = planned_checks(spec)
+            if only is not None:
+                planned = [p for p in planned if p.check in only]
+            task = progress.add_task(spec.name, total=len(planned), last="")
+            pending: PendingTypecheck | None = None
+            typecheck_error: str | None = None
+            if not args.no_typecheck:
+                try:
+                    pending = start_typecheck(spec.resolved_class(), protocol=spec.kind, label=spec.name)
+                except Exception as exc:  # a tier that cannot even be built is reported below
+                    typecheck_error = f"{type(exc).__name__}: {exc}"
+
+            def advance(outcome: CheckOutcome, task_id: TaskID = task) -> None:
+                label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
+                progress.update(task_id, advance=1, last=label)
+
+            report = run_kit(spec, profile=profile, on_progress=advance, checks=only)
+            if pending is not None:
+                progress.update(task, last="waiting for mypy")
+                typechecks[spec.name] = pending.wait()
+            elif typecheck_error is not None:
+                failed = TypecheckResult(spec.name, spec.kind)
+                failed.problems.append(f"could not build the tier to find its class: {typecheck_error}")
+                typechecks[spec.name] = failed
+            else:
+                typechecks[spec.name] = None
+            verdict = "[green]conforms" if report.passed else "[red]does not conform"
+            progress.update(task, completed=len(planned), last=verdict)
+            reports.append(report)
+    for report in reports:
+        render_tier(console, report, typechecks.get(report.spec.name))
+    render_summary(console, reports, typechecks)
+    data = to_json(reports, typechecks, profile=profile)
+    if args.json is not None:
+        write_json(args.json, data)
+    if args.junit is not None:
+        write_junit(args.junit, data)
+    return 0 if data["passed"] else 1

@@ -1,0 +1,78 @@
+"""``kvproto typecheck TARGET``: strict mypy proves a tier class satisfies its protocol (KIT-12).
+
+TARGET is ``pkg.module:Class``, a ``pkg.module:factory`` (its tier's class
+is checked), or an installed tier name. The protocol is the one the class
+claims (a protocol it subclasses, else the shape of its methods: a primary
+tier has ``prepare_store``), or ``--protocol``. Exit code 0 only when the
+class conforms and its module has no strict mypy error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.splitlines()[0] if __doc__ else None
+    parser.add_argument("target", metavar="TARGET", help="pkg.module:Class, pkg.module:factory or an installed tier name")
+    parser.add_argument(
+        "--protocol",
+        choices=("primary", "secondary"),
+        default=None,
+        help="the protocol to check against (default: the one the class claims)",
+    )
+    parser.add_argument("--show-mypy", action="store_true", help="also print mypy's own output")
+
+
+def _resolve_class(target: str) -> tuple[type, str | None]:
+    """The class TARGET names, and the protocol kind its spec says (if it is a factory or tier name)."""
+    import importlib
+
+    from kvproto.testing._targets import resolve_target
+
+    from kvproto.testing._targets import importable_cwd
+
+    importable_cwd()
+    if ":" in target:
+        module_name, _, attr = target.partition(":")
+        obj: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, type) and (hasattr(obj, "lookup") or hasattr(obj, "submit_store")):
+            return obj, None
+    spec = resolve_target(target)
+    return spec.resolved_class(), spec.kind
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kvproto.errors import KvprotoError
+    from kvproto.testing._typecheck import claimed_protocol, typecheck_class
+
+    console = Console()
+    try:
+        cls, kind = _resolve_class(args.target)
+    except (KvprotoError, ImportError, AttributeError) as exc:
+        console.print(f"[red]kvproto typecheck: cannot resolve {args.target!r}: {exc}")
+        return 2
+    claimed = args.protocol or kind or claimed_protocol(cls)
+    protocol: Literal["primary", "secondary"] = "primary" if claimed == "primary" else "secondary"
+    with console.status(f"strict mypy: does {cls.__qualname__} satisfy the {protocol} tier protocol?"):
+        result = typecheck_class(cls, protocol=protocol, label=args.target)
+    if args.show_mypy:
+        console.print(result.mypy_output, markup=False, highlight=False)
+    if result.passed:
+        console.print(f"[green]{cls.__module__}.{cls.__qualname__} satisfies {result.protocol}[/] (strict mypy)")
+        return 0
+    console.print(f"[bold red]{cls.__module__}.{cls.__qualname__} does not satisfy {result.protocol}:")
+    for problem in result.problems:
+        console.print(f"  - {problem}", markup=False, highlight=False)
+    if result.module_errors:
+        console.print(f"[bold red]strict mypy errors in {cls.__module__}:")
+        for problem in result.module_errors:
+            console.print(f"  - {problem}", markup=False, highlight=False)
+    return 1

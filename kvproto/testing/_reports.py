@@ -1,0 +1,183 @@
+"""Reports of a conformance run: Rich tables, JSON and JUnit XML (KIT-11)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from kvproto.errors import InvalidArgumentError
+from kvproto.testing._runner import TierReport
+from kvproto.testing._typecheck import TypecheckResult
+
+__all__ = ["render_summary", "render_tier", "to_json", "write_json", "write_junit"]
+
+_STYLE = {
+    "passed": "green",
+    "failed": "bold red",
+    "error": "bold red",
+    "skipped": "yellow",
+    "xfailed": "cyan",
+    "xpassed": "magenta",
+    "not run": "dim",
+}
+
+
+def _check_label(name: str) -> str:
+    return name.removeprefix("test_")
+
+
+def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult | None) -> None:
+    """One table for one tier: clause, check, result, reason."""
+    spec = report.spec
+    table = Table(title=f"{spec.name} ({spec.kind} tier)", title_justify="left", expand=False)
+    table.add_column("clause", no_wrap=True)
+    table.add_column("check")
+    table.add_column("result", no_wrap=True)
+    table.add_column("reason", overflow="fold")
+    if typecheck is not None:
+        verdict = "passed" if typecheck.passed else "failed"
+        table.add_row(
+            "KIT-12",
+            f"typecheck: satisfies {typecheck.protocol} (strict mypy)",
+            f"[{_STYLE[verdict]}]{verdict}",
+            "; ".join(typecheck.all_problems()),
+        )
+    for o in report.outcomes:
+        clause = o.violated if o.outcome in ("failed", "error") and o.violated else o.clause
+        reason = o.reason
+        if o.hypothesis and o.outcome == "passed":
+            reason = f"{o.hypothesis.get('examples')} examples"
+        table.add_row(clause, _check_label(o.check), f"[{_STYLE.get(o.outcome, '')}]{o.outcome}", reason)
+    if report.error:
+        table.add_row("KIT-9", "run the kit", "[bold red]error", report.error)
+    console.print(table)
+
+
+def render_summary(console: Console, reports: list[TierReport], typechecks: dict[str, TypecheckResult | None]) -> None:
+    """One line per tier: counts and the verdict."""
+    table = Table(title="kvproto conform", title_justify="left")
+    for column in ("tier", "kind", "passed", "failed", "skipped", "xfail", "typecheck", "verdict"):
+        table.add_column(column)
+    for report in reports:
+        counts = report.counts()
+        typecheck = typechecks.get(report.spec.name)
+        tc = "-" if typecheck is None else ("[green]ok" if typecheck.passed else "[bold red]fails")
+        ok = report.passed and (typecheck is None or typecheck.passed)
+        table.add_row(
+            report.spec.name,
+            report.spec.kind,
+            str(counts.get("passed", 0) + counts.get("xpassed", 0)),
+            str(counts.get("failed", 0) + counts.get("error", 0)),
+            str(counts.get("skipped", 0)),
+            str(counts.get("xfailed", 0)),
+            tc,
+            "[green]conforms" if ok else "[bold red]does not conform",
+        )
+    console.print(table)
+
+
+def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | None], *, profile: str) -> dict[str, object]:
+    """The whole run as a JSON-ready dict."""
+    import kvproto
+
+    tiers: list[dict[str, object]] = []
+    for report in reports:
+        typecheck = typechecks.get(report.spec.name)
+        caps = asdict(report.capabilities) if hasattr(report.capabilities, "__dataclass_fields__") else {}
+        caps["reasons"] = dict(report.capabilities.reasons)
+        tiers.append(
+            {
+                "tier": report.spec.name,
+                "kind": report.spec.kind,
+                "description": report.spec.description,
+                "capabilities": caps,
+                "passed": report.passed and (typecheck is None or typecheck.passed),
+                "counts": report.counts(),
+                "error": report.error,
+                "typecheck": None
+                if typecheck is None
+                else {
+                    "protocol": typecheck.protocol,
+                    "passed": typecheck.passed,
+                    "problems": typecheck.problems,
+                    "module_errors": typecheck.module_errors,
+                },
+                "checks": [o.to_json() for o in report.outcomes],
+            }
+        )
+    return {
+        "kit_version": kvproto.__version__,
+        "profile": profile,
+        "passed": all(bool(t["passed"]) for t in tiers),
+        "tiers": tiers,
+    }
+
+
+def write_json(path: Path, data: dict[str, object]) -> None:
+    """Write :func:`to_json`'s dict to ``path``."""
+    path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def write_junit(path: Path, data: dict[str, object]) -> None:
+    """Write the run as JUnit XML: one testsuite per tier, one testcase per check."""
+    root = ET.Element("testsuites", name="kvproto conform")
+    tiers = data.get("tiers")
+    if not isinstance(tiers, list):
+        raise InvalidArgumentError("write_junit takes the dict built by to_json (its 'tiers' is a list)")
+    for tier in tiers:
+        checks: list[dict[str, object]] = list(tier["checks"])
+        typecheck = tier.get("typecheck")
+        failures = sum(1 for c in checks if c["outcome"] == "failed")
+        errors = sum(1 for c in checks if c["outcome"] == "error")
+        skipped = sum(1 for c in checks if c["outcome"] in ("skipped", "xfailed"))
+        if isinstance(typecheck, dict) and not typecheck["passed"]:
+            failures += 1
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=str(tier["tier"]),
+            tests=str(len(checks) + (1 if typecheck else 0)),
+            failures=str(failures),
+            errors=str(errors),
+            skipped=str(skipped),
+        )
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="kit_version", value=str(data["kit_version"]))
+        ET.SubElement(props, "property", name="profile", value=str(data["profile"]))
+        ET.SubElement(props, "property", name="kind", value=str(tier["kind"]))
+        ET.SubElement(props, "property", name="capabilities", value=json.dumps(tier["capabilities"], default=str))
+        if tier.get("error"):
+            case = ET.SubElement(suite, "testcase", classname=f"kvproto.{tier['tier']}", name="run the kit")
+            ET.SubElement(case, "error", message=str(tier["error"]))
+        if isinstance(typecheck, dict):
+            case = ET.SubElement(suite, "testcase", classname=f"kvproto.{tier['tier']}", name="typecheck")
+            if not typecheck["passed"]:
+                problems = [*typecheck["problems"], *typecheck["module_errors"]]
+                ET.SubElement(case, "failure", message="; ".join(problems), type="KIT-12")
+        for c in checks:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"kvproto.{tier['tier']}",
+                name=str(c["check"]),
+                time=str(c["duration_s"]),
+            )
+            cprops = ET.SubElement(case, "properties")
+            ET.SubElement(cprops, "property", name="clause", value=str(c["clause"]))
+            if c.get("hypothesis"):
+                ET.SubElement(cprops, "property", name="hypothesis", value=json.dumps(c["hypothesis"]))
+            outcome = c["outcome"]
+            if outcome == "failed":
+                node = ET.SubElement(case, "failure", message=str(c["reason"]), type=str(c["violated_clause"] or c["clause"]))
+                node.text = str(c.get("details") or "")
+            elif outcome == "error":
+                ET.SubElement(case, "error", message=str(c["reason"]))
+            elif outcome in ("skipped", "xfailed"):
+                ET.SubElement(case, "skipped", message=f"{outcome}: {c['reason']}")
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
