@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from impls.cpu import CpuTier, CpuTierConfig
@@ -122,8 +122,8 @@ class RecordingTier:
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         return self.inner.lookup(key, req_context)
 
-    def touch(self, keys: object) -> None:
-        self.inner.touch(keys)  # type: ignore[arg-type]  # pass-through
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        self.inner.touch(keys)
 
     def submit_store(self, job: TransferJob) -> None:
         self.log.append(f"submit_store:{job.req_id}")
@@ -179,7 +179,7 @@ class RaisingTier:
         self._maybe_raise("lookup")
         return self.inner.lookup(key, req_context)
 
-    def touch(self, keys: object) -> None:
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
         self._maybe_raise("touch")
 
     def submit_store(self, job: TransferJob) -> None:
