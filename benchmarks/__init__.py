@@ -16,4 +16,5 @@ __all__ = ["REGISTRY", "BenchResult"]
 REGISTRY: dict[str, str] = {
     "scan": "benchmarks.bench_scan",
     "cpu": "benchmarks.bench_cpu",
+    "tiering": "benchmarks.bench_tiering",
 }

@@ -128,7 +128,7 @@ class MemoryTier:
         self._marks: list[tuple[LookupResult, tuple[OffloadKey, ...]]] = []
         if lookup_latency_steps > 0:
             self._probe = AsyncProbe(
-                self._present,
+                self._stored_subset,
                 name=name,
                 deadline_steps=lookup_latency_steps,
                 resolve_after_steps=lookup_latency_steps,
@@ -316,7 +316,7 @@ class MemoryTier:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _present(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
+    def _stored_subset(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
         store = self._store
         return [k for k in keys if k in store]
 

@@ -10,8 +10,9 @@ secondary (primary -> secondary), and keeps every deferral bounded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from kvproto import members as lr
 from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
@@ -20,11 +21,28 @@ from kvproto._protocols import OffloadingManager, PrimaryTier, SecondaryTier
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError
 
-__all__ = ["TieringConfig", "TieringManager", "TieringStats"]
+__all__ = ["ReadyKeys", "TieringConfig", "TieringManager", "TieringStats"]
 
 _log = logging.getLogger("kvproto.tiering")
 
 _StageKey = tuple[int, str | None]  # (secondary index, request id)
+
+
+@runtime_checkable
+class ReadyKeys(Protocol):
+    """Optional primary-tier ability: a live view of the keys it answers HIT for (MGR-15).
+
+    ``ready_keys`` must be one container, kept up to date in place for the
+    tier's lifetime (e.g. ``self._ready.keys()`` of the dict behind
+    ``lookup``), such that ``key in ready_keys`` is True exactly when
+    ``lookup(key, ...)`` would answer HIT. The manager then answers a
+    primary HIT with one C-level membership test instead of a call.
+    """
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        """The live container of the keys that are HIT now."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +137,10 @@ class TieringManager:
         self._negative_steps = self._config.negative_verdict_steps
         self._primary = primary
         self._primary_lookup = primary.lookup
+        # Fast path for primary HITs (MGR-15); an empty tuple contains nothing.
+        self._ready: Container[OffloadKey] = (
+            primary.ready_keys if isinstance(primary, ReadyKeys) else ()
+        )
         self._secondaries: tuple[SecondaryTier, ...] = tuple(secondaries)
         self._names: tuple[str, ...] = tuple(t.name for t in self._secondaries)
         self._lookups = tuple((i, t.lookup) for i, t in enumerate(self._secondaries))
@@ -170,6 +192,8 @@ class TieringManager:
 
         A HIT means the primary holds the block and it is readable now.
         """
+        if key in self._ready:
+            return lr.HIT  # the primary's live ready set says HIT (MGR-15)
         try:
             result = self._primary_lookup(key, req_context)
             match result:

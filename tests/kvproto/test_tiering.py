@@ -383,3 +383,45 @@ def test_tier_errors_are_logged_with_the_tier_name(
     assert "'mem0'" in caplog.text and "disk gone" in caplog.text
     assert m.stats.tier_errors == 1
     m.shutdown()
+
+
+def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
+    """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
+    from tests.kvproto.test_tiering_state_machine import CpuTierWithReadyKeys
+    from tests.kvproto.tiering_stack import FakeClock
+    from impls.cpu import CpuTierConfig
+    from kvproto import MemoryTier
+    from kvproto.tiering import ReadyKeys
+
+    cpu = CpuTierWithReadyKeys(
+        CpuTierConfig(num_slots=2, block_bytes=BLOCK, pin_memory="off"), clock=FakeClock()
+    )
+    assert isinstance(cpu, ReadyKeys)
+    calls: list[OffloadKey] = []
+    real = cpu.lookup
+
+    def counting(key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        calls.append(key)
+        return real(key, req_context)
+
+    cpu.lookup = counting  # type: ignore[method-assign]  # count the calls
+    tier = MemoryTier(cpu.buffer, name="m")
+    m = TieringManager(cpu, [tier])
+    try:
+        out = m.prepare_store([key(1)], R1)
+        assert out is not None
+        assert m.lookup(key(1), R1) is LookupResult.HIT_PENDING  # WRITING: not in the view
+        m.complete_store(out.keys_to_store, True)
+        calls.clear()
+        assert m.lookup(key(1), R1) is LookupResult.HIT
+        assert calls == []  # answered from the view
+        m.on_step_end()
+        m.on_step_end()
+        for i in (2, 3):  # evicts key(1) from the 2-slot primary
+            out = m.prepare_store([key(i)], R1)
+            assert out is not None
+            m.complete_store(out.keys_to_store, True)
+        assert m.lookup(key(1), R1) is LookupResult.RETRY  # gone from the view: promoted from m
+    finally:
+        m.shutdown()
+        tier.shutdown()

@@ -16,7 +16,7 @@ blocks and raise. Invariants against a model (every key ``k`` always holds
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -107,12 +107,22 @@ class LoadWatch:
         self.inner.shutdown()
 
 
+class CpuTierWithReadyKeys(CpuTier):
+    """The CPU tier with the optional ReadyKeys view, so the manager takes its fast path (MGR-15)."""
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        return self._ready.keys()  # the dict behind CpuTier.lookup's HIT
+
+
 class TieringStack(RuleBasedStateMachine):
+    primary_class: type[CpuTier] = CpuTier
+
     def __init__(self) -> None:
         super().__init__()
         LoadWatch.outstanding = {}
         clock = FakeClock()
-        cpu = CpuTier(
+        cpu = self.primary_class(
             CpuTierConfig(
                 num_slots=NUM_SLOTS,
                 block_bytes=BLOCK,
@@ -299,7 +309,12 @@ class TieringStack(RuleBasedStateMachine):
                 tier.shutdown()
 
 
-TieringStack.TestCase.settings = settings(
-    max_examples=400 if os.environ.get("CI") else 100, stateful_step_count=40
-)
+class TieringStackReadyKeys(TieringStack):
+    primary_class = CpuTierWithReadyKeys
+
+
+_SETTINGS = settings(max_examples=300 if os.environ.get("CI") else 60, stateful_step_count=40)
+TieringStack.TestCase.settings = _SETTINGS
+TieringStackReadyKeys.TestCase.settings = _SETTINGS
 test_tiering_stack = TieringStack.TestCase
+test_tiering_stack_ready_keys_fast_path = TieringStackReadyKeys.TestCase

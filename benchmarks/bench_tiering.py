@@ -1,0 +1,147 @@
+"""``tiering``: a maximal-prefix scan through the tiering manager against the bare primary.
+
+8,192 keys (a 128k-token prompt at 16 tokens per block), all held by the CPU
+primary tier, with two (empty) secondary MemoryTiers configured below it. The
+same scan runs over ``manager.lookup`` and over ``cpu.lookup``; ratio =
+manager ns per key / bare primary ns per key; target <= 1.5.
+
+Also reported, per key: the promotion path (a scan that starts a promotion
+for every key from the second secondary tier, plus the two end-of-step hooks
+that load them and ready them in the primary), and a MISS that asks both
+secondary tiers (a plain lookup loop, since a scan stops at the first MISS).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Container
+from typing import Any
+
+from benchmarks._result import BenchResult
+from kvproto import LookupResult, MemoryTier, ReqContext, make_key, maximal_prefix_lookup
+from kvproto._keys import OffloadKey
+from kvproto.tiering import TieringManager
+
+N_KEYS = 8192
+BLOCK_BYTES = 64  # lookups never touch the bytes; promotions copy this much per key
+
+
+def _best_ns(fn: Callable[[], object], repeats: int, per: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn()
+        best = min(best, time.perf_counter_ns() - t0)
+    return best / per
+
+
+def _scan_ratio(
+    primary_cls: type[Any], keys: list[OffloadKey], req: ReqContext, repeats: int
+) -> tuple[float, float]:
+    """(manager ns/key, bare primary ns/key) of a prefix scan over primary HITs."""
+    from impls.cpu import CpuTierConfig
+
+    cpu = primary_cls(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
+    tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
+    manager = TieringManager(cpu, tiers)
+    try:
+        out = cpu.prepare_store(keys, req)
+        if out is None or len(out.keys_to_store) != N_KEYS:
+            raise RuntimeError("bench tiering: the CPU tier did not take every key")
+        cpu.complete_store(out.keys_to_store, True)
+        manager_lookup = manager.lookup
+        cpu_lookup = cpu.lookup
+        through_manager: Callable[[], object] = lambda: maximal_prefix_lookup(
+            lambda k: manager_lookup(k, req), keys
+        )
+        bare: Callable[[], object] = lambda: maximal_prefix_lookup(
+            lambda k: cpu_lookup(k, req), keys
+        )
+        m_ns = float("inf")
+        b_ns = float("inf")
+        for _ in range(5):  # interleave so drift in machine speed hits both alike
+            m_ns = min(m_ns, _best_ns(through_manager, repeats // 5 + 1, N_KEYS))
+            b_ns = min(b_ns, _best_ns(bare, repeats // 5 + 1, N_KEYS))
+    finally:
+        manager.shutdown()
+    return m_ns, b_ns
+
+
+def run(quick: bool = False) -> BenchResult:
+    from impls.cpu import CpuTier, CpuTierConfig  # torch lives behind impls.cpu
+
+    class CpuTierWithReadyKeys(CpuTier):
+        """The CPU tier plus the optional ReadyKeys view (MGR-15), for the fast-path figure."""
+
+        @property
+        def ready_keys(self) -> Container[OffloadKey]:
+            return self._ready.keys()  # the dict behind CpuTier.lookup's HIT answer
+
+    repeats = 10 if quick else 60
+    keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(N_KEYS)]
+    req = ReqContext("bench")
+
+    native_fast = isinstance(CpuTier.__dict__.get("ready_keys"), property)
+    m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)
+    ratio = m_ns / b_ns
+    f_ns, fb_ns = _scan_ratio(CpuTierWithReadyKeys, keys, req, repeats)
+
+    cpu = CpuTier(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
+    tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
+    manager = TieringManager(cpu, tiers)
+    manager_lookup = manager.lookup
+    try:
+        # MISS across both secondary tiers: the primary and the tiers hold nothing.
+        def misses() -> None:
+            for k in keys:
+                manager_lookup(k, req)
+
+        miss_ns = _best_ns(misses, max(3, repeats // 4), N_KEYS)
+
+        # Promotion path: every key lives in the second secondary tier only.
+        blob = bytes(BLOCK_BYTES)
+        for k in keys:
+            tiers[1].seed(k, blob)
+        promo_best = float("inf")
+        for _ in range(max(3, repeats // 8)):
+            if not cpu.reset_cache():  # the primary only: the tier keeps its blocks
+                raise RuntimeError("bench tiering: the CPU tier refused to reset")
+            t0 = time.perf_counter_ns()
+            maximal_prefix_lookup(lambda k: manager_lookup(k, req), keys)
+            manager.on_step_end()  # submits one load job
+            manager.on_step_end()  # collects it, readies every key in the primary
+            promo_best = min(promo_best, time.perf_counter_ns() - t0)
+            if manager.lookup(keys[-1], req) is not LookupResult.HIT:
+                raise RuntimeError("bench tiering: promotion did not complete in two steps")
+            manager.take_events()
+        promo_ns = promo_best / N_KEYS
+        # Of which the primary's own prepare_store (one key per promotion):
+        cpu.reset_cache()
+        t0 = time.perf_counter_ns()
+        for k in keys:
+            cpu.prepare_store((k,), req)
+        prepare_ns = (time.perf_counter_ns() - t0) / N_KEYS
+        cpu.complete_store(keys, False)
+    finally:
+        manager.shutdown()
+
+    figures = {
+        "manager_ns_per_key": round(m_ns, 2),
+        "bare_primary_ns_per_key": round(b_ns, 2),
+        "ratio": round(ratio, 3),
+        "ready_keys_manager_ns_per_key": round(f_ns, 2),
+        "ready_keys_bare_primary_ns_per_key": round(fb_ns, 2),
+        "ready_keys_ratio": round(f_ns / fb_ns, 3),
+        "cpu_tier_has_ready_keys": float(native_fast),
+        "miss_two_tiers_ns_per_key": round(miss_ns, 2),
+        "promotion_ns_per_key": round(promo_ns, 2),
+        "of_which_cpu_prepare_store_ns_per_key": round(prepare_ns, 2),
+        "keys": float(N_KEYS),
+    }
+    summary = (
+        f"prefix scan of {N_KEYS} primary HITs: manager {m_ns:.0f} vs bare CpuTier {b_ns:.0f} "
+        f"ns/key (x{ratio:.2f}{'' if native_fast else ', CpuTier has no ready_keys view'}); "
+        f"with a ready_keys view x{f_ns / fb_ns:.2f}; MISS over 2 tiers {miss_ns:.0f} ns/key; "
+        f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f})"
+    )
+    return BenchResult("tiering", ratio, 1.5, True, summary, figures)
