@@ -1,4 +1,4 @@
-"""The tiering manager: one lookup surface over a primary tier and ordered secondaries (MGR-1..MGR-14).
+"""The tiering manager: one lookup surface over a primary tier and ordered secondaries (MGR-1..MGR-15).
 
 The scheduler talks to :class:`TieringManager` as an
 :class:`~kvproto.OffloadingManager`. The manager asks the primary tier

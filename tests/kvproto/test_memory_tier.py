@@ -43,6 +43,15 @@ def fill(buf: memoryview, slot: int, value: int) -> bytes:
     return data
 
 
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """Every worker a test starts is joined by the end of the test (shutdown joins them)."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"
+
+
 @pytest.fixture
 def buf() -> memoryview:
     return new_buffer()

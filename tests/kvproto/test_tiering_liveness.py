@@ -33,6 +33,15 @@ R1 = ReqContext("r1")
 STEP_BOUND = 100
 
 
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """Every worker a test starts is joined by the end of the test (shutdown joins them)."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not leaked, f"threads left running: {leaked}"
+
+
 @pytest.fixture
 def stacks() -> Iterator[list[Stack]]:
     made: list[Stack] = []
