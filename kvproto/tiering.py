@@ -323,8 +323,7 @@ class TieringManager:
         try:
             self._primary.complete_store(batch, success)
         except KvprotoError:
-            self._forget_owners(batch)
-            raise
+            raise  # the caller's misuse; the primary changed nothing (TIER-7), nor do we
         except Exception as exc:  # noqa: BLE001 - nothing is written through (MGR-10)
             self._tier_error(self._primary.name, "complete_store", exc)
             self._forget_owners(batch)
@@ -506,12 +505,8 @@ class TieringManager:
             done = [k for k in job.keys if k in ok]
             failed = [k for k in job.keys if k not in ok]
             for keys, success in ((done, True), (failed, False)):
-                if not keys:
-                    continue
-                try:
-                    primary.complete_store(keys, success)
-                except Exception as exc:  # noqa: BLE001 - MGR-10
-                    self._tier_error(primary.name, "complete_store (promotion)", exc)
+                if keys:
+                    self._settle_reservations(keys, success)
             if failed:
                 self.stats.promotions_failed += len(failed)
                 negative = self._negative[index]
@@ -534,6 +529,24 @@ class TieringManager:
             else:
                 failed_count += 1
         self.stats.write_throughs_failed += failed_count
+
+    def _settle_reservations(self, keys: list[OffloadKey], success: bool) -> None:
+        """Complete promotion reservations in the primary; key by key if the batch is refused."""
+        primary = self._primary
+        try:
+            primary.complete_store(keys, success)
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. one reservation expired and was forgotten
+            if len(keys) > 1:
+                for key in keys:
+                    self._settle_reservations([key], success)
+                return
+            self._tier_error(primary.name, "complete_store (promotion)", exc)
+        if success:
+            try:
+                primary.complete_store(keys, False)  # at least free the slot
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(primary.name, "complete_store (failed promotion)", exc)
 
     # ------------------------------------------------------------------ lifecycle
 

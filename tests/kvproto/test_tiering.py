@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -422,6 +422,39 @@ def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> N
             assert out is not None
             m.complete_store(out.keys_to_store, True)
         assert m.lookup(key(1), R1) is LookupResult.RETRY  # gone from the view: promoted from m
+    finally:
+        m.shutdown()
+        tier.shutdown()
+
+
+def test_refused_batch_completion_is_settled_key_by_key(stacks: list[Stack]) -> None:
+    """MGR-4, MGR-10: if the primary refuses a promotion batch, each key is settled on its own."""
+    from impls.cpu import CpuTier, CpuTierConfig
+    from kvproto import MemoryTier
+
+    poison = key(2)
+
+    class Refusing(CpuTier):
+        def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+            batch = tuple(keys)
+            if poison in batch:
+                raise TierMisuseError("refused", key=poison)
+            super().complete_store(batch, success)
+
+    cpu = Refusing(CpuTierConfig(num_slots=4, block_bytes=BLOCK, pin_memory="off"))
+    tier = MemoryTier(cpu.buffer, name="m")
+    m = TieringManager(cpu, [tier])
+    try:
+        for i in (1, 2, 3):
+            tier.seed(key(i), block(i))
+        assert maximal_prefix_lookup(lambda k: m.lookup(k, R1), [key(1), key(2), key(3)]) != Hits(3)
+        m.on_step_end()
+        m.on_step_end()
+        assert m.stats.promotion_jobs == 1
+        assert m.lookup(key(1), R1) is LookupResult.HIT
+        assert m.lookup(key(3), R1) is LookupResult.HIT
+        assert cpu.lookup(key(2), R1) is LookupResult.HIT_PENDING  # left to the pending deadline
+        assert m.stats.tier_errors == 2  # the refused key, as success and then as failure
     finally:
         m.shutdown()
         tier.shutdown()
