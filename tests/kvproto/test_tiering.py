@@ -387,8 +387,7 @@ def test_tier_errors_are_logged_with_the_tier_name(
 
 def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
     """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
-    from tests.kvproto.test_tiering_state_machine import CpuTierWithReadyKeys
-    from tests.kvproto.tiering_stack import FakeClock
+    from tests.kvproto.tiering_stack import CpuTierWithReadyKeys, FakeClock
     from impls.cpu import CpuTierConfig
     from kvproto import MemoryTier
     from kvproto.tiering import ReadyKeys
@@ -421,6 +420,8 @@ def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> N
             out = m.prepare_store([key(i)], R1)
             assert out is not None
             m.complete_store(out.keys_to_store, True)
+        m.on_step_end()
+        m.on_step_end()  # the write-throughs end and release their pins
         assert m.lookup(key(1), R1) is LookupResult.RETRY  # gone from the view: promoted from m
     finally:
         m.shutdown()

@@ -16,7 +16,7 @@ blocks and raise. Invariants against a model (every key ``k`` always holds
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -38,7 +38,14 @@ from kvproto import (
 from kvproto._keys import OffloadKey
 from kvproto.tiering import TieringConfig, TieringManager
 from impls.cpu import CpuTier, CpuTierConfig
-from tests.kvproto.tiering_stack import BLOCK, FakeClock, RaisingTier, block, key
+from tests.kvproto.tiering_stack import (
+    BLOCK,
+    CpuTierWithReadyKeys,
+    FakeClock,
+    RaisingTier,
+    block,
+    key,
+)
 
 NUM_KEYS = 10
 NUM_SLOTS = 8
@@ -105,14 +112,6 @@ class LoadWatch:
 
     def shutdown(self) -> None:
         self.inner.shutdown()
-
-
-class CpuTierWithReadyKeys(CpuTier):
-    """The CPU tier with the optional ReadyKeys view, so the manager takes its fast path (MGR-15)."""
-
-    @property
-    def ready_keys(self) -> Container[OffloadKey]:
-        return self._ready.keys()  # the dict behind CpuTier.lookup's HIT
 
 
 class TieringStack(RuleBasedStateMachine):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from impls.cpu import CpuTier, CpuTierConfig
@@ -28,6 +28,14 @@ def key(i: int) -> OffloadKey:
 def block(i: int) -> bytes:
     """The bytes stored under key(i) in these tests: distinct per key."""
     return i.to_bytes(4, "big") * (BLOCK // 4)
+
+
+class CpuTierWithReadyKeys(CpuTier):
+    """The CPU tier with the optional ReadyKeys view, so the manager takes its fast path (MGR-15)."""
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        return self._ready.keys()  # the dict behind CpuTier.lookup's HIT
 
 
 class FakeClock:
