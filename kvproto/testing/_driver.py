@@ -191,16 +191,18 @@ class SecondaryDriver:
     def _diagnose(self, job: TransferJob, key: OffloadKey, slot: int, got: bytes) -> str:
         want = block_for(key, self.block_bytes)
         head = f"load job {job.job_id} reported key {short_key(key)} done, but slot {slot}"
-        for other in range(self.num_slots):
-            if other != slot and self.slot_bytes(other) == want:
-                return f"{head} does not hold its bytes: they were written into slot {other} instead"
+        elsewhere = next(
+            (other for other in range(self.num_slots) if other != slot and self.slot_bytes(other) == want),
+            None,
+        )
+        moved = "" if elsewhere is None else f"; its bytes were written into slot {elsewhere} instead"
         known = {k for j in self.jobs.values() for k in j.keys}
         for other_key in known:
             if other_key != key and block_for(other_key, self.block_bytes) == got:
-                return f"{head} holds the bytes of another key, {short_key(other_key)}"
+                return f"{head} holds the bytes of another key, {short_key(other_key)}{moved}"
         if got == sentinel_for(slot, self.block_bytes):
-            return f"{head} was never written"
-        return f"{head} holds bytes that were never stored under any key"
+            return f"{head} was never written{moved}"
+        return f"{head} holds bytes that were never stored under any key{moved}"
 
     def pending(self) -> list[int]:
         """Ids of submitted jobs not reported yet, oldest first."""

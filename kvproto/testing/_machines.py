@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,7 +29,7 @@ from kvproto._protocols import SecondaryTier
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._driver import SecondaryDriver, short_key
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits, KitProfile
+from kvproto.testing._settings import KitLimits, KitProfile, hypothesis_settings
 
 if TYPE_CHECKING:
     import pytest
@@ -377,17 +377,9 @@ def run_machine(
     machine = base.configure(
         tier_factory, capabilities=tests.capabilities, limits=tests.limits, tests=tests
     )
-    chosen = settings(
-        max_examples=profile.machine_examples,
-        stateful_step_count=profile.machine_steps,
-        deadline=None,
-        derandomize=profile.name != "thorough",
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-    )
+    chosen = hypothesis_settings(profile)
     try:
-        run_state_machine_as_test(machine, settings=chosen)
+        run_state_machine_as_test(machine, settings=cast(settings, chosen))
     finally:
         stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
         request.node.user_properties.append(("hypothesis", json.dumps(stats)))

@@ -6,10 +6,10 @@ import gc
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
@@ -24,7 +24,7 @@ from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits
+from kvproto.testing._settings import KitLimits, hypothesis_settings
 
 __all__ = ["PrimaryDriver", "PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
 
@@ -466,17 +466,7 @@ class PrimaryTierTests(KitBase):
         profile = self.profile(request)
         machine = _primary_machine(tier_factory, self.capabilities, self.limits)
         try:
-            run_state_machine_as_test(
-                machine,
-                settings=settings(
-                    max_examples=profile.machine_examples,
-                    stateful_step_count=profile.machine_steps,
-                    deadline=None,
-                    derandomize=profile.name != "thorough",
-                    database=None,
-                    suppress_health_check=list(HealthCheck),
-                ),
-            )
+            run_state_machine_as_test(machine, settings=cast(settings, hypothesis_settings(profile)))
         finally:
             stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
             request.node.user_properties.append(("hypothesis", json.dumps(stats)))

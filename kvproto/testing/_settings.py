@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["PROFILES", "KitProfile", "KitLimits", "profile_named"]
+__all__ = ["PROFILES", "KitLimits", "KitProfile", "hypothesis_settings", "profile_named"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,19 +14,23 @@ class KitProfile:
 
     ``fast`` is for smoke runs (the kit's own gallery), ``default`` keeps the
     whole kit against MemoryTier under a minute on two cores, ``thorough``
-    (``kvproto conform --thorough``) searches ten times longer.
+    (``kvproto conform --thorough``) searches ten times longer and shrinks a
+    failing example to a minimal one (``shrink``). Without shrinking, a failure
+    is reported with the (longer) sequence of operations that found it: a
+    broken tier that loses jobs costs the kit a timeout per shrink attempt.
     """
 
     name: str
     machine_examples: int
     machine_steps: int
     race_rounds: int
+    shrink: bool = False
 
 
 PROFILES: dict[str, KitProfile] = {
     "fast": KitProfile("fast", machine_examples=15, machine_steps=20, race_rounds=8),
     "default": KitProfile("default", machine_examples=60, machine_steps=40, race_rounds=32),
-    "thorough": KitProfile("thorough", machine_examples=600, machine_steps=80, race_rounds=256),
+    "thorough": KitProfile("thorough", machine_examples=600, machine_steps=80, race_rounds=256, shrink=True),
 }
 
 ENV_PROFILE = "KVPROTO_KIT_PROFILE"
@@ -59,3 +63,23 @@ class KitLimits:
     max_job_steps: int = 64
     job_timeout_s: float = 2.0
     lookup_budget_s: float = 0.2
+
+
+def hypothesis_settings(profile: KitProfile) -> object:
+    """Hypothesis settings for the kit's state machines under ``profile``."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    phases = [Phase.explicit, Phase.reuse, Phase.generate]
+    if profile.shrink:
+        phases.append(Phase.shrink)
+    return settings(
+        max_examples=profile.machine_examples,
+        stateful_step_count=profile.machine_steps,
+        deadline=None,
+        derandomize=not profile.shrink,
+        database=None,
+        phases=phases,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )

@@ -1,0 +1,32 @@
+"""The kit proves itself: ``kvproto conform`` fails each broken tier on the clause naming its bug (KIT-13)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvproto.cli import main
+from tests.kvproto.testing.gallery import GALLERY, Expected
+
+
+def _conform(target: str, tmp_path: Path) -> tuple[int, dict[str, object]]:
+    report = tmp_path / "report.json"
+    code = main(["conform", target, "--profile", "fast", "--no-typecheck", "--json", str(report)])
+    return code, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("target", sorted(GALLERY), ids=lambda t: t.rsplit(":", 1)[-1])
+def test_conform_fails_broken_tier_on_its_clause(target: str, tmp_path: Path) -> None:
+    expected: Expected = GALLERY[target]
+    code, data = _conform(target, tmp_path)
+    assert code == 1
+    assert data["passed"] is False
+    tiers = data["tiers"]
+    assert isinstance(tiers, list) and len(tiers) == 1
+    checks = {c["check"]: c for c in tiers[0]["checks"]}
+    verdict = checks[expected.check]
+    assert verdict["outcome"] == "failed", verdict
+    assert verdict["violated_clause"] == expected.clause, verdict
+    assert expected.words in verdict["reason"], verdict["reason"]
