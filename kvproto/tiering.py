@@ -19,7 +19,7 @@ from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqCon
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, SecondaryTier
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError
+from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError, TierMisuseError
 
 __all__ = ["ReadyKeys", "TieringConfig", "TieringManager", "TieringStats"]
 
@@ -320,6 +320,15 @@ class TieringManager:
         its outcome. A failed store writes nothing through.
         """
         batch = tuple(keys)
+        if self._promoting:
+            for key in batch:
+                if key in self._promoting:
+                    # Completing it would make the primary serve a slot the load has not filled.
+                    raise TierMisuseError(
+                        f"complete_store of key {key!r}, which is being promoted by the manager "
+                        "and was never prepared by the caller",
+                        key=key,
+                    )
         try:
             self._primary.complete_store(batch, success)
         except KvprotoError:

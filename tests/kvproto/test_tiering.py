@@ -298,6 +298,11 @@ def test_scheduler_misuse_of_the_primary_passes_through(stacks: list[Stack]) -> 
         s.manager.complete_store([key(5)], True)
     with pytest.raises(TierMisuseError):
         s.manager.prepare_load([key(5)], R1)
+    s.tiers[0].seed(key(6), block(6))
+    assert s.manager.lookup(key(6), R1) is LookupResult.RETRY
+    with pytest.raises(TierMisuseError, match="being promoted"):
+        s.manager.complete_store([key(6)], True)  # would serve an unfilled slot
+    assert s.cpu.lookup(key(6), R1) is LookupResult.HIT_PENDING  # nothing changed
 
 
 def test_bad_configuration_is_a_typed_error(stacks: list[Stack]) -> None:
