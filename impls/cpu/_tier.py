@@ -17,7 +17,7 @@ import enum
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -161,6 +161,11 @@ class CpuTier:
     def free_slots(self) -> int:
         """Slots neither holding a block nor reserved nor quarantined."""
         return len(self._free)
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        """Live view of exactly the keys ``lookup`` answers HIT for (READY or PINNED) (MGR-15, CPU-3)."""
+        return self._ready.keys()
 
     def state(self, key: OffloadKey) -> BlockState:
         """The state of ``key`` (CPU-3); an expired or quarantined key is ABSENT."""

@@ -111,6 +111,20 @@ def test_failure_leaves_ready_blocks_untouched() -> None:
     assert tier.lookup(key(2), REQ) is lr.MISS
 
 
+def test_ready_keys_is_a_live_view_of_the_hits() -> None:
+    tier, _ = make_tier(num_slots=2)
+    view = tier.ready_keys
+    assert tier.prepare_store(keys(1, 2), REQ) is not None
+    assert key(1) not in view  # WRITING is HIT_PENDING, not HIT
+    tier.complete_store(keys(1, 2), True)
+    tier.prepare_load(keys(1), REQ)
+    assert key(1) in view and key(2) in view  # PINNED is still HIT
+    tier.complete_load(keys(1))
+    out = tier.prepare_store(keys(3), REQ)
+    assert out is not None and out.evicted == (key(1),)
+    assert key(1) not in view and tier.lookup(key(1), REQ) is lr.MISS
+
+
 def test_lookup_many_matches_lookup() -> None:
     tier, _ = make_tier()
     stored(tier, 1)
