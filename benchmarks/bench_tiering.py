@@ -3,7 +3,10 @@
 8,192 keys (a 128k-token prompt at 16 tokens per block), all held by the CPU
 primary tier, with two (empty) secondary MemoryTiers configured below it. The
 same scan runs over ``manager.lookup`` and over ``cpu.lookup``; ratio =
-manager ns per key / bare primary ns per key; target <= 1.5.
+manager ns per key / bare primary ns per key; target <= 1.5. The manager
+answers primary HITs through the CPU tier's ``ready_keys`` view when it has
+one (MGR-15); the figures also show each path forced on (a subclass adding
+the view) and off (a subclass hiding it).
 
 Also reported, per key: the promotion path (a scan that starts a promotion
 for every key from the second secondary tier, plus the two end-of-step hooks
@@ -71,11 +74,18 @@ def run(quick: bool = False) -> BenchResult:
     from impls.cpu import CpuTier, CpuTierConfig  # torch lives behind impls.cpu
 
     class CpuTierWithReadyKeys(CpuTier):
-        """The CPU tier plus the optional ReadyKeys view (MGR-15), for the fast-path figure."""
+        """The CPU tier with the optional ReadyKeys view (MGR-15): the manager's fast path."""
 
         @property
         def ready_keys(self) -> Container[OffloadKey]:
             return self._ready.keys()  # the dict behind CpuTier.lookup's HIT answer
+
+    class CpuTierWithoutReadyKeys(CpuTier):
+        """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""
+
+        @property
+        def ready_keys(self) -> Container[OffloadKey]:
+            raise AttributeError("hidden so that the manager takes its generic path")
 
     repeats = 10 if quick else 60
     keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(N_KEYS)]
@@ -85,6 +95,7 @@ def run(quick: bool = False) -> BenchResult:
     m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)
     ratio = m_ns / b_ns
     f_ns, fb_ns = _scan_ratio(CpuTierWithReadyKeys, keys, req, repeats)
+    g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
 
     cpu = CpuTier(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
@@ -132,6 +143,9 @@ def run(quick: bool = False) -> BenchResult:
         "ready_keys_manager_ns_per_key": round(f_ns, 2),
         "ready_keys_bare_primary_ns_per_key": round(fb_ns, 2),
         "ready_keys_ratio": round(f_ns / fb_ns, 3),
+        "generic_manager_ns_per_key": round(g_ns, 2),
+        "generic_bare_primary_ns_per_key": round(gb_ns, 2),
+        "generic_ratio": round(g_ns / gb_ns, 3),
         "cpu_tier_has_ready_keys": float(native_fast),
         "miss_two_tiers_ns_per_key": round(miss_ns, 2),
         "promotion_ns_per_key": round(promo_ns, 2),
@@ -141,7 +155,8 @@ def run(quick: bool = False) -> BenchResult:
     summary = (
         f"prefix scan of {N_KEYS} primary HITs: manager {m_ns:.0f} vs bare CpuTier {b_ns:.0f} "
         f"ns/key (x{ratio:.2f}{'' if native_fast else ', CpuTier has no ready_keys view'}); "
-        f"with a ready_keys view x{f_ns / fb_ns:.2f}; MISS over 2 tiers {miss_ns:.0f} ns/key; "
+        f"with a ready_keys view x{f_ns / fb_ns:.2f}, without x{g_ns / gb_ns:.2f}; "
+        f"MISS over 2 tiers {miss_ns:.0f} ns/key; "
         f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f})"
     )
     return BenchResult("tiering", ratio, 1.5, True, summary, figures)

@@ -40,6 +40,7 @@ from kvproto.tiering import TieringConfig, TieringManager
 from impls.cpu import CpuTier, CpuTierConfig
 from tests.kvproto.tiering_stack import (
     BLOCK,
+    CpuTierWithoutReadyKeys,
     CpuTierWithReadyKeys,
     FakeClock,
     RaisingTier,
@@ -115,7 +116,7 @@ class LoadWatch:
 
 
 class TieringStack(RuleBasedStateMachine):
-    primary_class: type[CpuTier] = CpuTier
+    primary_class: type[CpuTier] = CpuTierWithoutReadyKeys
 
     def __init__(self) -> None:
         super().__init__()

@@ -38,6 +38,14 @@ class CpuTierWithReadyKeys(CpuTier):
         return self._ready.keys()  # the dict behind CpuTier.lookup's HIT
 
 
+class CpuTierWithoutReadyKeys(CpuTier):
+    """The CPU tier with its ReadyKeys view hidden, so the manager takes its generic path."""
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        raise AttributeError("hidden so that the manager calls lookup for every key")
+
+
 class FakeClock:
     """A monotonic clock the tests advance by hand (drives the CPU tier's pending deadline)."""
 
