@@ -91,6 +91,10 @@ class CpuTier:
     ``quarantine_grace_s`` passes. While quarantined, the key itself is not
     reserved again either, because ``complete_store`` names keys, not slots,
     and a late completion could not be told from the new store's.
+
+    The tier is not thread-safe: call it from one thread (the scheduler's).
+    The data plane (:class:`CpuTransferHandler`) touches only the buffer from
+    its worker, and drives completions from ``poll`` on the caller's thread.
     """
 
     def __init__(
@@ -127,7 +131,7 @@ class CpuTier:
 
     @property
     def name(self) -> str:
-        """The name used in events (TIER-1)."""
+        """A short, stable name used in events and logs."""
         return self._name
 
     @property
@@ -380,7 +384,7 @@ class CpuTier:
     # ------------------------------------------------------------------ lifecycle
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        """Nothing to drop: the tier keeps no per-request state (TIER-12)."""
+        """Nothing to drop: the tier keeps no per-request state (TIER-12, CPU-9)."""
 
     def on_step_end(self) -> None:
         """Expire writes past the deadline and end quarantines past the grace period (TIER-13, CPU-7, CPU-8).
@@ -418,11 +422,11 @@ class CpuTier:
         return events
 
     def has_pending_work(self) -> bool:
-        """True while a store is WRITING or a load holds a pin (TIER-15)."""
+        """True while a store is WRITING or a load holds a pin (TIER-15, CPU-9)."""
         return bool(self._writing) or bool(self._pins)
 
     def reset_cache(self) -> bool:
-        """Drop every READY block (one REMOVED event); False, changing nothing, while work is in flight (TIER-16).
+        """Drop every READY block (one REMOVED event); False, changing nothing, while work is in flight (TIER-16, CPU-9).
 
         Quarantined slots stay quarantined: their late writes may still land.
         """
@@ -438,7 +442,7 @@ class CpuTier:
         return True
 
     def shutdown(self) -> None:
-        """Fail every WRITING block (as if expired) and refuse new stores; idempotent (TIER-16).
+        """Fail every WRITING block (as if expired) and refuse new stores; idempotent (TIER-16, CPU-9).
 
         The tier runs no threads; pins held by loads in flight stay until released.
         """
