@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -29,9 +30,14 @@ class CpuTierConfig(BaseModel):
     * ``expired_memory``: how many expired keys the tier remembers so that a
       very late completion of one is ignored rather than treated as misuse.
 
+    ``float("inf")`` is allowed for the two durations: no deadline, or a
+    quarantine that ends only with the late completion.
+
     Invalid values raise :class:`kvproto.errors.ConfigurationError` (a
     ``ValueError``) whose message names every offending field. The model is
     frozen and strict: ``"8"`` is not an int and ``True`` is not a slot count.
+    Build it with keyword arguments or :meth:`from_mapping` (pydantic's own
+    ``model_validate`` bypasses the translation and raises pydantic's error).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -55,6 +61,15 @@ class CpuTierConfig(BaseModel):
                 for err in exc.errors()
             )
             raise ConfigurationError(f"invalid CpuTierConfig: {problems}") from exc
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object]) -> CpuTierConfig:
+        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (CPU-1)."""
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(
+                f"CpuTierConfig.from_mapping needs a mapping, got {type(data).__name__}"
+            )
+        return cls(**{str(k): v for k, v in data.items()})
 
     @model_validator(mode="after")
     def _one_size(self) -> CpuTierConfig:

@@ -73,3 +73,19 @@ def test_pin_memory_on_without_cuda_is_a_configuration_error() -> None:
 def test_pin_memory_auto_without_cuda_is_unpinned() -> None:
     tier = CpuTier(CpuTierConfig(num_slots=2, block_bytes=16, pin_memory="auto"))
     assert tier.pinned is False and not tier.tensor.is_pinned()
+
+
+def test_from_mapping_validates_like_keywords() -> None:
+    config = CpuTierConfig.from_mapping({"num_slots": 4, "block_bytes": 64, "policy": "arc"})
+    assert config.policy == "arc" and config.slot_count == 4
+    with pytest.raises(ConfigurationError, match="policy"):
+        CpuTierConfig.from_mapping({"num_slots": 4, "block_bytes": 64, "policy": "mru"})
+    with pytest.raises(ConfigurationError, match="needs a mapping"):
+        CpuTierConfig.from_mapping([("num_slots", 4)])  # type: ignore[arg-type]  # deliberately wrong
+
+
+def test_infinite_durations_are_allowed() -> None:
+    config = CpuTierConfig(
+        num_slots=1, block_bytes=1, pending_deadline_s=float("inf"), quarantine_grace_s=float("inf")
+    )
+    assert config.pending_deadline_s == float("inf")
