@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -224,3 +226,61 @@ def test_block_size_mismatch_is_rejected() -> None:
     tier, _ = make_tier(num_slots=2, block_bytes=LAYERS * 12 + 1)
     with pytest.raises(ConfigurationError, match=r"3 layer\(s\) x 12 bytes = 36 bytes.*37"):
         CpuTransferHandler(tier, device_cache())
+
+
+# ---------------------------------------------------------------- the CUDA staging path, simulated
+
+
+class _FakeStream:
+    def wait_stream(self, stream: object) -> None:
+        return None
+
+
+class _FakeEvent:
+    def record(self, stream: object = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
+def test_cuda_staging_path_logic_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gather / per-run copy / scatter code of the CUDA plane, run on CPU tensors.
+
+    The CUDA stream, event and pinning calls are replaced by no-ops so the
+    chunking and index arithmetic are checked here; ``test_cuda.py`` checks
+    the real thing where a GPU exists.
+    """
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    tier, _ = make_tier(num_slots=10, block_bytes=LAYERS * 12)
+    cache = device_cache(seed=3)
+    handler = CpuTransferHandler(tier, cache, max_staging_bytes=3 * LAYERS * 12)
+    handler.shutdown()  # stop the CPU worker; run the staged plane instead
+    monkeypatch.setattr(handler, "_worker", None)
+    monkeypatch.setattr(handler, "_stream", _FakeStream())
+    monkeypatch.setattr(handler, "_closed", False)
+    ids = [11, 3, 4, 5, 0, 9, 10]
+    out = tier.prepare_store(keys(*range(7)), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, ids)
+    assert [o.success for o in handler.poll()] == [True]
+    for i, block in enumerate(ids):
+        slot = tier.slot_of(key(i))
+        assert slot is not None
+        expected = torch.cat([layer[block].reshape(-1).view(torch.uint8) for layer in cache])
+        assert torch.equal(tier.tensor[slot], expected)
+    original = [layer.clone() for layer in cache]
+    for layer in cache:
+        layer.zero_()
+    targets = [1, 2, 3, 8, 7, 6, 11]
+    slots = tier.prepare_load(keys(*range(7)), REQ)
+    handler.submit_load(keys(*range(7)), slots, targets)
+    assert [o.success for o in handler.poll()] == [True]
+    for before, after in zip(original, cache, strict=True):
+        assert torch.equal(after[targets], before[ids])
