@@ -102,9 +102,8 @@ class KitBase:
                     )
         for hook in info.hooks:
             if not self.has_hook(hook):
-                pytest.skip(
-                    f"needs the backdoor hook {hook}(), which {type(self).__name__} does not define"
-                )
+                owner = getattr(self, "_hook_owner", None) or type(self).__name__
+                pytest.skip(f"needs the backdoor hook {hook}(), which {owner} does not define")
 
     # ---- KIT-1: the guard ----------------------------------------------------------------
     @check("KIT-1")

@@ -10,6 +10,7 @@ from typing import ClassVar, cast
 
 import pytest
 from hypothesis import settings
+from hypothesis.errors import Flaky
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
@@ -467,6 +468,10 @@ class PrimaryTierTests(KitBase):
         machine = _primary_machine(tier_factory, self.capabilities, self.limits)
         try:
             run_state_machine_as_test(machine, settings=cast(settings, hypothesis_settings(profile)))
+        except Flaky as flaky:
+            from kvproto.testing._machines import flaky_failure
+
+            raise flaky_failure(flaky) from flaky
         finally:
             stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
             request.node.user_properties.append(("hypothesis", json.dumps(stats)))

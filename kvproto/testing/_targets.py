@@ -193,6 +193,7 @@ def build_test_class(spec: TierSpec, *, profile: str | None = None) -> type[KitB
         "expected_failures": dict(spec.expected_failures),
         "limits": spec.limits,
         "kit_profile": profile,
+        "_hook_owner": f"the TierSpec of {spec.name!r} (TierSpec.hooks)",
         "__doc__": f"kvproto conformance kit against {spec.name}",
     }
     for hook_name, fn in spec.hooks.items():
