@@ -405,11 +405,29 @@ class CpuTransferHandler:
             del self._jobs[job.job_id]
             done.append(outcome)
             if self._complete_tier:
-                if outcome.direction == "store":
-                    self._tier.complete_store(outcome.keys, outcome.success)
-                else:
-                    self._tier.complete_load(outcome.keys)
+                self._complete(outcome)
         return done
+
+    def _complete(self, outcome: TransferOutcome) -> None:
+        """Tell the tier; a key it no longer knows is logged and skipped, never raised."""
+        tier = self._tier
+        try:
+            if outcome.direction == "store":
+                tier.complete_store(outcome.keys, outcome.success)
+            else:
+                tier.complete_load(outcome.keys)
+            return
+        except TierMisuseError:
+            pass
+        # The whole batch was refused before any change: finish key by key.
+        for key in outcome.keys:
+            try:
+                if outcome.direction == "store":
+                    tier.complete_store((key,), outcome.success)
+                else:
+                    tier.complete_load((key,))
+            except TierMisuseError as exc:
+                _log.warning("%s job %d: %s", outcome.direction, outcome.job_id, exc)
 
     def wait(self) -> list[TransferOutcome]:
         """Block until every submitted job has finished, then :meth:`poll`."""
