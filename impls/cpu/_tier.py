@@ -279,12 +279,15 @@ class CpuTier:
             self.stats.evictions += len(victims)
             self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(victims), self._name))
         now = self._clock()
-        slots: list[int] = []
-        for key in to_store:
-            slot = self._free.pop()
-            self._writing[key] = _Writing(slot, now)
-            self._expired.pop(key, None)
-            slots.append(slot)
+        # Ascending slots give the data plane long runs of consecutive slots to copy at once.
+        count = len(to_store)
+        slots = sorted(self._free[-count:])
+        del self._free[-count:]
+        writing = self._writing
+        expired = self._expired
+        for key, slot in zip(to_store, slots, strict=True):
+            writing[key] = _Writing(slot, now)
+            expired.pop(key, None)
         return PrepareStoreOutput(tuple(to_store), tuple(slots), tuple(evicted))
 
     def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
