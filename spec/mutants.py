@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from kvproto import members as lr
 from kvproto._results import LookupResult, unreachable
-from kvproto.scan import Decision, Defer, Hits
+from kvproto.scan import Decision, Defer, Hits, sliding_window_lookup
 
 __all__ = ["prefix_stops_at_retry", "window_defers_on_any_pending"]
 
@@ -29,10 +29,7 @@ def window_defers_on_any_pending(
 ) -> Decision:
     """Breaks SCAN-8: a MISS does not clear the pending mark, so a HIT_PENDING
     outside the chosen window still defers it."""
-    from kvproto.scan import sliding_window_lookup
-
-    if window < 1 or (initial_window is not None and initial_window < window):
-        return sliding_window_lookup(lookup, keys, window, initial_window=initial_window)
+    sliding_window_lookup(lookup, (), window, initial_window=initial_window)  # validates (SCAN-10)
     required = window if initial_window is None else initial_window
     streak = 0
     pending = False

@@ -28,6 +28,7 @@ __all__ = [
     "CheckedRun",
     "LazyAnswers",
     "ScanRun",
+    "answers_of",
     "decode",
     "explored_length",
     "explored_window_args",
@@ -39,8 +40,8 @@ __all__ = [
 #: Longest key sequence CrossHair explores.
 MAX_KEYS = 8
 
-AnswerOf: TypeAlias = Callable[[int], LookupResult | None]
-"""What position ``i`` of a scanned sequence answers (``None``: a legacy tier's answer)."""
+AnswerOf: TypeAlias = Callable[[int], object]
+"""What position ``i`` of a scanned sequence answers; anything but a LookupResult plays a legacy tier."""
 
 ScanRun: TypeAlias = tuple[Decision, tuple[int, ...]]
 """A decision and the positions looked up, in call order."""
@@ -80,7 +81,7 @@ class LazyAnswers(Sequence[LookupResult | None]):
     that reads only the answers a scan looked up then adds no paths.
     """
 
-    def __init__(self, answer_of: AnswerOf, n: int) -> None:
+    def __init__(self, answer_of: Callable[[int], LookupResult | None], n: int) -> None:
         self._answer_of = answer_of
         self._n = n
         self._known: dict[int, LookupResult | None] = {}
@@ -112,8 +113,8 @@ class CheckedRun(NamedTuple):
     answers: LazyAnswers
 
 
-def answers_of(answers: Sequence[LookupResult | None]) -> AnswerOf:
-    """``answer_of`` for a concrete sequence of answers."""
+def answers_of(answers: Sequence[object]) -> AnswerOf:
+    """``answer_of`` for a concrete sequence of answers (or legacy values)."""
     return answers.__getitem__
 
 
