@@ -41,12 +41,19 @@ class _Writing:
 
 
 class CpuTierMachine(RuleBasedStateMachine):
+    POLICY = "lru"
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.tier: CpuTier
         self.tier, _ = make_tier(
-            NUM_SLOTS, BLOCK_BYTES, deadline=DEADLINE, grace=GRACE, clock=self.clock
+            NUM_SLOTS,
+            BLOCK_BYTES,
+            policy=self.POLICY,
+            deadline=DEADLINE,
+            grace=GRACE,
+            clock=self.clock,
         )
         self.ready: dict[OffloadKey, tuple[int, bytes]] = {}
         self.writing: dict[OffloadKey, _Writing] = {}
@@ -242,10 +249,17 @@ class CpuTierMachine(RuleBasedStateMachine):
             assert bytes(self.tier.slot_view(slot)) == data
 
 
-CpuTierMachine.TestCase.settings = settings(
-    max_examples=200,
+class ArcCpuTierMachine(CpuTierMachine):
+    POLICY = "arc"
+
+
+_SETTINGS = settings(
+    max_examples=150,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestCpuTierMachine = CpuTierMachine.TestCase
+CpuTierMachine.TestCase.settings = _SETTINGS
+ArcCpuTierMachine.TestCase.settings = _SETTINGS
+TestCpuTierMachineLru = CpuTierMachine.TestCase
+TestCpuTierMachineArc = ArcCpuTierMachine.TestCase
