@@ -310,7 +310,21 @@ class CpuTransferHandler:
         except Exception as exc:  # noqa: BLE001 - a failed copy fails the job, not the caller
             _log.exception("%s job %d could not start", direction, job.job_id)
             job.error = f"{type(exc).__name__}: {exc}"
+            self._drain_after_failure()
         return job.job_id
+
+    def _drain_after_failure(self) -> None:
+        """Wait for copies already queued by a job that failed half way (error path only).
+
+        The failed job's slots go back to the tier when ``poll`` reports it;
+        a copy still queued could otherwise write into a slot already reused.
+        """
+        if self._stream is None:  # pragma: no cover - CUDA plane only
+            return
+        try:
+            self._stream.synchronize()
+        except Exception:  # noqa: BLE001 - the device is in trouble; the job is failed already
+            _log.exception("could not drain the copy stream after a failed job")
 
     # ------------------------------------------------------------------ host copies
 

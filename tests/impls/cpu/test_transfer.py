@@ -232,8 +232,14 @@ def test_block_size_mismatch_is_rejected() -> None:
 
 
 class _FakeStream:
+    def __init__(self) -> None:
+        self.synchronized = 0
+
     def wait_stream(self, stream: object) -> None:
         return None
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
 
 
 class _FakeEvent:
@@ -311,3 +317,34 @@ def test_completion_of_a_forgotten_key_is_logged_not_raised(caplog: pytest.LogCa
     assert [o.success for o in outcomes] == [True]
     assert tier.lookup(key(2), REQ) is lr.HIT and tier.lookup(key(1), REQ) is lr.MISS
     assert any("never prepared" in r.getMessage() for r in caplog.records)
+
+
+def test_cuda_job_failing_half_way_drains_the_stream_then_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that fails after queuing some chunks waits for them before its slots are freed."""
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    tier, _ = make_tier(num_slots=6, block_bytes=LAYERS * 12)
+    handler = CpuTransferHandler(tier, device_cache(), max_staging_bytes=2 * LAYERS * 12)
+    handler.shutdown()
+    stream = _FakeStream()
+    monkeypatch.setattr(handler, "_worker", None)
+    monkeypatch.setattr(handler, "_stream", stream)
+    monkeypatch.setattr(handler, "_closed", False)
+    calls: list[tuple[int, ...]] = []
+
+    def second_chunk_fails(slots: tuple[int, ...], index: torch.Tensor) -> None:
+        calls.append(slots)
+        if len(calls) == 2:
+            raise RuntimeError("simulated CUDA error")
+
+    monkeypatch.setattr(handler, "_cuda_store_chunk", second_chunk_fails)
+    out = tier.prepare_store(keys(1, 2, 3, 4), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, [0, 1, 2, 3])
+    assert stream.synchronized == 1 and len(calls) == 2
+    (outcome,) = handler.poll()
+    assert not outcome.success and outcome.error is not None and "simulated" in outcome.error
+    assert all(tier.lookup(k, REQ) is lr.MISS for k in keys(1, 2, 3, 4))
+    assert tier.free_slots == 6
