@@ -50,7 +50,7 @@ answer_lists: st.SearchStrategy[list[LookupResult]] = st.one_of(
             (LookupResult.HIT,) * 4
             + (LookupResult.HIT_PENDING, LookupResult.RETRY, LookupResult.MISS)
         ),
-        max_size=32,
+        max_size=24,
     ),
     st.lists(st.sampled_from(MEMBERS), max_size=10),
 )

@@ -60,13 +60,13 @@ HIT_LIKE: frozenset[LookupResult | None] = frozenset({HIT, HIT_PENDING})
 RUN_BREAKERS: frozenset[LookupResult | None] = frozenset({MISS, RETRY})
 
 
-def _checked(answer: LookupResult, where: str) -> LookupResult:
+def _checked(answer: LookupResult, scan: str, position: int) -> LookupResult:
     """``answer``; a value outside LookupResult reaches the exhaustive default (SCAN-4)."""
     match answer:
         case LookupResult.MISS | LookupResult.HIT | LookupResult.HIT_PENDING | LookupResult.RETRY:
             return answer
         case _:
-            unreachable(answer, where=where)
+            unreachable(answer, where=f"{scan}: lookup of key #{position}")
 
 
 # --------------------------------------------------------------------------- prefix scan
@@ -82,9 +82,7 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
     """
     answers: list[LookupResult] = []
     for position, key in enumerate(keys):
-        answers.append(
-            _checked(lookup(key), f"maximal_prefix_lookup: lookup of key #{position}")
-        )
+        answers.append(_checked(lookup(key), "maximal_prefix_lookup", position))
         if answers[-1] is MISS:
             break
     prefix = answers[:-1] if answers and answers[-1] is MISS else answers
@@ -131,7 +129,8 @@ def window_fills(
 ) -> bool:
     """Whether the required run ending at ``end`` is all HIT or HIT_PENDING (SCAN-5)."""
     start = end - required_length(answers, end, window, initial_window)
-    return start >= 0 and set(answers[start:end]) <= HIT_LIKE
+    run = answers[start:end]
+    return start >= 0 and MISS not in run and RETRY not in run and None not in run
 
 
 def sliding_window_lookup(
@@ -156,12 +155,16 @@ def sliding_window_lookup(
     filled: list[int] = []
     next_key = n - 1
     while next_key >= 0 and not filled:
-        answers[next_key] = _checked(
-            lookup(keys[next_key]), f"sliding_window_lookup: lookup of key #{next_key}"
-        )
-        # A window that reaches a key not looked up yet (None) does not fill.
+        answers[next_key] = _checked(lookup(keys[next_key]), "sliding_window_lookup", next_key)
+        # Only a window starting at the key just looked up can have filled
+        # now; it is ``window`` or ``initial_window`` long.
+        lengths = {window} if initial_window is None else {window, initial_window}
         filled = [
-            end for end in range(next_key + 1, n + 1) if window_fills(answers, end, window, initial_window)
+            next_key + length
+            for length in lengths
+            if next_key + length <= n
+            and required_length(answers, next_key + length, window, initial_window) == length
+            and window_fills(answers, next_key + length, window, initial_window)
         ]
         next_key -= 1
     looked_up = answers[next_key + 1 :]
