@@ -10,11 +10,15 @@ expected failure passed and every type check passed (KIT-11).
 from __future__ import annotations
 
 import argparse
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from kvproto.testing._targets import TierSpec
+    from kvproto.testing._typecheck import TypecheckResult
 
 __all__ = ["add_arguments", "run"]
 
@@ -61,6 +65,21 @@ def _list(console: Console) -> int:
     return 0
 
 
+def _typecheck_all(specs: list[TierSpec], into: dict[str, TypecheckResult | None]) -> None:
+    """Type-check each spec's class in turn (KIT-12); a tier that cannot be built is a problem."""
+    from kvproto.testing._typecheck import TypecheckResult, start_typecheck
+
+    for spec in specs:
+        try:
+            cls = spec.resolved_class()
+        except Exception as exc:  # reported as the tier's type-check problem, not raised
+            failed = TypecheckResult(spec.name, spec.kind)
+            failed.problems.append(f"could not build the tier to find its class: {type(exc).__name__}: {exc}")
+            into[spec.name] = failed
+            continue
+        into[spec.name] = start_typecheck(cls, protocol=spec.kind, label=spec.name).wait()
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import (
@@ -75,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     from kvproto.errors import KvprotoError
     from kvproto.testing._reports import render_summary, render_tier, to_json, write_json, write_junit
     from kvproto.testing._runner import CheckOutcome, TierReport, planned_checks, run_kit
-    from kvproto.testing._targets import TierSpec, reference_tiers, resolve_target
-    from kvproto.testing._typecheck import PendingTypecheck, TypecheckResult, start_typecheck
+    from kvproto.testing._targets import reference_tiers, resolve_target
+    from kvproto.testing._typecheck import TypecheckResult
 
     console = Console()
     if args.list:
@@ -97,7 +116,13 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]kvproto conform: {exc}")
             return 2
     reports: list[TierReport] = []
-    typechecks: dict[str, TypecheckResult | None] = {}
+    typechecks: dict[str, TypecheckResult | None] = {spec.name: None for spec in specs}
+    checker: threading.Thread | None = None
+    if not args.no_typecheck:
+        # mypy runs in subprocesses, one tier after another, on a thread of its own, so the type
+        # checks overlap the kit's runs (a cold mypy cache over a torch-based tier takes a while).
+        checker = threading.Thread(target=_typecheck_all, args=(specs, typechecks), daemon=True)
+        checker.start()
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -112,31 +137,19 @@ def run(args: argparse.Namespace) -> int:
             if only is not None:
                 planned = [p for p in planned if p.check in only]
             task = progress.add_task(spec.name, total=len(planned), last="")
-            pending: PendingTypecheck | None = None
-            typecheck_error: str | None = None
-            if not args.no_typecheck:
-                try:
-                    pending = start_typecheck(spec.resolved_class(), protocol=spec.kind, label=spec.name)
-                except Exception as exc:  # a tier that cannot even be built is reported below
-                    typecheck_error = f"{type(exc).__name__}: {exc}"
 
             def advance(outcome: CheckOutcome, task_id: TaskID = task) -> None:
                 label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
                 progress.update(task_id, advance=1, last=label)
 
             report = run_kit(spec, profile=profile, on_progress=advance, checks=only)
-            if pending is not None:
-                progress.update(task, last="waiting for mypy")
-                typechecks[spec.name] = pending.wait()
-            elif typecheck_error is not None:
-                failed = TypecheckResult(spec.name, spec.kind)
-                failed.problems.append(f"could not build the tier to find its class: {typecheck_error}")
-                typechecks[spec.name] = failed
-            else:
-                typechecks[spec.name] = None
-            verdict = "[green]conforms" if report.passed else "[red]does not conform"
+            verdict = "[green]checks pass" if report.passed else "[red]checks fail"
             progress.update(task, completed=len(planned), last=verdict)
             reports.append(report)
+        if checker is not None:
+            waiting = progress.add_task("typecheck", total=None, last="strict mypy")
+            checker.join()
+            progress.update(waiting, total=1, completed=1, last="done")
     for report in reports:
         render_tier(console, report, typechecks.get(report.spec.name))
     render_summary(console, reports, typechecks)

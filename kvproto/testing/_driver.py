@@ -60,6 +60,7 @@ class SecondaryDriver:
         self.context = TrackedContext("kvproto-kit")
         self.steps = 0
         self.slow_lookups = 0
+        self.slow_steps = 0
         self.closed = False
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
@@ -137,8 +138,18 @@ class SecondaryDriver:
 
     def step(self) -> list[JobResult]:
         """One scheduler step: ``on_step_end`` then ``get_finished_jobs``; validates each result."""
+        started = time.perf_counter()
         self.tier.on_step_end()
+        took = time.perf_counter() - started
         self.steps += 1
+        if took > self.limits.lookup_budget_s:
+            self.slow_steps += 1
+            if self.slow_steps >= 2:
+                raise ConformanceFailure(
+                    "TIER-13",
+                    f"on_step_end blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s; "
+                    f"{self.slow_steps} slow steps); the end-of-step hook must not wait for jobs",
+                )
         return self.collect()
 
     def collect(self) -> list[JobResult]:

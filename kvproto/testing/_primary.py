@@ -18,7 +18,7 @@ from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._jobs import EventKind, OffloadingEvent, PrepareStoreOutput, ReqContext
 from kvproto._keys import OffloadKey
-from kvproto._protocols import PrimaryTier
+from kvproto._protocols import BatchLookup, PrimaryTier
 from kvproto._results import LookupResult, unreachable
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
@@ -457,6 +457,20 @@ class PrimaryTierTests(KitBase):
                 raise ConformanceFailure(
                     "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
                 )
+
+    @check("TIER-17")
+    def test_lookup_many_matches_lookup(self, kit: PrimaryDriver) -> None:
+        """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
+        tier = kit.tier
+        if not isinstance(tier, BatchLookup):
+            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
+        keys = key_pool("p-t17", 6)
+        kit.store(keys[:2])
+        kit.prepare(keys[2:4])
+        many: object = tier.lookup_many(keys, kit.context)
+        one = [kit.lookup(k) for k in keys]
+        if not isinstance(many, list) or many != one:
+            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
 
     # ---- Hypothesis ----------------------------------------------------------------------
     @check("TIER-7", hypothesis=True)

@@ -61,8 +61,8 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
 def render_summary(console: Console, reports: list[TierReport], typechecks: dict[str, TypecheckResult | None]) -> None:
     """One line per tier: counts and the verdict."""
     table = Table(title="kvproto conform", title_justify="left")
-    for column in ("tier", "kind", "passed", "failed", "skipped", "xfail", "typecheck", "verdict"):
-        table.add_column(column)
+    for column in ("tier", "kind", "pass", "fail", "skip", "xfail", "mypy", "verdict"):
+        table.add_column(column, no_wrap=column != "tier")
     for report in reports:
         counts = report.counts()
         typecheck = typechecks.get(report.spec.name)
@@ -76,7 +76,7 @@ def render_summary(console: Console, reports: list[TierReport], typechecks: dict
             str(counts.get("skipped", 0)),
             str(counts.get("xfailed", 0)),
             tc,
-            "[green]conforms" if ok else "[bold red]does not conform",
+            "[green]conforms" if ok else "[bold red]FAILS",
         )
     console.print(table)
 

@@ -14,7 +14,7 @@ import pytest
 from kvproto import members as lr
 from kvproto._jobs import EventKind, OffloadingEvent
 from kvproto._keys import OffloadKey
-from kvproto._protocols import SecondaryTier
+from kvproto._protocols import BatchLookup, SecondaryTier
 from kvproto._results import LookupResult, unreachable
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
@@ -598,6 +598,38 @@ class SecondaryTierTests(KitBase):
             other.load(keys, [10, 11, 12])
         finally:
             other.shutdown()
+
+    @check("TIER-18", needs=("sharing",), hooks=("reopen",))
+    def test_sharing_between_instances(self, kit: SecondaryDriver) -> None:
+        """Two live instances over the same storage see each other's stored blocks."""
+        other_buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(
+            self.reopen(kit.tier, other_buffer), other_buffer, kit.capabilities, kit.limits, first_job_id=9501
+        )
+        try:
+            keys = key_pool("share", 4)
+            kit.store(keys[:2])
+            other.expect(other.resolve(keys[:2]), lr.HIT, "TIER-18", "in a second live instance after the first stored it")
+            other.load(keys[:2], [10, 11])
+            other.store(keys[2:], [2, 3])
+            kit.expect(kit.resolve(keys[2:]), lr.HIT, "TIER-18", "in the first instance after the second stored it")
+            kit.load(keys[2:], [12, 13])
+        finally:
+            other.shutdown()
+
+    @check("TIER-17")
+    def test_lookup_many_matches_lookup(self, kit: SecondaryDriver) -> None:
+        """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
+        tier = kit.tier
+        if not isinstance(tier, BatchLookup):
+            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
+        keys = key_pool("t17", 6)
+        kit.store(keys[:3])
+        kit.resolve(keys)
+        many: object = tier.lookup_many(keys, kit.context)
+        one = [kit.lookup(k) for k in keys]
+        if not isinstance(many, list) or many != one:
+            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
 
     # ---- Hypothesis --------------------------------------------------------------------
     @check("TIER-10", hypothesis=True)

@@ -158,6 +158,6 @@ def test_guard_and_expected_failures(tmp_path: Path) -> None:
 
 def test_kvproto_tier_option_runs_the_kit_without_a_test_file(tmp_path: Path) -> None:
     got = _run(tmp_path, "--kvproto-tier", "memory", "--kvproto-profile", "fast", "-k", "lookup or store")
-    assert len(got) >= 8
-    assert all(v[0] == "passed" for v in got.values()), got
+    assert sum(1 for v in got.values() if v[0] == "passed") >= 8
+    assert all(v[0] == "passed" or (v[0] == "skipped" and v[1].startswith("needs ")) for v in got.values()), got
     assert any(name.endswith("::test_hit_after_successful_store") for name in got)
