@@ -80,7 +80,21 @@ def _typecheck_all(specs: list[TierSpec], into: dict[str, TypecheckResult | None
         into[spec.name] = start_typecheck(cls, protocol=spec.kind, label=spec.name).wait()
 
 
+def _kit_missing() -> str | None:
+    """The name of a package the kit needs that is not installed, if any."""
+    import importlib.util
+
+    for name in ("pytest", "hypothesis", "mypy"):
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    missing = _kit_missing()
+    if missing is not None:
+        print(f"kvproto conform needs {missing} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[dev]'")
+        return 2
     from rich.console import Console
     from rich.progress import (
         BarColumn,

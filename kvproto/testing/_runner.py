@@ -7,6 +7,7 @@ hands it to ``pytest.main`` with a plugin object that records each report.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import tempfile
@@ -25,6 +26,9 @@ from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._targets import TierSpec, build_test_class
 
 __all__ = ["CheckOutcome", "TierReport", "run_kit"]
+
+CHECK_TIMEOUT_S = 300
+"""With pytest-timeout installed, a check running longer than this fails (a deadlocked tier)."""
 
 # Specs handed to generated modules, by token (the runner is in-process).
 _SPECS: dict[str, TierSpec] = {}
@@ -251,6 +255,9 @@ def run_kit(
             ]
             if checks is not None:
                 args += ["-k", " or ".join(checks)]
+            if importlib.util.find_spec("pytest_timeout") is not None:
+                # A tier that deadlocks fails its check instead of hanging the run.
+                args += ["-o", f"timeout={CHECK_TIMEOUT_S}"]
             code = pytest.main(args, plugins=[collector])
             sys.modules.pop(module.stem, None)
     finally:
