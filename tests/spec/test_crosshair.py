@@ -1,0 +1,85 @@
+"""CrossHair over the scans: the reference meets its contracts, kvproto.scan behaves exactly like it.
+
+Bounded by iterations (``CROSSHAIR_ITERATIONS``), not wall time. The mutant
+runs show the comparison can fail: a diffbehavior that cannot tell a wrong
+scan from the reference would prove nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spec.checks import (
+    CROSSHAIR_ITERATIONS,
+    Check,
+    CheckResult,
+    crosshair_diff,
+    run_checks,
+    standard_checks,
+)
+
+pytestmark = pytest.mark.crosshair
+
+_TARGETS = "spec.crosshair_targets"
+
+
+@pytest.fixture(scope="module")
+def crosshair_results() -> dict[str, CheckResult]:
+    """Every CrossHair run of this module, two at a time (they are subprocesses)."""
+    checks = [c for c in standard_checks() if c.kind == "crosshair"]
+    checks += [
+        Check(
+            "mutant prefix",
+            "crosshair",
+            lambda: crosshair_diff(
+                f"{_TARGETS}.kvproto_prefix",
+                f"{_TARGETS}.mutant_prefix_stops_at_retry",
+                name="mutant prefix",
+                clauses="SCAN-2",
+                iterations=CROSSHAIR_ITERATIONS,
+            ),
+        ),
+        Check(
+            "mutant window",
+            "crosshair",
+            lambda: crosshair_diff(
+                f"{_TARGETS}.kvproto_window",
+                f"{_TARGETS}.mutant_window_defers_on_any_pending",
+                name="mutant window",
+                clauses="SCAN-8",
+                iterations=CROSSHAIR_ITERATIONS,
+            ),
+        ),
+    ]
+    return {c.name: r for c, r in zip(checks, run_checks(checks, crosshair_parallel=2))}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "crosshair check: reference contracts",
+        "crosshair diffbehavior: prefix",
+        "crosshair diffbehavior: window",
+    ],
+)
+def test_crosshair_finds_nothing(crosshair_results: dict[str, CheckResult], name: str) -> None:
+    """SCAN-1..SCAN-10: no counterexample to the contracts, no difference from the reference."""
+    result = crosshair_results[name]
+    assert result.passed, result.detail
+    assert result.explored is not None and result.explored > 0, "no paths explored"
+
+
+@pytest.mark.parametrize(
+    ("name", "scan_output"),
+    [
+        ("mutant prefix", "mutant_prefix_stops_at_retry : returns"),
+        ("mutant window", "mutant_window_defers_on_any_pending : returns"),
+    ],
+)
+def test_crosshair_diff_catches_a_wrong_scan(
+    crosshair_results: dict[str, CheckResult], name: str, scan_output: str
+) -> None:
+    """The same diffbehavior run, same budget, against a deliberately wrong scan reports a difference."""
+    result = crosshair_results[name]
+    assert not result.passed
+    assert "Given: (" in result.detail and scan_output in result.detail, result.detail
