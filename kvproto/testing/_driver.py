@@ -10,7 +10,7 @@ check named after them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
@@ -47,6 +47,7 @@ class SecondaryDriver:
         limits: KitLimits,
         *,
         first_job_id: int = 7001,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         if buffer.ndim != 2 or buffer.shape is None:
             raise ConformanceFailure("TIER-3", "the primary buffer handed to the kit is not 2-D")
@@ -62,6 +63,7 @@ class SecondaryDriver:
         self.slow_lookups = 0
         self.slow_steps = 0
         self.closed = False
+        self._on_close = on_close
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
         # What each slot must hold; None while a load job targets it or after a failed load.
@@ -364,4 +366,6 @@ class SecondaryDriver:
         """Shut the tier down once (the fixture calls this after each check)."""
         if not self.closed:
             self.closed = True
+            if self._on_close is not None:
+                self._on_close()
             self.tier.shutdown()

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from hypothesis import settings
-from hypothesis.errors import Flaky
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     precondition,
@@ -408,7 +407,7 @@ def run_machine(
     )
     chosen = hypothesis_settings(profile)
     try:
-        run_state_machine_as_test(machine, settings=cast(settings, chosen))
+        run_state_machine_as_test(machine, settings=chosen)
     except Flaky as flaky:
         raise flaky_failure(flaky) from flaky
     finally:

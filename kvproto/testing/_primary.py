@@ -6,12 +6,11 @@ import gc
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar, cast
+from typing import ClassVar
 
 import pytest
-from hypothesis import settings
-from hypothesis.errors import Flaky
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from kvproto import members as lr
@@ -33,6 +32,7 @@ PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 _PROTOCOL_MEMBERS = tuple(n for n in dir(PrimaryTier) if not n.startswith("_"))
+_CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
 
 class PrimaryDriver:
@@ -147,15 +147,19 @@ class PrimaryTierTests(KitBase):
         )
 
     @pytest.fixture
-    def tier(self, tier_factory: PrimaryTierFactory) -> PrimaryTier:
-        """An empty primary tier."""
-        return tier_factory()
+    def tier(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> Iterator[PrimaryTier]:
+        """An empty primary tier, shut down after the check (once)."""
+        built = tier_factory()
+        yield built
+        if not request.node.stash.get(_CLOSED, False):
+            built.shutdown()
 
     @pytest.fixture
-    def kit(self, tier: PrimaryTier) -> Iterator[PrimaryDriver]:
+    def kit(self, tier: PrimaryTier, request: pytest.FixtureRequest) -> Iterator[PrimaryDriver]:
         """A driver for ``tier``; shuts it down after the check."""
         driver = PrimaryDriver(tier, self.declared_capabilities(tier), self.limits)
         yield driver
+        request.node.stash[_CLOSED] = True
         driver.shutdown()
 
     # ---- shape ---------------------------------------------------------------------------
@@ -481,7 +485,7 @@ class PrimaryTierTests(KitBase):
         profile = self.profile(request)
         machine = _primary_machine(tier_factory, self.capabilities, self.limits)
         try:
-            run_state_machine_as_test(machine, settings=cast(settings, hypothesis_settings(profile)))
+            run_state_machine_as_test(machine, settings=hypothesis_settings(profile))
         except Flaky as flaky:
             from kvproto.testing._machines import flaky_failure
 

@@ -28,6 +28,7 @@ SecondaryTierFactory = Callable[[memoryview], SecondaryTier]
 """Builds an EMPTY secondary tier bound to the given primary buffer."""
 
 _PROTOCOL_MEMBERS = tuple(n for n in dir(SecondaryTier) if not n.startswith("_"))
+_CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
 
 def _missing(answers: dict[OffloadKey, LookupResult], want: LookupResult) -> list[OffloadKey]:
@@ -72,14 +73,27 @@ class SecondaryTierTests(KitBase):
         )
 
     @pytest.fixture
-    def tier(self, tier_factory: SecondaryTierFactory, primary_buffer: memoryview) -> SecondaryTier:
-        """An empty tier bound to ``primary_buffer``."""
-        return tier_factory(primary_buffer)
+    def tier(
+        self, tier_factory: SecondaryTierFactory, primary_buffer: memoryview, request: pytest.FixtureRequest
+    ) -> Iterator[SecondaryTier]:
+        """An empty tier bound to ``primary_buffer``, shut down after the check (once)."""
+        built = tier_factory(primary_buffer)
+        yield built
+        if not request.node.stash.get(_CLOSED, False):
+            built.shutdown()
 
     @pytest.fixture
-    def kit(self, tier: SecondaryTier, primary_buffer: memoryview) -> Iterator[SecondaryDriver]:
+    def kit(
+        self, tier: SecondaryTier, primary_buffer: memoryview, request: pytest.FixtureRequest
+    ) -> Iterator[SecondaryDriver]:
         """A driver for ``tier``; shuts the tier down after the check."""
-        driver = SecondaryDriver(tier, primary_buffer, self.declared_capabilities(tier), self.limits)
+
+        def closed() -> None:
+            request.node.stash[_CLOSED] = True
+
+        driver = SecondaryDriver(
+            tier, primary_buffer, self.declared_capabilities(tier), self.limits, on_close=closed
+        )
         yield driver
         driver.shutdown()
 

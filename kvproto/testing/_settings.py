@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hypothesis import settings
 
 __all__ = ["PROFILES", "KitLimits", "KitProfile", "hypothesis_settings", "profile_named"]
 
@@ -65,14 +69,15 @@ class KitLimits:
     lookup_budget_s: float = 0.2
 
 
-def hypothesis_settings(profile: KitProfile) -> object:
+def hypothesis_settings(profile: KitProfile) -> settings:
     """Hypothesis settings for the kit's state machines under ``profile``."""
-    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import HealthCheck, Phase
+    from hypothesis import settings as make_settings
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate]
     if profile.shrink:
         phases.append(Phase.shrink)
-    return settings(
+    return make_settings(
         max_examples=profile.machine_examples,
         stateful_step_count=profile.machine_steps,
         deadline=None,
