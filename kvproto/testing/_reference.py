@@ -14,7 +14,7 @@ from kvproto._keys import OffloadKey
 from kvproto._memory_tier import MemoryTier
 from kvproto.testing._targets import TierSpec
 
-__all__ = ["MEMORY_HOOKS", "cpu", "memory", "memory_async"]
+__all__ = ["MEMORY_HOOKS", "cpu", "memory", "memory_async", "memory_threaded"]
 
 
 def _seed(tier: MemoryTier, key: OffloadKey, data: bytes) -> None:
@@ -70,6 +70,20 @@ def memory_async() -> TierSpec:
         hooks=MEMORY_HOOKS,
         tier_class=MemoryTier,
         description="kvproto.MemoryTier(buffer, job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48)",
+    )
+
+
+def memory_threaded() -> TierSpec:
+    """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
+    return TierSpec(
+        "memory-threaded",
+        "secondary",
+        lambda buffer: MemoryTier(
+            buffer, name="memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1
+        ),
+        hooks=MEMORY_HOOKS,
+        tier_class=MemoryTier,
+        description="kvproto.MemoryTier(buffer, job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)",
     )
 
 

@@ -11,7 +11,7 @@ from kvproto.testing._targets import reference_tiers
 
 def test_reference_tiers_are_registered() -> None:
     names = {ep.name for ep in reference_tiers()}
-    assert {"memory", "memory-async", "cpu"} <= names
+    assert {"memory", "memory-async", "memory-threaded", "cpu"} <= names
 
 
 def test_conform_without_target_passes_every_reference_tier(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_conform_without_target_passes_every_reference_tier(tmp_path: Path) -> N
     }
     assert failing == {}
     assert code == 0
-    assert {t["tier"] for t in data["tiers"]} >= {"memory", "memory-async", "cpu"}
+    assert {t["tier"] for t in data["tiers"]} >= {"memory", "memory-async", "memory-threaded", "cpu"}
     for tier in data["tiers"]:
         outcomes = {c["outcome"] for c in tier["checks"]}
         assert outcomes <= {"passed", "skipped"}
