@@ -296,7 +296,7 @@ class PrimaryTierTests(KitBase):
         kit.expect(keys, lr.HIT, "TIER-6", "for pinned blocks after a refused prepare_store")
         kit.tier.complete_load(keys)
 
-    @check("TIER-6")
+    @check("TIER-6", needs=("eviction",))
     def test_eviction_reports_evicted_keys(self, kit: PrimaryDriver) -> None:
         """A store into a full tier evicts unpinned blocks, lists them, and they answer MISS."""
         keys = key_pool("p-evict", kit.num_slots)

@@ -51,6 +51,20 @@ def test_selected_checks_with_typecheck_and_reports(tmp_path: Path) -> None:
     assert failure is not None and failure.get("type") == "LR-1"
 
 
+def broken_factory(buffer: memoryview) -> object:
+    """A target whose factory cannot build a tier."""
+    raise RuntimeError("no disk at /mnt/kv")
+
+
+def test_a_factory_that_cannot_build_fails_the_run(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    target = "tests.kvproto.testing.test_cli:broken_factory"
+    assert main(["conform", target, "--json", str(report)]) == 1
+    (tier,) = json.loads(report.read_text())["tiers"]
+    assert "no disk at /mnt/kv" in tier["error"]
+    assert "no disk at /mnt/kv" in tier["typecheck"]["problems"][0]
+
+
 def test_hypothesis_statistics_are_reported(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     code = main([
