@@ -73,13 +73,6 @@ def _scan_ratio(
 def run(quick: bool = False) -> BenchResult:
     from impls.cpu import CpuTier, CpuTierConfig  # torch lives behind impls.cpu
 
-    class CpuTierWithReadyKeys(CpuTier):
-        """The CPU tier with the optional ReadyKeys view (MGR-15): the manager's fast path."""
-
-        @property
-        def ready_keys(self) -> Container[OffloadKey]:
-            return self._ready.keys()  # the dict behind CpuTier.lookup's HIT answer
-
     class CpuTierWithoutReadyKeys(CpuTier):
         """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""
 
@@ -91,10 +84,8 @@ def run(quick: bool = False) -> BenchResult:
     keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(N_KEYS)]
     req = ReqContext("bench")
 
-    native_fast = isinstance(CpuTier.__dict__.get("ready_keys"), property)
-    m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)
+    m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)  # CpuTier exposes ready_keys
     ratio = m_ns / b_ns
-    f_ns, fb_ns = _scan_ratio(CpuTierWithReadyKeys, keys, req, repeats)
     g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
 
     cpu = CpuTier(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
@@ -140,13 +131,9 @@ def run(quick: bool = False) -> BenchResult:
         "manager_ns_per_key": round(m_ns, 2),
         "bare_primary_ns_per_key": round(b_ns, 2),
         "ratio": round(ratio, 3),
-        "ready_keys_manager_ns_per_key": round(f_ns, 2),
-        "ready_keys_bare_primary_ns_per_key": round(fb_ns, 2),
-        "ready_keys_ratio": round(f_ns / fb_ns, 3),
         "generic_manager_ns_per_key": round(g_ns, 2),
         "generic_bare_primary_ns_per_key": round(gb_ns, 2),
         "generic_ratio": round(g_ns / gb_ns, 3),
-        "cpu_tier_has_ready_keys": float(native_fast),
         "miss_two_tiers_ns_per_key": round(miss_ns, 2),
         "promotion_ns_per_key": round(promo_ns, 2),
         "of_which_cpu_prepare_store_ns_per_key": round(prepare_ns, 2),
@@ -154,8 +141,7 @@ def run(quick: bool = False) -> BenchResult:
     }
     summary = (
         f"prefix scan of {N_KEYS} primary HITs: manager {m_ns:.0f} vs bare CpuTier {b_ns:.0f} "
-        f"ns/key (x{ratio:.2f}{'' if native_fast else ', CpuTier has no ready_keys view'}); "
-        f"with a ready_keys view x{f_ns / fb_ns:.2f}, without x{g_ns / gb_ns:.2f}; "
+        f"ns/key (x{ratio:.2f}); without the ready_keys view x{g_ns / gb_ns:.2f}; "
         f"MISS over 2 tiers {miss_ns:.0f} ns/key; "
         f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f})"
     )

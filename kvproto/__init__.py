@@ -23,6 +23,7 @@ from kvproto._protocols import (
     BatchLookup,
     OffloadingManager,
     PrimaryTier,
+    ReadyKeys,
     SecondaryTier,
     TierLifecycle,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "OffloadingManager",
     "PrepareStoreOutput",
     "PrimaryTier",
+    "ReadyKeys",
     "ReqContext",
     "SecondaryTier",
     "TierLifecycle",

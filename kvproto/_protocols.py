@@ -6,7 +6,7 @@ signatures satisfies the protocol, and strict mypy checks it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
@@ -17,6 +17,7 @@ __all__ = [
     "BatchLookup",
     "OffloadingManager",
     "PrimaryTier",
+    "ReadyKeys",
     "SecondaryTier",
     "TierLifecycle",
 ]
@@ -174,4 +175,21 @@ class BatchLookup(Protocol):
         self, keys: Sequence[OffloadKey], req_context: ReqContext
     ) -> list[LookupResult]:
         """``[self.lookup(k, req_context) for k in keys]``, possibly faster."""
+        ...
+
+
+@runtime_checkable
+class ReadyKeys(Protocol):
+    """Optional primary-tier ability: a live view of the keys it answers HIT for (MGR-15).
+
+    ``ready_keys`` must be one container, kept up to date in place for the
+    tier's lifetime (e.g. ``self._ready.keys()`` of the dict behind
+    ``lookup``), such that ``key in ready_keys`` is True exactly when
+    ``lookup(key, ...)`` would answer HIT. The manager then answers a
+    primary HIT with one C-level membership test instead of a call.
+    """
+
+    @property
+    def ready_keys(self) -> Container[OffloadKey]:
+        """The live container of the keys that are HIT now."""
         ...

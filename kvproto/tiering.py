@@ -12,37 +12,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+
 
 from kvproto import members as lr
 from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
 from kvproto._keys import OffloadKey
-from kvproto._protocols import OffloadingManager, PrimaryTier, SecondaryTier
+from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError, TierMisuseError
 
-__all__ = ["ReadyKeys", "TieringConfig", "TieringManager", "TieringStats"]
+__all__ = ["TieringConfig", "TieringManager", "TieringStats"]
 
 _log = logging.getLogger("kvproto.tiering")
 
 _StageKey = tuple[int, str | None]  # (secondary index, request id)
-
-
-@runtime_checkable
-class ReadyKeys(Protocol):
-    """Optional primary-tier ability: a live view of the keys it answers HIT for (MGR-15).
-
-    ``ready_keys`` must be one container, kept up to date in place for the
-    tier's lifetime (e.g. ``self._ready.keys()`` of the dict behind
-    ``lookup``), such that ``key in ready_keys`` is True exactly when
-    ``lookup(key, ...)`` would answer HIT. The manager then answers a
-    primary HIT with one C-level membership test instead of a call.
-    """
-
-    @property
-    def ready_keys(self) -> Container[OffloadKey]:
-        """The live container of the keys that are HIT now."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

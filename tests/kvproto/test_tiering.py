@@ -392,15 +392,16 @@ def test_tier_errors_are_logged_with_the_tier_name(
 
 def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
     """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
-    from tests.kvproto.tiering_stack import CpuTierWithReadyKeys, FakeClock
-    from impls.cpu import CpuTierConfig
+    from tests.kvproto.tiering_stack import FakeClock
+    from impls.cpu import CpuTier, CpuTierConfig
     from kvproto import MemoryTier
-    from kvproto.tiering import ReadyKeys
+    from kvproto import ReadyKeys
 
-    cpu = CpuTierWithReadyKeys(
+    cpu = CpuTier(
         CpuTierConfig(num_slots=2, block_bytes=BLOCK, pin_memory="off"), clock=FakeClock()
     )
-    assert isinstance(cpu, ReadyKeys)
+    view: ReadyKeys = cpu  # mypy proves CpuTier offers the view
+    assert isinstance(view, ReadyKeys)
     calls: list[OffloadKey] = []
     real = cpu.lookup
 

@@ -41,7 +41,6 @@ from impls.cpu import CpuTier, CpuTierConfig
 from tests.kvproto.tiering_stack import (
     BLOCK,
     CpuTierWithoutReadyKeys,
-    CpuTierWithReadyKeys,
     FakeClock,
     RaisingTier,
     block,
@@ -310,7 +309,7 @@ class TieringStack(RuleBasedStateMachine):
 
 
 class TieringStackReadyKeys(TieringStack):
-    primary_class = CpuTierWithReadyKeys
+    primary_class = CpuTier
 
 
 _SETTINGS = settings(max_examples=300 if os.environ.get("CI") else 60, stateful_step_count=40)

@@ -30,14 +30,6 @@ def block(i: int) -> bytes:
     return i.to_bytes(4, "big") * (BLOCK // 4)
 
 
-class CpuTierWithReadyKeys(CpuTier):
-    """The CPU tier with the optional ReadyKeys view, so the manager takes its fast path (MGR-15)."""
-
-    @property
-    def ready_keys(self) -> Container[OffloadKey]:
-        return self._ready.keys()  # the dict behind CpuTier.lookup's HIT
-
-
 class CpuTierWithoutReadyKeys(CpuTier):
     """The CPU tier with its ReadyKeys view hidden, so the manager takes its generic path."""
 
