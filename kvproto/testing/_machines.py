@@ -138,7 +138,7 @@ class TierStateMachine(RuleBasedStateMachine):
                             del self.early_hits[key]
                         elif not jobs and key not in self.certain and key not in self.maybe:
                             raise ConformanceFailure(
-                                "TIER-10",
+                                "TIER-4",
                                 f"lookup({short_key(key)}) answered HIT while its store job was in "
                                 "flight, and the job then failed it: a HIT came before the store finished",
                             )
@@ -150,7 +150,7 @@ class TierStateMachine(RuleBasedStateMachine):
                     continue
                 if job_id in self.must_load and set(job.keys) - ok:
                     raise ConformanceFailure(
-                        "TIER-10", "a load submitted right after a HIT failed (the HIT was not readable)"
+                        "TIER-4", "a load submitted right after a HIT failed (the HIT was not readable)"
                     )
                 sure = self.certain_at_load.pop(job_id, frozenset())
                 lost = [k for k in job.keys if k in sure and k in self.certain and k not in ok]
@@ -210,7 +210,7 @@ class TierStateMachine(RuleBasedStateMachine):
                     flying = {j for j, ks in self.inflight.items() if key in ks}
                     if not flying:
                         raise ConformanceFailure(
-                            "TIER-10", f"lookup({short_key(key)}) answered HIT for a key that was never stored"
+                            "TIER-4", f"lookup({short_key(key)}) answered HIT for a key that was never stored"
                         )
                     self.early_hits.setdefault(key, set()).update(flying)
                 if then_load and not self.fail_armed:
@@ -275,7 +275,7 @@ class TierStateMachine(RuleBasedStateMachine):
                 )
             if key not in self.certain and key not in self.maybe and answer is lr.HIT:
                 raise ConformanceFailure(
-                    "TIER-10", f"key {short_key(key)} answers HIT but no store of it succeeded"
+                    "TIER-4", f"key {short_key(key)} answers HIT but no store of it succeeded"
                 )
 
     def teardown(self) -> None:

@@ -232,7 +232,7 @@ class SecondaryTierTests(KitBase):
                 f"{answers[lost[0]].name}: the write was lost ({len(lost)} of {len(keys)} keys)",
             )
 
-    @check("TIER-10")
+    @check("TIER-4")
     def test_no_hit_before_store_finished(self, kit: SecondaryDriver) -> None:
         """While a store job is in flight, a HIT for its keys must already be readable,
         and must not belong to a store that then fails."""
@@ -252,7 +252,7 @@ class SecondaryTierTests(KitBase):
                             load = kit.load([key], [next(spare)])
                             if key not in load.succeeded_keys(kit.jobs[load.job_id]):
                                 raise ConformanceFailure(
-                                    "TIER-10",
+                                    "TIER-4",
                                     f"lookup({short_key(key)}) answered HIT while its store was in "
                                     "flight, but a load submitted right after failed",
                                 )
@@ -265,12 +265,12 @@ class SecondaryTierTests(KitBase):
         failed = seen - result.succeeded_keys(job)
         if failed:
             raise ConformanceFailure(
-                "TIER-10",
+                "TIER-4",
                 f"lookup({short_key(next(iter(failed)))}) answered HIT while its store job was in "
                 "flight, and the job then failed: a HIT came before the store finished",
             )
 
-    @check("TIER-10", hooks=("fail_next_jobs",))
+    @check("TIER-4", hooks=("fail_next_jobs",))
     def test_no_hit_after_failed_store(self, kit: SecondaryDriver) -> None:
         """After a store job fails, its keys answer MISS; a later store of them works."""
         keys = key_pool("failed", 4)
@@ -283,7 +283,7 @@ class SecondaryTierTests(KitBase):
         for key in keys:
             if key not in done and answers[key] is lr.HIT:
                 raise ConformanceFailure(
-                    "TIER-10", f"lookup({short_key(key)}) answers HIT after its store job failed"
+                    "TIER-4", f"lookup({short_key(key)}) answers HIT after its store job failed"
                 )
         retry = kit.store(keys)
         if not retry.success:
@@ -437,7 +437,7 @@ class SecondaryTierTests(KitBase):
         if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
             raise ConformanceFailure("TIER-10", "a load reported a damaged block done")
 
-    @check("TIER-10")
+    @check("TIER-4")
     def test_hit_is_loadable_under_racing_stores(self, kit: SecondaryDriver, request: pytest.FixtureRequest) -> None:
         """A HIT stays loadable: a load submitted right after it succeeds, and one submitted
         after racing stores (that may evict) never returns other bytes."""
@@ -461,7 +461,7 @@ class SecondaryTierTests(KitBase):
                         result = kit.wait([job])[job.job_id]
                         if key not in result.succeeded_keys(job):
                             raise ConformanceFailure(
-                                "TIER-10",
+                                "TIER-4",
                                 f"lookup({short_key(key)}) answered HIT but a load submitted right "
                                 "after it failed",
                             )

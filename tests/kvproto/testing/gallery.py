@@ -310,8 +310,8 @@ class Expected:
 
 _HERE = __name__
 GALLERY: dict[str, Expected] = {
-    f"{_HERE}:hit_before_store_finished": Expected("test_no_hit_before_store_finished", "TIER-10", "before the store finished"),
-    f"{_HERE}:hit_after_failed_store": Expected("test_no_hit_after_failed_store", "TIER-10", "after its store job failed"),
+    f"{_HERE}:hit_before_store_finished": Expected("test_no_hit_before_store_finished", "TIER-4", "before the store finished"),
+    f"{_HERE}:hit_after_failed_store": Expected("test_no_hit_after_failed_store", "TIER-4", "after its store job failed"),
     f"{_HERE}:lost_write": Expected("test_hit_after_successful_store", "TIER-10", "the write was lost"),
     f"{_HERE}:bytes_of_another_key": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"),
     f"{_HERE}:load_into_wrong_slot": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"),
