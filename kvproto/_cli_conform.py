@@ -129,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
         except KvprotoError as exc:
             console.print(f"[red]kvproto conform: {exc}")
             return 2
+    if only is not None:
+        known = {p.check for spec in specs for p in planned_checks(spec)}
+        unknown = sorted(set(only) - known)
+        if unknown:
+            console.print(f"[red]kvproto conform: no such kit check: {', '.join(unknown)}")
+            return 2
+        specs = [spec for spec in specs if any(p.check in only for p in planned_checks(spec))]
     reports: list[TierReport] = []
     typechecks: dict[str, TypecheckResult | None] = {spec.name: None for spec in specs}
     checker: threading.Thread | None = None
@@ -156,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
                 label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
                 progress.update(task_id, advance=1, last=label)
 
-            report = run_kit(spec, profile=profile, on_progress=advance, checks=only)
+            here = None if only is None else [p.check for p in planned]
+            report = run_kit(spec, profile=profile, on_progress=advance, checks=here)
             verdict = "[green]checks pass" if report.passed else "[red]checks fail"
             progress.update(task, completed=len(planned), last=verdict)
             reports.append(report)

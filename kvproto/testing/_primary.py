@@ -19,6 +19,7 @@ from kvproto._jobs import EventKind, OffloadingEvent, PrepareStoreOutput, ReqCon
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, PrimaryTier
 from kvproto._results import LookupResult, unreachable
+from kvproto.errors import TierMisuseError
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
@@ -363,6 +364,28 @@ class PrimaryTierTests(KitBase):
         kit.tier.complete_store(out.keys_to_store, True)
         if kit.tier.has_pending_work():
             raise ConformanceFailure("TIER-15", "has_pending_work is True with no store or load in flight")
+
+    @check("TIER-9", needs=("eviction",))
+    def test_releasing_a_pin_never_taken_is_misuse(self, kit: PrimaryDriver) -> None:
+        """complete_load of a key holding no pin raises TierMisuseError and leaves no negative count
+        behind: a pin taken afterwards still protects the block from eviction."""
+        keys = key_pool("p-misuse", kit.num_slots)
+        kit.store(keys)
+        try:
+            kit.tier.complete_load(keys[:1])
+        except TierMisuseError:
+            pass
+        else:
+            raise ConformanceFailure(
+                "TIER-9", "complete_load of a key holding no pin returned normally; it must raise TierMisuseError"
+            )
+        kit.load(keys[:1])
+        out = kit.store(key_pool("p-misuse-extra", kit.num_slots - 1))
+        if keys[0] in out.evicted:
+            raise ConformanceFailure(
+                "TIER-9", "a pin taken after an unmatched complete_load did not protect its block (negative pin count)"
+            )
+        kit.tier.complete_load(keys[:1])
 
     @check("TIER-6")
     def test_keys_isolated_by_hash_and_group(self, kit: PrimaryDriver) -> None:
