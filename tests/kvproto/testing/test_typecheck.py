@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import pytest
 
 from kvproto import MemoryTier
@@ -46,3 +49,32 @@ def test_cli_exit_codes_and_words(capsys: pytest.CaptureFixture[str]) -> None:
     assert "lookup returns bool | None; the contract requires LookupResult" in " ".join(out.split())
     assert main(["typecheck", "memory"]) == 0
     assert main(["typecheck", "no.such.module:Tier"]) == 2
+
+
+INEXHAUSTIVE = '''
+from __future__ import annotations
+
+from kvproto import MemoryTier, OffloadKey, ReqContext
+from kvproto import members as lr
+
+
+class CountingTier(MemoryTier):
+    """Conforms structurally, but forgets RETRY in a match: strict mypy (exhaustive-match) says so."""
+
+    def hits(self, key: OffloadKey, req_context: ReqContext) -> int:
+        match self.lookup(key, req_context):
+            case lr.HIT:
+                return 1
+            case lr.MISS | lr.HIT_PENDING:
+                return 0
+'''
+
+
+def test_errors_inside_the_tier_module_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "inexhaustive_tier.py").write_text(INEXHAUSTIVE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("inexhaustive_tier")
+    result = typecheck_class(module.CountingTier)
+    assert result.problems == []
+    assert any("exhaustive-match" in e and "RETRY" in e for e in result.module_errors), result.module_errors
+    assert not result.passed
