@@ -146,7 +146,7 @@ class SecondaryDriver:
         self.steps += 1
         if took > self.limits.lookup_budget_s:
             self.slow_steps += 1
-            if self.slow_steps >= 2:
+            if self.slow_steps > self.limits.slow_calls_forgiven:
                 raise ConformanceFailure(
                     "TIER-13",
                     f"on_step_end blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s; "
@@ -287,7 +287,7 @@ class SecondaryDriver:
             )
         if took > self.limits.lookup_budget_s:
             self.slow_lookups += 1
-            if self.slow_lookups >= 2:
+            if self.slow_lookups > self.limits.slow_calls_forgiven:
                 raise ConformanceFailure(
                     "TIER-4",
                     f"lookup({short_key(key)}) blocked for {took:.3f} s "
