@@ -1,4 +1,4 @@
-"""The scheduler's scans over lookup results (SCAN-1..SCAN-9).
+"""The scheduler's scans over lookup results (SCAN-1..SCAN-10).
 
 Both scans take the lookup as a callable, so they work over a manager, a
 bare tier or a test double alike, and consume every answer with an
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 from kvproto import members as lr
 from kvproto._results import LookupResult, unreachable
@@ -43,6 +43,23 @@ class Defer:
 
 Decision: TypeAlias = Hits | Defer
 
+# Decisions are immutable values, so the scans hand out shared instances:
+# building a frozen dataclass costs far more than a whole short scan.
+_DEFER_RETRY: Final = Defer(lr.RETRY)
+_DEFER_PENDING: Final = Defer(lr.HIT_PENDING)
+_HITS_CACHED = 1 << 16  # counts below this are cached (a 1M-token prompt at 16 tokens/block)
+_hits_cache: dict[int, Hits] = {}
+
+
+def _hits(count: int) -> Hits:
+    """``Hits(count)``, shared for counts below ``_HITS_CACHED``."""
+    found = _hits_cache.get(count)
+    if found is None:
+        found = Hits(count)
+        if count < _HITS_CACHED:
+            _hits_cache[count] = found
+    return found
+
 
 def as_legacy(decision: Decision) -> int | None:
     """The old ``int | None`` shape: ``Hits`` -> its count, ``Defer`` -> None (SCAN-9)."""
@@ -70,8 +87,9 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
     count = 0
     retries = 0  # count + retries is the position of the key being looked up
     cause: LookupResult | None = None
-    for key in keys:
-        result = lookup(key)
+    # map() calls lookup lazily, one key at a time, from C: the same calls in
+    # the same order as a hand-written loop, without its per-call bytecode.
+    for result in map(lookup, keys):
         match result:
             case lr.HIT:
                 count += 1
@@ -89,9 +107,12 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
                 unreachable(
                     result, where=f"maximal_prefix_lookup: lookup of key #{count + retries}"
                 )
-    if cause is not None:
-        return Defer(cause)
-    return Hits(count)
+    if cause is None:
+        try:
+            return _hits_cache[count]
+        except KeyError:
+            return _hits(count)
+    return _DEFER_RETRY if cause is lr.RETRY else _DEFER_PENDING
 
 
 def sliding_window_lookup(
@@ -101,7 +122,7 @@ def sliding_window_lookup(
     *,
     initial_window: int | None = None,
 ) -> Decision:
-    """The rightmost loadable window of ``keys`` (SCAN-5..SCAN-8).
+    """The rightmost loadable window of ``keys`` (SCAN-5..SCAN-8, SCAN-10).
 
     Looks keys up back to front, keeping a streak of consecutive hits, and
     stops as soon as the required window fills (SCAN-5). HIT extends the
@@ -114,49 +135,83 @@ def sliding_window_lookup(
     Returns ``Hits(e)`` where the required run ending at ``e`` is all HIT,
     or, when no window fills, ``Hits(n)`` with ``keys[0:n]`` all HIT. Returns
     ``Defer(RETRY)`` if a RETRY was seen, else ``Defer(HIT_PENDING)`` if the
-    streak that produced the answer holds a pending block (SCAN-8).
+    streak that produced the answer holds a pending block (SCAN-8). Bad
+    window arguments raise :class:`~kvproto.errors.InvalidArgumentError`
+    before any lookup (SCAN-10).
     """
-    required = _window_arg("window", window, 1)
+    if type(window) is not int or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
     if initial_window is not None:
-        required = _window_arg("initial_window", initial_window, window)
+        if type(initial_window) is not int or initial_window < window:
+            raise InvalidArgumentError(
+                f"initial_window must be an int >= {window}, got {initial_window!r}"
+            )
+    n = len(keys)
     streak = 0
-    pending = False
+    # The pending mark is the index of the last HIT_PENDING seen (the
+    # leftmost so far): it lies in the streak exactly when it is below the
+    # streak's end, so a MISS or RETRY clears it without a store.
+    pending_at = n
     retried = False
-    for idx in range(len(keys) - 1, -1, -1):
-        result = lookup(keys[idx])
+    idx = n
+    # map() calls lookup lazily, one key at a time, from C: the same calls in
+    # the same order as indexing keys[idx] by hand, without its bytecode.
+    results = map(lookup, reversed(keys))
+    # Two loops over the same lookups, each with its cases in the order of
+    # their frequency: up to the first MISS, HIT first (initial_window applies
+    # until the first MISS or RETRY, SCAN-7); after it, MISS first (an
+    # uncached tail is a long run of MISSes, and only `window` HITs follow).
+    required = window if initial_window is None else initial_window
+    for result in results:
+        idx -= 1
         match result:
             case lr.HIT:
                 streak += 1
                 if streak == required:
-                    return _window_decision(idx + streak, retried=retried, pending=pending)
+                    break
             case lr.MISS:
                 streak = 0
-                pending = False
-                required = window
+                break
             case lr.HIT_PENDING:
                 streak += 1
-                pending = True
+                pending_at = idx
                 if streak == required:
-                    return _window_decision(idx + streak, retried=retried, pending=pending)
+                    break
             case lr.RETRY:
                 streak = 0
-                pending = False
                 retried = True
                 required = window
             case _:
                 unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
-    return _window_decision(streak, retried=retried, pending=pending)
-
-
-def _window_arg(name: str, value: object, minimum: int) -> int:
-    if type(value) is not int or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _window_decision(end: int, *, retried: bool, pending: bool) -> Decision:
+    if streak == 0:  # a MISS ended the first loop (or the keys ran out)
+        for result in results:
+            idx -= 1
+            match result:
+                case lr.MISS:
+                    streak = 0
+                case lr.HIT:
+                    streak += 1
+                    if streak == window:
+                        break
+                case lr.HIT_PENDING:
+                    streak += 1
+                    pending_at = idx
+                    if streak == window:
+                        break
+                case lr.RETRY:
+                    streak = 0
+                    retried = True
+                case _:
+                    unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+    # After a break the streak is the filled window [idx, idx + streak); after
+    # the last key (idx == 0, or no keys) it is the run from index 0.
     if retried:
-        return Defer(lr.RETRY)
-    if pending:
-        return Defer(lr.HIT_PENDING)
-    return Hits(end)
+        return _DEFER_RETRY
+    end = idx + streak
+    if pending_at < end:
+        return _DEFER_PENDING
+    try:
+        return _hits_cache[end]
+    except KeyError:
+        return _hits(end)
+
