@@ -153,7 +153,6 @@ def sliding_window_lookup(
     # streak's end, so a MISS or RETRY clears it without a store.
     pending_at = n
     retried = False
-    idx = n
     # map() calls lookup lazily, one key at a time, from C: the same calls in
     # the same order as indexing keys[idx] by hand, without its bytecode.
     results = map(lookup, reversed(keys))
@@ -162,27 +161,34 @@ def sliding_window_lookup(
     # until the first MISS or RETRY, SCAN-7); after it, MISS first (an
     # uncached tail is a long run of MISSes, and only `window` HITs follow).
     required = window if initial_window is None else initial_window
+    # In the first loop the streak is keys[top - streak : top], so a HIT
+    # needs no index bookkeeping.
+    top = n
     for result in results:
-        idx -= 1
         match result:
             case lr.HIT:
                 streak += 1
                 if streak == required:
                     break
             case lr.MISS:
+                top -= streak + 1
                 streak = 0
                 break
             case lr.HIT_PENDING:
                 streak += 1
-                pending_at = idx
+                pending_at = top - streak
                 if streak == required:
                     break
             case lr.RETRY:
+                top -= streak + 1
                 streak = 0
                 retried = True
                 required = window
             case _:
-                unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+                unreachable(
+                    result, where=f"sliding_window_lookup: lookup of key #{top - streak - 1}"
+                )
+    idx = top - streak
     if streak == 0:  # a MISS ended the first loop (or the keys ran out)
         for result in results:
             idx -= 1
