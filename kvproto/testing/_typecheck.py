@@ -11,6 +11,7 @@ missing a member, say) are reported too.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import os
@@ -264,7 +265,10 @@ def _prepare(
 
     kvproto_root = Path(kvproto.__file__).resolve().parent.parent
     target_root = _root_of(Path(module_file).resolve(), cls.__module__)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvproto" / "mypy"
+    # One mypy cache per project root: mypy caches a module's errors with its path, so a cache shared
+    # by two copies of one module (a moved checkout, two temporary directories) reports the other's path.
+    root_id = hashlib.sha1(str(target_root).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvproto" / "mypy" / root_id
     source, lines = _snippet(cls, chosen)
     snippet.write_text(source)
     config = folder / "mypy.ini"
