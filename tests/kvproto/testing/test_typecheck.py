@@ -71,6 +71,7 @@ class CountingTier(MemoryTier):
 
 
 def test_errors_inside_the_tier_module_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this root's mypy cache goes with tmp_path
     (tmp_path / "inexhaustive_tier.py").write_text(INEXHAUSTIVE)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("inexhaustive_tier")
