@@ -60,7 +60,7 @@ def _kit_missing() -> str | None:
 def run(args: argparse.Namespace) -> int:
     missing = _kit_missing()
     if missing is not None:
-        print(f"kvproto typecheck needs {missing} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[dev]'")
+        print(f"kvproto typecheck needs {missing} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[kit]'")
         return 2
     from rich.console import Console
 
