@@ -30,7 +30,7 @@ def test_property_holds(name: str) -> None:
     result = run_property(prop)  # the profile's settings
     assert result.passed, result.detail
     assert result.explored is not None
-    assert result.explored >= min(settings().max_examples, 100)
+    assert result.explored >= settings().max_examples  # 2,000 under the ci profile
 
 
 @pytest.mark.parametrize("name", sorted(set(_MUTANT_PROPS) - _MUTANT_BLIND))
