@@ -4,13 +4,14 @@
 for (a) all HIT, (b) HIT then MISS at the middle, (c) a RETRY every 64 keys,
 through both scans. The baseline loops do the same work on legacy answers
 (True = HIT, None = RETRY, False = MISS), as engines did before the enum.
-Ratio = typed ns per lookup / legacy ns per lookup, worst case over the six
-workloads; target <= 1.10. Both sides are timed interleaved, best of many
-samples, without the cost of the timing loop.
+Ratio = typed time / legacy time, the median over many paired samples, worst
+case over the six workloads; target <= 1.10. ns per lookup figures are the
+best sample of each side, without the cost of the timing loop.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -71,31 +72,41 @@ def _workloads() -> dict[str, list[LookupResult]]:
     return {"all_hit": all_hit, "miss_at_middle": half, "retry_every_64": retry}
 
 
-def _per_call_ns(fns: dict[str, Callable[[], object]], samples: int) -> dict[str, float]:
-    """Best ns per call of each of ``fns``, measured interleaved.
+def _paired_ns(
+    typed: Callable[[], object], legacy: Callable[[], object], samples: int
+) -> tuple[float, float, float]:
+    """Best ns per call of each side, and the median of their per-sample ratios.
 
-    Each sample runs every function in turn, so drift in machine speed hits
-    all alike; a sample repeats a call enough times to last ~0.2 ms (short
-    scans are a few microseconds), and the cost of the sampling loop itself
-    (calling a no-op the same number of times) is subtracted.
+    Each sample times both sides back to back (alternating which goes
+    first), so a burst of load on the machine hits both alike; the median
+    of the per-sample ratios ignores the samples a burst spoiled. A sample
+    repeats a call enough times to last ~0.2 ms (short scans take a few
+    microseconds), and the cost of the sampling loop itself (calling a no-op
+    as often) is subtracted.
     """
-    fns = {"(loop)": lambda: None, **fns}
-    inner: dict[str, int] = {}
-    for name, fn in fns.items():
+
+    def noop() -> None:
+        return None
+
+    def per_call(fn: Callable[[], object], reps: int) -> float:
         t0 = time.perf_counter_ns()
-        fn()
-        inner[name] = max(1, 200_000 // max(time.perf_counter_ns() - t0, 1))
-    inner["(loop)"] = max(inner.values())
-    best = {name: float("inf") for name in fns}
-    for _ in range(samples):
-        for name, fn in fns.items():
-            reps = range(inner[name])
-            t0 = time.perf_counter_ns()
-            for _ in reps:
-                fn()
-            best[name] = min(best[name], (time.perf_counter_ns() - t0) / inner[name])
-    loop = best.pop("(loop)")
-    return {name: max(ns - loop, 1.0) for name, ns in best.items()}
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter_ns() - t0) / reps
+
+    reps = max(1, 200_000 // max(int(per_call(legacy, 1)), 1))
+    loop = min(per_call(noop, reps) for _ in range(5))
+    typed_ns: list[float] = []
+    legacy_ns: list[float] = []
+    for i in range(samples):
+        if i % 2:
+            legacy_ns.append(max(per_call(legacy, reps) - loop, 1.0))
+            typed_ns.append(max(per_call(typed, reps) - loop, 1.0))
+        else:
+            typed_ns.append(max(per_call(typed, reps) - loop, 1.0))
+            legacy_ns.append(max(per_call(legacy, reps) - loop, 1.0))
+    ratio = statistics.median(t / l for t, l in zip(typed_ns, legacy_ns))
+    return min(typed_ns), min(legacy_ns), ratio
 
 
 def run(quick: bool = False) -> BenchResult:
@@ -126,9 +137,8 @@ def run(quick: bool = False) -> BenchResult:
                 typed = lambda: sliding_window_lookup(typed_get, keys, WINDOW)
                 legacy = lambda: legacy_window(legacy_get, keys, WINDOW)
             n = len(calls)
-            ns = _per_call_ns({"typed": typed, "legacy": legacy}, samples)
-            t_ns, l_ns = ns["typed"] / n, ns["legacy"] / n
-            ratio = t_ns / l_ns
+            t_call, l_call, ratio = _paired_ns(typed, legacy, samples)
+            t_ns, l_ns = t_call / n, l_call / n
             worst = max(worst, ratio)
             figures[f"{scan}.{wname}.typed_ns_per_lookup"] = round(t_ns, 2)
             figures[f"{scan}.{wname}.legacy_ns_per_lookup"] = round(l_ns, 2)
