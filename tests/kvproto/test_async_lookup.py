@@ -16,6 +16,8 @@ from kvproto.errors import ConfigurationError
 R1 = ReqContext("r1")
 R2 = ReqContext("r2")
 
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
 
 def key(i: int) -> OffloadKey:
     return make_key(i.to_bytes(4, "big"), 0)
@@ -34,15 +36,6 @@ class Checker:
             self.gate.wait()
         self.batches.append(tuple(keys))
         return [k for k in keys if k in self.stored]
-
-
-@pytest.fixture(autouse=True)
-def no_thread_leak() -> Iterator[None]:
-    """Every worker a test starts is joined by the end of the test (shutdown joins them)."""
-    before = set(threading.enumerate())
-    yield
-    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not leaked, f"threads left running: {leaked}"
 
 
 @pytest.fixture

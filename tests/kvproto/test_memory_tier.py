@@ -24,6 +24,8 @@ SLOTS = 8
 BLOCK = 16
 REQ = ReqContext("r1")
 
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
+
 
 def new_buffer(slots: int = SLOTS, block: int = BLOCK) -> memoryview:
     return memoryview(bytearray(slots * block)).cast("B", (slots, block))
@@ -41,15 +43,6 @@ def fill(buf: memoryview, slot: int, value: int) -> bytes:
     data = bytes([value]) * BLOCK
     buf.cast("B")[slot * BLOCK : (slot + 1) * BLOCK] = data
     return data
-
-
-@pytest.fixture(autouse=True)
-def no_thread_leak() -> Iterator[None]:
-    """Every worker a test starts is joined by the end of the test (shutdown joins them)."""
-    before = set(threading.enumerate())
-    yield
-    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not leaked, f"threads left running: {leaked}"
 
 
 @pytest.fixture

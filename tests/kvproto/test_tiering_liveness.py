@@ -32,14 +32,7 @@ from tests.kvproto.tiering_stack import RaisingTier, Stack, block, build_stack, 
 R1 = ReqContext("r1")
 STEP_BOUND = 100
 
-
-@pytest.fixture(autouse=True)
-def no_thread_leak() -> Iterator[None]:
-    """Every worker a test starts is joined by the end of the test (shutdown joins them)."""
-    before = set(threading.enumerate())
-    yield
-    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not leaked, f"threads left running: {leaked}"
+pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
 
 @pytest.fixture
