@@ -16,7 +16,7 @@ blocks and raise. Invariants against a model (every key ``k`` always holds
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -29,7 +29,6 @@ from kvproto import (
     JobResult,
     LookupResult,
     MemoryTier,
-    OffloadingEvent,
     ReqContext,
     TransferJob,
     maximal_prefix_lookup,
@@ -42,6 +41,7 @@ from tests.kvproto.tiering_stack import (
     BLOCK,
     CpuTierWithoutReadyKeys,
     FakeClock,
+    ForwardingTier,
     RaisingTier,
     block,
     key,
@@ -57,61 +57,30 @@ REQS = [ReqContext(f"r{i}") for i in range(3)]
 METHODS = ["lookup", "submit_load", "submit_store", "get_finished_jobs", "on_step_end"]
 
 
-class LoadWatch:
+class LoadWatch(ForwardingTier):
     """Wraps a secondary tier: fails the test if a key is loaded by two jobs at once."""
 
     outstanding: dict[OffloadKey, str] = {}
 
     def __init__(self, inner: RaisingTier | MemoryTier) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.jobs: dict[int, TransferJob] = {}
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self.inner.lookup(key, req_context)
-
-    def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self.inner.touch(keys)
-
-    def submit_store(self, job: TransferJob) -> None:
-        self.inner.submit_store(job)
-
     def submit_load(self, job: TransferJob) -> None:
-        self.inner.submit_load(job)  # raises before anything is recorded if armed
+        super().submit_load(job)  # raises before anything is recorded if armed
         for k in job.keys:
             assert k not in LoadWatch.outstanding, f"{k!r} promoted twice at once"
             LoadWatch.outstanding[k] = self.name
         self.jobs[job.job_id] = job
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
-        done = self.inner.get_finished_jobs()
+        done = super().get_finished_jobs()
         for result in done:
             job = self.jobs.pop(result.job_id, None)
             if job is not None:
                 for k in job.keys:
                     LoadWatch.outstanding.pop(k, None)
         return done
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self.inner.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self.inner.on_step_end()
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return self.inner.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self.inner.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self.inner.reset_cache()
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 class TieringStack(RuleBasedStateMachine):

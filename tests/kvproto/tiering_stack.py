@@ -12,6 +12,7 @@ from kvproto import (
     MemoryTier,
     OffloadingEvent,
     ReqContext,
+    SecondaryTier,
     TransferJob,
     make_key,
 )
@@ -116,12 +117,11 @@ def build_stack(
     return Stack(cpu, tiers, manager, clock)
 
 
-class RecordingTier:
-    """A SecondaryTier wrapper recording the order of calls (for ordering assertions)."""
+class ForwardingTier:
+    """A SecondaryTier wrapper that passes every call to ``inner``; subclasses override what they watch."""
 
-    def __init__(self, inner: MemoryTier, log: list[str]) -> None:
+    def __init__(self, inner: SecondaryTier) -> None:
         self.inner = inner
-        self.log = log
 
     @property
     def name(self) -> str:
@@ -134,18 +134,15 @@ class RecordingTier:
         self.inner.touch(keys)
 
     def submit_store(self, job: TransferJob) -> None:
-        self.log.append(f"submit_store:{job.req_id}")
         self.inner.submit_store(job)
 
     def submit_load(self, job: TransferJob) -> None:
-        self.log.append(f"submit_load:{job.req_id}")
         self.inner.submit_load(job)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
         return self.inner.get_finished_jobs()
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        self.log.append(f"on_request_finished:{req_context.req_id}")
         self.inner.on_request_finished(req_context)
 
     def on_step_end(self) -> None:
@@ -162,6 +159,26 @@ class RecordingTier:
 
     def shutdown(self) -> None:
         self.inner.shutdown()
+
+
+class RecordingTier(ForwardingTier):
+    """A SecondaryTier wrapper recording the order of calls (for ordering assertions)."""
+
+    def __init__(self, inner: SecondaryTier, log: list[str]) -> None:
+        super().__init__(inner)
+        self.log = log
+
+    def submit_store(self, job: TransferJob) -> None:
+        self.log.append(f"submit_store:{job.req_id}")
+        super().submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.log.append(f"submit_load:{job.req_id}")
+        super().submit_load(job)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self.log.append(f"on_request_finished:{req_context.req_id}")
+        super().on_request_finished(req_context)
 
 
 class RaisingTier:
