@@ -21,6 +21,7 @@ from kvproto import (
     TransferJob,
 )
 from kvproto import members as lr
+from kvproto._results import unreachable
 from kvproto.testing import KitLimits, TierSpec
 from kvproto.testing._reference import MEMORY_HOOKS
 
@@ -28,25 +29,35 @@ from kvproto.testing._reference import MEMORY_HOOKS
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
 
 
-class HitBeforeStoreFinished(MemoryTier):
-    """Bug: answers HIT for a key as soon as its store is submitted, before the job ran."""
+class _TracksStoresInFlight(MemoryTier):
+    """Not a bug: remembers the keys of each store job until it is reported, for the bugs below."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="hit-before-store-finished", job_latency_steps=1)
-        self._submitted: dict[int, tuple[OffloadKey, ...]] = {}
+    def __init__(self, buffer: memoryview, *, name: str) -> None:
+        super().__init__(buffer, name=name, job_latency_steps=1)
+        self._flying: dict[int, tuple[OffloadKey, ...]] = {}
 
     def submit_store(self, job: TransferJob) -> None:
-        self._submitted[job.job_id] = job.keys
+        self._flying[job.job_id] = job.keys
         super().submit_store(job)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
         done = super().get_finished_jobs()
         for result in done:
-            self._submitted.pop(result.job_id, None)
+            self._flying.pop(result.job_id, None)
         return done
 
+    def _store_in_flight(self, key: OffloadKey) -> bool:
+        return any(key in keys for keys in self._flying.values())
+
+
+class HitBeforeStoreFinished(_TracksStoresInFlight):
+    """Bug: answers HIT for a key as soon as its store is submitted, before the job ran."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="hit-before-store-finished")
+
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if any(key in keys for keys in self._submitted.values()):
+        if self._store_in_flight(key):
             return lr.HIT  # the bug
         return super().lookup(key, req_context)
 
@@ -165,25 +176,14 @@ class JobNeverReported(MemoryTier):
         return [r for r in super().get_finished_jobs() if r.job_id not in self._dropped]
 
 
-class BlockingLookup(MemoryTier):
+class BlockingLookup(_TracksStoresInFlight):
     """Bug: a lookup of a key whose store is in flight waits (sleeps) instead of answering."""
 
     def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="blocking-lookup", job_latency_steps=1)
-        self._flying: dict[int, tuple[OffloadKey, ...]] = {}
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._flying[job.job_id] = job.keys
-        super().submit_store(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        done = super().get_finished_jobs()
-        for result in done:
-            self._flying.pop(result.job_id, None)
-        return done
+        super().__init__(buffer, name="blocking-lookup")
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if any(key in keys for keys in self._flying.values()):
+        if self._store_in_flight(key):
             time.sleep(0.15)  # the bug: blocks the scheduler
         return super().lookup(key, req_context)
 
@@ -205,28 +205,17 @@ class LegacyBoolLookup(MemoryTier):
             case lr.RETRY | lr.HIT_PENDING:
                 return None
             case other:
-                raise AssertionError(other)
+                unreachable(other, where="LegacyBoolLookup.lookup")
 
 
-class HitPendingFromSecondary(MemoryTier):
+class HitPendingFromSecondary(_TracksStoresInFlight):
     """Bug: answers HIT_PENDING (the primary's answer) while a store is in flight."""
 
     def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="hit-pending-from-secondary", job_latency_steps=1)
-        self._flying: dict[int, tuple[OffloadKey, ...]] = {}
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._flying[job.job_id] = job.keys
-        super().submit_store(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        done = super().get_finished_jobs()
-        for result in done:
-            self._flying.pop(result.job_id, None)
-        return done
+        super().__init__(buffer, name="hit-pending-from-secondary")
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if any(key in keys for keys in self._flying.values()):
+        if self._store_in_flight(key):
             return lr.HIT_PENDING  # the bug
         return super().lookup(key, req_context)
 
