@@ -13,7 +13,6 @@ import logging
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
-
 from kvproto import members as lr
 from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
 from kvproto._keys import OffloadKey
@@ -127,6 +126,11 @@ class TieringManager:
         self._secondaries: tuple[SecondaryTier, ...] = tuple(secondaries)
         self._names: tuple[str, ...] = tuple(t.name for t in self._secondaries)
         self._lookups = tuple((i, t.lookup) for i, t in enumerate(self._secondaries))
+        # Every tier with its name, primary first (for the lifecycle calls).
+        self._named_tiers: tuple[tuple[str, PrimaryTier | SecondaryTier], ...] = (
+            (primary.name, primary),
+            *zip(self._names, self._secondaries),
+        )
         # Write-through pins outlive requests: they are taken under the manager's own context.
         self._pin_context = ReqContext("kvproto.tiering:write-through")
         self._step = 0
@@ -545,9 +549,7 @@ class TieringManager:
     def take_events(self) -> Sequence[OffloadingEvent]:
         """The tiers' events since the last call, primary first; the manager adds none (TIER-14, MGR-12)."""
         events: list[OffloadingEvent] = []
-        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
-        tiers.extend(zip(self._names, self._secondaries))
-        for name, tier in tiers:
+        for name, tier in self._named_tiers:
             try:
                 events.extend(tier.take_events())
             except Exception as exc:  # noqa: BLE001 - MGR-10
@@ -558,9 +560,7 @@ class TieringManager:
         """True while a job is staged or in flight here or in any tier (TIER-15, MGR-12)."""
         if self._staged_loads or self._staged_stores or any(self._jobs):
             return True
-        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
-        tiers.extend(zip(self._names, self._secondaries))
-        for name, tier in tiers:
+        for name, tier in self._named_tiers:
             try:
                 if tier.has_pending_work():
                     return True
@@ -580,9 +580,7 @@ class TieringManager:
         for negative in self._negative:
             negative.clear()
         ok = True
-        tiers: list[tuple[str, PrimaryTier | SecondaryTier]] = [(self._primary.name, self._primary)]
-        tiers.extend(zip(self._names, self._secondaries))
-        for name, tier in tiers:
+        for name, tier in self._named_tiers:
             try:
                 ok = tier.reset_cache() and ok
             except Exception as exc:  # noqa: BLE001 - MGR-10
