@@ -386,6 +386,8 @@ class MemoryTier:
 
     def _run_store(self, job: TransferJob) -> list[OffloadKey]:
         ok: list[OffloadKey] = []
+        # The STORED event goes before the REMOVED events of blocks the job's puts evict.
+        events_before = len(self._events)
         flat = self._flat
         size = self._block_bytes
         for key, slot in zip(job.keys, job.slots):
@@ -395,8 +397,9 @@ class MemoryTier:
             self._corrupt.discard(key)
             ok.append(key)
         if ok:
-            self._events.append(OffloadingEvent(EventKind.STORED, tuple(ok), self._name))
-            self._mark(lr.HIT, ok)
+            # _put already marked each key HIT, and any it evicted MISS (MEM-4).
+            stored = OffloadingEvent(EventKind.STORED, tuple(ok), self._name)
+            self._events.insert(events_before, stored)
         return ok
 
     def _run_load(self, job: TransferJob) -> list[OffloadKey]:

@@ -129,6 +129,25 @@ def test_capacity_evicts_least_recently_used(buf: memoryview) -> None:
     assert [(e.kind, e.keys) for e in tier.take_events()] == [(EventKind.REMOVED, (key(1),))]
 
 
+def test_block_evicted_by_its_own_store_job_answers_miss(buf: memoryview) -> None:
+    """MEM-4, MEM-5: a key its own store job evicts again answers MISS, and its REMOVED comes after the STORED."""
+    tier = MemoryTier(buf, capacity_blocks=1, lookup_latency_steps=1)
+    for i in (1, 2):
+        assert tier.lookup(key(i), REQ) is LookupResult.RETRY
+    tier.on_step_end()
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    tier.submit_store(TransferJob(1, (key(1), key(2)), (0, 1), promotion=False))
+    tier.get_finished_jobs()
+    assert tier.stored_keys() == {key(2)}
+    assert tier.lookup(key(1), REQ) is LookupResult.MISS
+    assert tier.lookup(key(2), REQ) is LookupResult.HIT
+    assert [(e.kind, e.keys) for e in tier.take_events()] == [
+        (EventKind.STORED, (key(1), key(2))),
+        (EventKind.REMOVED, (key(1),)),
+    ]
+    tier.shutdown()
+
+
 def test_corrupt_block_fails_its_load_and_becomes_miss(buf: memoryview) -> None:
     """MEM-6: corruption is caught by the checksum; the row keeps its old bytes, the key MISSes."""
     tier = MemoryTier(buf)
