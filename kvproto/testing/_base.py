@@ -9,6 +9,7 @@ import pytest
 
 from kvproto._capabilities import Capabilities
 from kvproto.testing._checks import CheckInfo, check, checks_of
+from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits, KitProfile, profile_named
 
@@ -45,12 +46,7 @@ class KitBase:
     # ---- helpers for checks -------------------------------------------------------------
     def declared_capabilities(self, tier: object) -> Capabilities:
         """The class's ``capabilities``, else the tier's, else none (KIT-4)."""
-        if self.capabilities is not None:
-            return self.capabilities
-        found = getattr(tier, "capabilities", None)
-        if isinstance(found, Capabilities):
-            return found
-        return Capabilities()
+        return resolve_capabilities(self.capabilities, tier)
 
     def has_hook(self, name: str) -> bool:
         """True if the subclass defines backdoor hook ``name`` (KIT-5)."""

@@ -16,13 +16,13 @@ from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._jobs import JobResult, ReqContext, TransferJob
 from kvproto._keys import OffloadKey
-from kvproto._protocols import SecondaryTier
+from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import LookupResult, unreachable
 from kvproto.testing._data import block_for, row, sentinel_for
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 
-__all__ = ["SecondaryDriver", "TrackedContext", "short_key"]
+__all__ = ["SecondaryDriver", "SlowCalls", "TrackedContext", "checked_lookup", "resolve_capabilities", "short_key"]
 
 
 class TrackedContext(ReqContext):
@@ -34,6 +34,53 @@ def short_key(key: bytes) -> str:
     """A key in hex, shortened for messages."""
     text = key.hex()
     return text if len(text) <= 20 else f"{text[:12]}..{text[-8:]}"
+
+
+def resolve_capabilities(declared: Capabilities | None, tier: object) -> Capabilities:
+    """``declared`` if given, else the tier's own ``capabilities`` attribute, else none (KIT-4)."""
+    if declared is not None:
+        return declared
+    found = getattr(tier, "capabilities", None)
+    return found if isinstance(found, Capabilities) else Capabilities()
+
+
+class SlowCalls:
+    """Counts calls slower than ``KitLimits.lookup_budget_s``; past ``slow_calls_forgiven``
+    of them in one check, a slow call is a contract break (TIER-4, TIER-13)."""
+
+    def __init__(self, limits: KitLimits) -> None:
+        self.limits = limits
+        self.count = 0
+
+    def too_slow(self, took: float) -> bool:
+        """Note a call that took ``took`` seconds; True if it was slow and is no longer forgiven."""
+        if took <= self.limits.lookup_budget_s:
+            return False
+        self.count += 1
+        return self.count > self.limits.slow_calls_forgiven
+
+
+def checked_lookup(
+    tier: PrimaryTier | SecondaryTier, key: OffloadKey, context: ReqContext, slow: SlowCalls, *, advice: str
+) -> LookupResult:
+    """One timed ``lookup``: it answers a LookupResult member (LR-1) within the kit's budget
+    (TIER-4); ``advice`` ends the TIER-4 message."""
+    started = time.perf_counter()
+    answer: object = tier.lookup(key, context)
+    took = time.perf_counter() - started
+    if not isinstance(answer, LookupResult):
+        raise ConformanceFailure(
+            "LR-1",
+            f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
+            "the contract requires a LookupResult member (MISS, HIT, HIT_PENDING or RETRY)",
+        )
+    if slow.too_slow(took):
+        raise ConformanceFailure(
+            "TIER-4",
+            f"lookup({short_key(key)}) blocked for {took:.3f} s "
+            f"(budget {slow.limits.lookup_budget_s:g} s; {slow.count} slow lookups); {advice}",
+        )
+    return answer
 
 
 class SecondaryDriver:
@@ -60,8 +107,8 @@ class SecondaryDriver:
         self.results: dict[int, JobResult] = {}
         self.context = TrackedContext("kvproto-kit")
         self.steps = 0
-        self.slow_lookups = 0
-        self.slow_steps = 0
+        self.slow_lookups = SlowCalls(limits)
+        self.slow_steps = SlowCalls(limits)
         self.closed = False
         self._on_close = on_close
         self._next_job_id = first_job_id
@@ -144,14 +191,12 @@ class SecondaryDriver:
         self.tier.on_step_end()
         took = time.perf_counter() - started
         self.steps += 1
-        if took > self.limits.lookup_budget_s:
-            self.slow_steps += 1
-            if self.slow_steps > self.limits.slow_calls_forgiven:
-                raise ConformanceFailure(
-                    "TIER-13",
-                    f"on_step_end blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s; "
-                    f"{self.slow_steps} slow steps); the end-of-step hook must not wait for jobs",
-                )
+        if self.slow_steps.too_slow(took):
+            raise ConformanceFailure(
+                "TIER-13",
+                f"on_step_end blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s; "
+                f"{self.slow_steps.count} slow steps); the end-of-step hook must not wait for jobs",
+            )
         return self.collect()
 
     def collect(self) -> list[JobResult]:
@@ -276,24 +321,13 @@ class SecondaryDriver:
     def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
         """One lookup, checked: a LookupResult member (LR-1), never HIT_PENDING (LR-3),
         RETRY only if declared (TIER-18), and quick (TIER-4)."""
-        started = time.perf_counter()
-        answer: object = self.tier.lookup(key, self.context if context is None else context)
-        took = time.perf_counter() - started
-        if not isinstance(answer, LookupResult):
-            raise ConformanceFailure(
-                "LR-1",
-                f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
-                "the contract requires a LookupResult member (MISS, HIT, HIT_PENDING or RETRY)",
-            )
-        if took > self.limits.lookup_budget_s:
-            self.slow_lookups += 1
-            if self.slow_lookups > self.limits.slow_calls_forgiven:
-                raise ConformanceFailure(
-                    "TIER-4",
-                    f"lookup({short_key(key)}) blocked for {took:.3f} s "
-                    f"(budget {self.limits.lookup_budget_s:g} s; {self.slow_lookups} slow lookups); "
-                    "a lookup must answer at once and answer RETRY while it finds out",
-                )
+        answer = checked_lookup(
+            self.tier,
+            key,
+            self.context if context is None else context,
+            self.slow_lookups,
+            advice="a lookup must answer at once and answer RETRY while it finds out",
+        )
         match answer:
             case lr.HIT_PENDING:
                 raise ConformanceFailure(

@@ -27,7 +27,7 @@ from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._data import key_pool, make_buffer
-from kvproto.testing._driver import SecondaryDriver, short_key
+from kvproto.testing._driver import SecondaryDriver, resolve_capabilities, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits, KitProfile, hypothesis_settings
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from kvproto.testing._base import KitBase
 
-__all__ = ["DifferentialStateMachine", "TierStateMachine", "flaky_failure", "run_machine"]
+__all__ = ["DifferentialStateMachine", "TierStateMachine", "flaky_failure", "run_machine", "run_recorded"]
 
 _POOL: tuple[OffloadKey, ...] = tuple(key_pool("machine", 8))
 _keys = st.lists(st.sampled_from(_POOL), min_size=1, max_size=3, unique=True)
@@ -90,12 +90,8 @@ class TierStateMachine(RuleBasedStateMachine):
         super().__init__()
         self.buffer = make_buffer(self.num_slots, self.block_bytes)
         tier = type(self).tier_factory(self.buffer)
-        caps = self.capabilities
-        if caps is None:
-            found = getattr(tier, "capabilities", None)
-            caps = found if isinstance(found, Capabilities) else Capabilities()
-        self.caps = caps
-        self.driver = SecondaryDriver(tier, self.buffer, caps, self.limits)
+        self.caps = resolve_capabilities(self.capabilities, tier)
+        self.driver = SecondaryDriver(tier, self.buffer, self.caps, self.limits)
         self.certain: set[OffloadKey] = set()
         self.maybe: set[OffloadKey] = set()
         self.inflight: dict[int, tuple[OffloadKey, ...]] = {}  # unreported store jobs
@@ -400,16 +396,24 @@ def run_machine(
     *,
     differential: bool,
 ) -> None:
-    """Run one machine under ``profile`` and record its statistics on the test item."""
+    """Run one secondary-tier machine under ``profile`` (see :func:`run_recorded`)."""
     base = DifferentialStateMachine if differential else TierStateMachine
     machine = base.configure(
         tier_factory, capabilities=tests.capabilities, limits=tests.limits, tests=tests
     )
-    chosen = hypothesis_settings(profile)
+    run_recorded(machine, machine.runs, profile, request)
+
+
+def run_recorded(
+    machine: type[RuleBasedStateMachine], runs: list[int], profile: KitProfile, request: pytest.FixtureRequest
+) -> None:
+    """Run ``machine`` under ``profile``; a failure Hypothesis could not replay still fails with
+    its clause (:func:`flaky_failure`). ``runs`` (examples, steps), as the machine counts them,
+    is recorded on the test item either way."""
     try:
-        run_state_machine_as_test(machine, settings=chosen)
+        run_state_machine_as_test(machine, settings=hypothesis_settings(profile))
     except Flaky as flaky:
         raise flaky_failure(flaky) from flaky
     finally:
-        stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
+        stats = {"examples": runs[0], "steps": runs[1], "profile": profile.name}
         request.node.user_properties.append(("hypothesis", json.dumps(stats)))

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import gc
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
@@ -23,9 +21,9 @@ from kvproto.errors import TierMisuseError
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import TrackedContext, short_key
+from kvproto.testing._driver import SlowCalls, TrackedContext, checked_lookup, resolve_capabilities, short_key
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits, hypothesis_settings
+from kvproto.testing._settings import KitLimits
 
 __all__ = ["PrimaryDriver", "PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
 
@@ -51,26 +49,18 @@ class PrimaryDriver:
         self.buffer = buffer
         self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
         self.context = TrackedContext("kvproto-kit")
-        self.slow_lookups = 0
+        self.slow_lookups = SlowCalls(limits)
         self.closed = False
 
     def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
         """One lookup, checked: a LookupResult (LR-1), never RETRY (LR-4), quick (TIER-4)."""
-        started = time.perf_counter()
-        answer: object = self.tier.lookup(key, self.context if context is None else context)
-        took = time.perf_counter() - started
-        if not isinstance(answer, LookupResult):
-            raise ConformanceFailure(
-                "LR-1",
-                f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
-                "the contract requires a LookupResult member",
-            )
-        if took > self.limits.lookup_budget_s:
-            self.slow_lookups += 1
-            if self.slow_lookups > self.limits.slow_calls_forgiven:
-                raise ConformanceFailure(
-                    "TIER-4", f"lookup({short_key(key)}) blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s)"
-                )
+        answer = checked_lookup(
+            self.tier,
+            key,
+            self.context if context is None else context,
+            self.slow_lookups,
+            advice="a lookup must answer at once",
+        )
         match answer:
             case lr.RETRY:
                 raise ConformanceFailure(
@@ -503,19 +493,10 @@ class PrimaryTierTests(KitBase):
     @check("TIER-7", hypothesis=True)
     def test_state_machine_against_model(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
         """Random stores, failures, loads, releases and resets agree with a model of block states."""
-        import json
+        from kvproto.testing._machines import run_recorded
 
-        profile = self.profile(request)
         machine = _primary_machine(tier_factory, self.capabilities, self.limits)
-        try:
-            run_state_machine_as_test(machine, settings=hypothesis_settings(profile))
-        except Flaky as flaky:
-            from kvproto.testing._machines import flaky_failure
-
-            raise flaky_failure(flaky) from flaky
-        finally:
-            stats = {"examples": machine.runs[0], "steps": machine.runs[1], "profile": profile.name}
-            request.node.user_properties.append(("hypothesis", json.dumps(stats)))
+        run_recorded(machine, machine.runs, self.profile(request), request)
 
 
 PrimaryTierTests._kit_base = PrimaryTierTests
@@ -534,11 +515,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         tier = type(self).tier_factory()
-        caps = self.capabilities
-        if caps is None:
-            found = getattr(tier, "capabilities", None)
-            caps = found if isinstance(found, Capabilities) else Capabilities()
-        self.kit = PrimaryDriver(tier, caps, self.limits)
+        self.kit = PrimaryDriver(tier, resolve_capabilities(self.capabilities, tier), self.limits)
         self.writing: set[OffloadKey] = set()
         self.ready: set[OffloadKey] = set()
         self.pins: dict[OffloadKey, int] = {}
