@@ -26,6 +26,7 @@ from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
+from kvproto._results import unreachable
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._driver import SecondaryDriver, resolve_capabilities, short_key
 from kvproto.testing._failures import ConformanceFailure
@@ -173,6 +174,15 @@ class TierStateMachine(RuleBasedStateMachine):
         self.certain_at_load[job.job_id] = frozenset(k for k in keys if k in self.certain)
         return job.job_id
 
+    def _mirror_store(self, keys: list[OffloadKey], slots: list[int]) -> None:
+        """Repeat a store on a second tier; none here (see DifferentialStateMachine)."""
+
+    def _mirror_load(self, keys: list[OffloadKey], slots: list[int]) -> None:
+        """Repeat a load on a second tier; none here (see DifferentialStateMachine)."""
+
+    def _mirror_reset(self) -> None:
+        """Repeat a successful reset_cache on a second tier; none here (see DifferentialStateMachine)."""
+
     # ---- rules ---------------------------------------------------------------------------
     @rule(keys=_keys)
     def store(self, keys: list[OffloadKey]) -> None:
@@ -183,6 +193,7 @@ class TierStateMachine(RuleBasedStateMachine):
         job = self.driver.submit_store(keys, slots)
         self.inflight[job.job_id] = tuple(keys)
         self._armed(job.job_id)
+        self._mirror_store(keys, slots)
         self._absorb()
 
     @rule(keys=_keys)
@@ -192,6 +203,7 @@ class TierStateMachine(RuleBasedStateMachine):
             self._step()
             return
         self._armed(self._submit_load(keys, slots))
+        self._mirror_load(keys, slots)
         self._absorb()
 
     @rule(key=st.sampled_from(_POOL), then_load=st.booleans())
@@ -200,9 +212,7 @@ class TierStateMachine(RuleBasedStateMachine):
         self._absorb()
         match answer:
             case lr.HIT:
-                if key in self.certain or key in self.maybe:
-                    pass
-                else:
+                if key not in self.certain and key not in self.maybe:
                     flying = {j for j, ks in self.inflight.items() if key in ks}
                     if not flying:
                         raise ConformanceFailure(
@@ -223,7 +233,7 @@ class TierStateMachine(RuleBasedStateMachine):
             case lr.RETRY | lr.HIT_PENDING:
                 pass
             case _:
-                raise ConformanceFailure("LR-1", f"lookup answered {answer!r}")
+                unreachable(answer, where="TierStateMachine.lookup")
 
     @rule()
     def step(self) -> None:
@@ -248,6 +258,7 @@ class TierStateMachine(RuleBasedStateMachine):
             return
         answer: object = self.driver.tier.reset_cache()
         if answer is True:
+            self._mirror_reset()
             self.certain.clear()
             self.maybe.clear()
             self.early_hits.clear()
@@ -303,41 +314,22 @@ class DifferentialStateMachine(TierStateMachine):
             first_job_id=self.driver._next_job_id,
         )
 
-    @rule(keys=_keys)
-    def store(self, keys: list[OffloadKey]) -> None:
-        slots = self._free_slots(len(keys))
-        if slots is None:
-            self._step()
-            return
-        job = self.driver.submit_store(keys, slots)
-        self.inflight[job.job_id] = tuple(keys)
+    def _mirror_store(self, keys: list[OffloadKey], slots: list[int]) -> None:
+        """The same store on MemoryTier, waited for."""
         self.ref.wait([self.ref.submit_store(keys, slots)])
-        self._absorb()
 
-    @rule(keys=_keys)
-    def load(self, keys: list[OffloadKey]) -> None:
-        slots = self._free_slots(len(keys))
-        if slots is None:
-            self._step()
-            return
-        self._submit_load(keys, slots)
+    def _mirror_load(self, keys: list[OffloadKey], slots: list[int]) -> None:
+        """The same load on MemoryTier, waited for (its bytes are checked as it finishes)."""
         self.ref.wait([self.ref.submit_load(keys, slots)])
-        self._absorb()
+
+    def _mirror_reset(self) -> None:
+        """Reset MemoryTier too, so both start again from empty."""
+        self.ref.tier.reset_cache()
 
     @precondition(lambda self: False)
     @rule()
     def fail_next_job(self) -> None:
         """Not used: faults would make the two tiers differ by design."""
-
-    @rule()
-    def reset(self) -> None:
-        if self.driver.pending():
-            return
-        if self.driver.tier.reset_cache() is True:
-            self.ref.tier.reset_cache()
-            self.certain.clear()
-            self.maybe.clear()
-            self.early_hits.clear()
 
     def compare(self) -> None:
         super().compare()
