@@ -253,42 +253,42 @@ class CpuTier:
         """
         if self._closed:
             return None
-        wanted = set(keys)
-        to_store: list[OffloadKey] = []
-        seen: set[OffloadKey] = set()
+        ready, writing, quarantine = self._ready, self._writing, self._quarantine
+        # A dict keeps the first occurrence of each key in order: duplicates need no second set.
+        to_store: dict[OffloadKey, None] = {}
         for key in keys:
-            if key in seen or key in self._ready or key in self._writing or key in self._quarantine:
-                continue
-            seen.add(key)
-            to_store.append(key)
+            if key not in ready and key not in writing and key not in quarantine:
+                to_store[key] = None
         if not to_store:
             return PrepareStoreOutput((), ())
-        shortfall = len(to_store) - len(self._free)
-        evicted: list[OffloadKey] = []
-        if shortfall > 0:
+        free = self._free
+        count = len(to_store)
+        evicted: tuple[OffloadKey, ...] = ()
+        if count > len(free):
             pins = self._pins
+            wanted = set(keys)  # never evict a key of this call, READY ones included
             victims = self._policy.select_victims(
-                shortfall, to_store, lambda k: k not in pins and k not in wanted
+                count - len(free), to_store, lambda k: k not in pins and k not in wanted
             )
             if victims is None:
                 return None
             for victim in victims:
-                self._free.append(self._ready.pop(victim))
+                free.append(ready.pop(victim))
                 self._policy.evict(victim)
-            evicted = victims
-            self.stats.evictions += len(victims)
-            self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(victims), self._name))
+            evicted = tuple(victims)
+            self.stats.evictions += len(evicted)
+            self._events.append(OffloadingEvent(EventKind.REMOVED, evicted, self._name))
         now = self._clock()
         # Ascending slots give the data plane long runs of consecutive slots to copy at once.
-        count = len(to_store)
-        slots = sorted(self._free[-count:])
-        del self._free[-count:]
-        writing = self._writing
+        slots = free[-count:]
+        del free[-count:]
+        slots.sort()
+        stored = tuple(to_store)
         expired = self._expired
-        for key, slot in zip(to_store, slots, strict=True):
+        for key, slot in zip(stored, slots, strict=True):
             writing[key] = _Writing(slot, now)
             expired.pop(key, None)
-        return PrepareStoreOutput(tuple(to_store), tuple(slots), tuple(evicted))
+        return PrepareStoreOutput(stored, tuple(slots), evicted)
 
     def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
         """Finish stores (TIER-7, CPU-4, CPU-8).
