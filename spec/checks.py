@@ -178,6 +178,7 @@ def exhaustive_prefix(
     prefix_scan: PrefixScan = scan.maximal_prefix_lookup, *, max_len: int = 7
 ) -> CheckResult:
     """Every sequence up to ``max_len``: ``prefix_scan`` equals the reference, calls included."""
+    name = f"exhaustive prefix (len <= {max_len})"
     start = time.perf_counter()
     count = 0
     for answers in _sequences(max_len):
@@ -187,13 +188,9 @@ def exhaustive_prefix(
         if got != want:
             detail = f"{list(answers)}: scan {got}, reference {want}"
             return CheckResult(
-                f"exhaustive prefix (len <= {max_len})", "SCAN-1..3", count, "sequences",
-                False, time.perf_counter() - start, detail,
+                name, "SCAN-1..3", count, "sequences", False, time.perf_counter() - start, detail
             )
-    return CheckResult(
-        f"exhaustive prefix (len <= {max_len})", "SCAN-1..3", count, "sequences",
-        True, time.perf_counter() - start,
-    )
+    return CheckResult(name, "SCAN-1..3", count, "sequences", True, time.perf_counter() - start)
 
 
 def exhaustive_window(
@@ -241,16 +238,14 @@ def run_property(prop: Property, *, max_examples: int | None = None) -> CheckRes
         )(test)
     before = len(prop.examples)
     start = time.perf_counter()
+    passed, detail = True, ""
     try:
         test()
     except Exception as exc:  # a failed property: report it, with its minimal example
-        return CheckResult(
-            f"property: {prop.name}", prop.clauses, len(prop.examples) - before, "examples",
-            False, time.perf_counter() - start, f"{type(exc).__name__}: {exc}",
-        )
+        passed, detail = False, f"{type(exc).__name__}: {exc}"
     return CheckResult(
         f"property: {prop.name}", prop.clauses, len(prop.examples) - before, "examples",
-        True, time.perf_counter() - start,
+        passed, time.perf_counter() - start, detail,
     )
 
 
