@@ -1,11 +1,11 @@
-"""Shared helpers for the CPU tier tests: a fake clock and key makers."""
+"""Shared helpers for the CPU tier tests: a fake clock, key makers, store and load through a handler."""
 
 from __future__ import annotations
 
-from impls.cpu import CpuTier, CpuTierConfig
+from impls.cpu import CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
 from kvproto import OffloadKey, ReqContext, make_key
 
-__all__ = ["REQ", "FakeClock", "key", "keys", "make_tier"]
+__all__ = ["REQ", "FakeClock", "key", "keys", "load", "make_tier", "store"]
 
 REQ = ReqContext("req-0")
 
@@ -50,3 +50,21 @@ def make_tier(
         quarantine_grace_s=grace,
     )
     return CpuTier(config, clock=clock), clock
+
+
+def store(tier: CpuTier, handler: CpuTransferHandler, ids: list[int], blocks: list[int]) -> None:
+    """Reserve keys ``ids``, copy device ``blocks`` into them and wait; every job must succeed."""
+    out = tier.prepare_store(keys(*ids), REQ)
+    assert out is not None and len(out.keys_to_store) == len(ids)
+    handler.submit_store(out.keys_to_store, out.slots, blocks)
+    outcomes = handler.wait()
+    assert outcomes and all(o.success for o in outcomes)
+
+
+def load(
+    tier: CpuTier, handler: CpuTransferHandler, ids: list[int], targets: list[int]
+) -> list[TransferOutcome]:
+    """Pin keys ``ids`` (``prepare_load``), copy them into device blocks ``targets``, wait."""
+    slots = tier.prepare_load(keys(*ids), REQ)
+    handler.submit_load(keys(*ids), slots, targets)
+    return handler.wait()

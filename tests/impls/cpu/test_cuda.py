@@ -11,7 +11,7 @@ import torch
 from impls.cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
 from kvproto import members as lr
 
-from tests.impls.cpu._support import REQ, key, keys
+from tests.impls.cpu._support import REQ, key, keys, load, store
 
 pytestmark = [
     pytest.mark.cuda,
@@ -41,14 +41,6 @@ def make(
     tier = CpuTier(CpuTierConfig(num_slots=num_slots, block_bytes=BLOCK_BYTES, pin_memory=pin))
     cache = cuda_cache()
     return tier, cache, CpuTransferHandler(tier, cache, max_staging_bytes=max_staging_bytes)
-
-
-def store(tier: CpuTier, handler: CpuTransferHandler, ids: list[int], blocks: list[int]) -> None:
-    out = tier.prepare_store(keys(*ids), REQ)
-    assert out is not None and len(out.keys_to_store) == len(ids)
-    handler.submit_store(out.keys_to_store, out.slots, blocks)
-    outcomes = handler.wait()
-    assert outcomes and all(o.success for o in outcomes)
 
 
 @pytest.mark.parametrize("pin", ["on", "auto"])
@@ -82,9 +74,7 @@ def test_round_trip_across_layers(blocks: list[int], pin: str) -> None:
     for layer in cache:
         layer.zero_()
     targets = [(b + 11) % NUM_BLOCKS for b in blocks]
-    slots = tier.prepare_load(keys(*ids), REQ)
-    handler.submit_load(keys(*ids), slots, targets)
-    outcomes = handler.wait()
+    outcomes = load(tier, handler, ids, targets)
     assert [o.success for o in outcomes] == [True]
     torch.cuda.synchronize()
     for before, after in zip(original, cache, strict=True):

@@ -12,7 +12,7 @@ from kvproto import EventKind
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
-from tests.impls.cpu._support import REQ, FakeClock, key, keys, make_tier
+from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store
 
 NUM_BLOCKS = 12
 LAYERS = 3
@@ -31,13 +31,6 @@ def setup(num_slots: int = 8) -> tuple[CpuTier, list[torch.Tensor], CpuTransferH
     tier, _ = make_tier(num_slots=num_slots, block_bytes=LAYERS * 12)
     cache = device_cache()
     return tier, cache, CpuTransferHandler(tier, cache)
-
-
-def store(tier: CpuTier, handler: CpuTransferHandler, ids: list[int], blocks: list[int]) -> None:
-    out = tier.prepare_store(keys(*ids), REQ)
-    assert out is not None and len(out.keys_to_store) == len(ids)
-    handler.submit_store(out.keys_to_store, out.slots, blocks)
-    assert all(o.success for o in handler.wait())
 
 
 def test_slot_layout_is_layers_back_to_back() -> None:
@@ -77,9 +70,7 @@ def test_round_trip_moves_exactly_the_bytes(blocks: list[int]) -> None:
     for layer in cache:
         layer.zero_()
     targets = [(b + 5) % NUM_BLOCKS for b in blocks]  # load into other device blocks
-    slots = tier.prepare_load(keys(*ids), REQ)
-    handler.submit_load(keys(*ids), slots, targets)
-    outcomes = handler.wait()
+    outcomes = load(tier, handler, ids, targets)
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
     for before, after in zip(original, cache, strict=True):
         assert torch.equal(after[targets], before[blocks])
@@ -126,9 +117,7 @@ def test_failed_load_still_releases_pins(monkeypatch: pytest.MonkeyPatch) -> Non
         raise RuntimeError("simulated copy failure")
 
     monkeypatch.setattr(handler, "_host_load", broken)
-    slots = tier.prepare_load(keys(1), REQ)
-    handler.submit_load(keys(1), slots, [3])
-    (outcome,) = handler.wait()
+    (outcome,) = load(tier, handler, [1], [3])
     assert not outcome.success and tier.pin_count(key(1)) == 0
 
 
