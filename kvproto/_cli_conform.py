@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from kvproto.testing._targets import TierSpec
     from kvproto.testing._typecheck import TypecheckResult
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "kit_missing", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,20 +80,20 @@ def _typecheck_all(specs: list[TierSpec], into: dict[str, TypecheckResult | None
         into[spec.name] = start_typecheck(cls, protocol=spec.kind, label=spec.name).wait()
 
 
-def _kit_missing() -> str | None:
-    """The name of a package the kit needs that is not installed, if any."""
+def kit_missing(command: str) -> str | None:
+    """Why ``kvproto COMMAND`` cannot run: a package the kit needs is not installed; None if all are."""
     import importlib.util
 
     for name in ("pytest", "hypothesis", "mypy"):
         if importlib.util.find_spec(name) is None:
-            return name
+            return f"kvproto {command} needs {name} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[kit]'"
     return None
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = _kit_missing()
+    missing = kit_missing("conform")
     if missing is not None:
-        print(f"kvproto conform needs {missing} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[kit]'")
+        print(missing)
         return 2
     from rich.console import Console
     from rich.progress import (

@@ -31,9 +31,7 @@ def _resolve_class(target: str) -> tuple[type, str | None]:
     """The class TARGET names, and the protocol kind its spec says (if it is a factory or tier name)."""
     import importlib
 
-    from kvproto.testing._targets import resolve_target
-
-    from kvproto.testing._targets import importable_cwd
+    from kvproto.testing._targets import importable_cwd, resolve_target
 
     importable_cwd()
     if ":" in target:
@@ -47,20 +45,12 @@ def _resolve_class(target: str) -> tuple[type, str | None]:
     return spec.resolved_class(), spec.kind
 
 
-def _kit_missing() -> str | None:
-    """The name of a package the kit needs that is not installed, if any."""
-    import importlib.util
-
-    for name in ("pytest", "hypothesis", "mypy"):
-        if importlib.util.find_spec(name) is None:
-            return name
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
-    missing = _kit_missing()
+    from kvproto._cli_conform import kit_missing
+
+    missing = kit_missing("typecheck")
     if missing is not None:
-        print(f"kvproto typecheck needs {missing} (the kit runs on pytest, hypothesis and mypy): pip install 'kvproto[kit]'")
+        print(missing)
         return 2
     from rich.console import Console
 
