@@ -47,44 +47,32 @@ MEMORY_HOOKS: dict[str, Callable[..., Any]] = {
 """Backdoor hooks for MemoryTier and anything built on it."""
 
 
-def memory() -> TierSpec:
-    """MemoryTier with immediate jobs and lookups."""
+def _memory_spec(name: str, **options: Any) -> TierSpec:
+    """MemoryTier called ``name`` built with ``options``, described as that call."""
+    shown = "".join(f", {option}={value!r}" for option, value in options.items())
     return TierSpec(
-        "memory",
+        name,
         "secondary",
-        lambda buffer: MemoryTier(buffer),
+        lambda buffer: MemoryTier(buffer, name=name, **options),
         hooks=MEMORY_HOOKS,
         tier_class=MemoryTier,
-        description="kvproto.MemoryTier(buffer)",
+        description=f"kvproto.MemoryTier(buffer{shown})",
     )
+
+
+def memory() -> TierSpec:
+    """MemoryTier with immediate jobs and lookups."""
+    return _memory_spec("memory")
 
 
 def memory_async() -> TierSpec:
     """MemoryTier with jobs and lookups that take two steps, and a capacity that evicts."""
-    return TierSpec(
-        "memory-async",
-        "secondary",
-        lambda buffer: MemoryTier(
-            buffer, name="memory-async", job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48
-        ),
-        hooks=MEMORY_HOOKS,
-        tier_class=MemoryTier,
-        description="kvproto.MemoryTier(buffer, job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48)",
-    )
+    return _memory_spec("memory-async", job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48)
 
 
 def memory_threaded() -> TierSpec:
     """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
-    return TierSpec(
-        "memory-threaded",
-        "secondary",
-        lambda buffer: MemoryTier(
-            buffer, name="memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1
-        ),
-        hooks=MEMORY_HOOKS,
-        tier_class=MemoryTier,
-        description="kvproto.MemoryTier(buffer, job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)",
-    )
+    return _memory_spec("memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)
 
 
 def cpu() -> TierSpec:
