@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from benchmarks._result import BenchResult
 from kvproto import LookupResult, MemoryTier, ReqContext, make_key, maximal_prefix_lookup
 from kvproto._keys import OffloadKey
 from kvproto.tiering import TieringManager
 
+if TYPE_CHECKING:
+    from impls.cpu import CpuTier
+
 N_KEYS = 8192
 BLOCK_BYTES = 64  # lookups never touch the bytes; promotions copy this much per key
+
+_Primary = TypeVar("_Primary", bound="CpuTier")
 
 
 def _best_ns(fn: Callable[[], object], repeats: int, per: int) -> float:
@@ -38,15 +43,20 @@ def _best_ns(fn: Callable[[], object], repeats: int, per: int) -> float:
     return best / per
 
 
-def _scan_ratio(
-    primary_cls: type[Any], keys: list[OffloadKey], req: ReqContext, repeats: int
-) -> tuple[float, float]:
-    """(manager ns/key, bare primary ns/key) of a prefix scan over primary HITs."""
-    from impls.cpu import CpuTierConfig
+def _stack(primary_cls: type[_Primary]) -> tuple[_Primary, list[MemoryTier], TieringManager]:
+    """A CPU primary of ``N_KEYS`` slots, two empty MemoryTiers below it, and their manager."""
+    from impls.cpu import CpuTierConfig  # torch lives behind impls.cpu
 
     cpu = primary_cls(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
-    manager = TieringManager(cpu, tiers)
+    return cpu, tiers, TieringManager(cpu, tiers)
+
+
+def _scan_ratio(
+    primary_cls: type[CpuTier], keys: list[OffloadKey], req: ReqContext, repeats: int
+) -> tuple[float, float]:
+    """(manager ns/key, bare primary ns/key) of a prefix scan over primary HITs."""
+    cpu, _, manager = _stack(primary_cls)
     try:
         out = cpu.prepare_store(keys, req)
         if out is None or len(out.keys_to_store) != N_KEYS:
@@ -71,7 +81,7 @@ def _scan_ratio(
 
 
 def run(quick: bool = False) -> BenchResult:
-    from impls.cpu import CpuTier, CpuTierConfig  # torch lives behind impls.cpu
+    from impls.cpu import CpuTier  # torch lives behind impls.cpu
 
     class CpuTierWithoutReadyKeys(CpuTier):
         """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""
@@ -88,9 +98,7 @@ def run(quick: bool = False) -> BenchResult:
     ratio = m_ns / b_ns
     g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
 
-    cpu = CpuTier(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
-    tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
-    manager = TieringManager(cpu, tiers)
+    cpu, tiers, manager = _stack(CpuTier)
     manager_lookup = manager.lookup
     try:
         # MISS across both secondary tiers: the primary and the tiers hold nothing.
