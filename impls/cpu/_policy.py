@@ -8,8 +8,9 @@ change any state, so a store that cannot get enough victims changes nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Literal, Protocol
 
 from kvproto import OffloadKey, unreachable
@@ -60,13 +61,6 @@ class EvictionPolicy(Protocol):
         ...
 
 
-def _take(order: Iterator[OffloadKey], evictable: Callable[[OffloadKey], bool]) -> OffloadKey | None:
-    for key in order:
-        if evictable(key):
-            return key
-    return None
-
-
 class LruPolicy:
     """Least recently used: evicts the key admitted or touched longest ago (CPU-6)."""
 
@@ -99,15 +93,10 @@ class LruPolicy:
         incoming: Collection[OffloadKey],
         evictable: Callable[[OffloadKey], bool],
     ) -> list[OffloadKey] | None:
-        victims: list[OffloadKey] = []
         if count <= 0:
-            return victims
-        for key in self._order:
-            if evictable(key):
-                victims.append(key)
-                if len(victims) == count:
-                    return victims
-        return None
+            return []
+        victims = list(itertools.islice(filter(evictable, self._order), count))
+        return victims if len(victims) == count else None
 
 
 class ArcPolicy:
@@ -201,9 +190,9 @@ class ArcPolicy:
         while len(victims) < count:
             prefer_t1 = t1_len > 0 and (t1_len > p or (tie_to_t1 and t1_len == p))
             first, second = (from_t1, from_t2) if prefer_t1 else (from_t2, from_t1)
-            key = _take(first, evictable)
+            key = next(filter(evictable, first), None)
             if key is None:
-                key = _take(second, evictable)
+                key = next(filter(evictable, second), None)
                 if key is None:
                     return None
             if key in self.t1:
