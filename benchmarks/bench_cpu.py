@@ -32,13 +32,10 @@ LAYER_BLOCK_SHAPE = (2, 16, 8, 128)  # K and V, tokens, KV heads, head dim (bf16
 BLOCK_BYTES = LAYERS * 2 * 16 * 8 * 128 * 2  # 2 MiB
 
 
-def _best_s(fn: Callable[[], None], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _elapsed_s(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float]:
@@ -97,19 +94,15 @@ def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float
     load()  # warm-up round (page faults, allocator, worker thread)
     for _ in range(repeats):
         reset()
-        t0 = time.perf_counter()
-        store()
-        ours_store = min(ours_store, time.perf_counter() - t0)
-        ours_load = min(ours_load, _best_s(load, 1))
-        plain_store_s = min(plain_store_s, _best_s(plain_store, 1))
-        plain_load_s = min(plain_load_s, _best_s(plain_load, 1))
+        ours_store = min(ours_store, _elapsed_s(store))
+        ours_load = min(ours_load, _elapsed_s(load))
+        plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
+        plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
     # Worst case for run coalescing: device blocks in reverse order, every block its own run.
     scattered = float("inf")
     for _ in range(max(1, repeats // 2)):
         reset()
-        t0 = time.perf_counter()
-        store(ids[::-1])
-        scattered = min(scattered, time.perf_counter() - t0)
+        scattered = min(scattered, _elapsed_s(lambda: store(ids[::-1])))
     reset()
     store()
     # Bytes round trip: what came back equals what went out.
