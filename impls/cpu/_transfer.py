@@ -425,21 +425,22 @@ class CpuTransferHandler:
     def _complete(self, outcome: TransferOutcome) -> None:
         """Tell the tier; a key it no longer knows is logged and skipped, never raised."""
         tier = self._tier
-        try:
+
+        def finish(keys: tuple[OffloadKey, ...]) -> None:
             if outcome.direction == "store":
-                tier.complete_store(outcome.keys, outcome.success)
+                tier.complete_store(keys, outcome.success)
             else:
-                tier.complete_load(outcome.keys)
+                tier.complete_load(keys)
+
+        try:
+            finish(outcome.keys)
             return
         except TierMisuseError:
             pass
         # The whole batch was refused before any change: finish key by key.
         for key in outcome.keys:
             try:
-                if outcome.direction == "store":
-                    tier.complete_store((key,), outcome.success)
-                else:
-                    tier.complete_load((key,))
+                finish((key,))
             except TierMisuseError as exc:
                 _log.warning("%s job %d: %s", outcome.direction, outcome.job_id, exc)
 
