@@ -29,16 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _resolve_class(target: str) -> tuple[type, str | None]:
     """The class TARGET names, and the protocol kind its spec says (if it is a factory or tier name)."""
-    import importlib
+    from kvproto.testing._targets import import_target, resolve_target
 
-    from kvproto.testing._targets import importable_cwd, resolve_target
-
-    importable_cwd()
     if ":" in target:
-        module_name, _, attr = target.partition(":")
-        obj: object = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = import_target(target)
         if isinstance(obj, type) and (hasattr(obj, "lookup") or hasattr(obj, "submit_store")):
             return obj, None
     spec = resolve_target(target)
@@ -60,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     try:
         cls, kind = _resolve_class(args.target)
-    except (KvprotoError, ImportError, AttributeError) as exc:
+    except (KvprotoError, ImportError, AttributeError) as exc:  # the last two: an entry point that cannot load
         console.print(f"[red]kvproto typecheck: cannot resolve {args.target!r}: {exc}")
         return 2
     claimed = args.protocol or kind or claimed_protocol(cls)

@@ -21,10 +21,11 @@ import pytest
 from kvproto._capabilities import Capabilities
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._checks import checks_of
+from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._failures import ConformanceFailure, clause_of
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
-from kvproto.testing._targets import TierSpec, build_test_class
+from kvproto.testing._targets import TierSpec, build_test_class, shut_down_probe
 
 __all__ = ["CheckOutcome", "TierReport", "run_kit"]
 
@@ -169,7 +170,7 @@ class _Collector:
                 outcome.reason = xfail_reason or _skip_reason(report)
             elif report.failed:
                 outcome.outcome = "error"
-                outcome.reason = str(props.get("kvproto_message") or report.longreprtext.strip().splitlines()[-1])
+                outcome.reason = str(props.get("kvproto_message") or _last_line(report))
                 outcome.violated = _as_str(props.get("kvproto_violated"))
         elif report.when == "call":
             if report.passed:
@@ -186,19 +187,21 @@ class _Collector:
                     outcome.reason = _skip_reason(report)
             else:
                 outcome.outcome = "failed"
-                text = props.get("kvproto_message")
-                if text is None:
-                    lines = report.longreprtext.strip().splitlines()
-                    text = lines[-1] if lines else "failed"
-                outcome.reason = str(text)
+                outcome.reason = str(props.get("kvproto_message") or _last_line(report))
                 outcome.violated = _as_str(props.get("kvproto_violated"))
                 outcome.details = _as_str(props.get("kvproto_details")) or ""
         elif report.when == "teardown":
             if report.failed and outcome.outcome in ("passed", "not run"):
                 outcome.outcome = "error"
-                outcome.reason = "teardown: " + str(props.get("kvproto_message") or report.longreprtext.strip().splitlines()[-1])
+                outcome.reason = "teardown: " + str(props.get("kvproto_message") or _last_line(report))
             if self.on_progress is not None:
                 self.on_progress(outcome)
+
+
+def _last_line(report: pytest.TestReport) -> str:
+    """The last line of a failed report's text (the error itself), or "failed" if it has none."""
+    lines = report.longreprtext.strip().splitlines()
+    return lines[-1] if lines else "failed"
 
 
 def _as_str(value: object) -> str | None:
@@ -229,16 +232,11 @@ def run_kit(
             )
         planned = [o for o in planned if o.check in checks]
     outcomes = {o.check: o for o in planned}
-    capabilities = spec.capabilities or Capabilities()
-    report = TierReport(spec, capabilities, planned)
+    report = TierReport(spec, spec.capabilities or Capabilities(), planned)
     try:
         tier = spec.build()
-        found = getattr(tier, "capabilities", None)
-        if spec.capabilities is None and isinstance(found, Capabilities):
-            report.capabilities = found
-        shutdown = getattr(tier, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        report.capabilities = resolve_capabilities(spec.capabilities, tier)
+        shut_down_probe(tier)
     except Exception as exc:  # a factory that cannot build is reported, not raised
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"
         return report

@@ -26,9 +26,13 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "TierSpec",
     "build_test_class",
+    "import_target",
     "importable_cwd",
     "installed_tiers",
+    "reference_tiers",
     "resolve_target",
+    "shut_down_probe",
+    "spec_from_object",
 ]
 
 ENTRY_POINT_GROUP = "kvproto.tiers"
@@ -74,10 +78,15 @@ class TierSpec:
         if self.tier_class is not None:
             return self.tier_class
         tier = self.build()
-        shutdown = getattr(tier, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        shut_down_probe(tier)
         return type(tier)
+
+
+def shut_down_probe(tier: object) -> None:
+    """Shut down a tier built only to be looked at (its class, its capabilities), if it can be."""
+    shutdown = getattr(tier, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
 
 
 def _required_positional(fn: Callable[..., Any]) -> int:
@@ -113,9 +122,7 @@ def spec_from_object(obj: object, name: str) -> TierSpec:
         if isinstance(made, TierSpec):
             return made
         if isinstance(made, PrimaryTier) or hasattr(made, "prepare_store"):
-            shutdown = getattr(made, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            shut_down_probe(made)
             return TierSpec(name, "primary", obj, tier_class=type(made))
         if isinstance(made, SecondaryTier):
             raise ConfigurationError(
@@ -145,26 +152,30 @@ def importable_cwd() -> None:
         sys.path.insert(0, here)
 
 
+def import_target(target: str) -> object:
+    """What ``pkg.mod:attr`` names (modules in the current directory included); a
+    ConfigurationError names the module or attribute that cannot be found."""
+    importable_cwd()
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"{target}: cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigurationError(f"{target}: {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
 def resolve_target(target: str) -> TierSpec:
     """``pkg.mod:attr`` or an installed ``kvproto.tiers`` entry-point name -> a TierSpec."""
-    importable_cwd()
     if ":" in target:
-        module_name, _, attr = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigurationError(f"{target}: cannot import {module_name!r}: {exc}") from exc
-        obj: object = module
-        for part in attr.split("."):
-            try:
-                obj = getattr(obj, part)
-            except AttributeError:
-                raise ConfigurationError(f"{target}: {module_name!r} has no attribute {attr!r}") from None
-        return spec_from_object(obj, target)
+        return spec_from_object(import_target(target), target)
     for ep in installed_tiers():
         if ep.name == target:
-            spec = spec_from_object(ep.load(), target)
-            return spec
+            return spec_from_object(ep.load(), target)
     names = ", ".join(ep.name for ep in installed_tiers()) or "none"
     raise ConfigurationError(
         f"{target!r} is neither pkg.module:factory nor an installed tier (installed: {names})"
