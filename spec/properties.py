@@ -12,8 +12,10 @@ with Hypothesis' minimal example attached.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,79 +85,78 @@ def scan_properties(
     """The properties of SCAN-1..SCAN-10 for ``prefix_scan`` and ``window_scan``."""
     props: list[Property] = []
 
-    examples: dict[str, list[int]] = {}
+    def add(
+        name: str, clauses: str, **strategies: st.SearchStrategy[Any]
+    ) -> Callable[[Callable[..., None]], Callable[[], None]]:
+        """Register ``body`` as a property: ``@given(**strategies)``, counting its examples."""
 
-    def add(name: str, clauses: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
-        def register(test: Callable[[], None]) -> Callable[[], None]:
-            props.append(Property(name, clauses, test, examples.setdefault(name, [])))
+        def register(body: Callable[..., None]) -> Callable[[], None]:
+            examples: list[int] = []
+
+            @functools.wraps(body)
+            def counted(**drawn: Any) -> None:
+                examples.append(1)
+                body(**drawn)
+
+            test: Callable[[], None] = given(**strategies)(counted)
+            props.append(Property(name, clauses, test, examples))
             return test
 
         return register
 
-    def counted(name: str) -> None:
-        examples.setdefault(name, []).append(1)
-
-    @add("prefix invariants", "SCAN-1, SCAN-2, SCAN-3")
-    @given(answers=answer_lists)
+    @add("prefix invariants", "SCAN-1, SCAN-2, SCAN-3", answers=answer_lists)
     def prefix_invariants(answers: list[LookupResult]) -> None:
-        counted("prefix invariants")
         decision, calls = run_prefix(prefix_scan, answers_of(answers), len(answers))
         if not ref.prefix_invariants_hold(answers, decision, calls):
             raise _fail("SCAN-1..3", "invariant broken", answers, decision, calls)
 
-    @add("prefix = reference", "SCAN-1, SCAN-2, SCAN-3")
-    @given(answers=answer_lists)
+    @add("prefix = reference", "SCAN-1, SCAN-2, SCAN-3", answers=answer_lists)
     def prefix_reference(answers: list[LookupResult]) -> None:
-        counted("prefix = reference")
         got = run_prefix(prefix_scan, answers_of(answers), len(answers))
         want = run_prefix(ref.maximal_prefix_lookup, answers_of(answers), len(answers))
         if got != want:
             raise _fail("SCAN-1..3", "differs from the reference", answers, got, want)
 
-    @add("prefix legacy answers", "SCAN-4")
-    @given(answers=mixed_lists)
+    @add("prefix legacy answers", "SCAN-4", answers=mixed_lists)
     def prefix_legacy(answers: list[object]) -> None:
-        counted("prefix legacy answers")
         _check_legacy(
             "prefix", answers, lambda a: run_prefix(prefix_scan, a, len(answers)),
             lambda a: run_prefix(ref.maximal_prefix_lookup, a, len(answers)),
         )
 
-    @add("window invariants", "SCAN-5, SCAN-6, SCAN-7, SCAN-8")
-    @given(answers=answer_lists, args=window_args())
+    @add(
+        "window invariants", "SCAN-5, SCAN-6, SCAN-7, SCAN-8", answers=answer_lists, args=window_args()
+    )
     def window_invariants(answers: list[LookupResult], args: tuple[int, int | None]) -> None:
-        counted("window invariants")
         window, initial = args
         decision, calls = run_window(window_scan, answers_of(answers), len(answers), window, initial)
         if not ref.window_invariants_hold(answers, window, initial, decision, calls):
             raise _fail("SCAN-5..8", "invariant broken", answers, args, decision, calls)
 
-    @add("window = reference", "SCAN-5, SCAN-6, SCAN-7, SCAN-8")
-    @given(answers=answer_lists, args=window_args())
+    @add(
+        "window = reference", "SCAN-5, SCAN-6, SCAN-7, SCAN-8", answers=answer_lists, args=window_args()
+    )
     def window_reference(answers: list[LookupResult], args: tuple[int, int | None]) -> None:
-        counted("window = reference")
         got = run_window(window_scan, answers_of(answers), len(answers), *args)
         want = run_window(ref.sliding_window_lookup, answers_of(answers), len(answers), *args)
         if got != want:
             raise _fail("SCAN-5..8", "differs from the reference", answers, args, got, want)
 
-    @add("window legacy answers", "SCAN-4")
-    @given(answers=mixed_lists, args=window_args())
+    @add("window legacy answers", "SCAN-4", answers=mixed_lists, args=window_args())
     def window_legacy(answers: list[object], args: tuple[int, int | None]) -> None:
-        counted("window legacy answers")
         _check_legacy(
             "window", answers, lambda a: run_window(window_scan, a, len(answers), *args),
             lambda a: run_window(ref.sliding_window_lookup, a, len(answers), *args),
         )
 
-    @add("window argument validation", "SCAN-10")
-    @given(
+    @add(
+        "window argument validation",
+        "SCAN-10",
         window=st.one_of(st.integers(-3, 6), st.booleans(), st.floats(-2, 6), st.none()),
         initial=st.one_of(st.none(), st.integers(-3, 9), st.booleans(), st.floats(-2, 9)),
         answers=answer_lists,
     )
     def window_arguments(window: object, initial: object, answers: list[LookupResult]) -> None:
-        counted("window argument validation")
         valid = type(window) is int and window >= 1 and (
             initial is None or (type(initial) is int and initial >= window)
         )
@@ -179,15 +180,15 @@ def scan_properties(
             if not valid:
                 raise _fail("SCAN-10", "accepted invalid arguments", window, initial)
 
-    @add("as_legacy", "SCAN-9")
-    @given(
+    @add(
+        "as_legacy",
+        "SCAN-9",
         decision=st.one_of(
             st.builds(Hits, st.integers(0, 2**20)),
             st.builds(Defer, st.sampled_from((LookupResult.HIT_PENDING, LookupResult.RETRY))),
-        )
+        ),
     )
     def legacy_shape(decision: Decision) -> None:
-        counted("as_legacy")
         want = decision.count if isinstance(decision, Hits) else None
         if as_legacy(decision) != want:
             raise _fail("SCAN-9", "wrong legacy shape", decision, as_legacy(decision))
