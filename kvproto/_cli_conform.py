@@ -127,13 +127,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             specs.append(resolve_target(name))
         except KvprotoError as exc:
-            console.print(f"[red]kvproto conform: {exc}")
+            console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
             return 2
     if only is not None:
         known = {p.check for spec in specs for p in planned_checks(spec)}
         unknown = sorted(set(only) - known)
         if unknown:
-            console.print(f"[red]kvproto conform: no such kit check: {', '.join(unknown)}")
+            console.print(
+                f"kvproto conform: no such kit check: {', '.join(unknown)}", style="red", markup=False, emoji=False
+            )
             return 2
         specs = [spec for spec in specs if any(p.check in only for p in planned_checks(spec))]
     reports: list[TierReport] = []

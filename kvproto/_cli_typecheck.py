@@ -55,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         cls, kind = _resolve_class(args.target)
     except (KvprotoError, ImportError, AttributeError) as exc:  # the last two: an entry point that cannot load
-        console.print(f"[red]kvproto typecheck: cannot resolve {args.target!r}: {exc}")
+        console.print(
+            f"kvproto typecheck: cannot resolve {args.target!r}: {exc}",
+            style="red", markup=False, emoji=False, highlight=False,
+        )
         return 2
     claimed = args.protocol or kind or claimed_protocol(cls)
     protocol: Literal["primary", "secondary"] = "primary" if claimed == "primary" else "secondary"
