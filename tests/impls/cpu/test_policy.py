@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,8 +34,8 @@ def test_make_policy_by_name() -> None:
 
 
 @pytest.mark.parametrize("name", ["lru", "arc"])
-def test_select_victims_changes_nothing_and_respects_evictable(name: str) -> None:
-    policy = make_policy("lru" if name == "lru" else "arc", 4)
+def test_select_victims_changes_nothing_and_respects_evictable(name: Literal["lru", "arc"]) -> None:
+    policy = make_policy(name, 4)
     for i in range(4):
         policy.admit(key(i))
     assert policy.select_victims(0, [], lambda _k: True) == []
