@@ -151,14 +151,17 @@ class CpuTier:
 
     @property
     def config(self) -> CpuTierConfig:
+        """The configuration the tier was built with (CPU-1)."""
         return self._config
 
     @property
     def num_slots(self) -> int:
+        """How many slots the buffer holds (``config.slot_count``, CPU-1)."""
         return self._num_slots
 
     @property
     def block_bytes(self) -> int:
+        """The size of one block, one slot row, in bytes (CPU-1)."""
         return self._block_bytes
 
     @property

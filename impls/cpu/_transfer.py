@@ -71,10 +71,12 @@ class DeviceLayout:
 
     @property
     def num_layers(self) -> int:
+        """How many layer tensors the cache has (``L``, CPU-11)."""
         return len(self.layers)
 
     @property
     def block_bytes(self) -> int:
+        """Bytes of one block over all layers, ``L * P``: must equal the tier's ``block_bytes`` (CPU-11)."""
         return self.num_layers * self.layer_block_bytes
 
     @staticmethod
@@ -213,6 +215,7 @@ class CpuTransferHandler:
 
     @property
     def layout(self) -> DeviceLayout:
+        """The validated device KV cache layout (CPU-11)."""
         return self._layout
 
     def pending_jobs(self) -> int:
