@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # importing tiering_stack imports impls.cpu, hence torch: only the tests that use it pay
+    from tests.kvproto.tiering_stack import Stack
 
 
 @pytest.fixture
@@ -20,3 +24,12 @@ def no_thread_leak() -> Iterator[None]:
     yield
     leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     assert not leaked, f"threads left running: {leaked}"
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[Stack]]:
+    """Stacks a test builds (``tiering_stack.build_stack``), each shut down after the test."""
+    made: list[Stack] = []
+    yield made
+    for s in made:
+        s.shutdown()

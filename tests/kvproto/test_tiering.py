@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pytest
 
@@ -29,14 +29,6 @@ from tests.kvproto.tiering_stack import (
 
 R1 = ReqContext("r1")
 R2 = ReqContext("r2")
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[Stack]]:
-    made: list[Stack] = []
-    yield made
-    for s in made:
-        s.shutdown()
 
 
 def make(stacks: list[Stack], **kwargs: object) -> Stack:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -33,17 +33,6 @@ R1 = ReqContext("r1")
 STEP_BOUND = 100
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[Stack]]:
-    made: list[Stack] = []
-    yield made
-    for s in made:
-        for extra in s.extra:
-            if isinstance(extra, TieringManager):
-                extra.shutdown()
-        s.shutdown()
 
 
 def steps_until_decided(
@@ -112,7 +101,7 @@ def test_failed_promotion_is_not_repeated_every_step(stacks: list[Stack]) -> Non
     stacks.append(s)
     liar = AlwaysHitFailingLoads()
     m = TieringManager(s.cpu, [liar], config=TieringConfig(negative_verdict_steps=50))
-    s.extra.append(m)
+    s.extra_managers.append(m)
     taken, decision = steps_until_decided(m, [key(1), key(2)])
     assert decision == Hits(0)
     assert taken <= 3
@@ -179,7 +168,7 @@ def test_probe_deadline_ends_a_hung_existence_check(stacks: list[Stack]) -> None
             probe.shutdown()
 
     m = TieringManager(s.cpu, [HungLookupTier()])
-    s.extra.append(m)
+    s.extra_managers.append(m)
     try:
         taken, decision = steps_until_decided(m, [key(1)])
         assert decision == Hits(0)
@@ -218,7 +207,7 @@ def test_tier_raising_everywhere_never_reaches_the_scheduler(
     stacks.append(s)
     raiser = RaisingTier(MemoryTier(s.cpu.buffer, name="inner"))
     m = TieringManager(s.cpu, [raiser, s.tiers[0]])
-    s.extra.append(m)
+    s.extra_managers.append(m)
     s.tiers[0].seed(key(1), block(1))
     with caplog.at_level(logging.WARNING, logger="kvproto.tiering"):
         taken, decision = steps_until_decided(m, [key(1), key(2)])
@@ -248,7 +237,7 @@ def test_tier_raising_in_submit_load_fails_the_promotion(stacks: list[Stack]) ->
     inner.seed(key(1), block(1))
     raiser = RaisingTier(inner, failing=lambda name: name == "submit_load")
     m = TieringManager(s.cpu, [raiser])
-    s.extra.append(m)
+    s.extra_managers.append(m)
     taken, decision = steps_until_decided(m, [key(1)])
     assert decision == Hits(0)
     assert raiser.calls.count("submit_load") == 1

@@ -55,7 +55,8 @@ class Stack:
     tiers: list[MemoryTier]
     manager: TieringManager
     clock: FakeClock
-    extra: list[object] = field(default_factory=list)
+    #: Further managers a test builds over ``cpu``; shut down first, by :meth:`shutdown`.
+    extra_managers: list[TieringManager] = field(default_factory=list)
 
     def read(self, k: OffloadKey, via: TieringManager | None = None) -> bytes:
         """Pin ``k`` through the manager (or ``via``), read its primary row, release the pin."""
@@ -87,6 +88,8 @@ class Stack:
         return True
 
     def shutdown(self) -> None:
+        for manager in self.extra_managers:
+            manager.shutdown()
         self.manager.shutdown()
         for tier in self.tiers:
             tier.shutdown()
