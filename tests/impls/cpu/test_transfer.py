@@ -242,6 +242,27 @@ class _FakeEvent:
         return None
 
 
+def simulated_cuda_handler(
+    monkeypatch: pytest.MonkeyPatch,
+    tier: CpuTier,
+    cache: list[torch.Tensor],
+    *,
+    max_staging_bytes: int,
+) -> tuple[CpuTransferHandler, _FakeStream]:
+    """A handler over CPU tensors whose jobs take the CUDA staging path, stream and events faked."""
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    handler = CpuTransferHandler(tier, cache, max_staging_bytes=max_staging_bytes)
+    handler.shutdown()  # stop the CPU worker; run the staged plane instead
+    stream = _FakeStream()
+    monkeypatch.setattr(handler, "_worker", None)
+    monkeypatch.setattr(handler, "_stream", stream)
+    monkeypatch.setattr(handler, "_closed", False)
+    return handler, stream
+
+
 def test_cuda_staging_path_logic_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gather / per-run copy / scatter code of the CUDA plane, run on CPU tensors.
 
@@ -249,17 +270,9 @@ def test_cuda_staging_path_logic_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch)
     chunking and index arithmetic are checked here; ``test_cuda.py`` checks
     the real thing where a GPU exists.
     """
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     tier, _ = make_tier(num_slots=10, block_bytes=LAYERS * 12)
     cache = device_cache(seed=3)
-    handler = CpuTransferHandler(tier, cache, max_staging_bytes=3 * LAYERS * 12)
-    handler.shutdown()  # stop the CPU worker; run the staged plane instead
-    monkeypatch.setattr(handler, "_worker", None)
-    monkeypatch.setattr(handler, "_stream", _FakeStream())
-    monkeypatch.setattr(handler, "_closed", False)
+    handler, _ = simulated_cuda_handler(monkeypatch, tier, cache, max_staging_bytes=3 * LAYERS * 12)
     ids = [11, 3, 4, 5, 0, 9, 10]
     out = tier.prepare_store(keys(*range(7)), REQ)
     assert out is not None
@@ -310,17 +323,10 @@ def test_completion_of_a_forgotten_key_is_logged_not_raised(caplog: pytest.LogCa
 
 def test_cuda_job_failing_half_way_drains_the_stream_then_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy that fails after queuing some chunks waits for them before its slots are freed."""
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
     tier, _ = make_tier(num_slots=6, block_bytes=LAYERS * 12)
-    handler = CpuTransferHandler(tier, device_cache(), max_staging_bytes=2 * LAYERS * 12)
-    handler.shutdown()
-    stream = _FakeStream()
-    monkeypatch.setattr(handler, "_worker", None)
-    monkeypatch.setattr(handler, "_stream", stream)
-    monkeypatch.setattr(handler, "_closed", False)
+    handler, stream = simulated_cuda_handler(
+        monkeypatch, tier, device_cache(), max_staging_bytes=2 * LAYERS * 12
+    )
     calls: list[tuple[int, ...]] = []
 
     def second_chunk_fails(slots: tuple[int, ...], index: torch.Tensor) -> None:
