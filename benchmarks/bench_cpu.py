@@ -13,7 +13,9 @@ against one plain copy between a GPU tensor and a pinned host tensor; those
 figures are reported as ``cuda.*`` (target >= 0.8 as well) but the headline
 ratio stays the CPU one, so results compare across machines. A further
 figure, ``scattered_store_gbps``, stores device blocks in reverse order (no
-two consecutive: one copy per block and layer), the data plane's worst case.
+two consecutive): on CPU tensors one copy per block and layer, the data
+plane's worst case; on CUDA the device-side gather makes it cost about what
+an in-order store does.
 """
 
 from __future__ import annotations
