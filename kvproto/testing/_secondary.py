@@ -15,7 +15,7 @@ from kvproto import members as lr
 from kvproto._jobs import EventKind, OffloadingEvent
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, SecondaryTier
-from kvproto._results import LookupResult, unreachable
+from kvproto._results import unreachable
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
@@ -31,8 +31,14 @@ _PROTOCOL_MEMBERS = tuple(n for n in dir(SecondaryTier) if not n.startswith("_")
 _CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
 
-def _missing(answers: dict[OffloadKey, LookupResult], want: LookupResult) -> list[OffloadKey]:
-    return [k for k, v in answers.items() if v is not want]
+def _load_right_after_hit(kit: SecondaryDriver, key: OffloadKey, slot: int, *, when: str = "") -> None:
+    """Load ``key`` into ``slot`` right after it answered HIT ``when``; HIT means readable now,
+    so a failed load breaks TIER-4."""
+    result = kit.load([key], [slot])
+    if key not in result.succeeded_keys(kit.jobs[result.job_id]):
+        raise ConformanceFailure(
+            "TIER-4", f"lookup({short_key(key)}) answered HIT{when}, but a load submitted right after it failed"
+        )
 
 
 class SecondaryTierTests(KitBase):
@@ -224,7 +230,7 @@ class SecondaryTierTests(KitBase):
                     "TIER-10", f"a store of {len(batch)} blocks into an empty tier failed: {result}"
                 )
         answers = kit.resolve(keys)
-        lost = _missing(answers, lr.HIT)
+        lost = [key for key, answer in answers.items() if answer is not lr.HIT]
         if lost:
             raise ConformanceFailure(
                 "TIER-10",
@@ -249,13 +255,7 @@ class SecondaryTierTests(KitBase):
                     case lr.HIT:
                         seen.add(key)
                         if not inject and job.job_id not in kit.results:
-                            load = kit.load([key], [next(spare)])
-                            if key not in load.succeeded_keys(kit.jobs[load.job_id]):
-                                raise ConformanceFailure(
-                                    "TIER-4",
-                                    f"lookup({short_key(key)}) answered HIT while its store was in "
-                                    "flight, but a load submitted right after failed",
-                                )
+                            _load_right_after_hit(kit, key, next(spare), when=" while its store was in flight")
                     case lr.MISS | lr.RETRY | lr.HIT_PENDING:
                         pass
                     case other:
@@ -457,14 +457,7 @@ class SecondaryTierTests(KitBase):
                 cursor += 1
                 match kit.lookup(key):
                     case lr.HIT:
-                        job = kit.submit_load([key], [target])
-                        result = kit.wait([job])[job.job_id]
-                        if key not in result.succeeded_keys(job):
-                            raise ConformanceFailure(
-                                "TIER-4",
-                                f"lookup({short_key(key)}) answered HIT but a load submitted right "
-                                "after it failed",
-                            )
+                        _load_right_after_hit(kit, key, target)
                     case lr.MISS | lr.RETRY | lr.HIT_PENDING:
                         pass
                     case other:
