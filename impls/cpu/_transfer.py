@@ -205,7 +205,7 @@ class CpuTransferHandler:
         self._worker: ThreadPoolExecutor | None = None
         if self._cuda:
             # torch.cuda.Stream's constructor is unannotated.
-            self._stream = torch.cuda.Stream(device=layout.device)  # type: ignore[no-untyped-call]
+            self._stream = torch.cuda.Stream(device=layout.device)  # type: ignore[no-untyped-call]  # unannotated in torch
             if not tier.pinned:
                 _log.warning(
                     "%s: the slot buffer is not pinned; device copies will block", tier.name
@@ -403,8 +403,16 @@ class CpuTransferHandler:
             if exc is not None:
                 _log.error("%s job %d failed: %s", job.direction, job.job_id, error)
             return TransferOutcome(job.job_id, job.direction, job.keys, exc is None, error)
-        # Event.query is unannotated in torch; it returns bool without blocking.
-        if job.event is not None and job.event.query():  # type: ignore[no-untyped-call]
+        if job.event is None:
+            return None
+        try:
+            # Event.query is unannotated in torch; it returns bool without blocking.
+            finished = job.event.query()  # type: ignore[no-untyped-call]  # unannotated in torch
+        except RuntimeError as exc:  # a CUDA error surfaces here: fail the job, never raise (CPU-12)
+            error = f"{type(exc).__name__}: {exc}"
+            _log.error("%s job %d failed: %s", job.direction, job.job_id, error)
+            return TransferOutcome(job.job_id, job.direction, job.keys, False, error)
+        if finished:
             return TransferOutcome(job.job_id, job.direction, job.keys, True)
         return None
 

@@ -343,3 +343,23 @@ def test_cuda_job_failing_half_way_drains_the_stream_then_fails(monkeypatch: pyt
     assert not outcome.success and outcome.error is not None and "simulated" in outcome.error
     assert all(tier.lookup(k, REQ) is lr.MISS for k in keys(1, 2, 3, 4))
     assert tier.free_slots == 6
+
+
+def test_cuda_error_while_polling_fails_the_job_not_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CPU-12: a CUDA error raised by the job's event is a failed job; poll itself never raises."""
+    tier, _ = make_tier(num_slots=4, block_bytes=LAYERS * 12)
+    handler, _ = simulated_cuda_handler(monkeypatch, tier, device_cache(), max_staging_bytes=4 * LAYERS * 12)
+
+    def sticky_error(self: _FakeEvent) -> bool:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(_FakeEvent, "query", sticky_error)
+    out = tier.prepare_store(keys(1, 2), REQ)
+    assert out is not None
+    handler.submit_store(out.keys_to_store, out.slots, [0, 1])
+    (outcome,) = handler.poll()
+    assert not outcome.success and outcome.error is not None and "illegal memory" in outcome.error
+    assert all(tier.lookup(k, REQ) is lr.MISS for k in keys(1, 2))  # never READY with unknown bytes
+    assert tier.free_slots == 4
