@@ -27,6 +27,11 @@ _STYLE = {
 }
 
 
+def _conforms(report: TierReport, typecheck: TypecheckResult | None) -> bool:
+    """The tier's verdict: its checks passed, and its type check did unless it was not run (KIT-11)."""
+    return report.passed and (typecheck is None or typecheck.passed)
+
+
 def _check_label(name: str) -> str:
     return name.removeprefix("test_")
 
@@ -67,7 +72,7 @@ def render_summary(console: Console, reports: list[TierReport], typechecks: dict
         counts = report.counts()
         typecheck = typechecks.get(report.spec.name)
         tc = "-" if typecheck is None else ("[green]ok" if typecheck.passed else "[bold red]fails")
-        ok = report.passed and (typecheck is None or typecheck.passed)
+        ok = _conforms(report, typecheck)
         table.add_row(
             report.spec.name,
             report.spec.kind,
@@ -88,7 +93,7 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
     tiers: list[dict[str, object]] = []
     for report in reports:
         typecheck = typechecks.get(report.spec.name)
-        caps = asdict(report.capabilities) if hasattr(report.capabilities, "__dataclass_fields__") else {}
+        caps = asdict(report.capabilities)
         caps["reasons"] = dict(report.capabilities.reasons)
         tiers.append(
             {
@@ -96,7 +101,7 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "kind": report.spec.kind,
                 "description": report.spec.description,
                 "capabilities": caps,
-                "passed": report.passed and (typecheck is None or typecheck.passed),
+                "passed": _conforms(report, typecheck),
                 "counts": report.counts(),
                 "error": report.error,
                 "typecheck": None
