@@ -44,7 +44,7 @@ show_error_codes = True
 """kvproto's own mypy configuration (mypy.ini), embedded for installed wheels."""
 
 ProtocolName = Literal["primary", "secondary"]
-_PROTOCOLS: dict[str, type] = {"primary": PrimaryTier, "secondary": SecondaryTier}
+_PROTOCOLS: dict[ProtocolName, type] = {"primary": PrimaryTier, "secondary": SecondaryTier}
 
 
 @dataclass
@@ -71,7 +71,7 @@ def claimed_protocol(cls: type) -> ProtocolName:
     """The protocol ``cls`` claims: one it subclasses, else the shape of its methods."""
     for name, proto in _PROTOCOLS.items():
         if proto in cls.__mro__:
-            return name  # type: ignore[return-value]  # keys of _PROTOCOLS are the literal names
+            return name
     if hasattr(cls, "prepare_store") and not hasattr(cls, "submit_store"):
         return "primary"
     return "secondary"
@@ -118,7 +118,7 @@ _Target = _target_module.{qualname}
 """
 
 
-def _snippet(cls: type, proto_name: str) -> tuple[str, dict[int, str]]:
+def _snippet(cls: type, proto_name: ProtocolName) -> tuple[str, dict[int, str]]:
     proto = _PROTOCOLS[proto_name]
     text = _HEADER.format(module=cls.__module__, qualname=cls.__qualname__)
     lines: dict[int, str] = {}
