@@ -46,6 +46,7 @@ __all__ = [
     "CheckResult",
     "crosshair_check",
     "crosshair_diff",
+    "crosshair_diff_check",
     "exhaustive_prefix",
     "exhaustive_window",
     "run_checks",
@@ -268,27 +269,19 @@ def standard_checks(
                 iterations=iterations,
             ),
         ),
-        Check(
+        crosshair_diff_check(
             "crosshair diffbehavior: prefix",
-            "crosshair",
-            lambda: crosshair_diff(
-                f"{targets}.kvproto_prefix",
-                f"{targets}.reference_prefix",
-                name="crosshair diffbehavior: prefix",
-                clauses="SCAN-1..4",
-                iterations=iterations,
-            ),
+            f"{targets}.kvproto_prefix",
+            f"{targets}.reference_prefix",
+            clauses="SCAN-1..4",
+            iterations=iterations,
         ),
-        Check(
+        crosshair_diff_check(
             "crosshair diffbehavior: window",
-            "crosshair",
-            lambda: crosshair_diff(
-                f"{targets}.kvproto_window",
-                f"{targets}.reference_window",
-                name="crosshair diffbehavior: window",
-                clauses="SCAN-4..8, SCAN-10",
-                iterations=iterations,
-            ),
+            f"{targets}.kvproto_window",
+            f"{targets}.reference_window",
+            clauses="SCAN-4..8, SCAN-10",
+            iterations=iterations,
         ),
         Check("exhaustive prefix", "exhaustive", lambda: exhaustive_prefix(max_len=exhaustive_len)),
         Check("exhaustive window", "exhaustive", lambda: exhaustive_window(max_len=exhaustive_len)),
@@ -298,6 +291,17 @@ def standard_checks(
         for prop in scan_properties(scan.maximal_prefix_lookup, scan.sliding_window_lookup)
     )
     return checks
+
+
+def crosshair_diff_check(
+    name: str, fn1: str, fn2: str, *, clauses: str, iterations: int = CROSSHAIR_ITERATIONS
+) -> Check:
+    """The :class:`Check` that runs :func:`crosshair_diff` of ``fn1`` and ``fn2`` under ``name``."""
+    return Check(
+        name,
+        "crosshair",
+        lambda: crosshair_diff(fn1, fn2, name=name, clauses=clauses, iterations=iterations),
+    )
 
 
 def _property_check(prop: Property, max_examples: int) -> Check:

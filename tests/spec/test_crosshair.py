@@ -1,6 +1,6 @@
 """CrossHair over the scans: the reference meets its contracts, kvproto.scan behaves exactly like it.
 
-Bounded by iterations (``CROSSHAIR_ITERATIONS``), not wall time. The mutant
+Bounded by iterations (``spec.checks.CROSSHAIR_ITERATIONS``), not wall time. The mutant
 runs show the comparison can fail: a diffbehavior that cannot tell a wrong
 scan from the reference would prove nothing.
 """
@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec.checks import (
-    CROSSHAIR_ITERATIONS,
-    Check,
-    CheckResult,
-    crosshair_diff,
-    run_checks,
-    standard_checks,
-)
+from spec.checks import CheckResult, crosshair_diff_check, run_checks, standard_checks
 
 pytestmark = pytest.mark.crosshair
 
@@ -28,27 +21,17 @@ def crosshair_results() -> dict[str, CheckResult]:
     """Every CrossHair run of this module, two at a time (they are subprocesses)."""
     checks = [c for c in standard_checks() if c.kind == "crosshair"]
     checks += [
-        Check(
+        crosshair_diff_check(
             "mutant prefix",
-            "crosshair",
-            lambda: crosshair_diff(
-                f"{_TARGETS}.kvproto_prefix",
-                f"{_TARGETS}.mutant_prefix_stops_at_retry",
-                name="mutant prefix",
-                clauses="SCAN-2",
-                iterations=CROSSHAIR_ITERATIONS,
-            ),
+            f"{_TARGETS}.kvproto_prefix",
+            f"{_TARGETS}.mutant_prefix_stops_at_retry",
+            clauses="SCAN-2",
         ),
-        Check(
+        crosshair_diff_check(
             "mutant window",
-            "crosshair",
-            lambda: crosshair_diff(
-                f"{_TARGETS}.kvproto_window",
-                f"{_TARGETS}.mutant_window_defers_on_any_pending",
-                name="mutant window",
-                clauses="SCAN-8",
-                iterations=CROSSHAIR_ITERATIONS,
-            ),
+            f"{_TARGETS}.kvproto_window",
+            f"{_TARGETS}.mutant_window_defers_on_any_pending",
+            clauses="SCAN-8",
         ),
     ]
     return {c.name: r for c, r in zip(checks, run_checks(checks, crosshair_parallel=2))}
