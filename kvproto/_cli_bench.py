@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from benchmarks import REGISTRY, BenchResult
 
+    # torch probes for numpy when it is imported; kvproto does not use numpy.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     console = Console()
     names: list[str] = list(args.names) or list(REGISTRY)
     unknown = [n for n in names if n not in REGISTRY]
