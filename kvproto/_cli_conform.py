@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from kvproto.errors import KvprotoError
     from kvproto.testing._reports import render_summary, render_tier, to_json, write_json, write_junit
     from kvproto.testing._runner import CheckOutcome, TierReport, planned_checks, run_kit
-    from kvproto.testing._targets import reference_tiers, resolve_target
+    from kvproto.testing._targets import TierUnavailable, reference_tiers, resolve_target
     from kvproto.testing._typecheck import TypecheckResult
 
     console = Console()
@@ -126,9 +126,22 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         try:
             specs.append(resolve_target(name))
+        except TierUnavailable as exc:
+            if args.targets:
+                console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
+                return 2
+            # Run with no target: a reference tier whose optional dependency is absent is skipped,
+            # said so, and the others still run (e.g. the cpu tier needs kvproto[cpu]).
+            console.print(
+                f"kvproto conform: skipping {exc} (install the extra that brings it, e.g. kvproto[cpu])",
+                style="yellow", markup=False, emoji=False, highlight=False,
+            )
         except KvprotoError as exc:
             console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
             return 2
+    if not specs:
+        console.print("[red]no tiers to check: every installed reference tier lacks a dependency")
+        return 2
     if only is not None:
         known = {p.check for spec in specs for p in planned_checks(spec)}
         unknown = sorted(set(only) - known)

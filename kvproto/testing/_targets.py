@@ -25,6 +25,7 @@ from kvproto.testing._settings import KitLimits
 __all__ = [
     "ENTRY_POINT_GROUP",
     "TierSpec",
+    "TierUnavailable",
     "build_test_class",
     "import_target",
     "importable_cwd",
@@ -135,6 +136,14 @@ def spec_from_object(obj: object, name: str) -> TierSpec:
     )
 
 
+class TierUnavailable(ConfigurationError):
+    """An installed tier cannot be built here: a module it needs (``missing``) is not installed."""
+
+    def __init__(self, message: str, *, missing: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 def installed_tiers() -> list[EntryPoint]:
     """Every entry point in the ``kvproto.tiers`` group, sorted by name (KIT-9)."""
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
@@ -175,7 +184,14 @@ def resolve_target(target: str) -> TierSpec:
         return spec_from_object(import_target(target), target)
     for ep in installed_tiers():
         if ep.name == target:
-            return spec_from_object(ep.load(), target)
+            try:
+                return spec_from_object(ep.load(), target)
+            except ModuleNotFoundError as exc:  # e.g. the cpu tier without torch (kvproto[cpu])
+                missing = exc.name or str(exc)
+                raise TierUnavailable(
+                    f"tier {target!r} ({ep.value}) needs {missing!r}, which is not installed",
+                    missing=missing,
+                ) from exc
     names = ", ".join(ep.name for ep in installed_tiers()) or "none"
     raise ConfigurationError(
         f"{target!r} is neither pkg.module:factory nor an installed tier (installed: {names})"

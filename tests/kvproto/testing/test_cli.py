@@ -6,12 +6,15 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
 import kvproto
 from kvproto.cli import main
+from kvproto.testing import _targets
+from kvproto.testing._targets import installed_tiers
 
 
 def test_list_shows_installed_tiers(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,3 +85,34 @@ def test_import_kvproto_does_not_import_the_kit_or_its_dependencies() -> None:
     probe = "import sys, kvproto; print(sorted(m for m in ('pytest', 'hypothesis', 'mypy', 'kvproto.testing') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+_INSTALLED = installed_tiers()  # read before any test patches it
+
+
+def _ghost_and_memory() -> list[EntryPoint]:
+    """The real ``memory`` entry point beside one whose module is not installed."""
+    memory = [ep for ep in _INSTALLED if ep.name == "memory"]
+    ghost = EntryPoint("ghost", "kvproto_ghost_dependency_xyz:factory", "kvproto.tiers")
+    return [ghost, *memory]
+
+
+def test_no_target_skips_a_reference_tier_whose_dependency_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KIT-9: without torch, `kvproto conform` still checks the other reference tiers, and says why."""
+    monkeypatch.setattr(_targets, "reference_tiers", _ghost_and_memory)
+    monkeypatch.setattr(_targets, "installed_tiers", _ghost_and_memory)
+    assert main(["conform", "--no-typecheck", "--check", "empty_tier_misses"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "skipping tier 'ghost'" in out and "kvproto_ghost_dependency_xyz" in out
+    assert "memory" in out
+
+
+def test_a_named_tier_whose_dependency_is_missing_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_targets, "installed_tiers", _ghost_and_memory)
+    assert main(["conform", "ghost", "--no-typecheck"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "needs 'kvproto_ghost_dependency_xyz', which is not installed" in out
