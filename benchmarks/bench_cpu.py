@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from benchmarks._result import BenchResult
-from impls.cpu import CpuTier, CpuTierConfig, CpuTransferHandler
+from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler
 from kvproto import OffloadKey, ReqContext, make_key
 
 LAYERS = 32

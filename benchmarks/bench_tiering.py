@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, TypeVar
 from benchmarks._result import BenchResult
 from kvproto import LookupResult, MemoryTier, ReqContext, make_key, maximal_prefix_lookup
 from kvproto._keys import OffloadKey
-from kvproto.tiering import TieringManager
+from kvproto import TieringManager
 
 if TYPE_CHECKING:
-    from impls.cpu import CpuTier
+    from kvproto_cpu import CpuTier
 
 N_KEYS = 8192
 BLOCK_BYTES = 64  # lookups never touch the bytes; promotions copy this much per key
@@ -45,7 +45,7 @@ def _best_ns(fn: Callable[[], object], repeats: int, per: int) -> float:
 
 def _stack(primary_cls: type[_Primary]) -> tuple[_Primary, list[MemoryTier], TieringManager]:
     """A CPU primary of ``N_KEYS`` slots, two empty MemoryTiers below it, and their manager."""
-    from impls.cpu import CpuTierConfig  # torch lives behind impls.cpu
+    from kvproto_cpu import CpuTierConfig  # torch lives behind impls.cpu
 
     cpu = primary_cls(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
@@ -81,7 +81,7 @@ def _scan_ratio(
 
 
 def run(quick: bool = False) -> BenchResult:
-    from impls.cpu import CpuTier  # torch lives behind impls.cpu
+    from kvproto_cpu import CpuTier  # torch lives behind impls.cpu
 
     class CpuTierWithoutReadyKeys(CpuTier):
         """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""

@@ -1,22 +1,21 @@
 """kvproto: a typed protocol for tiered KV-cache offloading.
 
-The contract lives here: the four-valued :class:`LookupResult`, offload keys,
-the request and job values, the structural tier protocols and the scans.
-Reference tiers live in ``impls``; the normative text in ``spec/CONTRACT.md``.
+Every name a user writes is exported here: the four-valued
+:class:`LookupResult`, offload keys, the request, job and event values, the
+structural tier protocols, the scans, the tiering manager, :class:`AsyncProbe`
+and the in-memory reference tiers. The public submodules are
+:mod:`kvproto.errors`, :mod:`kvproto.members`, :mod:`kvproto.scan` and
+:mod:`kvproto.testing` (the conformance kit); every other module is private.
+The normative text is ``spec/CONTRACT.md``.
 """
 
 from __future__ import annotations
 
 from kvproto import errors
+from kvproto._async_probe import AsyncProbe, BatchCheck
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import (
-    EventKind,
-    JobResult,
-    OffloadingEvent,
-    PrepareStoreOutput,
-    ReqContext,
-    TransferJob,
-)
+from kvproto._events import EventKind, OffloadingEvent
+from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
 from kvproto._keys import OffloadKey, make_key, split_key
 from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import (
@@ -27,12 +26,15 @@ from kvproto._protocols import (
     SecondaryTier,
     TierLifecycle,
 )
+from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
+from kvproto._tiering import TieringConfig, TieringManager, TieringStats
+from kvproto._version import __version__
 from kvproto.scan import Decision, Defer, Hits, as_legacy, maximal_prefix_lookup, sliding_window_lookup
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "AsyncProbe",
+    "BatchCheck",
     "BatchLookup",
     "Capabilities",
     "Decision",
@@ -51,6 +53,9 @@ __all__ = [
     "ReqContext",
     "SecondaryTier",
     "TierLifecycle",
+    "TieringConfig",
+    "TieringManager",
+    "TieringStats",
     "TransferJob",
     "__version__",
     "as_legacy",

@@ -1,56 +1,13 @@
-"""Request and job values exchanged between the scheduler, the manager and the tiers."""
+"""Job values exchanged between the manager and the tiers: transfer jobs, their results, store plans."""
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TypeVar
+from dataclasses import dataclass
 
 from kvproto._keys import OffloadKey
 from kvproto.errors import InvalidArgumentError
 
-__all__ = [
-    "EventKind",
-    "JobResult",
-    "OffloadingEvent",
-    "PrepareStoreOutput",
-    "ReqContext",
-    "TransferJob",
-]
-
-_T = TypeVar("_T")
-
-
-@dataclass(slots=True, eq=False)
-class ReqContext:
-    """One scheduler request as the tiers see it (TIER-2).
-
-    ``req_id`` identifies the request; ``transfer_params`` carries optional
-    engine-specific parameters. ``state(cls, factory)`` gives each component
-    its own per-request scratch object, keyed by type, so tiers can keep
-    per-request bookkeeping without a global map; it is dropped with the
-    context when the request finishes.
-    """
-
-    req_id: str
-    transfer_params: Mapping[str, object] | None = None
-    _scratch: dict[type[object], object] = field(default_factory=dict, repr=False)
-
-    def state(self, cls: type[_T], factory: Callable[[], _T] | None = None) -> _T:
-        """Return this request's scratch object of type ``cls``, creating it on first use."""
-        found = self._scratch.get(cls)
-        if found is None:
-            made = cls() if factory is None else factory()
-            self._scratch[cls] = made
-            return made
-        if not isinstance(found, cls):  # pragma: no cover - keyed by its own type
-            raise InvalidArgumentError(f"scratch state for {cls.__name__} has type {type(found)}")
-        return found
-
-    def drop_state(self, cls: type[object]) -> None:
-        """Forget this request's scratch object of type ``cls``, if any."""
-        self._scratch.pop(cls, None)
+__all__ = ["JobResult", "PrepareStoreOutput", "TransferJob"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +65,3 @@ class PrepareStoreOutput:
     keys_to_store: tuple[OffloadKey, ...]
     slots: tuple[int, ...]
     evicted: tuple[OffloadKey, ...] = ()
-
-
-class EventKind(enum.Enum):
-    """What happened to the blocks of an :class:`OffloadingEvent`."""
-
-    STORED = "stored"
-    REMOVED = "removed"
-
-
-@dataclass(frozen=True, slots=True)
-class OffloadingEvent:
-    """Blocks that became readable in (``STORED``) or left (``REMOVED``) a tier (TIER-14)."""
-
-    kind: EventKind
-    keys: tuple[OffloadKey, ...]
-    tier: str

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import EventKind, JobResult, OffloadingEvent, ReqContext, TransferJob
+from kvproto._events import EventKind, OffloadingEvent
+from kvproto._jobs import JobResult, TransferJob
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._results import LookupResult
-from kvproto.async_lookup import AsyncProbe
+from kvproto._async_probe import AsyncProbe
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 __all__ = ["MemoryTier"]
@@ -44,7 +46,7 @@ class MemoryTier:
     * ``lookup_latency_steps``: 0, lookups answer HIT or MISS at once; N > 0,
       a key without a verdict answers RETRY and resolves at the N-th
       :meth:`on_step_end` after it was first asked, through an
-      :class:`~kvproto.async_lookup.AsyncProbe` (MEM-4).
+      :class:`~kvproto.AsyncProbe` (MEM-4).
     * ``latency_s``: when a job is due it runs on a background worker after
       this many seconds, so its result arrives between steps (MEM-3).
     * ``capacity_blocks``: keep at most this many blocks, evicting the least

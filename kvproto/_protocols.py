@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
+from kvproto._events import OffloadingEvent
+from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._results import LookupResult
 

@@ -1,1 +1,1 @@
-"""The executable side of the kvproto specification: reference definitions checked by CrossHair and Hypothesis."""
+"""Test-side companions of spec/CONTRACT.md: deliberately wrong scans (mutants) the verification must catch. Not installed."""

@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from kvproto.testing._driver import SecondaryDriver, TrackedContext
     from kvproto.testing._failures import ConformanceFailure
     from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
+    from kvproto.testing._reference import MEMORY_HOOKS
     from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
-    from kvproto.testing._targets import TierSpec
+    from kvproto.testing._tier_spec import TierSpec
 
 __all__ = [
+    "MEMORY_HOOKS",
     "PROFILES",
     "CheckInfo",
     "ConformanceFailure",
@@ -60,6 +62,7 @@ __all__ = [
 # Where each public name lives; loaded on first use, so that the pytest plugin
 # (kvproto.testing.plugin, imported at every pytest start-up) stays light.
 _WHERE = {
+    "MEMORY_HOOKS": "_reference",
     "PROFILES": "_settings",
     "KitLimits": "_settings",
     "KitProfile": "_settings",
@@ -77,7 +80,7 @@ _WHERE = {
     "TrackedContext": "_driver",
     "SecondaryTierFactory": "_secondary",
     "SecondaryTierTests": "_secondary",
-    "TierSpec": "_targets",
+    "TierSpec": "_tier_spec",
     "block_for": "_data",
     "key_pool": "_data",
     "make_buffer": "_data",

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import JobResult, ReqContext, TransferJob
+from kvproto._jobs import JobResult, TransferJob
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import LookupResult, unreachable

@@ -13,7 +13,9 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import EventKind, OffloadingEvent, PrepareStoreOutput, ReqContext
+from kvproto._events import EventKind, OffloadingEvent
+from kvproto._jobs import PrepareStoreOutput
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, PrimaryTier
 from kvproto._results import LookupResult, unreachable

@@ -12,9 +12,9 @@ from typing import Any
 from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._memory_tier import MemoryTier
-from kvproto.testing._targets import TierSpec
+from kvproto.testing._tier_spec import TierSpec
 
-__all__ = ["MEMORY_HOOKS", "cpu", "memory", "memory_async", "memory_threaded"]
+__all__ = ["MEMORY_HOOKS", "memory", "memory_async", "memory_threaded"]
 
 
 def _seed(tier: MemoryTier, key: OffloadKey, data: bytes) -> None:
@@ -73,28 +73,3 @@ def memory_async() -> TierSpec:
 def memory_threaded() -> TierSpec:
     """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
     return _memory_spec("memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)
-
-
-def cpu() -> TierSpec:
-    """The reference CPU primary tier (impls.cpu.CpuTier), 32 slots of 64 bytes, unpinned."""
-    from impls.cpu import CpuTier, CpuTierConfig
-
-    def build() -> CpuTier:
-        return CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory="off"))
-
-    return TierSpec(
-        "cpu",
-        "primary",
-        build,
-        capabilities=Capabilities(
-            eviction=True,
-            reasons={
-                "async_lookup": "a primary tier never answers RETRY",
-                "persistence": "host memory",
-                "sharing": "one process's buffer",
-                "partial_jobs": "stores complete per call",
-            },
-        ),
-        tier_class=CpuTier,
-        description="impls.cpu.CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory='off'))",
-    )

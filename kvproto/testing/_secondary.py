@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from kvproto import members as lr
-from kvproto._jobs import EventKind, OffloadingEvent
+from kvproto._events import EventKind, OffloadingEvent
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, SecondaryTier
 from kvproto._results import unreachable
@@ -21,6 +21,7 @@ from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
 from kvproto.testing._driver import SecondaryDriver, TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
@@ -60,8 +61,8 @@ class SecondaryTierTests(KitBase):
     * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence).
     """
 
-    num_slots: ClassVar[int] = 32
-    block_bytes: ClassVar[int] = 64
+    num_slots: ClassVar[int] = SECONDARY_NUM_SLOTS
+    block_bytes: ClassVar[int] = SECONDARY_BLOCK_BYTES
 
     # ---- fixtures ----------------------------------------------------------------------
     @pytest.fixture

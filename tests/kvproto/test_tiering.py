@@ -17,7 +17,7 @@ from kvproto import (
 )
 from kvproto._keys import OffloadKey
 from kvproto.errors import ConfigurationError, ContractViolation, TierMisuseError
-from kvproto.tiering import TieringConfig, TieringManager
+from kvproto import TieringConfig, TieringManager
 from tests.kvproto.tiering_stack import (
     BLOCK,
     RecordingTier,
@@ -385,7 +385,7 @@ def test_tier_errors_are_logged_with_the_tier_name(
 def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
     """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
     from tests.kvproto.tiering_stack import FakeClock
-    from impls.cpu import CpuTier, CpuTierConfig
+    from kvproto_cpu import CpuTier, CpuTierConfig
     from kvproto import MemoryTier
     from kvproto import ReadyKeys
 
@@ -428,7 +428,7 @@ def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> N
 
 def test_refused_batch_completion_is_settled_key_by_key(stacks: list[Stack]) -> None:
     """MGR-4, MGR-10: if the primary refuses a promotion batch, each key is settled on its own."""
-    from impls.cpu import CpuTier, CpuTierConfig
+    from kvproto_cpu import CpuTier, CpuTierConfig
     from kvproto import MemoryTier
 
     poison = key(2)

@@ -25,8 +25,8 @@ from kvproto import (
     sliding_window_lookup,
 )
 from kvproto._keys import OffloadKey
-from kvproto.async_lookup import AsyncProbe
-from kvproto.tiering import TieringConfig, TieringManager
+from kvproto import AsyncProbe
+from kvproto import TieringConfig, TieringManager
 from tests.kvproto.tiering_stack import RaisingTier, Stack, block, build_stack, key
 
 R1 = ReqContext("r1")

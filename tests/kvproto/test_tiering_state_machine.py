@@ -35,8 +35,8 @@ from kvproto import (
     sliding_window_lookup,
 )
 from kvproto._keys import OffloadKey
-from kvproto.tiering import TieringConfig, TieringManager
-from impls.cpu import CpuTier, CpuTierConfig
+from kvproto import TieringConfig, TieringManager
+from kvproto_cpu import CpuTier, CpuTierConfig
 from tests.kvproto.tiering_stack import (
     BLOCK,
     CpuTierWithoutReadyKeys,

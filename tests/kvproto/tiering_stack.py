@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from impls.cpu import CpuTier, CpuTierConfig
+from kvproto_cpu import CpuTier, CpuTierConfig
 from kvproto import (
     JobResult,
     LookupResult,
@@ -17,7 +17,7 @@ from kvproto import (
     make_key,
 )
 from kvproto._keys import OffloadKey
-from kvproto.tiering import TieringConfig, TieringManager
+from kvproto import TieringConfig, TieringManager
 
 BLOCK = 16
 

@@ -1,6 +1,6 @@
 """CrossHair over the scans: the reference meets its contracts, kvproto.scan behaves exactly like it.
 
-Bounded by iterations (``spec.checks.CROSSHAIR_ITERATIONS``), not wall time. The mutant
+Bounded by iterations (``kvproto.testing.scans.CROSSHAIR_ITERATIONS``), not wall time. The mutant
 runs show the comparison can fail: a diffbehavior that cannot tell a wrong
 scan from the reference would prove nothing.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from spec.checks import CheckResult, crosshair_diff_check, run_checks, standard_checks
+from kvproto.testing.scans import CROSSHAIR_TARGETS, CheckResult, crosshair_diff_check, run_checks, standard_checks
 
 pytestmark = pytest.mark.crosshair
 
-_TARGETS = "spec.crosshair_targets"
+_TARGETS = CROSSHAIR_TARGETS
+_MUTANTS = "spec.crosshair_mutants"
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +25,13 @@ def crosshair_results() -> dict[str, CheckResult]:
         crosshair_diff_check(
             "mutant prefix",
             f"{_TARGETS}.kvproto_prefix",
-            f"{_TARGETS}.mutant_prefix_stops_at_retry",
+            f"{_MUTANTS}.mutant_prefix_stops_at_retry",
             clauses="SCAN-2",
         ),
         crosshair_diff_check(
             "mutant window",
             f"{_TARGETS}.kvproto_window",
-            f"{_TARGETS}.mutant_window_defers_on_any_pending",
+            f"{_MUTANTS}.mutant_window_defers_on_any_pending",
             clauses="SCAN-8",
         ),
     ]

@@ -5,7 +5,7 @@ initial windows none, w, w+1, w+2."""
 from __future__ import annotations
 
 from spec import mutants
-from spec.checks import exhaustive_prefix, exhaustive_window
+from kvproto.testing.scans import exhaustive_prefix, exhaustive_window
 
 
 def test_prefix_scan_equals_reference_on_every_sequence() -> None:

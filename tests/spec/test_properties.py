@@ -12,8 +12,8 @@ from hypothesis import settings
 
 from kvproto.scan import maximal_prefix_lookup, sliding_window_lookup
 from spec import mutants
-from spec.checks import run_property
-from spec.properties import Property, scan_properties
+from kvproto.testing.scans import run_property
+from kvproto.testing.scans import Property, scan_properties
 
 _PROPS = {p.name: p for p in scan_properties(maximal_prefix_lookup, sliding_window_lookup)}
 _MUTANT_PROPS = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impls.cpu import CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
+from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
 from kvproto import OffloadKey, ReqContext, make_key
 
 __all__ = ["REQ", "FakeClock", "key", "keys", "load", "make_tier", "store"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from impls.cpu import CpuTier, CpuTierConfig
+from kvproto_cpu import CpuTier, CpuTierConfig
 from kvproto.errors import ConfigurationError, KvprotoError
 
 

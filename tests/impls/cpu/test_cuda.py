@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impls.cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
 from kvproto import members as lr
 
 from tests.impls.cpu._support import REQ, key, keys, load, store

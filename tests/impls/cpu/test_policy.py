@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impls.cpu import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
+from kvproto_cpu import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 from kvproto import OffloadKey
 
 from tests.impls.cpu._support import key

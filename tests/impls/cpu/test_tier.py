@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impls.cpu import BlockState, CpuTier, CpuTierConfig
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig
 from kvproto import EventKind, OffloadingEvent, PrimaryTier, ReqContext
 from kvproto import members as lr
 from kvproto.errors import KvprotoError, TierMisuseError

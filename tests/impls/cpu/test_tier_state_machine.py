@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from impls.cpu import BlockState, CpuTier
+from kvproto_cpu import BlockState, CpuTier
 from kvproto import EventKind, OffloadingEvent, OffloadKey
 from kvproto import members as lr
 from kvproto.errors import TierMisuseError

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from impls.cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
 from kvproto import EventKind
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError

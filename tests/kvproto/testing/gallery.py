@@ -23,7 +23,7 @@ from kvproto import (
 from kvproto import members as lr
 from kvproto._results import unreachable
 from kvproto.testing import KitLimits, TierSpec
-from kvproto.testing._reference import MEMORY_HOOKS
+from kvproto.testing import MEMORY_HOOKS
 
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
@@ -270,7 +270,7 @@ def hit_pending_from_secondary() -> TierSpec:
 
 def leaked_pin() -> TierSpec:
     """The CPU tier with one bug: complete_load releases nothing."""
-    from impls.cpu import CpuTier, CpuTierConfig
+    from kvproto_cpu import CpuTier, CpuTierConfig
 
     from kvproto import Capabilities
 

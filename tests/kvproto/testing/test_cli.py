@@ -6,15 +6,12 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
 import kvproto
-from kvproto.cli import main
-from kvproto.testing import _targets
-from kvproto.testing._targets import installed_tiers
+from tests.cli import kvproto_cli as main
 
 
 def test_list_shows_installed_tiers(capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,38 +78,47 @@ def test_hypothesis_statistics_are_reported(tmp_path: Path) -> None:
     assert check["hypothesis"]["profile"] == "fast"
 
 
-def test_import_kvproto_does_not_import_the_kit_or_its_dependencies() -> None:
-    probe = "import sys, kvproto; print(sorted(m for m in ('pytest', 'hypothesis', 'mypy', 'kvproto.testing') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
-
-
-_INSTALLED = installed_tiers()  # read before any test patches it
-
-
-def _ghost_and_memory() -> list[EntryPoint]:
-    """The real ``memory`` entry point beside one whose module is not installed."""
-    memory = [ep for ep in _INSTALLED if ep.name == "memory"]
-    ghost = EntryPoint("ghost", "kvproto_ghost_dependency_xyz:factory", "kvproto.tiers")
-    return [ghost, *memory]
+def _ghost_distribution(monkeypatch: pytest.MonkeyPatch, root: Path, *, reference: bool) -> None:
+    """An installed distribution (metadata on sys.path, as pip leaves it) registering tier ``ghost``
+    from a module that is not installed; a reference distribution when ``reference``."""
+    info = root / "kvproto_ghost-0.1.dist-info"
+    info.mkdir(parents=True)
+    keywords = "Keywords: kvproto-reference\n" if reference else ""
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kvproto-ghost\nVersion: 0.1\n{keywords}")
+    (info / "entry_points.txt").write_text("[kvproto.tiers]\nghost = kvproto_ghost_dependency_xyz:factory\n")
+    monkeypatch.syspath_prepend(str(root))
 
 
 def test_no_target_skips_a_reference_tier_whose_dependency_is_missing(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """KIT-9: without torch, `kvproto conform` still checks the other reference tiers, and says why."""
-    monkeypatch.setattr(_targets, "reference_tiers", _ghost_and_memory)
-    monkeypatch.setattr(_targets, "installed_tiers", _ghost_and_memory)
+    """KIT-9: a reference tier missing a dependency is skipped with the reason; the others still run."""
+    _ghost_distribution(monkeypatch, tmp_path, reference=True)
     assert main(["conform", "--no-typecheck", "--check", "empty_tier_misses"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "skipping tier 'ghost'" in out and "kvproto_ghost_dependency_xyz" in out
     assert "memory" in out
 
 
-def test_a_named_tier_whose_dependency_is_missing_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_no_target_leaves_out_tiers_of_distributions_not_marked_reference(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(_targets, "installed_tiers", _ghost_and_memory)
+    _ghost_distribution(monkeypatch, tmp_path, reference=False)
+    assert main(["conform", "--no-typecheck", "--check", "empty_tier_misses"]) == 0
+    assert "ghost" not in capsys.readouterr().out
+
+
+def test_a_named_tier_whose_dependency_is_missing_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _ghost_distribution(monkeypatch, tmp_path, reference=False)
     assert main(["conform", "ghost", "--no-typecheck"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "needs 'kvproto_ghost_dependency_xyz', which is not installed" in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kvproto {kvproto.__version__}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
-from kvproto.cli import main
+from tests.cli import kvproto_cli as main
 from kvproto.testing import SecondaryTierTests
 
 example = pytest.importorskip(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvproto.cli import main
+from tests.cli import kvproto_cli as main
 from tests.kvproto.testing.gallery import GALLERY, Expected
 
 

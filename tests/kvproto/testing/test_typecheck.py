@@ -2,53 +2,50 @@
 
 from __future__ import annotations
 
-import importlib
+import json
 from pathlib import Path
 
 import pytest
 
-from kvproto import MemoryTier
-from kvproto.cli import main
-from kvproto.testing._typecheck import claimed_protocol, start_typecheck, typecheck_class
-from tests.kvproto.testing.gallery import LegacyBoolLookup
-from tests.kvproto.testing.legacy_tier import LegacyTier
+from tests.cli import kvproto_cli
 
 
-def test_memory_tier_satisfies_secondary_tier() -> None:
-    result = typecheck_class(MemoryTier)
-    assert result.protocol == "SecondaryTier"
-    assert result.passed, result.mypy_output
+def _typecheck(tmp_path: Path, *argv: str) -> tuple[int, dict[str, object]]:
+    report = tmp_path / "typecheck.json"
+    code = kvproto_cli(["typecheck", *argv, "--json", str(report)])
+    return code, json.loads(report.read_text())
 
 
-def test_legacy_tier_problems_in_plain_words() -> None:
-    result = typecheck_class(LegacyTier)
-    assert not result.passed
-    assert "lookup returns bool | None; the contract requires LookupResult" in result.problems
-    assert "submit_load is missing" in result.problems
+def test_memory_tier_satisfies_secondary_tier(tmp_path: Path) -> None:
+    code, result = _typecheck(tmp_path, "kvproto:MemoryTier")
+    assert result["protocol"] == "SecondaryTier"
+    assert result["passed"] is True, result
+    assert code == 0
+
+
+def test_legacy_tier_problems_in_plain_words(tmp_path: Path) -> None:
+    """No --protocol: the class claims SecondaryTier by the shape of its methods."""
+    code, result = _typecheck(tmp_path, "tests.kvproto.testing.legacy_tier:LegacyTier")
+    assert code == 1
+    assert result["protocol"] == "SecondaryTier"
+    problems = result["problems"]
+    assert isinstance(problems, list)
+    assert "lookup returns bool | None; the contract requires LookupResult" in problems
+    assert "submit_load is missing" in problems
     assert (
         "submit_store takes (job: TransferJob, priority: int); the contract requires (job: TransferJob)"
-        in result.problems
+        in problems
     )
-    assert len(result.problems) == 3
-
-
-def test_background_typecheck_agrees_and_catches_the_gallery_legacy_tier() -> None:
-    result = start_typecheck(LegacyBoolLookup, protocol="secondary").wait()
-    assert result.problems == ["lookup returns bool | None; the contract requires LookupResult"]
-
-
-def test_claimed_protocol_follows_the_method_shape() -> None:
-    assert claimed_protocol(MemoryTier) == "secondary"
-    assert claimed_protocol(LegacyTier) == "secondary"
+    assert len(problems) == 3
 
 
 def test_cli_exit_codes_and_words(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["typecheck", "tests.kvproto.testing.legacy_tier:LegacyTier"]) == 1
+    assert kvproto_cli(["typecheck", "tests.kvproto.testing.legacy_tier:LegacyTier"]) == 1
     out = capsys.readouterr().out
     assert "does not satisfy SecondaryTier" in out
     assert "lookup returns bool | None; the contract requires LookupResult" in " ".join(out.split())
-    assert main(["typecheck", "memory"]) == 0
-    assert main(["typecheck", "no.such.module:Tier"]) == 2
+    assert kvproto_cli(["typecheck", "memory"]) == 0
+    assert kvproto_cli(["typecheck", "no.such.module:Tier"]) == 2
 
 
 INEXHAUSTIVE = '''
@@ -74,8 +71,10 @@ def test_errors_inside_the_tier_module_are_reported(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this root's mypy cache goes with tmp_path
     (tmp_path / "inexhaustive_tier.py").write_text(INEXHAUSTIVE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module("inexhaustive_tier")
-    result = typecheck_class(module.CountingTier)
-    assert result.problems == []
-    assert any("exhaustive-match" in e and "RETRY" in e for e in result.module_errors), result.module_errors
-    assert not result.passed
+    code, result = _typecheck(tmp_path, "inexhaustive_tier:CountingTier")
+    assert result["problems"] == []
+    errors = result["module_errors"]
+    assert isinstance(errors, list)
+    assert any("exhaustive-match" in e and "RETRY" in e for e in errors), errors
+    assert result["passed"] is False
+    assert code == 1

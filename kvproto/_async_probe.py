@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kvproto import members as lr
-from kvproto._jobs import ReqContext
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError
 
 __all__ = ["AsyncProbe", "BatchCheck"]
 
-_log = logging.getLogger("kvproto.async_lookup")
+_log = logging.getLogger("kvproto.async_probe")
 
 BatchCheck = Callable[[Sequence[OffloadKey]], Iterable[OffloadKey]]
 """Checks a batch of keys and returns those that are stored (may block; runs off the scheduler)."""

@@ -1,7 +1,7 @@
 """Hypothesis properties of the scans, one per invariant of CONTRACT.md section SCAN.
 
 :func:`scan_properties` builds the properties for a given pair of scan
-implementations (``kvproto.scan`` normally; a mutant from :mod:`spec.mutants`
+implementations (``kvproto.scan`` normally; a deliberately wrong scan, such as the mutants in the source tree's ``spec/mutants.py``
 to show a property can fail). Each property is a ``@given`` function that
 takes no arguments when called; it runs under the Hypothesis settings in
 force (the test suite's ``ci`` profile: derandomized, 2,000 examples) unless
@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from kvproto._results import LookupResult
 from kvproto.errors import ContractViolation, InvalidArgumentError
 from kvproto.scan import Decision, Defer, Hits, as_legacy
-from spec import reference_scans as ref
-from spec.scan_inputs import PrefixScan, WindowScan, answers_of, run_prefix, run_window
+from kvproto.testing.scans import _reference as ref
+from kvproto.testing.scans._inputs import PrefixScan, WindowScan, answers_of, run_prefix, run_window
 
 __all__ = ["Property", "PropertyFailure", "answer_lists", "scan_properties"]
 

@@ -62,6 +62,15 @@ class TypecheckResult:
         """True if the class satisfies the protocol and its module type-checks."""
         return not self.problems and not self.module_errors
 
+    def to_json(self) -> dict[str, object]:
+        """The verdict as the JSON reports write it."""
+        return {
+            "protocol": self.protocol,
+            "passed": self.passed,
+            "problems": self.problems,
+            "module_errors": self.module_errors,
+        }
+
     def all_problems(self) -> list[str]:
         """Protocol problems first, then errors inside the tier's module."""
         return [*self.problems, *self.module_errors]

@@ -14,7 +14,9 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from kvproto import members as lr
-from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
+from kvproto._events import OffloadingEvent
+from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
 from kvproto._results import LookupResult, unreachable

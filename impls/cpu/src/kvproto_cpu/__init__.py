@@ -6,19 +6,21 @@
 * :class:`CpuTransferHandler` moves blocks between a device KV cache and the
   tier's slots as non-blocking jobs (CUDA stream and events, or a worker
   thread on CPU tensors).
+* :func:`conformance_spec` is the ``cpu`` entry point of ``kvproto.tiers``.
 
-Clauses: ``spec/CONTRACT.md``, section "CPU: the reference CPU primary tier".
+Clauses: kvproto's ``spec/CONTRACT.md``, section "CPU: the reference CPU primary tier".
 """
 
 from __future__ import annotations
 
 from kvproto import PrimaryTier
 
-from impls.cpu._buffer import SlotBuffer, allocate_slot_buffer
-from impls.cpu._config import CpuTierConfig
-from impls.cpu._policy import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
-from impls.cpu._tier import BlockState, CpuTier, CpuTierStats
-from impls.cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutcome
+from kvproto_cpu._buffer import SlotBuffer, allocate_slot_buffer
+from kvproto_cpu._config import CpuTierConfig
+from kvproto_cpu._conformance import conformance_spec
+from kvproto_cpu._policy import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
+from kvproto_cpu._tier import BlockState, CpuTier, CpuTierStats
+from kvproto_cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutcome
 
 __all__ = [
     "ArcPolicy",
@@ -33,6 +35,7 @@ __all__ = [
     "SlotBuffer",
     "TransferOutcome",
     "allocate_slot_buffer",
+    "conformance_spec",
     "make_policy",
 ]
 

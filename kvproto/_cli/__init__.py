@@ -1,4 +1,4 @@
-"""The ``kvproto`` command line: ``verify``, ``bench``, ``conform``, ``typecheck``.
+"""The ``kvproto`` command line: ``conform``, ``typecheck``, ``verify``, ``bench``.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``kvproto --help`` stays fast and the contract never imports torch.
@@ -11,16 +11,18 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from kvproto._version import __version__
+
 __all__ = ["main"]
 
 # subcommand -> (module, help). Each module provides
 #   add_arguments(parser: argparse.ArgumentParser) -> None
 #   run(args: argparse.Namespace) -> int
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "verify": ("kvproto._cli_verify", "check the scans against the spec (CrossHair + Hypothesis)"),
-    "bench": ("kvproto._cli_bench", "run benchmarks side by side and print their ratios"),
-    "conform": ("kvproto._cli_conform", "run the conformance kit against tiers"),
-    "typecheck": ("kvproto._cli_typecheck", "check with strict mypy that a tier satisfies its protocol"),
+    "verify": ("kvproto._cli.verify", "check the scans against the spec (CrossHair + Hypothesis)"),
+    "bench": ("kvproto._cli.bench", "run benchmarks side by side and print their ratios"),
+    "conform": ("kvproto._cli.conform", "run the conformance kit against tiers"),
+    "typecheck": ("kvproto._cli.typecheck", "check with strict mypy that a tier satisfies its protocol"),
 }
 
 
@@ -35,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvproto`` console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="kvproto", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"kvproto {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     runner: Callable[[argparse.Namespace], int] | None = None
@@ -53,7 +56,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return runner(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

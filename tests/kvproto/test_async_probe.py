@@ -10,7 +10,7 @@ import pytest
 
 from kvproto import LookupResult, ReqContext, make_key
 from kvproto._keys import OffloadKey
-from kvproto.async_lookup import AsyncProbe
+from kvproto import AsyncProbe
 from kvproto.errors import ConfigurationError
 
 R1 = ReqContext("r1")
@@ -156,7 +156,7 @@ def test_check_exception_makes_batch_miss_and_is_logged(
     probes.append(probe)
     probe.lookup(key(1), R1)
     probe.lookup(key(2), R1)
-    with caplog.at_level(logging.WARNING, logger="kvproto.async_lookup"):
+    with caplog.at_level(logging.WARNING, logger="kvproto.async_probe"):
         settle(probe)
         probe.on_step_end()
     assert probe.lookup(key(1), R1) is LookupResult.MISS

@@ -24,7 +24,7 @@ from kvproto.errors import ConfigurationError
 
 __all__ = ["SlotBuffer", "allocate_slot_buffer"]
 
-_log = logging.getLogger("impls.cpu")
+_log = logging.getLogger("kvproto_cpu")
 
 # torch.cuda.cudart is untyped; it returns the CUDA runtime binding module.
 _cudart: Callable[[], Any] = torch.cuda.cudart

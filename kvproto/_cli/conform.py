@@ -1,7 +1,8 @@
 """``kvproto conform [TARGET ...]``: run the conformance kit (and the type check) against tiers.
 
-With no TARGET it runs against every reference tier kvproto ships (the
-``kvproto.tiers`` entry points of the kvproto distribution), on embedded
+With no TARGET it runs against every installed reference tier (the
+``kvproto.tiers`` entry points of distributions whose metadata carries the
+keyword ``kvproto-reference``: kvproto itself, kvproto-cpu, ...), on embedded
 defaults. A TARGET is ``pkg.module:factory`` or the name of an installed
 tier (see ``--list``). Exit code 0 only if every check that is not an
 expected failure passed and every type check passed (KIT-11).
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvproto.testing._targets import TierSpec
-    from kvproto.testing._typecheck import TypecheckResult
+    from kvproto.testing._tier_spec import TierSpec
+    from kvproto._cli.mypy_check import TypecheckResult
 
 __all__ = ["add_arguments", "kit_missing", "run"]
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "targets",
         nargs="*",
         metavar="TARGET",
-        help="pkg.module:factory or an installed tier name (default: every reference tier kvproto ships)",
+        help="pkg.module:factory or an installed tier name (default: every installed reference tier)",
     )
     parser.add_argument("--list", action="store_true", help="list the installed tiers and exit")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
@@ -53,21 +54,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _list(console: Console) -> int:
     from rich.table import Table
 
-    from kvproto.testing._targets import installed_tiers
+    from kvproto._cli.targets import installed_tiers, is_reference
 
     table = Table(title="installed tiers (entry-point group kvproto.tiers)", title_justify="left")
     for column in ("name", "target", "distribution", "reference"):
         table.add_column(column)
     for ep in installed_tiers():
         dist = ep.dist.name if ep.dist is not None else "?"
-        table.add_row(ep.name, ep.value, dist, "yes" if dist == "kvproto" else "")
+        table.add_row(ep.name, ep.value, dist, "yes" if is_reference(ep) else "")
     console.print(table)
     return 0
 
 
 def _typecheck_all(specs: list[TierSpec], into: dict[str, TypecheckResult | None]) -> None:
     """Type-check each spec's class in turn (KIT-12); a tier that cannot be built is a problem."""
-    from kvproto.testing._typecheck import TypecheckResult, start_typecheck
+    from kvproto._cli.mypy_check import TypecheckResult, start_typecheck
 
     for spec in specs:
         try:
@@ -106,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from kvproto.errors import KvprotoError
-    from kvproto.testing._reports import render_summary, render_tier, to_json, write_json, write_junit
-    from kvproto.testing._runner import CheckOutcome, TierReport, planned_checks, run_kit
-    from kvproto.testing._targets import TierUnavailable, reference_tiers, resolve_target
-    from kvproto.testing._typecheck import TypecheckResult
+    from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
+    from kvproto._cli.runner import CheckOutcome, TierReport, planned_checks, run_kit
+    from kvproto._cli.targets import TierUnavailable, reference_tiers, resolve_target
+    from kvproto._cli.mypy_check import TypecheckResult
 
     console = Console()
     if args.list:
@@ -131,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
                 return 2
             # Run with no target: a reference tier whose optional dependency is absent is skipped,
-            # said so, and the others still run (e.g. the cpu tier needs kvproto[cpu]).
+            # said so, and the others still run (e.g. the cpu tier needs torch).
             console.print(
-                f"kvproto conform: skipping {exc} (install the extra that brings it, e.g. kvproto[cpu])",
+                f"kvproto conform: skipping {exc} (install it to check this tier)",
                 style="yellow", markup=False, emoji=False, highlight=False,
             )
         except KvprotoError as exc:

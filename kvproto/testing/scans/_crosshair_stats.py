@@ -1,6 +1,6 @@
 """A CrossHair plugin (``--extra_plugin``) that reports how many paths a run explored.
 
-``crosshair check`` prints no path counts, so :mod:`spec.checks` loads this
+``crosshair check`` prints no path counts, so ``kvproto.testing.scans`` loads this
 file into every CrossHair run it starts. It wraps CrossHair's exploration
 loop, adds up the iterations and exhaustions, and prints one line to stderr
 at exit::
@@ -20,7 +20,7 @@ import importlib
 import sys
 from typing import Any
 
-_MODULE = "spec.crosshair_stats_plugin"
+_MODULE = "kvproto.testing.scans._crosshair_stats"
 _totals = {"paths": 0, "exhausted": 0}
 
 

@@ -10,6 +10,8 @@ class conforms and its module has no strict mypy error.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Literal
 
 __all__ = ["add_arguments", "run"]
@@ -25,11 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the protocol to check against (default: the one the class claims)",
     )
     parser.add_argument("--show-mypy", action="store_true", help="also print mypy's own output")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the verdict as JSON")
 
 
 def _resolve_class(target: str) -> tuple[type, str | None]:
     """The class TARGET names, and the protocol kind its spec says (if it is a factory or tier name)."""
-    from kvproto.testing._targets import import_target, resolve_target
+    from kvproto._cli.targets import import_target, resolve_target
 
     if ":" in target:
         obj = import_target(target)
@@ -40,7 +43,7 @@ def _resolve_class(target: str) -> tuple[type, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvproto._cli_conform import kit_missing
+    from kvproto._cli.conform import kit_missing
 
     missing = kit_missing("typecheck")
     if missing is not None:
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from kvproto.errors import KvprotoError
-    from kvproto.testing._typecheck import claimed_protocol, typecheck_class
+    from kvproto._cli.mypy_check import claimed_protocol, typecheck_class
 
     console = Console()
     try:
@@ -66,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         result = typecheck_class(cls, protocol=protocol, label=args.target)
     if args.show_mypy:
         console.print(result.mypy_output, markup=False, highlight=False)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"class": f"{cls.__module__}:{cls.__qualname__}", **result.to_json()}, indent=2))
     if result.passed:
         console.print(f"[green]{cls.__module__}.{cls.__qualname__} satisfies {result.protocol}[/] (strict mypy)")
         return 0

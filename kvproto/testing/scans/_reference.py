@@ -24,7 +24,7 @@ from typing import TypeVar
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import ContractViolation, InvalidArgumentError
 from kvproto.scan import Decision, Defer, Hits
-from spec.scan_inputs import (
+from kvproto.testing.scans._inputs import (
     CheckedRun,
     LazyAnswers,
     decode,

@@ -3,9 +3,9 @@
 Three kinds of check, each returning a :class:`CheckResult`:
 
 * CrossHair (:func:`crosshair_check`, :func:`crosshair_diff`): ``crosshair
-  check`` of the PEP 316 contracts in :mod:`spec.reference_scans`, and
+  check`` of the PEP 316 contracts of the reference scans, and
   ``crosshair diffbehavior`` of ``kvproto.scan`` against the reference, over
-  0..8 keys and windows up to 4 (:mod:`spec.crosshair_targets`). Bounded by
+  0..8 keys and windows up to 4 (the entry points of ``_crosshair_targets``). Bounded by
   ``--max_uninteresting_iterations``, never by wall time, so a run explores
   the same paths on every machine.
 * Exhaustive (:func:`exhaustive_prefix`, :func:`exhaustive_window`): every
@@ -13,7 +13,7 @@ Three kinds of check, each returning a :class:`CheckResult`:
   initial window (none, w, w+1, w+2), decisions and lookup calls compared
   with the reference.
 * Properties (:func:`run_property`): the Hypothesis properties of
-  :mod:`spec.properties`, derandomized.
+  ``scan_properties``, derandomized.
 
 :func:`standard_checks` lists them all with the budgets ``kvproto verify``
 and CI use; each entry runs only when called.
@@ -36,12 +36,13 @@ from hypothesis import settings
 
 from kvproto import scan
 from kvproto._results import LookupResult
-from spec import reference_scans as ref
-from spec.properties import Property, scan_properties
-from spec.scan_inputs import PrefixScan, WindowScan, answers_of, run_prefix, run_window
+from kvproto.testing.scans import _reference as ref
+from kvproto.testing.scans._properties import Property, scan_properties
+from kvproto.testing.scans._inputs import PrefixScan, WindowScan, answers_of, run_prefix, run_window
 
 __all__ = [
     "CROSSHAIR_ITERATIONS",
+    "CROSSHAIR_TARGETS",
     "Check",
     "CheckResult",
     "crosshair_check",
@@ -59,8 +60,10 @@ CROSSHAIR_ITERATIONS = 100
 #: Safety net only: a CrossHair run that takes longer than this has hung.
 _CROSSHAIR_HANG_S = 1200
 
-_SPEC_DIR = Path(__file__).resolve().parent
-_PLUGIN = _SPEC_DIR / "crosshair_stats_plugin.py"
+_PLUGIN = Path(__file__).resolve().with_name("_crosshair_stats.py")
+_REFERENCE = "kvproto.testing.scans._reference"
+#: The module of the CrossHair entry points (``kvproto_prefix``, ``reference_window``...).
+CROSSHAIR_TARGETS = "kvproto.testing.scans._crosshair_targets"
 _STATS = re.compile(r"kvproto-crosshair-stats paths=(\d+) exhausted=(\d+)")
 
 
@@ -115,14 +118,14 @@ def _crosshair(args: Sequence[str], iterations: int) -> tuple[int, str, str, flo
         "--extra_plugin",
         str(_PLUGIN),
     ]
+    # CrossHair imports its targets by name: whatever this process can import, it can too
+    # (kvproto from a wheel or a checkout, a third party's scans, the repo's spec/ mutants).
     env = dict(os.environ)
-    root = str(_SPEC_DIR.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     start = time.perf_counter()
     try:
         proc = subprocess.run(
             command,
-            cwd=root,
             env=env,
             capture_output=True,
             text=True,
@@ -257,13 +260,13 @@ def standard_checks(
     *, iterations: int = CROSSHAIR_ITERATIONS, max_examples: int = 2000, exhaustive_len: int = 7
 ) -> list[Check]:
     """Every check ``kvproto verify`` runs, CrossHair first; nothing runs until called."""
-    targets = "spec.crosshair_targets"
+    targets = CROSSHAIR_TARGETS
     checks = [
         Check(
             "crosshair check: reference contracts",
             "crosshair",
             lambda: crosshair_check(
-                ["spec.reference_scans.check_prefix", "spec.reference_scans.check_window"],
+                [f"{_REFERENCE}.check_prefix", f"{_REFERENCE}.check_window"],
                 name="crosshair check: reference contracts",
                 clauses="SCAN-1..8",
                 iterations=iterations,

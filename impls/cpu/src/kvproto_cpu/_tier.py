@@ -33,13 +33,13 @@ from kvproto import (
 from kvproto import members as lr
 from kvproto.errors import TierMisuseError
 
-from impls.cpu._buffer import allocate_slot_buffer
-from impls.cpu._config import CpuTierConfig
-from impls.cpu._policy import EvictionPolicy, make_policy
+from kvproto_cpu._buffer import allocate_slot_buffer
+from kvproto_cpu._config import CpuTierConfig
+from kvproto_cpu._policy import EvictionPolicy, make_policy
 
 __all__ = ["BlockState", "CpuTier", "CpuTierStats"]
 
-_log = logging.getLogger("impls.cpu")
+_log = logging.getLogger("kvproto_cpu")
 
 
 class BlockState(enum.Enum):

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kvproto.errors import InvalidArgumentError
-from kvproto.testing._runner import TierReport
-from kvproto.testing._typecheck import TypecheckResult
+from kvproto._cli.runner import TierReport
+from kvproto._cli.mypy_check import TypecheckResult
 
 __all__ = ["render_summary", "render_tier", "to_json", "write_json", "write_junit"]
 
@@ -104,14 +104,7 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "passed": _conforms(report, typecheck),
                 "counts": report.counts(),
                 "error": report.error,
-                "typecheck": None
-                if typecheck is None
-                else {
-                    "protocol": typecheck.protocol,
-                    "passed": typecheck.passed,
-                    "problems": typecheck.problems,
-                    "module_errors": typecheck.module_errors,
-                },
+                "typecheck": None if typecheck is None else typecheck.to_json(),
                 "checks": [o.to_json() for o in report.outcomes],
             }
         )

@@ -40,11 +40,11 @@ import torch
 from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
-from impls.cpu._tier import BlockState, CpuTier
+from kvproto_cpu._tier import BlockState, CpuTier
 
 __all__ = ["CpuTransferHandler", "DeviceLayout", "TransferOutcome"]
 
-_log = logging.getLogger("impls.cpu")
+_log = logging.getLogger("kvproto_cpu")
 
 _Direction = Literal["store", "load"]
 

@@ -1,4 +1,8 @@
-"""``kvproto bench [NAME ...] [--json PATH] [--quick]``."""
+"""``kvproto bench [NAME ...] [--json PATH] [--quick]``: side-by-side benchmarks, as ratios.
+
+The benchmarks live in the ``benchmarks/`` folder of kvproto's source tree,
+not in the wheel: run this from a checkout (``./dev kvproto bench``).
+"""
 
 from __future__ import annotations
 
@@ -21,11 +25,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks import REGISTRY, BenchResult
+    import os
+    import sys
 
+    console = Console()
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        from benchmarks import REGISTRY, BenchResult
+    except ImportError as exc:
+        console.print(
+            f"kvproto bench: no benchmarks here ({exc}); run it from the root of a kvproto checkout",
+            style="red", markup=False, emoji=False, highlight=False,
+        )
+        return 2
     # torch probes for numpy when it is imported; kvproto does not use numpy.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    console = Console()
     names: list[str] = list(args.names) or list(REGISTRY)
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:

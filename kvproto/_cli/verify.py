@@ -1,6 +1,6 @@
 """``kvproto verify [--json PATH] [--quick]``: check the scans against the specification.
 
-Runs the checks of :mod:`spec.checks`: CrossHair (``check`` of the reference
+Runs the checks of :mod:`kvproto.testing.scans`: CrossHair (``check`` of the reference
 contracts, ``diffbehavior`` of ``kvproto.scan`` against the reference), the
 exhaustive comparison up to length 7, and the Hypothesis properties. Shows
 progress while they run, then a summary table; exits 1 if any check fails.
@@ -17,7 +17,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "verify_missing"]
+
+#: What ``kvproto verify`` imports (module name, distribution), checked before anything runs.
+_NEEDS = (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"))
+
+
+def verify_missing() -> str | None:
+    """Why ``kvproto verify`` cannot run here (a package it needs is absent), or None."""
+    import importlib.util
+
+    for module, dist in _NEEDS:
+        if importlib.util.find_spec(module) is None:
+            return f"kvproto verify needs {dist}, which is not installed: pip install 'kvproto[verify]'"
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,14 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
-    try:
-        from spec.checks import CROSSHAIR_ITERATIONS, Check, CheckResult, run_checks, standard_checks
-    except ModuleNotFoundError as exc:
-        console.print(
-            f"[red]kvproto verify needs the test extras ({exc.name} is missing): "
-            "pip install 'kvproto[dev]'"
-        )
+    missing = verify_missing()
+    if missing is not None:
+        console.print(missing, style="red", markup=False, emoji=False, highlight=False)
         return 2
+    from kvproto.testing.scans import CROSSHAIR_ITERATIONS, Check, CheckResult, run_checks, standard_checks
+
     iterations = args.crosshair_iterations or (10 if args.quick else CROSSHAIR_ITERATIONS)
     examples = args.examples or (200 if args.quick else 2000)
     checks = standard_checks(

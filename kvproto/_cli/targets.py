@@ -7,24 +7,23 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
-from kvproto._capabilities import Capabilities
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto.errors import ConfigurationError
 from kvproto.testing._base import KitBase
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
-from kvproto.testing._settings import KitLimits
+from kvproto.testing._tier_spec import TierSpec, shut_down_probe
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "TierSpec",
+    "REFERENCE_KEYWORD",
+    "is_reference",
     "TierUnavailable",
     "build_test_class",
     "import_target",
@@ -32,62 +31,12 @@ __all__ = [
     "installed_tiers",
     "reference_tiers",
     "resolve_target",
-    "shut_down_probe",
     "spec_from_object",
 ]
 
 ENTRY_POINT_GROUP = "kvproto.tiers"
-
-TierKind = Literal["primary", "secondary"]
-
-
-@dataclass(frozen=True)
-class TierSpec:
-    """One tier as the kit sees it (KIT-9).
-
-    * ``factory``: builds an EMPTY tier: ``factory(buffer)`` for a secondary
-      tier (``buffer`` is the primary slot buffer), ``factory()`` for a primary.
-    * ``capabilities``: ``None`` reads the tier's ``capabilities`` attribute.
-    * ``hooks``: backdoor hooks by name (``seed_block``, ``read_block``,
-      ``fail_next_jobs``, ``fail_keys``, ``corrupt_on_read``, ``reopen``),
-      each called with the tier first.
-    * ``expected_failures``: ``{check name: reason}``.
-    * ``tier_class``: the class ``kvproto typecheck`` checks; ``None`` takes
-      the class of a built tier.
-    """
-
-    name: str
-    kind: TierKind
-    factory: Callable[..., Any]
-    capabilities: Capabilities | None = None
-    hooks: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
-    expected_failures: Mapping[str, str] = field(default_factory=dict)
-    limits: KitLimits = field(default_factory=KitLimits)
-    tier_class: type | None = None
-    description: str = ""
-
-    def build(self) -> object:
-        """One tier built by ``factory`` (on a fresh buffer for a secondary tier)."""
-        if self.kind == "primary":
-            return self.factory()
-        from kvproto.testing._data import make_buffer
-
-        return self.factory(make_buffer(SecondaryTierTests.num_slots, SecondaryTierTests.block_bytes))
-
-    def resolved_class(self) -> type:
-        """``tier_class``, else the class of a tier built and shut down at once."""
-        if self.tier_class is not None:
-            return self.tier_class
-        tier = self.build()
-        shut_down_probe(tier)
-        return type(tier)
-
-
-def shut_down_probe(tier: object) -> None:
-    """Shut down a tier built only to be looked at (its class, its capabilities), if it can be."""
-    shutdown = getattr(tier, "shutdown", None)
-    if callable(shutdown):
-        shutdown()
+#: A distribution whose metadata lists this keyword ships reference tiers (KIT-9).
+REFERENCE_KEYWORD = "kvproto-reference"
 
 
 def _required_positional(fn: Callable[..., Any]) -> int:
@@ -149,9 +98,22 @@ def installed_tiers() -> list[EntryPoint]:
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
+def is_reference(ep: EntryPoint) -> bool:
+    """Whether ``ep`` comes from a distribution marked as shipping reference tiers (KIT-9).
+
+    The rule: the distribution's ``Keywords`` metadata (``keywords`` in its
+    pyproject) lists ``kvproto-reference``. kvproto and its reference tier
+    distributions (kvproto-cpu, ...) carry it; a third party's tier does not.
+    """
+    if ep.dist is None:
+        return False
+    words = " ".join(ep.dist.metadata.get_all("Keywords") or [])
+    return REFERENCE_KEYWORD in {w.strip() for w in words.replace(",", " ").split()}
+
+
 def reference_tiers() -> list[EntryPoint]:
-    """The entry points kvproto itself ships (its reference tiers)."""
-    return [ep for ep in installed_tiers() if ep.dist is not None and ep.dist.name == "kvproto"]
+    """The installed tiers that ``kvproto conform`` runs with no target: those of reference distributions."""
+    return [ep for ep in installed_tiers() if is_reference(ep)]
 
 
 def importable_cwd() -> None:
@@ -186,7 +148,7 @@ def resolve_target(target: str) -> TierSpec:
         if ep.name == target:
             try:
                 return spec_from_object(ep.load(), target)
-            except ModuleNotFoundError as exc:  # e.g. the cpu tier without torch (kvproto[cpu])
+            except ModuleNotFoundError as exc:  # e.g. the cpu tier (kvproto-cpu) without torch
                 missing = exc.name or str(exc)
                 raise TierUnavailable(
                     f"tier {target!r} ({ep.value}) needs {missing!r}, which is not installed",

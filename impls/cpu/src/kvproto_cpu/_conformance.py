@@ -1,0 +1,35 @@
+"""The ``cpu`` entry point of the ``kvproto.tiers`` group: what ``kvproto conform cpu`` checks (KIT-9)."""
+
+from __future__ import annotations
+
+from kvproto import Capabilities
+from kvproto.testing import TierSpec
+
+from kvproto_cpu._config import CpuTierConfig
+from kvproto_cpu._tier import CpuTier
+
+__all__ = ["conformance_spec"]
+
+
+def _build() -> CpuTier:
+    return CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory="off"))
+
+
+def conformance_spec() -> TierSpec:
+    """CpuTier with 32 slots of 64 bytes, unpinned: small enough that the kit drives it into eviction."""
+    return TierSpec(
+        "cpu",
+        "primary",
+        _build,
+        capabilities=Capabilities(
+            eviction=True,
+            reasons={
+                "async_lookup": "a primary tier never answers RETRY",
+                "persistence": "host memory",
+                "sharing": "one process's buffer",
+                "partial_jobs": "stores complete per call",
+            },
+        ),
+        tier_class=CpuTier,
+        description="kvproto_cpu.CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory='off'))",
+    )

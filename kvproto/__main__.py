@@ -1,0 +1,7 @@
+"""``python -m kvproto``: the same command line as the ``kvproto`` console script."""
+
+from __future__ import annotations
+
+from kvproto._cli import main
+
+raise SystemExit(main())
