@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from benchmarks._result import BenchResult
 from kvproto import LookupResult, make_key, maximal_prefix_lookup, sliding_window_lookup
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 
 N_KEYS = 8192
 WINDOW = 16

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from benchmarks._result import BenchResult
 from kvproto import LookupResult, MemoryTier, ReqContext, make_key, maximal_prefix_lookup
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto import TieringManager
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from kvproto._async_probe import AsyncProbe, BatchCheck
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
-from kvproto._keys import OffloadKey, make_key, split_key
+from kvproto._keys import MAX_GROUP, OffloadKey, make_key, split_key
 from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import (
     BatchLookup,
@@ -33,6 +33,7 @@ from kvproto._version import __version__
 from kvproto.scan import Decision, Defer, Hits, as_legacy, maximal_prefix_lookup, sliding_window_lookup
 
 __all__ = [
+    "MAX_GROUP",
     "AsyncProbe",
     "BatchCheck",
     "BatchLookup",

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from kvproto import LookupResult, ReqContext, make_key
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto import AsyncProbe
 from kvproto.errors import ConfigurationError
 

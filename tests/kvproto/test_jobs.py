@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from kvproto import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob, make_key
-from kvproto._events import EventKind
+from kvproto import EventKind
 from kvproto.errors import InvalidArgumentError
 
 K1, K2, K3 = (make_key(bytes([i]), 0) for i in (1, 2, 3))

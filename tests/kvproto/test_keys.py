@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvproto import make_key, split_key
-from kvproto._keys import MAX_GROUP
+from kvproto import MAX_GROUP
 from kvproto.errors import InvalidArgumentError, InvalidKeyError
 
 

@@ -17,7 +17,7 @@ from kvproto import (
     TransferJob,
     make_key,
 )
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 SLOTS = 8

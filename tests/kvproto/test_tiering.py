@@ -15,7 +15,7 @@ from kvproto import (
     ReqContext,
     maximal_prefix_lookup,
 )
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, ContractViolation, TierMisuseError
 from kvproto import TieringConfig, TieringManager
 from tests.kvproto.tiering_stack import (

@@ -24,7 +24,7 @@ from kvproto import (
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto import AsyncProbe
 from kvproto import TieringConfig, TieringManager
 from tests.kvproto.tiering_stack import RaisingTier, Stack, block, build_stack, key

@@ -34,7 +34,7 @@ from kvproto import (
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
 from kvproto_cpu import CpuTier, CpuTierConfig
 from tests.kvproto.tiering_stack import (

@@ -16,7 +16,7 @@ from kvproto import (
     TransferJob,
     make_key,
 )
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
 
 BLOCK = 16
