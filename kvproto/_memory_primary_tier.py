@@ -556,5 +556,5 @@ def _batch(tier: str, method: str, keys: Iterable[object]) -> tuple[OffloadKey, 
 if TYPE_CHECKING:
 
     def _conforms(tier: MemoryPrimaryTier) -> tuple[PrimaryTier, BatchLookup, ReadyKeys]:
-        """Never called: mypy proves here that MemoryPrimaryTier satisfies the protocols (TIER-1, TIER-17, MGR-15)."""
+        """Never called: mypy proves MemoryPrimaryTier satisfies these protocols (TIER-1, TIER-17, MGR-15)."""
         return tier, tier, tier
