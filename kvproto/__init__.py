@@ -17,6 +17,7 @@ from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
 from kvproto._keys import MAX_GROUP, OffloadKey, make_key, split_key
+from kvproto._memory_primary_tier import BlockState, MemoryPrimaryTier
 from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import (
     BatchLookup,
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncProbe",
     "BatchCheck",
     "BatchLookup",
+    "BlockState",
     "Capabilities",
     "Decision",
     "Defer",
@@ -44,6 +46,7 @@ __all__ = [
     "Hits",
     "JobResult",
     "LookupResult",
+    "MemoryPrimaryTier",
     "MemoryTier",
     "OffloadKey",
     "OffloadingEvent",

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, cast
 
 import kvproto.members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import EventKind, OffloadingEvent, PrepareStoreOutput, ReqContext
+from kvproto._events import EventKind, OffloadingEvent
+from kvproto._jobs import PrepareStoreOutput
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError, InvalidArgumentError, InvalidKeyError, TierMisuseError
@@ -40,7 +42,7 @@ from kvproto.errors import ConfigurationError, InvalidArgumentError, InvalidKeyE
 if TYPE_CHECKING:
     from kvproto._protocols import BatchLookup, PrimaryTier, ReadyKeys
 
-__all__ = ["MemoryPrimaryTier"]
+__all__ = ["BlockState", "MemoryPrimaryTier"]
 
 _log = logging.getLogger("kvproto.memory_primary_tier")
 

@@ -11,10 +11,11 @@ from typing import Any
 
 from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
+from kvproto._memory_primary_tier import MemoryPrimaryTier
 from kvproto._memory_tier import MemoryTier
 from kvproto.testing._tier_spec import TierSpec
 
-__all__ = ["MEMORY_HOOKS", "memory", "memory_async", "memory_threaded"]
+__all__ = ["MEMORY_HOOKS", "memory", "memory_async", "memory_primary", "memory_threaded"]
 
 
 def _seed(tier: MemoryTier, key: OffloadKey, data: bytes) -> None:
@@ -73,3 +74,14 @@ def memory_async() -> TierSpec:
 def memory_threaded() -> TierSpec:
     """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
     return _memory_spec("memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)
+
+
+def memory_primary() -> TierSpec:
+    """MemoryPrimaryTier, 32 slots of 64 bytes: the torch-free reference primary tier."""
+    return TierSpec(
+        "memory-primary",
+        "primary",
+        lambda: MemoryPrimaryTier(num_slots=32, block_bytes=64),
+        tier_class=MemoryPrimaryTier,
+        description="kvproto.MemoryPrimaryTier(num_slots=32, block_bytes=64)",
+    )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:  # importing tiering_stack imports impls.cpu, hence torch: only the tests that use it pay
+if TYPE_CHECKING:  # tiering_stack is imported only by the tests that use it
     from tests.kvproto.tiering_stack import Stack
 
 

@@ -107,3 +107,24 @@ def test_importing_the_kit_does_not_import_the_cli_engine() -> None:
     probe = "import sys, kvproto.testing; print(sorted(m for m in sys.modules if m.startswith('kvproto._cli')))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_contract_tests_run_without_torch() -> None:
+    """tests/kvproto needs no torch: every module imports, and the contract and manager tests pass,
+    with torch made unimportable (only tests/impls/cpu needs it)."""
+    blocked = (
+        "import sys; sys.modules['torch'] = None; import pytest; "
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-x', *sys.argv[1:]]))"
+    )
+    collect = subprocess.run(
+        [sys.executable, "-c", blocked, "--collect-only", "tests/kvproto"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
+    run = subprocess.run(
+        [sys.executable, "-c", blocked, "tests/kvproto", "--ignore=tests/kvproto/testing",
+         "--ignore=tests/kvproto/test_exports.py"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout

@@ -19,13 +19,22 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from kvproto import (
+    BatchLookup,
+    BlockState,
+    Capabilities,
+    EventKind,
+    LookupResult,
+    MemoryPrimaryTier,
+    OffloadingEvent,
+    OffloadKey,
+    PrimaryTier,
+    ReadyKeys,
+    ReqContext,
+    make_key,
+    unreachable,
+)
 from kvproto import members as lr
-from kvproto._capabilities import Capabilities
-from kvproto._jobs import EventKind, OffloadingEvent, ReqContext
-from kvproto._keys import OffloadKey, make_key
-from kvproto._memory_primary_tier import BlockState, MemoryPrimaryTier
-from kvproto._protocols import BatchLookup, PrimaryTier, ReadyKeys
-from kvproto._results import LookupResult, unreachable
 from kvproto.errors import (
     ConfigurationError,
     InvalidArgumentError,

@@ -384,15 +384,11 @@ def test_tier_errors_are_logged_with_the_tier_name(
 
 def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
     """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
+    from kvproto import MemoryPrimaryTier, MemoryTier, ReadyKeys
     from tests.kvproto.tiering_stack import FakeClock
-    from kvproto_cpu import CpuTier, CpuTierConfig
-    from kvproto import MemoryTier
-    from kvproto import ReadyKeys
 
-    cpu = CpuTier(
-        CpuTierConfig(num_slots=2, block_bytes=BLOCK, pin_memory="off"), clock=FakeClock()
-    )
-    view: ReadyKeys = cpu  # mypy proves CpuTier offers the view
+    cpu = MemoryPrimaryTier(num_slots=2, block_bytes=BLOCK, clock=FakeClock())
+    view: ReadyKeys = cpu  # mypy proves MemoryPrimaryTier offers the view
     assert isinstance(view, ReadyKeys)
     calls: list[OffloadKey] = []
     real = cpu.lookup
@@ -428,19 +424,18 @@ def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> N
 
 def test_refused_batch_completion_is_settled_key_by_key(stacks: list[Stack]) -> None:
     """MGR-4, MGR-10: if the primary refuses a promotion batch, each key is settled on its own."""
-    from kvproto_cpu import CpuTier, CpuTierConfig
-    from kvproto import MemoryTier
+    from kvproto import MemoryPrimaryTier, MemoryTier
 
     poison = key(2)
 
-    class Refusing(CpuTier):
+    class Refusing(MemoryPrimaryTier):
         def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
             batch = tuple(keys)
             if poison in batch:
                 raise TierMisuseError("refused", key=poison)
             super().complete_store(batch, success)
 
-    cpu = Refusing(CpuTierConfig(num_slots=4, block_bytes=BLOCK, pin_memory="off"))
+    cpu = Refusing(num_slots=4, block_bytes=BLOCK)
     tier = MemoryTier(cpu.buffer, name="m")
     m = TieringManager(cpu, [tier])
     try:

@@ -28,6 +28,7 @@ from kvproto import (
     Hits,
     JobResult,
     LookupResult,
+    MemoryPrimaryTier,
     MemoryTier,
     ReqContext,
     TransferJob,
@@ -36,10 +37,9 @@ from kvproto import (
 )
 from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
-from kvproto_cpu import CpuTier, CpuTierConfig
 from tests.kvproto.tiering_stack import (
     BLOCK,
-    CpuTierWithoutReadyKeys,
+    PrimaryWithoutReadyKeys,
     FakeClock,
     ForwardingTier,
     RaisingTier,
@@ -84,20 +84,14 @@ class LoadWatch(ForwardingTier):
 
 
 class TieringStack(RuleBasedStateMachine):
-    primary_class: type[CpuTier] = CpuTierWithoutReadyKeys
+    primary_class: type[MemoryPrimaryTier] = PrimaryWithoutReadyKeys
 
     def __init__(self) -> None:
         super().__init__()
         LoadWatch.outstanding = {}
         clock = FakeClock()
         cpu = self.primary_class(
-            CpuTierConfig(
-                num_slots=NUM_SLOTS,
-                block_bytes=BLOCK,
-                pin_memory="off",
-                pending_deadline_s=PENDING_DEADLINE_S,
-            ),
-            clock=clock,
+            num_slots=NUM_SLOTS, block_bytes=BLOCK, pending_deadline_s=PENDING_DEADLINE_S, clock=clock
         )
         self.clock = clock
         self.cpu = cpu
@@ -278,7 +272,7 @@ class TieringStack(RuleBasedStateMachine):
 
 
 class TieringStackReadyKeys(TieringStack):
-    primary_class = CpuTier
+    primary_class = MemoryPrimaryTier
 
 
 _SETTINGS = settings(max_examples=300 if os.environ.get("CI") else 60, stateful_step_count=40)

@@ -1,14 +1,14 @@
-"""Builders shared by the tiering tests: a CPU primary, memory secondaries, a manager."""
+"""Builders shared by the tiering tests: a torch-free primary (MemoryPrimaryTier), memory secondaries, a manager."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kvproto_cpu import CpuTier, CpuTierConfig
 from kvproto import (
     JobResult,
     LookupResult,
+    MemoryPrimaryTier,
     MemoryTier,
     OffloadingEvent,
     ReqContext,
@@ -31,8 +31,8 @@ def block(i: int) -> bytes:
     return i.to_bytes(4, "big") * (BLOCK // 4)
 
 
-class CpuTierWithoutReadyKeys(CpuTier):
-    """The CPU tier with its ReadyKeys view hidden, so the manager takes its generic path."""
+class PrimaryWithoutReadyKeys(MemoryPrimaryTier):
+    """The primary tier with its ReadyKeys view hidden, so the manager takes its generic path."""
 
     @property
     def ready_keys(self) -> Container[OffloadKey]:
@@ -40,7 +40,7 @@ class CpuTierWithoutReadyKeys(CpuTier):
 
 
 class FakeClock:
-    """A monotonic clock the tests advance by hand (drives the CPU tier's pending deadline)."""
+    """A monotonic clock the tests advance by hand (drives the primary tier's pending deadline)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -51,7 +51,7 @@ class FakeClock:
 
 @dataclass
 class Stack:
-    cpu: CpuTier
+    cpu: MemoryPrimaryTier
     tiers: list[MemoryTier]
     manager: TieringManager
     clock: FakeClock
@@ -103,14 +103,8 @@ def build_stack(
     pending_deadline_s: float = 60.0,
 ) -> Stack:
     clock = FakeClock()
-    cpu = CpuTier(
-        CpuTierConfig(
-            num_slots=num_slots,
-            block_bytes=BLOCK,
-            pin_memory="off",
-            pending_deadline_s=pending_deadline_s,
-        ),
-        clock=clock,
+    cpu = MemoryPrimaryTier(
+        num_slots=num_slots, block_bytes=BLOCK, pending_deadline_s=pending_deadline_s, clock=clock, name="cpu"
     )
     tiers = [
         MemoryTier(cpu.buffer, name=f"mem{i}", **kwargs)  # type: ignore[arg-type]  # test knobs

@@ -1,6 +1,6 @@
 """A gallery of deliberately broken tiers, each with exactly one bug (KIT-13).
 
-Each is a :class:`~kvproto.MemoryTier` (or, for the pin leak, a CpuTier)
+Each is a :class:`~kvproto.MemoryTier` (or, for the pin leak, a :class:`~kvproto.MemoryPrimaryTier`)
 changed in one place. ``GALLERY`` maps each ``kvproto conform`` target to
 the check that must fail and the clause it must fail on; test_gallery.py
 asserts exactly that.
@@ -269,19 +269,17 @@ def hit_pending_from_secondary() -> TierSpec:
 
 
 def leaked_pin() -> TierSpec:
-    """The CPU tier with one bug: complete_load releases nothing."""
-    from kvproto_cpu import CpuTier, CpuTierConfig
+    """The reference primary tier with one bug: complete_load releases nothing."""
+    from kvproto import Capabilities, MemoryPrimaryTier
 
-    from kvproto import Capabilities
-
-    class LeakedPin(CpuTier):
+    class LeakedPin(MemoryPrimaryTier):
         def complete_load(self, keys: Iterable[OffloadKey]) -> None:
             """Bug: the pins taken by prepare_load are never released."""
 
     return TierSpec(
         "LeakedPin",
         "primary",
-        lambda: LeakedPin(CpuTierConfig(num_slots=16, block_bytes=32, pin_memory="off")),
+        lambda: LeakedPin(num_slots=16, block_bytes=32),
         capabilities=Capabilities(eviction=True),
         limits=_QUICK,
         tier_class=LeakedPin,
