@@ -6,7 +6,9 @@ protocol, runs mypy on it through ``mypy.api`` with kvproto's own settings
 (embedded: an installed wheel has no mypy.ini), and turns mypy's notes into
 plain words: "lookup returns bool | None; the contract requires LookupResult".
 Errors mypy finds inside the tier's own module (a ``match`` on LookupResult
-missing a member, say) are reported too.
+missing a member, say) are reported too, for a tier in a source tree (an
+installed wheel is checked against the protocol only: mypy reports no errors
+inside installed packages).
 """
 
 from __future__ import annotations
@@ -216,6 +218,16 @@ def _mypy_path(*folders: Path) -> str:
     return os.pathsep.join(keep)
 
 
+def _installed(root: Path) -> bool:
+    """Whether ``root`` is an installation directory (site-packages), not a source tree."""
+    import site
+    import sysconfig
+
+    places = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")} | set(site.getsitepackages())
+    places.add(site.getusersitepackages())
+    return any(root == Path(p).resolve() for p in places) or root.name in ("site-packages", "dist-packages")
+
+
 def _root_of(module_file: Path, module_name: str) -> Path:
     root = module_file.parent
     depth = module_name.count(".")
@@ -291,9 +303,14 @@ def _prepare(
         "--hide-error-context",
         "--no-pretty",
         str(snippet),
-        module_file,
     ]
-    return result, args, snippet, lines, module_file
+    if _installed(target_root):
+        # An installed (non-editable) package: mypy finds it through --python-executable (it needs
+        # py.typed). Naming its file would make mypy treat all of site-packages as the user's own
+        # code ("A user-defined top-level module with name 'typing_extensions' is not supported").
+        # mypy reports no errors inside installed packages, so only the protocol is checked.
+        return result, args, snippet, lines, None
+    return result, [*args, module_file], snippet, lines, module_file
 
 
 def _finish(
