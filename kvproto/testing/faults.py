@@ -459,17 +459,21 @@ class FaultySecondary(Generic[_S]):
     * :meth:`fail_next_jobs` ``(n)``: the next ``n`` submitted jobs fail
       whole (``JobResult(id, False)``), never reaching ``inner``: no bytes
       move. ``n`` SETS the count (0 disarms); it does not add.
-    * :meth:`fail_keys` ``(keys)``: ADDS ``keys`` to the failing keys. A job
-      touching them goes to ``inner`` without them (same id; the other keys
-      and their slots); its result names them failed and the others as
-      reported by ``inner`` (a partial ``JobResult``). A job of failing keys
-      only fails whole without reaching ``inner``.
+    * :meth:`fail_keys` ``(keys)``: ADDS ``keys`` to the failing keys. When
+      ``inner`` declares ``partial_jobs``, a job touching them goes to
+      ``inner`` without them (same id; the other keys and their slots) and
+      its result names them failed and the others as ``inner`` reported them
+      (a partial ``JobResult``). When ``inner`` reports jobs whole, such a
+      job fails whole without reaching ``inner`` (a partial result would
+      break the whole-job tier's own declaration, TIER-18). A job of failing
+      keys only always fails whole without reaching ``inner``.
     * :meth:`corrupt_on_read` ``(keys, detect=False)``: the next load of each
       key that ``inner`` reports done has every bit of its slot inverted.
       ``detect=False`` is the broken tier: the load still reports the key
       done, serving wrong bytes (what the kit must catch, TIER-10).
-      ``detect=True`` is an honest tier: the key is reported failed (its slot
-      holds the damaged bytes, as a failed read may leave it). One shot per
+      ``detect=True`` is an honest tier: the key is reported failed (the
+      whole job, where ``inner`` does not declare ``partial_jobs``), its slot
+      holding the damaged bytes, as a failed read may leave it. One shot per
       key; ``inner``'s copy is untouched, so a later load is right. Needs
       ``buffer``.
     * :meth:`raise_in` ``(method, rule)`` and ``raise_from={method: rule}``:
@@ -488,8 +492,9 @@ class FaultySecondary(Generic[_S]):
     One report fault per job: dropped before late before twice; only the
     counter used is decremented. Counts SET (0 disarms).
 
-    ``capabilities`` are ``inner``'s with ``partial_jobs=True`` (``fail_keys``
-    makes partial jobs). ``lookup_many`` exists only when ``inner`` offers it.
+    ``capabilities`` are ``inner``'s (no knob changes what the tier declares:
+    ``fail_keys`` gives partial results only where ``inner`` declares
+    ``partial_jobs``). ``lookup_many`` exists only when ``inner`` offers it.
     ``name``, ``take_events`` and the rest are ``inner``'s. State is kept only
     for jobs a fault touches, and is bounded by what is armed.
     """
@@ -535,13 +540,8 @@ class FaultySecondary(Generic[_S]):
         self._local: list[JobResult] = []  # jobs failed by the wrapper, not yet through _finish
         self._late: list[tuple[int, JobResult]] = []  # (release step, result)
         self._dupes: list[JobResult] = []  # reported once; again at the next get_finished_jobs
-        base = _capabilities_of(inner)
-        self.capabilities: Capabilities = replace(
-            base,
-            partial_jobs=True,
-            reasons={k: v for k, v in base.reasons.items() if k != "partial_jobs"},
-        )
-        """``inner``'s capabilities with ``partial_jobs=True`` (TIER-18)."""
+        self.capabilities: Capabilities = _capabilities_of(inner)
+        """``inner``'s capabilities (TIER-18)."""
         if batch is not None:
             setattr(self, "lookup_many", _RaisingLookupMany(self._rules, batch))
 
@@ -557,7 +557,8 @@ class FaultySecondary(Generic[_S]):
         self._fail_next = _count(self._owner, "fail_next_jobs(n)", n, low=0)
 
     def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
-        """ADD ``keys`` to the keys every later job fails for (partial results name the others)."""
+        """ADD ``keys`` to the keys every later job fails for: a partial result names the others where
+        ``inner`` declares ``partial_jobs``; elsewhere the job fails whole."""
         self._fail_keys.update(keys)
 
     def corrupt_on_read(self, keys: Iterable[OffloadKey], *, detect: bool = False) -> None:
@@ -696,7 +697,8 @@ class FaultySecondary(Generic[_S]):
         failed = frozenset(k for k in job.keys if k in failing) if failing else frozenset[OffloadKey]()
         sent: TransferJob | None = None
         reads: tuple[tuple[OffloadKey, int], ...] = ()
-        if not fail_all and not (failed and failed >= set(job.keys)):
+        whole = bool(failed) and (not self.capabilities.partial_jobs or failed >= set(job.keys))
+        if not fail_all and not whole:
             sent = job
             if failed:
                 kept = [(k, s) for k, s in zip(job.keys, job.slots, strict=True) if k not in failed]
@@ -753,6 +755,8 @@ class FaultySecondary(Generic[_S]):
             return result
         done -= bad
         job = tracked.job
+        if bad and not self.capabilities.partial_jobs:
+            return JobResult(job.job_id, False)  # a whole-job tier fails the whole job
         if done >= set(job.keys):
             return JobResult(job.job_id, True)
         return JobResult(job.job_id, False, frozenset(done) if done else None)
