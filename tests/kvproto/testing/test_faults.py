@@ -817,6 +817,45 @@ def test_faulty_primary_raises_from_chosen_methods() -> None:
     tier.shutdown()
 
 
+def test_wrappers_under_the_tiering_manager() -> None:
+    """The wrappers in a real stack: a latency tier promotes with the right bytes; a raising lookup is a
+    MISS the scheduler never sees (MGR-10); an honestly detected damaged read is never served (MGR-4)."""
+    from kvproto.tiering import TieringManager
+
+    cpu = _cpu(slots=8)
+    slow = LatencySecondary(MemoryTier(cpu.buffer, name="slow"), job_steps=1, lookup_steps=1)
+    faulty = FaultySecondary(MemoryTier(cpu.buffer, name="faulty"), buffer=cpu.buffer)
+    slow.inner.seed(k(1), data(1))
+    faulty.inner.seed(k(2), data(2))
+    manager = TieringManager(FaultyPrimary(cpu), [slow, faulty])
+    try:
+        answers = []
+        for _ in range(6):
+            answers.append(manager.lookup(k(1), R))
+            manager.on_step_end()
+        assert answers[0] is RETRY and answers[-1] is HIT
+        (slot,) = manager.prepare_load([k(1)], R)
+        assert bytes(cpu.slot_view(slot)) == data(1)
+        manager.complete_load([k(1)])
+        faulty.raise_in("lookup", RuntimeError("remote store down"))
+        errors = manager.stats.tier_errors
+        assert manager.lookup(k(2), R) is RETRY  # "slow" has not found out yet
+        manager.on_step_end()
+        assert manager.lookup(k(2), R) is MISS  # "slow" does not hold it; "faulty" raised
+        assert manager.stats.tier_errors == errors + 2
+        faulty.raise_in("lookup", None)
+        faulty.corrupt_on_read([k(2)], detect=True)
+        jobs = manager.stats.promotion_jobs
+        answers = []
+        for _ in range(4):
+            answers.append(manager.lookup(k(2), R))
+            manager.on_step_end()
+        assert manager.stats.promotion_jobs == jobs + 1  # one promotion was tried, and failed
+        assert RETRY in answers and HIT not in answers and cpu.lookup(k(2), R) is MISS
+    finally:
+        manager.shutdown()
+
+
 # ---- the kit: latency-only and unarmed wrappers conform -------------------------------------
 
 
