@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvproto.testing._checks import CheckInfo, check, checks_of
-    from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
+    from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._driver import SecondaryDriver, TrackedContext
     from kvproto.testing._failures import ConformanceFailure
     from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
@@ -56,6 +56,7 @@ __all__ = [
     "checks_of",
     "key_pool",
     "make_buffer",
+    "row",
     "tricky_keys",
 ]
 
@@ -84,6 +85,7 @@ _WHERE = {
     "block_for": "_data",
     "key_pool": "_data",
     "make_buffer": "_data",
+    "row": "_data",
     "tricky_keys": "_data",
 }
 

@@ -48,11 +48,13 @@ from typing import Generic, TypeAlias, TypeVar
 
 import kvproto.members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob
+from kvproto._async_probe import AsyncProbe
+from kvproto._events import OffloadingEvent
+from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
+from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, PrimaryTier, SecondaryTier
 from kvproto._results import LookupResult, unreachable
-from kvproto.async_lookup import AsyncProbe
 from kvproto.errors import ConfigurationError, ContractViolation, InvalidArgumentError
 
 __all__ = [

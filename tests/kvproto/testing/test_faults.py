@@ -11,11 +11,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from kvproto import (
+    MemoryPrimaryTier,
     BatchLookup,
     Capabilities,
     JobResult,
@@ -31,13 +32,10 @@ from kvproto import (
 )
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.testing import KitLimits, PrimaryTierTests, SecondaryTierTests
-from kvproto.testing._data import block_for, make_buffer, row
-from kvproto.testing._driver import SecondaryDriver
-from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing import block_for, make_buffer, row
+from kvproto.testing import SecondaryDriver
+from kvproto.testing import ConformanceFailure
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary, LatencySecondary
-
-if TYPE_CHECKING:
-    from impls.cpu import CpuTier
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
@@ -708,12 +706,10 @@ def test_faults_compose_with_latency(buf: memoryview) -> None:
 # ---- FaultyPrimary -----------------------------------------------------------------------------
 
 
-def _cpu(clock: Callable[[], float] = time.monotonic, *, slots: int = 4, deadline_s: float = 10.0) -> CpuTier:
-    pytest.importorskip("torch", reason="the reference CPU tier needs torch")
-    from impls.cpu import CpuTier, CpuTierConfig
-
-    config = CpuTierConfig(num_slots=slots, block_bytes=BLOCK, pin_memory="off", pending_deadline_s=deadline_s)
-    return CpuTier(config, clock=clock)
+def _cpu(
+    clock: Callable[[], float] = time.monotonic, *, slots: int = 4, deadline_s: float = 10.0
+) -> MemoryPrimaryTier:
+    return MemoryPrimaryTier(num_slots=slots, block_bytes=BLOCK, pending_deadline_s=deadline_s, clock=clock)
 
 
 def _store(tier: PrimaryTier, i: int) -> tuple[OffloadKey, ...]:
@@ -799,7 +795,7 @@ def test_faulty_primary_raises_from_chosen_methods() -> None:
     assert tier.lookup(k(2), R) is MISS
     with pytest.raises(RuntimeError, match="flaky"):
         tier.lookup(k(1), R)
-    assert isinstance(tier, BatchLookup)  # CpuTier offers lookup_many; so does the wrapper
+    assert isinstance(tier, BatchLookup)  # MemoryPrimaryTier offers lookup_many; so does the wrapper
     with pytest.raises(RuntimeError, match="flaky"):
         tier.lookup_many([k(2), k(1)], R)
     tier.prepare_load([k(1)], R)
@@ -820,7 +816,7 @@ def test_faulty_primary_raises_from_chosen_methods() -> None:
 def test_wrappers_under_the_tiering_manager() -> None:
     """The wrappers in a real stack: a latency tier promotes with the right bytes; a raising lookup is a
     MISS the scheduler never sees (MGR-10); an honestly detected damaged read is never served (MGR-4)."""
-    from kvproto.tiering import TieringManager
+    from kvproto import TieringManager
 
     cpu = _cpu(slots=8)
     slow = LatencySecondary(MemoryTier(cpu.buffer, name="slow"), job_steps=1, lookup_steps=1)
@@ -950,7 +946,4 @@ class TestFaultyPrimaryUnarmed(PrimaryTierTests):
 
     @pytest.fixture
     def tier_factory(self) -> Callable[[], PrimaryTier]:
-        pytest.importorskip("torch", reason="the reference CPU tier needs torch")
-        from impls.cpu import CpuTier, CpuTierConfig
-
-        return lambda: FaultyPrimary(CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory="off")))
+        return lambda: FaultyPrimary(MemoryPrimaryTier(num_slots=32, block_bytes=64))
