@@ -17,7 +17,6 @@ from kvproto._jobs import JobResult, TransferJob
 from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._results import LookupResult
-from kvproto._async_probe import AsyncProbe
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 __all__ = ["MemoryTier"]
@@ -28,7 +27,6 @@ _log = logging.getLogger("kvproto.memory_tier")
 @dataclass(slots=True, eq=False)
 class _PendingJob:
     job: TransferJob
-    due_step: int  # the on_step_end count at which it runs
     fail_all: bool
 
 
@@ -37,20 +35,20 @@ class MemoryTier:
 
     It satisfies :class:`~kvproto.SecondaryTier` structurally, moving bytes
     between its dict and rows of ``buffer`` (the primary tier's slot buffer,
-    a writable 2-D ``memoryview`` of format ``"B"``). It is a reference for
-    tier authors and a test double with knobs:
+    a writable 2-D ``memoryview`` of format ``"B"``). It is the reference
+    secondary tier for tier authors:
 
-    * ``job_latency_steps``: 0, a submitted job runs at once and is reported
-      by the next :meth:`get_finished_jobs`; N > 0, it runs at the N-th
-      :meth:`on_step_end` after submission (MEM-3).
-    * ``lookup_latency_steps``: 0, lookups answer HIT or MISS at once; N > 0,
-      a key without a verdict answers RETRY and resolves at the N-th
-      :meth:`on_step_end` after it was first asked, through an
-      :class:`~kvproto.AsyncProbe` (MEM-4).
-    * ``latency_s``: when a job is due it runs on a background worker after
-      this many seconds, so its result arrives between steps (MEM-3).
+    * a submitted job runs at once and is reported by the next
+      :meth:`get_finished_jobs`; with ``latency_s > 0`` it runs on a worker
+      thread after that many seconds instead, so its result arrives between
+      steps, as a tier doing real I/O on threads would (MEM-3);
+    * lookups answer HIT or MISS at once (MEM-2);
     * ``capacity_blocks``: keep at most this many blocks, evicting the least
       recently used (MEM-5).
+
+    Latency in steps and RETRY-answering lookups are not its business: wrap
+    it (or any tier) in :class:`kvproto.testing.faults.LatencySecondary`, as
+    the reference tiers ``memory-async`` and ``memory-threaded`` do (MEM-4).
 
     Every stored block carries a CRC-32 of its bytes, checked on every read:
     a block that fails the check is dropped (it becomes a MISS and a
@@ -64,8 +62,6 @@ class MemoryTier:
         buffer: memoryview,
         *,
         name: str = "memory",
-        job_latency_steps: int = 0,
-        lookup_latency_steps: int = 0,
         latency_s: float = 0.0,
         capacity_blocks: int | None = None,
     ) -> None:
@@ -86,14 +82,6 @@ class MemoryTier:
                 f"of format 'B' with rows of at least one byte, got shape={shape} "
                 f"format={buffer.format!r} readonly={buffer.readonly}"
             )
-        for arg, value in (
-            ("job_latency_steps", job_latency_steps),
-            ("lookup_latency_steps", lookup_latency_steps),
-        ):
-            if type(value) is not int or value < 0:
-                raise ConfigurationError(
-                    f"MemoryTier {name!r}: {arg} must be an int >= 0, got {value!r}"
-                )
         if type(latency_s) not in (int, float) or not 0.0 <= latency_s < float("inf"):
             raise ConfigurationError(
                 f"MemoryTier {name!r}: latency_s must be a finite number >= 0, got {latency_s!r}"
@@ -109,14 +97,10 @@ class MemoryTier:
         self._block_bytes: int = shape[1]
         # CPython cannot index rows of a 2-D memoryview; rows are slices of a flat view.
         self._flat = buffer.cast("B")
-        self._job_latency_steps = job_latency_steps
         self._latency_s = float(latency_s)
         self._capacity = capacity_blocks
         self._lock = threading.RLock()  # guards the store, results, events, fault sets
         self._store: OrderedDict[OffloadKey, tuple[bytes, int]] = OrderedDict()
-        self._step = 0
-        self._pending: list[_PendingJob] = []  # submitted, not yet run
-        self._running = 0  # handed to the latency worker, not yet run; guarded by _lock
         self._finished: list[JobResult] = []
         self._unreported: set[int] = set()  # job ids submitted and not yet reported
         self._events: list[OffloadingEvent] = []
@@ -125,20 +109,9 @@ class MemoryTier:
         self._corrupt: set[OffloadKey] = set()
         self._closed = False
         self._timers: list[threading.Thread] = []
-        self._probe: AsyncProbe | None = None
-        # Verdict changes from job runs, applied to the probe on the scheduler's thread.
-        self._marks: list[tuple[LookupResult, tuple[OffloadKey, ...]]] = []
-        if lookup_latency_steps > 0:
-            self._probe = AsyncProbe(
-                self._stored_subset,
-                name=name,
-                deadline_steps=lookup_latency_steps,
-                resolve_after_steps=lookup_latency_steps,
-                background=False,
-            )
         self.capabilities = Capabilities(
-            async_lookup=lookup_latency_steps > 0,
-            max_retry_steps=lookup_latency_steps,
+            async_lookup=False,
+            max_retry_steps=0,
             persistence=False,
             eviction=capacity_blocks is not None,
             sharing=False,
@@ -147,7 +120,7 @@ class MemoryTier:
                 "persistence": "in-memory by design",
                 "sharing": "one process's dict",
                 **({} if capacity_blocks is not None else {"eviction": "no capacity_blocks set"}),
-                **({} if lookup_latency_steps > 0 else {"async_lookup": "lookup_latency_steps=0"}),
+                "async_lookup": "answers from its dict at once",
             },
         )
 
@@ -159,13 +132,7 @@ class MemoryTier:
         return self._name
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        """HIT if stored, else MISS; with lookup latency, RETRY until the probe resolves (MEM-2, MEM-4).
-
-        Never HIT_PENDING (LR-3). Never blocks.
-        """
-        probe = self._probe
-        if probe is not None:
-            return probe.lookup(key, req_context)
+        """HIT if stored, else MISS (MEM-2). Never HIT_PENDING (LR-3), never RETRY. Never blocks."""
         return lr.HIT if key in self._store else lr.MISS
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
@@ -200,28 +167,15 @@ class MemoryTier:
             self._finished = []
             for result in done:
                 self._unreported.discard(result.job_id)
-        self._flush_marks()
         return done
 
     # -- TierLifecycle -----------------------------------------------------------------
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        """Drop the request's references to lookup verdicts (TIER-12, AP-4)."""
-        if self._probe is not None:
-            self._probe.on_request_finished(req_context)
+        """Nothing to drop: the tier keeps no per-request state (TIER-12)."""
 
     def on_step_end(self) -> None:
-        """Run the jobs due at this step and advance the lookup probe (TIER-13, MEM-3, MEM-4)."""
-        self._step += 1
-        if self._pending:
-            due = [p for p in self._pending if p.due_step <= self._step]
-            if due:
-                self._pending = [p for p in self._pending if p.due_step > self._step]
-                for pending in due:
-                    self._dispatch(pending)
-        self._flush_marks()
-        if self._probe is not None:
-            self._probe.on_step_end()
+        """Nothing to do: jobs run at submission or on their worker (TIER-13, MEM-3)."""
 
     def take_events(self) -> Sequence[OffloadingEvent]:
         """STORED events for blocks stored by jobs, REMOVED for evicted or dropped ones (TIER-14)."""
@@ -245,26 +199,18 @@ class MemoryTier:
             self._corrupt.clear()
             if keys:
                 self._events.append(OffloadingEvent(EventKind.REMOVED, keys, self._name))
-        if self._probe is not None:
-            self._probe.reset()
         return True
 
     def shutdown(self) -> None:
-        """Fail every job not yet run, wait for the ones running, join the workers (TIER-16, MEM-8).
+        """Wait for the jobs running on workers and join them (TIER-16, MEM-8).
 
         Their results stay available to one last :meth:`get_finished_jobs`.
         Jobs submitted afterwards fail at once. Idempotent.
         """
         self._closed = True
-        pending, self._pending = self._pending, []
-        with self._lock:
-            for p in pending:
-                self._finished.append(JobResult(p.job.job_id, False))
         for timer in self._timers:
             timer.join()
         self._timers = []
-        if self._probe is not None:
-            self._probe.shutdown()
 
     # -- fault injection (MEM-7) ---------------------------------------------------
 
@@ -314,13 +260,8 @@ class MemoryTier:
         with self._lock:
             self._put(key, blob)
             self._corrupt.discard(key)
-        self._flush_marks()
 
     # -- internals ---------------------------------------------------------------------
-
-    def _stored_subset(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
-        store = self._store
-        return [k for k in keys if k in store]
 
     def _submit(self, job: TransferJob, *, promotion: bool) -> None:
         if not isinstance(job, TransferJob):
@@ -351,12 +292,7 @@ class MemoryTier:
             if self._closed:
                 self._finished.append(JobResult(job.job_id, False))
                 return
-        pending = _PendingJob(job, self._step + self._job_latency_steps, fail_all)
-        if self._job_latency_steps == 0:
-            self._dispatch(pending)
-            self._flush_marks()
-        else:
-            self._pending.append(pending)
+        self._dispatch(_PendingJob(job, fail_all))
 
     def _dispatch(self, pending: _PendingJob) -> None:
         if self._latency_s <= 0.0:
@@ -399,7 +335,6 @@ class MemoryTier:
             self._corrupt.discard(key)
             ok.append(key)
         if ok:
-            # _put already marked each key HIT, and any it evicted MISS (MEM-4).
             stored = OffloadingEvent(EventKind.STORED, tuple(ok), self._name)
             self._events.insert(events_before, stored)
         return ok
@@ -429,9 +364,6 @@ class MemoryTier:
             ok.append(key)
         if bad:
             self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(bad), self._name))
-        if len(ok) != len(job.keys):
-            done = set(ok)
-            self._mark(lr.MISS, [k for k in job.keys if k not in done])
         return ok
 
     def _put(self, key: OffloadKey, blob: bytes) -> None:
@@ -444,22 +376,3 @@ class MemoryTier:
                 old, _ = store.popitem(last=False)
                 evicted.append(old)
             self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(evicted), self._name))
-            self._mark(lr.MISS, evicted)
-        self._mark(lr.HIT, (key,))
-
-    def _mark(self, result: LookupResult, keys: Iterable[OffloadKey]) -> None:
-        # Caller holds _lock; may run on the latency worker.
-        if self._probe is not None:
-            self._marks.append((result, tuple(keys)))
-
-    def _flush_marks(self) -> None:
-        probe = self._probe
-        if probe is None:
-            return
-        with self._lock:
-            marks, self._marks = self._marks, []
-        for result, keys in marks:
-            if result is lr.HIT:
-                probe.mark_hit(keys)
-            else:
-                probe.mark_miss(keys)

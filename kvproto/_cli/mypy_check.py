@@ -110,7 +110,7 @@ def _members(proto: type) -> list[tuple[str, str]]:
 _HEADER = """from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from kvproto import (
     JobResult,
@@ -132,12 +132,15 @@ _Target = _target_module.{qualname}
 def _snippet(cls: type, proto_name: ProtocolName) -> tuple[str, dict[int, str]]:
     proto = _PROTOCOLS[proto_name]
     text = _HEADER.format(module=cls.__module__, qualname=cls.__qualname__)
+    # A generic tier (a wrapper over any tier, say) is checked with Any for its type parameters.
+    params = getattr(cls, "__parameters__", ())
+    annotation = f"_target_module.{cls.__qualname__}" + (f"[{', '.join(['Any'] * len(params))}]" if params else "")
     lines: dict[int, str] = {}
     parts = [text]
     for name, stub in _members(proto):
-        parts.append(f"\n\nclass _Member_{name}(Protocol):\n{stub}\n\n\ndef _check_{name}(tier: _target_module.{cls.__qualname__}) -> _Member_{name}:\n    return tier\n")
+        parts.append(f"\n\nclass _Member_{name}(Protocol):\n{stub}\n\n\ndef _check_{name}(tier: {annotation}) -> _Member_{name}:\n    return tier\n")
     parts.append(
-        f"\n\ndef _check_whole(tier: _target_module.{cls.__qualname__}) -> {proto.__name__}:\n    return tier\n"
+        f"\n\ndef _check_whole(tier: {annotation}) -> {proto.__name__}:\n    return tier\n"
     )
     source = "".join(parts)
     for number, line in enumerate(source.splitlines(), start=1):

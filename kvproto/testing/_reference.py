@@ -9,33 +9,46 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._memory_primary_tier import MemoryPrimaryTier
 from kvproto._memory_tier import MemoryTier
+from kvproto._protocols import SecondaryTier
+from kvproto.errors import ConfigurationError
 from kvproto.testing._tier_spec import TierSpec
+from kvproto.testing.faults import LatencySecondary
 
 __all__ = ["MEMORY_HOOKS", "memory", "memory_async", "memory_primary", "memory_threaded"]
 
 
-def _seed(tier: MemoryTier, key: OffloadKey, data: bytes) -> None:
-    tier.seed(key, data)
+def _memory_of(tier: object) -> MemoryTier:
+    """The MemoryTier inside ``tier``, unwrapping fault and latency wrappers (their ``inner``)."""
+    found = tier
+    while not isinstance(found, MemoryTier):
+        inner = getattr(found, "inner", None)
+        if inner is None:
+            raise ConfigurationError(f"the MemoryTier hooks were given {tier!r}, which holds no MemoryTier")
+        found = inner
+    return found
 
 
-def _read(tier: MemoryTier, key: OffloadKey) -> bytes | None:
-    return tier.read_stored(key)
+def _seed(tier: object, key: OffloadKey, data: bytes) -> None:
+    _memory_of(tier).seed(key, data)
 
 
-def _fail_next(tier: MemoryTier, n: int) -> None:
-    tier.fail_next_jobs(n)
+def _read(tier: object, key: OffloadKey) -> bytes | None:
+    return _memory_of(tier).read_stored(key)
 
 
-def _fail_keys(tier: MemoryTier, keys: Iterable[OffloadKey]) -> None:
-    tier.fail_keys(keys)
+def _fail_next(tier: object, n: int) -> None:
+    _memory_of(tier).fail_next_jobs(n)
 
 
-def _corrupt(tier: MemoryTier, keys: Iterable[OffloadKey]) -> None:
-    tier.corrupt_on_read(keys)
+def _fail_keys(tier: object, keys: Iterable[OffloadKey]) -> None:
+    _memory_of(tier).fail_keys(keys)
+
+
+def _corrupt(tier: object, keys: Iterable[OffloadKey]) -> None:
+    _memory_of(tier).corrupt_on_read(keys)
 
 
 MEMORY_HOOKS: dict[str, Callable[..., Any]] = {
@@ -45,35 +58,42 @@ MEMORY_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_keys": _fail_keys,
     "corrupt_on_read": _corrupt,
 }
-"""Backdoor hooks for MemoryTier and anything built on it."""
+"""Backdoor hooks for MemoryTier and anything built on it (a subclass, or wrappers with ``inner``)."""
 
 
-def _memory_spec(name: str, **options: Any) -> TierSpec:
-    """MemoryTier called ``name`` built with ``options``, described as that call."""
-    shown = "".join(f", {option}={value!r}" for option, value in options.items())
-    return TierSpec(
-        name,
-        "secondary",
-        lambda buffer: MemoryTier(buffer, name=name, **options),
-        hooks=MEMORY_HOOKS,
-        tier_class=MemoryTier,
-        description=f"kvproto.MemoryTier(buffer{shown})",
-    )
+def _memory_spec(
+    name: str, build: Callable[[memoryview], SecondaryTier], description: str
+) -> TierSpec:
+    return TierSpec(name, "secondary", build, hooks=MEMORY_HOOKS, description=description)
 
 
 def memory() -> TierSpec:
     """MemoryTier with immediate jobs and lookups."""
-    return _memory_spec("memory")
+    return _memory_spec(
+        "memory", lambda buffer: MemoryTier(buffer, name="memory"), "kvproto.MemoryTier(buffer)"
+    )
 
 
 def memory_async() -> TierSpec:
-    """MemoryTier with jobs and lookups that take two steps, and a capacity that evicts."""
-    return _memory_spec("memory-async", job_latency_steps=2, lookup_latency_steps=2, capacity_blocks=48)
+    """MemoryTier whose jobs and lookups take two steps, with a capacity that evicts."""
+    return _memory_spec(
+        "memory-async",
+        lambda buffer: LatencySecondary(
+            MemoryTier(buffer, name="memory-async", capacity_blocks=48), job_steps=2, lookup_steps=2
+        ),
+        "LatencySecondary(kvproto.MemoryTier(buffer, capacity_blocks=48), job_steps=2, lookup_steps=2)",
+    )
 
 
 def memory_threaded() -> TierSpec:
     """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
-    return _memory_spec("memory-threaded", job_latency_steps=1, latency_s=0.002, lookup_latency_steps=1)
+    return _memory_spec(
+        "memory-threaded",
+        lambda buffer: LatencySecondary(
+            MemoryTier(buffer, name="memory-threaded", latency_s=0.002), job_steps=1, lookup_steps=1
+        ),
+        "LatencySecondary(kvproto.MemoryTier(buffer, latency_s=0.002), job_steps=1, lookup_steps=1)",
+    )
 
 
 def memory_primary() -> TierSpec:

@@ -19,6 +19,7 @@ from kvproto import (
 )
 from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError
+from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 8
 BLOCK = 16
@@ -85,35 +86,33 @@ def test_store_then_lookup_then_load_round_trip(buf: memoryview) -> None:
     assert tier.take_events() == []
 
 
-def test_job_latency_steps_runs_at_nth_step(buf: memoryview) -> None:
-    """MEM-3: with job_latency_steps=2 a job runs at the 2nd on_step_end after submission."""
-    tier = MemoryTier(buf, job_latency_steps=2)
+def test_jobs_run_at_submission_and_report_at_the_next_poll(buf: memoryview) -> None:
+    """MEM-3: without latency_s a job runs when submitted; the next get_finished_jobs reports it once."""
+    tier = MemoryTier(buf)
     fill(buf, 0, 1)
     tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
-    assert tier.get_finished_jobs() == []
-    tier.on_step_end()
-    assert tier.get_finished_jobs() == []
-    assert tier.stored_keys() == frozenset()
+    assert tier.stored_keys() == {key(1)}
+    assert tier.has_pending_work()
     tier.on_step_end()
     assert tier.get_finished_jobs() == [JobResult(1, True)]
-    assert tier.stored_keys() == {key(1)}
+    assert tier.get_finished_jobs() == []
+    assert not tier.has_pending_work()
 
 
-def test_lookup_latency_answers_retry_until_resolved(buf: memoryview) -> None:
-    """MEM-4: with lookup_latency_steps=2 an unknown key is RETRY until the 2nd on_step_end."""
-    tier = MemoryTier(buf, lookup_latency_steps=2)
+def test_lookups_never_retry_latency_comes_from_the_wrapper(buf: memoryview) -> None:
+    """MEM-4: MemoryTier answers at once and declares no async_lookup; LatencySecondary adds the RETRYs."""
+    tier = MemoryTier(buf)
     tier.seed(key(1), b"x" * BLOCK)
-    assert tier.capabilities.async_lookup and tier.capabilities.max_retry_steps == 2
-    assert tier.lookup(key(1), REQ) is LookupResult.RETRY
-    assert tier.lookup(key(2), REQ) is LookupResult.RETRY
-    tier.on_step_end()
-    assert tier.lookup(key(1), REQ) is LookupResult.RETRY
-    tier.on_step_end()
+    assert not tier.capabilities.async_lookup
     assert tier.lookup(key(1), REQ) is LookupResult.HIT
     assert tier.lookup(key(2), REQ) is LookupResult.MISS
-    tier.on_request_finished(REQ)
-    assert tier.lookup(key(1), REQ) is LookupResult.RETRY  # verdict dropped with its last request
-    tier.shutdown()
+    slow = LatencySecondary(tier, lookup_steps=2)
+    assert slow.capabilities.async_lookup and slow.capabilities.max_retry_steps == 2
+    assert slow.lookup(key(1), REQ) is LookupResult.RETRY
+    slow.on_step_end()
+    slow.on_step_end()
+    assert slow.lookup(key(1), REQ) is LookupResult.HIT
+    slow.shutdown()
 
 
 def test_capacity_evicts_least_recently_used(buf: memoryview) -> None:
@@ -130,11 +129,8 @@ def test_capacity_evicts_least_recently_used(buf: memoryview) -> None:
 
 
 def test_block_evicted_by_its_own_store_job_answers_miss(buf: memoryview) -> None:
-    """MEM-4, MEM-5: a key its own store job evicts again answers MISS, and its REMOVED comes after the STORED."""
-    tier = MemoryTier(buf, capacity_blocks=1, lookup_latency_steps=1)
-    for i in (1, 2):
-        assert tier.lookup(key(i), REQ) is LookupResult.RETRY
-    tier.on_step_end()
+    """MEM-5: a key its own store job evicts again answers MISS, and its REMOVED comes after the STORED."""
+    tier = MemoryTier(buf, capacity_blocks=1)
     assert tier.lookup(key(1), REQ) is LookupResult.MISS
     tier.submit_store(TransferJob(1, (key(1), key(2)), (0, 1), promotion=False))
     tier.get_finished_jobs()
@@ -198,13 +194,14 @@ def test_latency_s_completes_in_background_and_shutdown_joins(
     assert tier.get_finished_jobs() == [JobResult(2, False)]  # after shutdown: fails at once
 
 
-def test_shutdown_fails_jobs_not_yet_run(buf: memoryview) -> None:
-    """MEM-8: shutdown reports every job in flight, failed if it had not run."""
-    tier = MemoryTier(buf, job_latency_steps=5)
+def test_reset_is_refused_until_every_job_is_reported(buf: memoryview) -> None:
+    """MEM-8: reset_cache answers False while a job runs on its worker or waits to be reported."""
+    tier = MemoryTier(buf, latency_s=0.05)
     tier.submit_store(TransferJob(1, (key(1),), (0,), promotion=False))
     assert not tier.reset_cache()  # work in flight
-    tier.shutdown()
-    assert tier.get_finished_jobs() == [JobResult(1, False)]
+    tier.shutdown()  # waits for the worker
+    assert not tier.reset_cache()  # done, but not yet reported
+    assert tier.get_finished_jobs() == [JobResult(1, True)]
     assert not tier.has_pending_work()
     assert tier.reset_cache()
 
@@ -221,8 +218,6 @@ def test_reset_cache_forgets_blocks(buf: memoryview) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"job_latency_steps": -1},
-        {"lookup_latency_steps": 1.5},
         {"latency_s": float("nan")},
         {"latency_s": True},
         {"capacity_blocks": 0},
@@ -249,10 +244,10 @@ def test_bad_jobs_are_typed_errors(buf: memoryview) -> None:
         tier.submit_load(TransferJob(1, (key(1),), (0,), promotion=False))
     with pytest.raises(InvalidArgumentError, match="slot 99"):
         tier.submit_store(TransferJob(2, (key(1),), (99,), promotion=False))
-    tier2 = MemoryTier(buf, job_latency_steps=1)
-    tier2.submit_store(TransferJob(3, (key(1),), (0,), promotion=False))
-    with pytest.raises(InvalidArgumentError, match="already in flight"):
-        tier2.submit_store(TransferJob(3, (key(2),), (1,), promotion=False))
+    tier.submit_store(TransferJob(3, (key(1),), (0,), promotion=False))
+    with pytest.raises(InvalidArgumentError, match="already in flight"):  # not yet reported
+        tier.submit_store(TransferJob(3, (key(2),), (1,), promotion=False))
+    tier.get_finished_jobs()
     with pytest.raises(InvalidArgumentError, match="bytes"):
         tier.seed(key(1), b"short")
     assert not tier.has_pending_work()

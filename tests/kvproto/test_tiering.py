@@ -94,7 +94,7 @@ def test_two_requests_promotions_yield_two_jobs_at_step_end(stacks: list[Stack])
 
 def test_write_through_reaches_every_tier_and_releases_pins(stacks: list[Stack]) -> None:
     """MGR-5, MGR-6: each tier's job pins the primary block; pins drop after the jobs end."""
-    s = make(stacks, tier_kwargs=({"job_latency_steps": 1}, {"job_latency_steps": 2}))
+    s = make(stacks, latencies=({"job_steps": 1}, {"job_steps": 2}))
     m = s.manager
     assert s.store(key(7), block(7), R1)
     assert s.cpu.pin_count(key(7)) == 2  # one pin per secondary tier
@@ -137,7 +137,7 @@ def test_failed_store_writes_nothing_through(stacks: list[Stack]) -> None:
 
 def test_request_finished_reaches_tier_after_its_write_throughs(stacks: list[Stack]) -> None:
     """MGR-7: on_request_finished reaches a secondary only after that request's staged jobs."""
-    s = make(stacks, tier_kwargs=())
+    s = make(stacks, latencies=())
     log: list[str] = []
     from kvproto import MemoryTier
 
@@ -173,7 +173,7 @@ def test_reset_drops_staged_promotions(stacks: list[Stack]) -> None:
 
 def test_reset_refuses_while_jobs_in_flight(stacks: list[Stack]) -> None:
     """MGR-13: reset_cache answers False and changes nothing while a job is in flight."""
-    s = make(stacks, tier_kwargs=({"job_latency_steps": 3},))
+    s = make(stacks, latencies=({"job_steps": 3},))
     s.tiers[0].seed(key(1), block(1))
     m = s.manager
     assert m.lookup(key(1), R1) is LookupResult.RETRY
@@ -194,7 +194,7 @@ def test_no_slot_answers_miss(stacks: list[Stack]) -> None:
 
 def test_secondary_retry_is_retry_then_resolves(stacks: list[Stack]) -> None:
     """MGR-2: no HIT but a RETRY below answers RETRY; a MISS everywhere answers MISS."""
-    s = make(stacks, tier_kwargs=({"lookup_latency_steps": 1}, {}))
+    s = make(stacks, latencies=({"lookup_steps": 1}, {}))
     s.tiers[0].seed(key(1), block(1))
     m = s.manager
     assert m.lookup(key(1), R1) is LookupResult.RETRY
@@ -209,7 +209,7 @@ def test_secondary_retry_is_retry_then_resolves(stacks: list[Stack]) -> None:
 
 def test_partial_promotion_readies_succeeded_keys_only(stacks: list[Stack]) -> None:
     """MGR-4: a partial JobResult readies the keys that succeeded and fails the rest."""
-    s = make(stacks, tier_kwargs=({},))
+    s = make(stacks, latencies=({},))
     for i in (1, 2):
         s.tiers[0].seed(key(i), block(i))
     s.tiers[0].fail_keys([key(2)])
@@ -226,7 +226,7 @@ def test_partial_promotion_readies_succeeded_keys_only(stacks: list[Stack]) -> N
 
 def test_corrupted_block_is_never_served(stacks: list[Stack]) -> None:
     """MGR-4, MEM-6: a block failing its checksum is a failed promotion, then a MISS."""
-    s = make(stacks, tier_kwargs=({},))
+    s = make(stacks, latencies=({},))
     s.tiers[0].seed(key(1), block(1))
     s.tiers[0].corrupt_on_read([key(1)])
     m = s.manager
@@ -244,7 +244,7 @@ class _PendingSecondary(RecordingTier):
 
 def test_secondary_hit_pending_is_a_contract_violation(stacks: list[Stack]) -> None:
     """MGR-8: a secondary's HIT_PENDING raises in strict mode, else is a counted MISS."""
-    s = make(stacks, tier_kwargs=())
+    s = make(stacks, latencies=())
     from kvproto import MemoryTier
 
     bad = _PendingSecondary(MemoryTier(s.cpu.buffer, name="bad"), [])
@@ -260,7 +260,7 @@ def test_secondary_hit_pending_is_a_contract_violation(stacks: list[Stack]) -> N
 
 def test_primary_retry_is_a_contract_violation(stacks: list[Stack]) -> None:
     """MGR-8: the primary's RETRY (or a non-LookupResult) is a violation; lax mode asks below."""
-    s = make(stacks, tier_kwargs=({},))
+    s = make(stacks, latencies=({},))
     s.tiers[0].seed(key(1), block(1))
     answers: list[object] = [LookupResult.RETRY, None]
     real = s.cpu.lookup
@@ -326,7 +326,7 @@ def test_take_events_collects_tier_events_only(stacks: list[Stack]) -> None:
 
 def test_shutdown_settles_jobs_in_flight(stacks: list[Stack]) -> None:
     """MGR-14: shutdown fails staged and unfinished promotions; nothing stays pending or pinned."""
-    s = make(stacks, tier_kwargs=({"job_latency_steps": 5},))
+    s = make(stacks, latencies=({"job_steps": 5},))
     for i in (1, 2):
         s.tiers[0].seed(key(i), block(i))
     m = s.manager
@@ -368,7 +368,7 @@ def test_tier_errors_are_logged_with_the_tier_name(
     stacks: list[Stack], caplog: pytest.LogCaptureFixture
 ) -> None:
     """MGR-10: see also test_tiering_liveness; here the log line names the tier."""
-    s = make(stacks, tier_kwargs=({},))
+    s = make(stacks, latencies=({},))
 
     def boom(k: OffloadKey, req: ReqContext) -> LookupResult:
         raise OSError("disk gone")

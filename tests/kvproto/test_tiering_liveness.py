@@ -97,7 +97,7 @@ class AlwaysHitFailingLoads:
 
 def test_failed_promotion_is_not_repeated_every_step(stacks: list[Stack]) -> None:
     """MGR-9: a failed promotion leaves a negative verdict, so a lying tier cannot livelock the scan."""
-    s = build_stack(tier_kwargs=())
+    s = build_stack(latencies=())
     stacks.append(s)
     liar = AlwaysHitFailingLoads()
     m = TieringManager(s.cpu, [liar], config=TieringConfig(negative_verdict_steps=50))
@@ -114,7 +114,7 @@ def test_failed_promotion_is_not_repeated_every_step(stacks: list[Stack]) -> Non
 
 def test_negative_verdict_expires_and_is_cleared_by_a_store(stacks: list[Stack]) -> None:
     """MGR-9: the verdict lasts negative_verdict_steps steps or until the key is written there again."""
-    s = build_stack(tier_kwargs=({},), config=TieringConfig(negative_verdict_steps=3))
+    s = build_stack(latencies=({},), config=TieringConfig(negative_verdict_steps=3))
     stacks.append(s)
     m = s.manager
     tier = s.tiers[0]
@@ -143,7 +143,7 @@ def test_negative_verdict_expires_and_is_cleared_by_a_store(stacks: list[Stack])
 
 def test_probe_deadline_ends_a_hung_existence_check(stacks: list[Stack]) -> None:
     """AP-5, MGR-9: a tier whose existence check hangs answers MISS after its deadline."""
-    s = build_stack(tier_kwargs=())
+    s = build_stack(latencies=())
     stacks.append(s)
     gate = threading.Event()
     data = MemoryTier(s.cpu.buffer, name="data")
@@ -181,7 +181,7 @@ def test_probe_deadline_ends_a_hung_existence_check(stacks: list[Stack]) -> None
 
 def test_primary_deadline_ends_a_promotion_that_never_finishes(stacks: list[Stack]) -> None:
     """MGR-3, MGR-9: HIT_PENDING of a hung load ends with the primary's pending deadline; never re-promoted."""
-    s = build_stack(tier_kwargs=({"job_latency_steps": 10**9},), pending_deadline_s=5.0)
+    s = build_stack(latencies=({"job_steps": 10**9},), pending_deadline_s=5.0)
     stacks.append(s)
     s.tiers[0].seed(key(1), block(1))
     m = s.manager
@@ -204,7 +204,7 @@ def test_tier_raising_everywhere_never_reaches_the_scheduler(
     stacks: list[Stack], caplog: pytest.LogCaptureFixture
 ) -> None:
     """MGR-10: a tier raising in every method becomes MISS / failed jobs, logged with its name."""
-    s = build_stack(tier_kwargs=({},))
+    s = build_stack(latencies=({},))
     stacks.append(s)
     raiser = RaisingTier(MemoryTier(s.cpu.buffer, name="inner"))
     m = TieringManager(s.cpu, [raiser, s.tiers[0]])
@@ -232,7 +232,7 @@ def test_tier_raising_everywhere_never_reaches_the_scheduler(
 
 def test_tier_raising_in_submit_load_fails_the_promotion(stacks: list[Stack]) -> None:
     """MGR-10, MGR-9: submit_load raising is a failed promotion: slot freed, no livelock."""
-    s = build_stack(tier_kwargs=({},))
+    s = build_stack(latencies=({},))
     stacks.append(s)
     inner = s.tiers[0]
     inner.seed(key(1), block(1))
@@ -247,7 +247,7 @@ def test_tier_raising_in_submit_load_fails_the_promotion(stacks: list[Stack]) ->
 
 def test_window_scan_terminates_over_failing_promotions(stacks: list[Stack]) -> None:
     """MGR-9: the sliding-window scan also decides in bounded steps when promotions fail."""
-    s = build_stack(tier_kwargs=({},))
+    s = build_stack(latencies=({},))
     stacks.append(s)
     tier = s.tiers[0]
     for i in range(6):

@@ -37,6 +37,7 @@ from kvproto import (
 )
 from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
+from kvproto.testing.faults import LatencySecondary
 from tests.kvproto.tiering_stack import (
     BLOCK,
     PrimaryWithoutReadyKeys,
@@ -97,16 +98,11 @@ class TieringStack(RuleBasedStateMachine):
         self.cpu = cpu
         self.tiers = [
             MemoryTier(cpu.buffer, name="mem0"),
-            MemoryTier(
-                cpu.buffer,
-                name="mem1",
-                job_latency_steps=1,
-                lookup_latency_steps=1,
-                capacity_blocks=5,
-            ),
+            MemoryTier(cpu.buffer, name="mem1", capacity_blocks=5),
         ]
+        self.slow = LatencySecondary(self.tiers[1], job_steps=1, lookup_steps=1)
         self.armed: set[str] = set()
-        self.raiser = RaisingTier(self.tiers[1], failing=self._fire)
+        self.raiser = RaisingTier(self.slow, failing=self._fire)
         self.watched = [LoadWatch(self.tiers[0]), LoadWatch(self.raiser)]
         self.manager = TieringManager(
             cpu, self.watched, config=TieringConfig(negative_verdict_steps=3)
@@ -267,8 +263,8 @@ class TieringStack(RuleBasedStateMachine):
                 assert cpu.pin_count(key(i)) == 0, f"pin leak on key {i}"
         finally:
             self.manager.shutdown()
-            for tier in self.tiers:
-                tier.shutdown()
+            self.tiers[0].shutdown()
+            self.slow.shutdown()
 
 
 class TieringStackReadyKeys(TieringStack):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from kvproto import (
     JobResult,
@@ -18,8 +19,16 @@ from kvproto import (
 )
 from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
+from kvproto.testing.faults import LatencySecondary
 
 BLOCK = 16
+
+
+class Latency(TypedDict, total=False):
+    """How a LatencySecondary wraps a stack's MemoryTier (kvproto.testing.faults)."""
+
+    job_steps: int
+    lookup_steps: int
 
 
 def key(i: int) -> OffloadKey:
@@ -52,9 +61,12 @@ class FakeClock:
 @dataclass
 class Stack:
     cpu: MemoryPrimaryTier
+    #: The MemoryTiers, for seeding and inspecting...
     tiers: list[MemoryTier]
     manager: TieringManager
     clock: FakeClock
+    #: ...and what the manager holds: each MemoryTier, or a LatencySecondary around it.
+    secondaries: list[SecondaryTier]
     #: Further managers a test builds over ``cpu``; shut down first, by :meth:`shutdown`.
     extra_managers: list[TieringManager] = field(default_factory=list)
 
@@ -91,14 +103,14 @@ class Stack:
         for manager in self.extra_managers:
             manager.shutdown()
         self.manager.shutdown()
-        for tier in self.tiers:
+        for tier in self.secondaries:
             tier.shutdown()
 
 
 def build_stack(
     *,
     num_slots: int = 16,
-    tier_kwargs: Sequence[dict[str, object]] = ({}, {}),
+    latencies: Sequence[Latency] = ({}, {}),
     config: TieringConfig | None = None,
     pending_deadline_s: float = 60.0,
 ) -> Stack:
@@ -106,12 +118,12 @@ def build_stack(
     cpu = MemoryPrimaryTier(
         num_slots=num_slots, block_bytes=BLOCK, pending_deadline_s=pending_deadline_s, clock=clock, name="cpu"
     )
-    tiers = [
-        MemoryTier(cpu.buffer, name=f"mem{i}", **kwargs)  # type: ignore[arg-type]  # test knobs
-        for i, kwargs in enumerate(tier_kwargs)
+    tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(len(latencies))]
+    secondaries: list[SecondaryTier] = [
+        LatencySecondary(tier, **latency) if latency else tier for tier, latency in zip(tiers, latencies)
     ]
-    manager = TieringManager(cpu, tiers, config=config)
-    return Stack(cpu, tiers, manager, clock)
+    manager = TieringManager(cpu, secondaries, config=config)
+    return Stack(cpu, tiers, manager, clock, secondaries)
 
 
 class ForwardingTier:
@@ -182,7 +194,7 @@ class RaisingTier:
     """A secondary tier whose every method raises (or only those named in ``failing``)."""
 
     def __init__(
-        self, inner: MemoryTier, failing: Callable[[str], bool] = lambda _name: True
+        self, inner: SecondaryTier, failing: Callable[[str], bool] = lambda _name: True
     ) -> None:
         self.inner = inner
         self.failing = failing

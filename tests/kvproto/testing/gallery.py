@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvproto import (
     JobResult,
@@ -30,15 +30,30 @@ _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
 
 
 class _TracksStoresInFlight(MemoryTier):
-    """Not a bug: remembers the keys of each store job until it is reported, for the bugs below."""
+    """Not a bug: a MemoryTier whose store jobs run at the next step (as a tier doing real I/O would),
+    remembering the keys of each store job until it is reported, for the bugs below."""
 
     def __init__(self, buffer: memoryview, *, name: str) -> None:
-        super().__init__(buffer, name=name, job_latency_steps=1)
+        super().__init__(buffer, name=name)
         self._flying: dict[int, tuple[OffloadKey, ...]] = {}
+        self._next_step: list[TransferJob] = []
 
     def submit_store(self, job: TransferJob) -> None:
         self._flying[job.job_id] = job.keys
-        super().submit_store(job)
+        self._next_step.append(job)
+
+    def on_step_end(self) -> None:
+        due, self._next_step = self._next_step, []
+        for job in due:
+            super().submit_store(job)
+        super().on_step_end()
+
+    def has_pending_work(self) -> bool:
+        return bool(self._next_step) or super().has_pending_work()
+
+    def shutdown(self) -> None:
+        self.on_step_end()  # run what is queued, so that every job is reported
+        super().shutdown()
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
         done = super().get_finished_jobs()
@@ -130,7 +145,9 @@ class RetryNeverResolves(MemoryTier):
     """Bug: declares asynchronous lookups, but a key it does not hold answers RETRY forever."""
 
     def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="retry-never-resolves", lookup_latency_steps=1)
+        super().__init__(buffer, name="retry-never-resolves")
+        reasons = {k: v for k, v in self.capabilities.reasons.items() if k != "async_lookup"}
+        self.capabilities = replace(self.capabilities, async_lookup=True, max_retry_steps=1, reasons=reasons)
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         answer = super().lookup(key, req_context)

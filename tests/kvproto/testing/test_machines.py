@@ -8,6 +8,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvproto import MemoryTier
 from kvproto.testing import ConformanceFailure, DifferentialStateMachine, TierStateMachine
+from kvproto.testing.faults import LatencySecondary
 from tests.kvproto.testing.gallery import HitAfterFailedStore, LostWrite
 
 _QUICK = settings(
@@ -26,7 +27,9 @@ def test_model_machine_passes_memory_tier() -> None:
 
 
 def test_differential_machine_passes_an_evicting_memory_tier() -> None:
-    machine = DifferentialStateMachine.configure(lambda b: MemoryTier(b, capacity_blocks=3, job_latency_steps=1))
+    machine = DifferentialStateMachine.configure(
+        lambda b: LatencySecondary(MemoryTier(b, capacity_blocks=3), job_steps=1)
+    )
     run_state_machine_as_test(machine, settings=_QUICK)
 
 
