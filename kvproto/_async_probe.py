@@ -210,10 +210,13 @@ class AsyncProbe:
         with self._cond:
             return self._cond.wait_for(lambda: not self._in_check and not self._posted, timeout)
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 10.0) -> None:
         """Stop accepting work, let the worker finish the batch it holds, and join it (AP-8).
 
-        Batches not yet started are dropped (their keys become MISS). Idempotent.
+        Batches not yet started are dropped (their keys become MISS). A check
+        that is still running after ``timeout`` seconds (hung I/O) is left to
+        its daemon thread, logged, and its batch becomes MISS; shutdown never
+        waits longer. Idempotent.
         """
         self._closed = True
         with self._cond:
@@ -224,7 +227,12 @@ class AsyncProbe:
             self._cond.notify_all()
         worker = self._worker
         if worker is not None:
-            worker.join()
+            worker.join(timeout)
+            if worker.is_alive():
+                _log.warning(
+                    "probe %r: a check still runs %.1f s after shutdown; its thread is left behind",
+                    self.name, timeout,
+                )
             self._worker = None
         for batch in dropped:
             self._outcomes.append(_BatchOutcome(batch, frozenset()))

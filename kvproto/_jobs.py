@@ -10,13 +10,20 @@ from kvproto.errors import InvalidArgumentError
 __all__ = ["JobResult", "PrepareStoreOutput", "TransferJob"]
 
 
+def _check_job_id(what: str, job_id: object) -> None:
+    if type(job_id) is not int:
+        raise InvalidArgumentError(f"{what}: job_id must be an int, got {job_id!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class TransferJob:
     """One batch of blocks moving between a secondary tier and primary slots (TIER-10).
 
     ``keys[i]`` lives in primary slot ``slots[i]``. ``promotion`` is True for a
     load (secondary -> primary), False for a write-through store (primary ->
-    secondary). ``req_id`` names the request the job serves, if any.
+    secondary). ``req_id`` names the request the job serves, if any. Every
+    field is checked at construction: a wrong type is an
+    :class:`~kvproto.errors.InvalidArgumentError` naming it (MGR-11).
     """
 
     job_id: int
@@ -26,10 +33,23 @@ class TransferJob:
     req_id: str | None = None
 
     def __post_init__(self) -> None:
-        if len(self.keys) != len(self.slots):
+        _check_job_id("TransferJob", self.job_id)
+        # Checked as objects: a third-party tier or engine may pass anything.
+        keys: object = self.keys
+        slots: object = self.slots
+        if not isinstance(keys, tuple) or not all(isinstance(k, bytes) for k in keys):
+            raise InvalidArgumentError(f"TransferJob {self.job_id}: keys must be a tuple of bytes, got {keys!r}")
+        if not isinstance(slots, tuple) or not all(type(s) is int and s >= 0 for s in slots):
+            raise InvalidArgumentError(f"TransferJob {self.job_id}: slots must be a tuple of ints >= 0, got {slots!r}")
+        if len(keys) != len(slots):
             raise InvalidArgumentError(
-                f"job {self.job_id}: {len(self.keys)} keys but {len(self.slots)} slots"
+                f"job {self.job_id}: {len(self.keys)} keys but {len(slots)} slots"
             )
+        if type(self.promotion) is not bool:
+            raise InvalidArgumentError(f"TransferJob {self.job_id}: promotion must be a bool, got {self.promotion!r}")
+        req_id: object = self.req_id
+        if req_id is not None and not isinstance(req_id, str):
+            raise InvalidArgumentError(f"TransferJob {self.job_id}: req_id must be a str or None, got {req_id!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +58,27 @@ class JobResult:
 
     ``success`` True means every key of the job succeeded. When ``success`` is
     False, ``succeeded`` may name the subset of the job's keys that did
-    succeed (a partial job); ``None`` means none did.
+    succeed (a partial job); ``None`` means none did. Every field is checked
+    at construction (an int ``job_id``, a bool ``success``, a frozenset of
+    keys or None): a wrong type is an
+    :class:`~kvproto.errors.InvalidArgumentError` naming it (MGR-11).
     """
 
     job_id: int
     success: bool
     succeeded: frozenset[OffloadKey] | None = None
+
+    def __post_init__(self) -> None:
+        _check_job_id("JobResult", self.job_id)
+        if type(self.success) is not bool:
+            raise InvalidArgumentError(f"JobResult {self.job_id}: success must be a bool, got {self.success!r}")
+        succeeded: object = self.succeeded
+        if succeeded is not None and (
+            not isinstance(succeeded, frozenset) or not all(isinstance(k, bytes) for k in succeeded)
+        ):
+            raise InvalidArgumentError(
+                f"JobResult {self.job_id}: succeeded must be None or a frozenset of keys, got {succeeded!r}"
+            )
 
     def succeeded_keys(self, job: TransferJob) -> frozenset[OffloadKey]:
         """The keys of ``job`` that this result reports as done."""

@@ -9,9 +9,11 @@ secondary (primary -> secondary), and keeps every deferral bounded.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvproto import members as lr
 from kvproto._events import OffloadingEvent
@@ -20,13 +22,22 @@ from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import ConfigurationError, ContractViolation, KvprotoError, TierMisuseError
+from kvproto.errors import (
+    ConfigurationError,
+    ContractViolation,
+    InvalidArgumentError,
+    KvprotoError,
+    TierError,
+    TierMisuseError,
+)
 
 __all__ = ["TieringConfig", "TieringManager", "TieringStats"]
 
 _log = logging.getLogger("kvproto.tiering")
 
 _StageKey = tuple[int, str | None]  # (secondary index, request id)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +51,30 @@ class TieringConfig:
     * ``negative_verdict_steps``: after a failed promotion from a tier, the
       manager answers that tier's lookups of the key with MISS for this many
       steps, or until a write-through stores the key there again (MGR-9).
+    * ``job_deadline_steps``: a job a secondary has not reported this many
+      steps after its submission is ended by the manager (MGR-16): a
+      write-through releases its pin, and the key is not promoted from that
+      tier until a later write-through succeeds there (the tier may have read
+      the slot after its reuse); a promotion is abandoned: its key may be
+      stored and promoted again, while its primary slot stays reserved in the
+      primary (the late load may still land in it). A late report is counted.
+    * ``max_tracked_keys``: the most keys any per-key map of the manager holds
+      (negative verdicts and distrusted keys per tier, abandoned jobs); the
+      oldest entries go first (MGR-17).
     """
 
     strict: bool = False
     negative_verdict_steps: int = 64
+    job_deadline_steps: int = 1024
+    max_tracked_keys: int = 65_536
 
     def __post_init__(self) -> None:
         if type(self.strict) is not bool:
             raise ConfigurationError(f"TieringConfig.strict must be a bool, got {self.strict!r}")
-        steps = self.negative_verdict_steps
-        if type(steps) is not int or steps < 1:
-            raise ConfigurationError(
-                f"TieringConfig.negative_verdict_steps must be an int >= 1, got {steps!r}"
-            )
+        for name in ("negative_verdict_steps", "job_deadline_steps", "max_tracked_keys"):
+            value: object = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"TieringConfig.{name} must be an int >= 1, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -67,6 +89,10 @@ class TieringStats:
     contract_violations: int = 0
     tier_errors: int = 0
     negative_verdict_misses: int = 0
+    write_throughs_timed_out: int = 0  # jobs ended by job_deadline_steps
+    promotions_timed_out: int = 0  # jobs abandoned by job_deadline_steps
+    late_reports: int = 0  # reports of jobs already ended by their deadline
+    tracked_keys_dropped: int = 0  # entries dropped to keep max_tracked_keys
 
 
 class TieringManager:
@@ -105,6 +131,16 @@ class TieringManager:
             raise ConfigurationError(
                 f"TieringManager: primary {primary!r} does not have the PrimaryTier methods"
             )
+        given: object = secondaries
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise ConfigurationError(
+                f"TieringManager: secondaries must be a sequence of SecondaryTier, got {given!r}"
+            )
+        settings: object = config
+        if settings is not None and not isinstance(settings, TieringConfig):
+            raise ConfigurationError(
+                f"TieringManager: config must be a TieringConfig (or None), got {settings!r}"
+            )
         seen: set[str] = {primary.name}
         for tier in secondaries:
             if not isinstance(tier, SecondaryTier):
@@ -119,6 +155,8 @@ class TieringManager:
         self._config = config if config is not None else TieringConfig()
         self._strict = self._config.strict
         self._negative_steps = self._config.negative_verdict_steps
+        self._deadline_steps = self._config.job_deadline_steps
+        self._max_tracked = self._config.max_tracked_keys
         self._primary = primary
         self._primary_lookup = primary.lookup
         # Fast path for primary HITs (MGR-15); an empty tuple contains nothing.
@@ -138,18 +176,28 @@ class TieringManager:
         self._step = 0
         self._next_job = 0
         self._closed = False
-        # Per secondary: job id -> job in flight (submitted, not yet reported).
+        # Per secondary: job id -> job in flight (submitted, not yet reported), in submission order,
+        # and the step each was submitted at (MGR-16).
         self._jobs: tuple[dict[int, TransferJob], ...] = tuple({} for _ in self._secondaries)
-        # Per secondary: key -> first step at which the negative verdict no longer applies.
+        self._job_steps: tuple[dict[int, int], ...] = tuple({} for _ in self._secondaries)
+        # Per secondary: jobs ended by their deadline, kept (bounded) to recognise a late report.
+        self._abandoned: tuple[dict[int, TransferJob], ...] = tuple({} for _ in self._secondaries)
+        # Per secondary: key -> first step at which the negative verdict no longer applies, in
+        # expiry order (an update moves the key to the end), pruned every step (MGR-9, MGR-17).
         self._negative: tuple[dict[OffloadKey, int], ...] = tuple({} for _ in self._secondaries)
+        # Per secondary: keys whose write-through was ended by its deadline: never promoted from
+        # that tier until a write-through of the key succeeds there again (MGR-16).
+        self._distrusted: tuple[dict[OffloadKey, None], ...] = tuple({} for _ in self._secondaries)
         # key -> secondary index, for every promotion reserved and not yet ended.
         self._promoting: dict[OffloadKey, int] = {}
         self._staged_loads: dict[_StageKey, list[tuple[OffloadKey, int]]] = {}
         self._staged_stores: dict[_StageKey, list[tuple[OffloadKey, int]]] = {}
-        # Stores prepared through the manager and not yet completed: key -> request id
-        # (None once that request has finished).
+        # Stores prepared through the manager and not yet completed: key -> request id.
         self._store_owner: dict[OffloadKey, str | None] = {}
         self._req_stores: dict[str, set[OffloadKey]] = {}
+        # Requests finished while some of their stores were still prepared: the secondaries hear
+        # on_request_finished once the last of them completed and was written through (MGR-7).
+        self._finishing: dict[str, ReqContext] = {}
         self.stats = TieringStats()
 
     # ------------------------------------------------------------------ introspection
@@ -215,7 +263,10 @@ class TieringManager:
         retry = False
         negatives = self._negative
         step = self._step
+        distrusted = self._distrusted
         for index, tier_lookup in self._lookups:
+            if distrusted[index] and key in distrusted[index]:
+                continue
             negative = negatives[index]
             if negative:
                 until = negative.get(key)
@@ -268,11 +319,13 @@ class TieringManager:
         return lr.RETRY
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
-        """Mark ``keys`` as recently used in the primary (TIER-5)."""
-        try:
-            self._primary.touch(keys)
-        except Exception as exc:  # noqa: BLE001 - recency is advisory
-            self._tier_error(self._primary.name, "touch", exc)
+        """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-18)."""
+        batch = tuple(keys)
+        for name, tier in self._named_tiers:
+            try:
+                tier.touch(batch)
+            except Exception as exc:  # noqa: BLE001 - recency is advisory
+                self._tier_error(name, "touch", exc)
 
     # ------------------------------------------------------------------ stores and loads
 
@@ -282,8 +335,12 @@ class TieringManager:
         """Reserve primary slots for a device -> CPU store (TIER-6, MGR-5).
 
         Keys being promoted are left out (they are on their way). ``None``
-        when the primary cannot reserve the slots or fails.
+        when the primary cannot reserve the slots or fails. A ``req_context``
+        that is not a :class:`~kvproto.ReqContext` is an
+        :class:`~kvproto.errors.InvalidArgumentError`, raised before anything
+        is reserved (MGR-11).
         """
+        _check_context("prepare_store", req_context)
         if self._promoting:
             keys = [k for k in keys if k not in self._promoting]
         try:
@@ -324,13 +381,16 @@ class TieringManager:
             raise  # the caller's misuse; the primary changed nothing (TIER-7), nor do we
         except Exception as exc:  # noqa: BLE001 - nothing is written through (MGR-10)
             self._tier_error(self._primary.name, "complete_store", exc)
-            self._forget_owners(batch)
+            self._finish_requests(self._forget_owners(batch))
             return
         if not self._secondaries:
             return
         owners = self._forget_owners(batch)
-        if not success or not owners:
-            return
+        if success and owners:
+            self._stage_write_throughs(owners)
+        self._finish_requests(owners)
+
+    def _stage_write_throughs(self, owners: list[tuple[OffloadKey, str | None]]) -> None:
         by_request: dict[str | None, list[OffloadKey]] = {}
         for key, rid in owners:
             by_request.setdefault(rid, []).append(key)
@@ -345,6 +405,16 @@ class TieringManager:
                     self._staged_stores[stage] = pinned
                 else:
                     staged.extend(pinned)
+
+    def _finish_requests(self, owners: list[tuple[OffloadKey, str | None]]) -> None:
+        """Tell the secondaries that a finished request finished, once its last store completed
+        and its write-throughs were submitted (MGR-7)."""
+        if not self._finishing:
+            return
+        for rid in {rid for _, rid in owners if rid is not None}:
+            if rid in self._finishing and rid not in self._req_stores:
+                self._submit_staged(rid)
+                self._notify_finished(self._finishing.pop(rid), primary=False)
 
     def _forget_owners(self, keys: Sequence[OffloadKey]) -> list[tuple[OffloadKey, str | None]]:
         owners: list[tuple[OffloadKey, str | None]] = []
@@ -382,13 +452,32 @@ class TieringManager:
     def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
         """Pin HIT ``keys`` in the primary and return their slots (TIER-8).
 
-        The primary's errors for keys that are not HIT pass through (the caller's misuse).
+        The primary's :class:`~kvproto.errors.KvprotoError`s for keys that are
+        not HIT pass through (the caller's misuse); any other exception from the
+        primary is logged and raised as :class:`~kvproto.errors.TierError`
+        naming it (MGR-10, MGR-11).
         """
-        return self._primary.prepare_load(keys, req_context)
+        _check_context("prepare_load", req_context)
+        try:
+            return self._primary.prepare_load(keys, req_context)
+        except KvprotoError:
+            raise
+        except Exception as exc:
+            self._tier_error(self._primary.name, "prepare_load", exc)
+            raise TierError(f"primary tier {self._primary.name!r} failed in prepare_load: {exc!r}") from exc
 
     def complete_load(self, keys: Iterable[OffloadKey]) -> None:
-        """Release the pins taken by :meth:`prepare_load` (TIER-9)."""
-        self._primary.complete_load(keys)
+        """Release the pins taken by :meth:`prepare_load` (TIER-9).
+
+        The primary's misuse errors pass through; any other exception is logged
+        and counted, never raised (MGR-10).
+        """
+        try:
+            self._primary.complete_load(keys)
+        except KvprotoError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(self._primary.name, "complete_load", exc)
 
     # ------------------------------------------------------------------ steps
 
@@ -399,6 +488,7 @@ class TieringManager:
         """
         self._step += 1
         self._collect()
+        self._expire()
         self._submit_staged(None)
         for index, tier in enumerate(self._secondaries):
             try:
@@ -411,21 +501,33 @@ class TieringManager:
             self._tier_error(self._primary.name, "on_step_end", exc)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        """Submit the request's staged jobs, then tell every tier it finished (MGR-7, TIER-12)."""
+        """Submit the request's staged jobs, then tell every tier it finished (MGR-7, TIER-12).
+
+        If some of the request's stores are still prepared (not completed),
+        the secondaries hear it only once the last of them completed and its
+        write-throughs, which carry the request's id, were submitted.
+        """
+        _check_context("on_request_finished", req_context)
         rid = req_context.req_id
         self._submit_staged(rid)
-        for key in self._req_stores.pop(rid, ()):
-            # A store completed after its request finished is still written through.
-            self._store_owner[key] = None
-        for index, tier in enumerate(self._secondaries):
+        if rid in self._req_stores:
+            self._finishing[rid] = req_context
+            self._notify_finished(req_context, secondaries=False)
+            return
+        self._notify_finished(req_context)
+
+    def _notify_finished(self, req_context: ReqContext, *, primary: bool = True, secondaries: bool = True) -> None:
+        if secondaries:
+            for index, tier in enumerate(self._secondaries):
+                try:
+                    tier.on_request_finished(req_context)
+                except Exception as exc:  # noqa: BLE001 - MGR-10
+                    self._tier_error(self._names[index], "on_request_finished", exc)
+        if primary:
             try:
-                tier.on_request_finished(req_context)
+                self._primary.on_request_finished(req_context)
             except Exception as exc:  # noqa: BLE001 - MGR-10
-                self._tier_error(self._names[index], "on_request_finished", exc)
-        try:
-            self._primary.on_request_finished(req_context)
-        except Exception as exc:  # noqa: BLE001 - MGR-10
-            self._tier_error(self._primary.name, "on_request_finished", exc)
+                self._tier_error(self._primary.name, "on_request_finished", exc)
 
     def _submit_staged(self, only: str | None) -> None:
         """Submit staged batches: all of them, or only request ``only``'s."""
@@ -453,6 +555,7 @@ class TieringManager:
         )
         tier = self._secondaries[index]
         self._jobs[index][job.job_id] = job
+        self._job_steps[index][job.job_id] = self._step
         try:
             if promotion:
                 self.stats.promotion_jobs += 1
@@ -463,22 +566,28 @@ class TieringManager:
         except Exception as exc:  # noqa: BLE001 - the job failed (MGR-10)
             self._tier_error(self._names[index], "submit_load" if promotion else "submit_store", exc)
             if self._jobs[index].pop(job.job_id, None) is not None:
+                self._job_steps[index].pop(job.job_id, None)
                 self._end_job(index, job, frozenset())
 
     def _collect(self) -> None:
+        """Take every tier's finished jobs and settle them; violations are raised (strict) only
+        after every result of every tier was settled, so nothing taken from a tier is lost (MGR-4)."""
+        violations: list[ContractViolation] = []
         for index, tier in enumerate(self._secondaries):
             jobs = self._jobs[index]
             if not jobs:
                 continue
+            # Typed as objects: a third-party tier may report anything (checked below). A
+            # generator that raises midway keeps what it yielded before.
+            results: list[object] = []
             try:
-                # Typed as objects: a third-party tier may report anything (checked below).
-                results: tuple[object, ...] = tuple(tier.get_finished_jobs())
+                for reported in tier.get_finished_jobs():
+                    results.append(reported)
             except Exception as exc:  # noqa: BLE001 - MGR-10
                 self._tier_error(self._names[index], "get_finished_jobs", exc)
-                continue
             for result in results:
                 if not isinstance(result, JobResult):
-                    self._violation(
+                    violations.append(
                         ContractViolation(
                             f"secondary tier {self._names[index]!r} reported {result!r}, "
                             "not a JobResult (TIER-11)"
@@ -486,8 +595,12 @@ class TieringManager:
                     )
                     continue
                 job = jobs.pop(result.job_id, None)
+                self._job_steps[index].pop(result.job_id, None)
                 if job is None:
-                    self._violation(
+                    if self._abandoned[index].pop(result.job_id, None) is not None:
+                        self.stats.late_reports += 1  # a job ended by its deadline reports after all
+                        continue
+                    violations.append(
                         ContractViolation(
                             f"secondary tier {self._names[index]!r} reported job "
                             f"{result.job_id}, which is not in flight (TIER-11)"
@@ -495,6 +608,8 @@ class TieringManager:
                     )
                     continue
                 self._end_job(index, job, result.succeeded_keys(job))
+        for violation in violations:
+            self._violation(violation)
 
     def _end_job(self, index: int, job: TransferJob, ok: frozenset[OffloadKey]) -> None:
         """Settle one ended job: ready or fail promoted keys; release write-through pins (MGR-4, MGR-6)."""
@@ -507,10 +622,7 @@ class TieringManager:
                     self._settle_reservations(keys, success)
             if failed:
                 self.stats.promotions_failed += len(failed)
-                negative = self._negative[index]
-                until = self._step + self._negative_steps
-                for key in failed:
-                    negative[key] = until
+                self._add_negative(index, failed)
             promoting = self._promoting
             for key in job.keys:
                 promoting.pop(key, None)
@@ -520,13 +632,81 @@ class TieringManager:
         except Exception as exc:  # noqa: BLE001 - MGR-10
             self._tier_error(primary.name, "complete_load (write-through pin)", exc)
         negative = self._negative[index]
+        distrusted = self._distrusted[index]
         failed_count = 0
         for key in job.keys:
             if key in ok:
                 negative.pop(key, None)
+                distrusted.pop(key, None)
             else:
                 failed_count += 1
         self.stats.write_throughs_failed += failed_count
+
+    def _add_negative(self, index: int, keys: Iterable[OffloadKey]) -> None:
+        """Negative verdicts for ``keys`` in tier ``index`` until ``negative_verdict_steps`` from now (MGR-9)."""
+        negative = self._negative[index]
+        until = self._step + self._negative_steps
+        for key in keys:
+            negative.pop(key, None)  # re-inserted at the end: the map stays in expiry order
+            negative[key] = until
+        self._cap(negative)
+
+    def _cap(self, entries: dict[_K, _V]) -> None:
+        """Drop the oldest entries beyond ``max_tracked_keys`` (MGR-17)."""
+        excess = len(entries) - self._max_tracked
+        if excess > 0:
+            for old in list(itertools.islice(entries, excess)):
+                del entries[old]
+            self.stats.tracked_keys_dropped += excess
+
+    def _expire(self) -> None:
+        """Prune expired negative verdicts and end jobs past their deadline (MGR-16, MGR-17)."""
+        step = self._step
+        for negative in self._negative:
+            while negative:
+                key = next(iter(negative))
+                if negative[key] > step:
+                    break
+                del negative[key]
+        oldest = step - self._deadline_steps
+        for index, started in enumerate(self._job_steps):
+            while started:
+                job_id = next(iter(started))
+                if started[job_id] > oldest:
+                    break
+                del started[job_id]
+                job = self._jobs[index].pop(job_id, None)
+                if job is not None:
+                    self._end_by_deadline(index, job)
+
+    def _end_by_deadline(self, index: int, job: TransferJob) -> None:
+        """End a job its tier has not reported within ``job_deadline_steps`` (MGR-16)."""
+        _log.warning(
+            "tier %r: job %d (%s of %d keys) not reported in %d steps; ended by the manager",
+            self._names[index], job.job_id, "promotion" if job.promotion else "write-through",
+            len(job.keys), self._deadline_steps,
+        )
+        abandoned = self._abandoned[index]
+        abandoned[job.job_id] = job
+        self._cap(abandoned)
+        if job.promotion:
+            # The load may still land in its slots: they stay reserved in the primary, never
+            # completed by us; the keys may be stored and promoted again.
+            self.stats.promotions_timed_out += len(job.keys)
+            for key in job.keys:
+                self._promoting.pop(key, None)
+            self._add_negative(index, job.keys)
+            return
+        self.stats.write_throughs_timed_out += len(job.keys)
+        distrusted = self._distrusted[index]
+        for key in job.keys:
+            distrusted.pop(key, None)
+            distrusted[key] = None
+        self._cap(distrusted)
+        try:
+            self._primary.complete_load(job.keys)
+        except Exception as exc:  # noqa: BLE001 - MGR-10
+            self._tier_error(self._primary.name, "complete_load (write-through past its deadline)", exc)
 
     def _settle_reservations(self, keys: list[OffloadKey], success: bool) -> None:
         """Complete promotion reservations in the primary; key by key if the batch is refused."""
@@ -581,6 +761,8 @@ class TieringManager:
         self._drop_staged()
         for negative in self._negative:
             negative.clear()
+        for distrusted in self._distrusted:
+            distrusted.clear()
         ok = True
         for name, tier in self._named_tiers:
             try:
@@ -616,6 +798,7 @@ class TieringManager:
             for job in list(jobs.values()):
                 del jobs[job.job_id]
                 self._end_job(index, job, frozenset())
+            self._job_steps[index].clear()
         try:
             self._primary.shutdown()
         except Exception as exc:  # noqa: BLE001 - MGR-10
@@ -652,6 +835,13 @@ class TieringManager:
     def _tier_error(self, tier: str, method: str, exc: BaseException) -> None:
         self.stats.tier_errors += 1
         _log.warning("tier %r raised in %s: %r", tier, method, exc, exc_info=exc)
+
+
+def _check_context(method: str, req_context: object) -> None:
+    if not isinstance(req_context, ReqContext):
+        raise InvalidArgumentError(
+            f"TieringManager.{method}: req_context must be a ReqContext, got {req_context!r}"
+        )
 
 
 def _conforms(manager: TieringManager) -> OffloadingManager:

@@ -13,6 +13,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidKeyError",
     "KvprotoError",
+    "TierError",
     "TierMisuseError",
 ]
 
@@ -54,3 +55,9 @@ class TierMisuseError(KvprotoError):
     def __init__(self, message: str, *, key: bytes | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+class TierError(KvprotoError):
+    """A tier failed (raised something that is not a kvproto error) where the caller needs an
+    answer that a MISS or a failed job cannot stand in for, e.g. the slots of ``prepare_load``.
+    The message names the tier and the method; the original exception is the ``__cause__``."""
