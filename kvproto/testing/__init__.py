@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvproto.testing._checks import CheckInfo, check, checks_of
     from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
-    from kvproto.testing._driver import SecondaryDriver, TrackedContext
+    from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
     from kvproto.testing._failures import ConformanceFailure
     from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
     from kvproto.testing._reference import MEMORY_HOOKS
-    from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
+    from kvproto.testing._primary import PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
     from kvproto.testing._tier_spec import TierSpec
@@ -72,7 +72,7 @@ _WHERE = {
     "ConformanceFailure": "_failures",
     "DifferentialStateMachine": "_machines",
     "TierStateMachine": "_machines",
-    "PrimaryDriver": "_primary",
+    "PrimaryDriver": "_driver",
     "PrimaryStateMachine": "_primary",
     "PrimaryTierFactory": "_primary",
     "PrimaryTierTests": "_primary",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import pytest
@@ -14,118 +14,23 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
-from kvproto._jobs import PrepareStoreOutput
-from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, PrimaryTier
-from kvproto._results import LookupResult, unreachable
 from kvproto.errors import TierMisuseError
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import SlowCalls, TrackedContext, checked_lookup, resolve_capabilities, short_key
+from kvproto.testing._driver import PrimaryDriver, TrackedContext, resolve_capabilities, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 
-__all__ = ["PrimaryDriver", "PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
+__all__ = ["PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
 
 PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 _PROTOCOL_MEMBERS = tuple(n for n in dir(PrimaryTier) if not n.startswith("_"))
 _CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
-
-
-class PrimaryDriver:
-    """One primary tier, driven the way the scheduler and the manager would, checking each answer."""
-
-    def __init__(self, tier: PrimaryTier, capabilities: Capabilities, limits: KitLimits) -> None:
-        self.tier = tier
-        self.capabilities = capabilities
-        self.limits = limits
-        buffer: object = tier.buffer
-        if not isinstance(buffer, memoryview) or buffer.ndim != 2 or buffer.shape is None:
-            raise ConformanceFailure(
-                "TIER-3", f"buffer is {buffer!r}; the contract requires a 2-D memoryview (slots, block bytes)"
-            )
-        self.buffer = buffer
-        self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
-        self.context = TrackedContext("kvproto-kit")
-        self.slow_lookups = SlowCalls(limits)
-        self.closed = False
-
-    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
-        """One lookup, checked: a LookupResult (LR-1), never RETRY (LR-4), quick (TIER-4)."""
-        answer = checked_lookup(
-            self.tier,
-            key,
-            self.context if context is None else context,
-            self.slow_lookups,
-            advice="a lookup must answer at once",
-        )
-        match answer:
-            case lr.RETRY:
-                raise ConformanceFailure(
-                    "LR-4", f"lookup({short_key(key)}) answered RETRY; the primary tier never does"
-                )
-            case lr.HIT | lr.MISS | lr.HIT_PENDING:
-                return answer
-            case _:
-                unreachable(answer, where="PrimaryDriver.lookup")
-
-    def expect(self, keys: Sequence[OffloadKey], want: LookupResult, clause: str, why: str) -> None:
-        """Fail ``clause`` naming the first key that does not answer ``want``."""
-        for key in keys:
-            got = self.lookup(key)
-            if got is not want:
-                raise ConformanceFailure(
-                    clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
-                )
-
-    def prepare(self, keys: Sequence[OffloadKey]) -> PrepareStoreOutput | None:
-        """``prepare_store`` and copy each reserved key's bytes into its slot, checking the output (TIER-6)."""
-        out: object = self.tier.prepare_store(keys, self.context)
-        if out is None:
-            return None
-        if not isinstance(out, PrepareStoreOutput):
-            raise ConformanceFailure("TIER-6", f"prepare_store returned {out!r}, not a PrepareStoreOutput or None")
-        if len(set(out.slots)) != len(out.slots) or any(not 0 <= s < self.num_slots for s in out.slots):
-            raise ConformanceFailure("TIER-6", f"prepare_store reserved invalid or repeated slots {out.slots}")
-        if not set(out.keys_to_store) <= set(keys):
-            raise ConformanceFailure("TIER-6", "prepare_store reserved keys that were not asked for")
-        for key, slot in zip(out.keys_to_store, out.slots, strict=True):
-            row(self.buffer, slot)[:] = block_for(key, self.block_bytes)
-        return out
-
-    def store(self, keys: Sequence[OffloadKey], *, success: bool = True) -> PrepareStoreOutput:
-        """Prepare, copy and complete a store; fail TIER-6 if the tier refuses."""
-        out = self.prepare(keys)
-        if out is None:
-            raise ConformanceFailure("TIER-6", f"prepare_store of {len(keys)} keys returned None with room to evict")
-        self.tier.complete_store(out.keys_to_store, success)
-        return out
-
-    def load(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
-        """``prepare_load`` (pins) and check each returned slot holds its key's bytes (TIER-8)."""
-        slots: object = self.tier.prepare_load(keys, self.context)
-        if not isinstance(slots, tuple) or len(slots) != len(keys):
-            raise ConformanceFailure(
-                "TIER-8", f"prepare_load of {len(keys)} keys returned {slots!r}, not a tuple of as many slots"
-            )
-        for key, slot in zip(keys, slots, strict=True):
-            if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
-                raise ConformanceFailure("TIER-8", f"prepare_load returned slot {slot!r} for {short_key(key)}")
-            if bytes(row(self.buffer, slot)) != block_for(key, self.block_bytes):
-                raise ConformanceFailure(
-                    "TIER-8", f"prepare_load returned slot {slot} for key {short_key(key)}, which does not hold its bytes"
-                )
-        return slots
-
-    def shutdown(self) -> None:
-        """Shut the tier down once."""
-        if not self.closed:
-            self.closed = True
-            self.tier.shutdown()
 
 
 class PrimaryTierTests(KitBase):
