@@ -12,6 +12,11 @@ Use it from your own test suite::
 
 or from the command line: ``kvproto conform my_pkg.my_mod:make_tier``.
 
+The public submodules: :mod:`kvproto.testing.stateful` (the state machines,
+to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
+for keys, blocks and job sequences, for an author's own ``@given`` tests),
+:mod:`kvproto.testing.scans` and :mod:`kvproto.testing.plugin`.
+
 Importing this package imports pytest and Hypothesis; ``import kvproto``
 never does.
 """
@@ -26,12 +31,12 @@ if TYPE_CHECKING:
     from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
     from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
     from kvproto.testing._failures import ConformanceFailure
-    from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
+    from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._reference import MEMORY_HOOKS
-    from kvproto.testing._primary import PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
     from kvproto.testing._tier_spec import TierSpec
+    from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
 __all__ = [
     "MEMORY_HOOKS",
@@ -70,10 +75,10 @@ _WHERE = {
     "check": "_checks",
     "checks_of": "_checks",
     "ConformanceFailure": "_failures",
-    "DifferentialStateMachine": "_machines",
-    "TierStateMachine": "_machines",
+    "DifferentialStateMachine": "stateful",
+    "PrimaryStateMachine": "stateful",
+    "TierStateMachine": "stateful",
     "PrimaryDriver": "_driver",
-    "PrimaryStateMachine": "_primary",
     "PrimaryTierFactory": "_primary",
     "PrimaryTierTests": "_primary",
     "SecondaryDriver": "_driver",

@@ -5,26 +5,20 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Callable, Iterator
-from typing import ClassVar
 
 import pytest
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from kvproto import members as lr
-from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
-from kvproto._keys import OffloadKey
 from kvproto._protocols import BatchLookup, PrimaryTier
 from kvproto.errors import TierMisuseError
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import PrimaryDriver, TrackedContext, resolve_capabilities, short_key
+from kvproto.testing._driver import PrimaryDriver, TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits
 
-__all__ = ["PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
+__all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
 
 PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
@@ -400,112 +394,9 @@ class PrimaryTierTests(KitBase):
     @check("TIER-7", hypothesis=True)
     def test_state_machine_against_model(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
         """Random stores, failures, loads, releases and resets agree with a model of block states."""
-        from kvproto.testing._machines import run_recorded
+        from kvproto.testing._machines import run_primary_machine
 
-        machine = _primary_machine(tier_factory, self.capabilities, self.limits)
-        run_recorded(machine, machine.runs, self.profile(request), request)
+        run_primary_machine(self, tier_factory, self.profile(request), request)
 
 
 PrimaryTierTests._kit_base = PrimaryTierTests
-
-_PPOOL = tuple(key_pool("p-machine", 12))
-
-
-class PrimaryStateMachine(RuleBasedStateMachine):
-    """Drives a primary tier against a model: each key ABSENT, WRITING, or READY with a pin count."""
-
-    tier_factory: ClassVar[PrimaryTierFactory]
-    capabilities: ClassVar[Capabilities | None] = None
-    limits: ClassVar[KitLimits] = KitLimits()
-    runs: ClassVar[list[int]]
-
-    def __init__(self) -> None:
-        super().__init__()
-        tier = type(self).tier_factory()
-        self.kit = PrimaryDriver(tier, resolve_capabilities(self.capabilities, tier), self.limits)
-        self.writing: set[OffloadKey] = set()
-        self.ready: set[OffloadKey] = set()
-        self.pins: dict[OffloadKey, int] = {}
-        self.steps = 0
-        type(self).runs[0] += 1
-
-    @rule(keys=st.lists(st.sampled_from(_PPOOL), min_size=1, max_size=4))
-    def prepare(self, keys: list[OffloadKey]) -> None:
-        self.steps += 1
-        out = self.kit.prepare(keys)
-        if out is None:
-            return
-        fresh = set(keys) - self.writing - self.ready
-        if set(out.keys_to_store) != fresh:
-            raise ConformanceFailure("TIER-6", "prepare_store reserved other keys than the absent ones asked for")
-        for key in out.evicted:
-            if key not in self.ready or self.pins.get(key):
-                raise ConformanceFailure("TIER-8", f"prepare_store evicted {short_key(key)}, which was pinned or not ready")
-            self.ready.discard(key)
-        self.writing |= fresh
-
-    @rule(data=st.data(), success=st.booleans())
-    def complete(self, data: st.DataObject, success: bool) -> None:
-        self.steps += 1
-        if not self.writing:
-            return
-        keys = data.draw(st.lists(st.sampled_from(sorted(self.writing)), min_size=1, unique=True))
-        self.kit.tier.complete_store(keys, success)
-        self.writing -= set(keys)
-        if success:
-            self.ready |= set(keys)
-
-    @rule(data=st.data())
-    def load(self, data: st.DataObject) -> None:
-        self.steps += 1
-        if not self.ready:
-            return
-        keys = data.draw(st.lists(st.sampled_from(sorted(self.ready)), min_size=1, max_size=3))
-        self.kit.load(keys)
-        for key in keys:
-            self.pins[key] = self.pins.get(key, 0) + 1
-
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        self.steps += 1
-        held = sorted(k for k, n in self.pins.items() if n)
-        if not held:
-            return
-        key = data.draw(st.sampled_from(held))
-        self.kit.tier.complete_load([key])
-        self.pins[key] -= 1
-
-    @rule(key=st.sampled_from(_PPOOL))
-    def lookup(self, key: OffloadKey) -> None:
-        self.steps += 1
-        got = self.kit.lookup(key)
-        want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
-        if got is not want:
-            clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
-            raise ConformanceFailure(clause, f"lookup({short_key(key)}) answered {got.name}; the model says {want.name}")
-
-    @rule()
-    def reset(self) -> None:
-        self.steps += 1
-        if self.writing or any(self.pins.values()):
-            return  # a tier may refuse while work is in flight; only the idle case is pinned down
-        answer: object = self.kit.tier.reset_cache()
-        if answer is not True:
-            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
-        self.ready.clear()
-
-    def teardown(self) -> None:
-        type(self).runs[1] += self.steps
-        self.kit.shutdown()
-
-
-def _primary_machine(
-    factory: PrimaryTierFactory, capabilities: Capabilities | None, limits: KitLimits
-) -> type[PrimaryStateMachine]:
-    attrs: dict[str, object] = {
-        "tier_factory": staticmethod(factory),
-        "capabilities": capabilities,
-        "limits": limits,
-        "runs": [0, 0],
-    }
-    return type("PrimaryStateMachineForTier", (PrimaryStateMachine,), attrs)
