@@ -1,21 +1,24 @@
-"""``PrimaryTierTests``: the conformance checks for a primary (CPU) tier (TIER-*, LR-*, KIT-*)."""
+"""``PrimaryTierTests``: the conformance checks for a primary (CPU) tier (TIER-*, LR-*, KIT-*).
+
+The checks both kinds of tier share live in :mod:`kvproto.testing._common`; this
+module says what their steps mean for a primary tier and adds the primary's own.
+"""
 
 from __future__ import annotations
 
-import gc
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
 from kvproto import members as lr
-from kvproto._events import EventKind, OffloadingEvent
-from kvproto._protocols import BatchLookup, PrimaryTier
+from kvproto._keys import OffloadKey
+from kvproto._protocols import PrimaryTier
+from kvproto._requests import ReqContext
 from kvproto.errors import TierMisuseError
-from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
+from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import PrimaryDriver, TrackedContext, short_key
+from kvproto.testing._driver import PrimaryDriver, short_key
 from kvproto.testing._failures import ConformanceFailure
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
@@ -23,11 +26,8 @@ __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
 PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
-_PROTOCOL_MEMBERS = tuple(n for n in dir(PrimaryTier) if not n.startswith("_"))
-_CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
-
-class PrimaryTierTests(KitBase):
+class PrimaryTierTests(TierChecks[PrimaryDriver]):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 
@@ -43,7 +43,7 @@ class PrimaryTierTests(KitBase):
         """An empty primary tier, shut down after the check (once)."""
         built = tier_factory()
         yield built
-        if not request.node.stash.get(_CLOSED, False):
+        if not request.node.stash.get(CLOSED, False):
             built.shutdown()
 
     @pytest.fixture
@@ -51,19 +51,63 @@ class PrimaryTierTests(KitBase):
         """A driver for ``tier``; shuts it down after the check."""
         driver = PrimaryDriver(tier, self.declared_capabilities(tier), self.limits)
         yield driver
-        request.node.stash[_CLOSED] = True
+        request.node.stash[CLOSED] = True
         driver.shutdown()
 
+    # ---- the role interface of the shared checks (see TierChecks) -------------------------
+    _role_protocol = PrimaryTier
+    _role_key_prefix = "p-"
+    _role_holds_stores = True
+    _role_pending_words = PendingWorkWords(
+        idle="an empty tier says it has pending work",
+        busy="has_pending_work is not True while a store is prepared",
+        done="has_pending_work is still True after the store completed",
+    )
+
+    def _role_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None) -> bool:
+        """prepare_store, copy, complete_store(success=True)."""
+        kit.store(keys, context=context)
+        return True
+
+    def _role_start_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> Finish:
+        """prepare_store and copy; finishing completes the store (success=True)."""
+        out = kit.prepare(keys)
+
+        def finish() -> None:
+            if out is not None:
+                kit.tier.complete_store(out.keys_to_store, True)
+
+        return finish
+
+    def _role_fail_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> set[OffloadKey]:
+        """prepare_store, copy, complete_store(success=False)."""
+        kit.store(keys, success=False)
+        return set(keys)
+
+    def _role_start_load(
+        self, kit: PrimaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> Finish:
+        """prepare_load (pins, slots checked); finishing is complete_load (releases the pins)."""
+        kit.load(keys, context=context)
+        return lambda: kit.tier.complete_load(keys)
+
+    def _role_settle(self, kit: PrimaryDriver) -> None:
+        """Nothing: a primary has no jobs that end after the kit's calls."""
+
+    def _role_check_forgotten(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Nothing beyond the MISS: a primary's MISS is authoritative (prepare_load of it is misuse)."""
+
+    def _role_check_shut_down(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Each store that was in flight was failed: it answers MISS."""
+        for key in keys:
+            got = kit.lookup(key)
+            if got is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
+                )
+
     # ---- shape ---------------------------------------------------------------------------
-    @check("TIER-1")
-    def test_satisfies_primary_protocol(self, tier: PrimaryTier) -> None:
-        """The tier has every PrimaryTier member and a non-empty str name."""
-        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(tier, m)]
-        if missing:
-            raise ConformanceFailure("TIER-1", f"{type(tier).__name__} lacks PrimaryTier member(s): {', '.join(missing)}")
-        name: object = tier.name
-        if not isinstance(name, str) or not name:
-            raise ConformanceFailure("TIER-1", f"name is {name!r}; the contract requires a non-empty str")
+    test_satisfies_primary_protocol = TierChecks._satisfies_protocol
 
     @check("TIER-3")
     def test_buffer_is_a_shared_writable_2d_byte_view(self, tier: PrimaryTier) -> None:
@@ -82,20 +126,6 @@ class PrimaryTierTests(KitBase):
         if bytes(row(again, 0)) != bytes(row(buffer, 0)):
             raise ConformanceFailure("TIER-3", "buffer returns a copy: a write through one access is not seen by the next")
 
-    @check("LR-1")
-    def test_lookup_answers_a_lookup_result(self, kit: PrimaryDriver) -> None:
-        """Every lookup answers a LookupResult member, whatever the block's state."""
-        keys = key_pool("p-lr1", 3)
-        for key in keys:
-            kit.lookup(key)
-        out = kit.prepare(keys[:2])
-        for key in keys:
-            kit.lookup(key)
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, True)
-        for key in keys:
-            kit.lookup(key)
-
     @check("LR-4")
     def test_never_answers_retry(self, kit: PrimaryDriver) -> None:
         """No lookup answers RETRY: not for absent, writing, ready, pinned or failed blocks."""
@@ -112,16 +142,6 @@ class PrimaryTierTests(KitBase):
         for key in keys:
             kit.lookup(key)
         kit.tier.complete_load(keys[:1])
-
-    @check("TIER-4")
-    def test_lookup_does_not_block(self, kit: PrimaryDriver) -> None:
-        """Lookups answer at once in every state."""
-        keys = key_pool("p-t4", 6)
-        kit.store(keys[:3])
-        kit.prepare(keys[3:5])
-        for _ in range(5):
-            for key in keys:
-                kit.lookup(key)
 
     # ---- stores -------------------------------------------------------------------------------
     @check("TIER-6")
@@ -290,105 +310,8 @@ class PrimaryTierTests(KitBase):
         kit.tier.complete_load(stored)
 
     # ---- lifecycle ----------------------------------------------------------------------
-    @check("TIER-14")
-    def test_events_name_stored_blocks(self, kit: PrimaryDriver) -> None:
-        """STORED events name only completed blocks and carry the tier's name; take_events forgets."""
-        tier = kit.tier
-        list(tier.take_events())
-        keys = key_pool("p-events", 4)
-        kit.store(keys[:2])
-        kit.store(keys[2:], success=False)
-        events = list(tier.take_events())
-        for event in events:
-            if not isinstance(event, OffloadingEvent):
-                raise ConformanceFailure("TIER-14", f"take_events returned {event!r}")
-            if event.tier != tier.name:
-                raise ConformanceFailure("TIER-14", f"event names tier {event.tier!r}; the tier is {tier.name!r}")
-            if event.kind is EventKind.STORED and set(event.keys) & set(keys[2:]):
-                raise ConformanceFailure("TIER-14", "a STORED event names a block whose store failed")
-        if list(tier.take_events()):
-            raise ConformanceFailure("TIER-14", "take_events returned the same events twice")
-
-    @check("TIER-15")
-    def test_has_pending_work_tracks_stores(self, kit: PrimaryDriver) -> None:
-        """has_pending_work is True between prepare_store and complete_store, False when idle."""
-        tier = kit.tier
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "an empty tier says it has pending work")
-        out = kit.prepare(key_pool("p-busy", 2))
-        if tier.has_pending_work() is not True:
-            raise ConformanceFailure("TIER-15", "has_pending_work is not True while a store is prepared")
-        if out is not None:
-            tier.complete_store(out.keys_to_store, True)
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "has_pending_work is still True after the store completed")
-
-    @check("TIER-12")
-    def test_on_request_finished_drops_request_state(self, kit: PrimaryDriver) -> None:
-        """After on_request_finished the tier holds no reference to the request's context."""
-        keys = key_pool("p-request", 2)
-        context = TrackedContext("kvproto-kit-finished-request")
-        out = kit.tier.prepare_store(keys, context)
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, True)
-        for key in keys:
-            kit.tier.lookup(key, context)
-        kit.tier.prepare_load(keys, context)
-        kit.tier.complete_load(keys)
-        kit.tier.on_request_finished(context)
-        ref = weakref.ref(context)
-        del context
-        gc.collect()
-        if ref() is not None:
-            raise ConformanceFailure("TIER-12", "the tier still holds the ReqContext of a finished request")
-
-    @check("TIER-16")
-    def test_reset_cache_forgets_blocks(self, kit: PrimaryDriver) -> None:
-        """reset_cache refuses (False) with a store in flight; when idle it returns True and all is MISS."""
-        keys = key_pool("p-reset", 4)
-        kit.store(keys[:2])
-        out = kit.prepare(keys[2:])
-        busy: object = kit.tier.reset_cache()
-        if busy is True:
-            kit.expect(keys[:2], lr.MISS, "TIER-16", "after reset_cache answered True")
-        elif busy is not False:
-            raise ConformanceFailure("TIER-16", f"reset_cache answered {busy!r}, not a bool")
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, False)
-        answer: object = kit.tier.reset_cache()
-        if answer is not True:
-            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
-        kit.expect(keys, lr.MISS, "TIER-16", "after reset_cache")
-        kit.store(keys)
-        kit.expect(keys, lr.HIT, "TIER-16", "stored after reset_cache")
-
-    @check("TIER-16")
-    def test_shutdown_fails_stores_in_flight(self, kit: PrimaryDriver) -> None:
-        """shutdown with stores in flight leaves none of them HIT_PENDING or HIT."""
-        keys = key_pool("p-shutdown", 3)
-        kit.store(keys[:1])
-        kit.prepare(keys[1:])
-        kit.shutdown()
-        for key in keys[1:]:
-            got = kit.lookup(key)
-            if got is not lr.MISS:
-                raise ConformanceFailure(
-                    "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
-                )
-
-    @check("TIER-17")
-    def test_lookup_many_matches_lookup(self, kit: PrimaryDriver) -> None:
-        """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
-        tier = kit.tier
-        if not isinstance(tier, BatchLookup):
-            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
-        keys = key_pool("p-t17", 6)
-        kit.store(keys[:2])
-        kit.prepare(keys[2:4])
-        many: object = tier.lookup_many(keys, kit.context)
-        one = [kit.lookup(k) for k in keys]
-        if not isinstance(many, list) or many != one:
-            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
+    test_has_pending_work_tracks_stores = TierChecks._pending_work_tracks_stores
+    test_shutdown_fails_stores_in_flight = TierChecks._shutdown_ends_work_in_flight
 
     # ---- Hypothesis ----------------------------------------------------------------------
     @check("TIER-7", hypothesis=True)
