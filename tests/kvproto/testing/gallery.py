@@ -21,7 +21,7 @@ from kvproto import (
     TransferJob,
 )
 from kvproto import members as lr
-from kvproto._results import unreachable
+from kvproto import unreachable
 from kvproto.testing import KitLimits, TierSpec
 from kvproto.testing import MEMORY_HOOKS
 
