@@ -12,6 +12,12 @@ Use it from your own test suite::
 
 or from the command line: ``kvproto conform my_pkg.my_mod:make_tier``.
 
+The public submodules: :mod:`kvproto.testing.stateful` (the state machines,
+to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
+for keys, blocks and job sequences, for an author's own ``@given`` tests),
+:mod:`kvproto.testing.faults` (fault-injection wrappers over any tier),
+:mod:`kvproto.testing.scans` and :mod:`kvproto.testing.plugin`.
+
 Importing this package imports pytest and Hypothesis; ``import kvproto``
 never does.
 """
@@ -24,14 +30,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvproto.testing._checks import CheckInfo, check, checks_of
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
-    from kvproto.testing._driver import SecondaryDriver, TrackedContext
+    from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
     from kvproto.testing._failures import ConformanceFailure
-    from kvproto.testing._machines import DifferentialStateMachine, TierStateMachine
+    from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._reference import MEMORY_HOOKS
-    from kvproto.testing._primary import PrimaryDriver, PrimaryStateMachine, PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
     from kvproto.testing._tier_spec import TierSpec
+    from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
 __all__ = [
     "MEMORY_HOOKS",
@@ -71,10 +77,10 @@ _WHERE = {
     "check": "_checks",
     "checks_of": "_checks",
     "ConformanceFailure": "_failures",
-    "DifferentialStateMachine": "_machines",
-    "TierStateMachine": "_machines",
-    "PrimaryDriver": "_primary",
-    "PrimaryStateMachine": "_primary",
+    "DifferentialStateMachine": "stateful",
+    "PrimaryStateMachine": "stateful",
+    "TierStateMachine": "stateful",
+    "PrimaryDriver": "_driver",
     "PrimaryTierFactory": "_primary",
     "PrimaryTierTests": "_primary",
     "SecondaryDriver": "_driver",

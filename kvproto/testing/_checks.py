@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pytest
@@ -62,11 +62,14 @@ def info_of(obj: object) -> CheckInfo | None:
 
 
 def checks_of(cls: type) -> dict[str, CheckInfo]:
-    """Every check defined by ``cls`` or its bases, by name, in definition order."""
+    """Every check ``cls`` or its bases define, in definition order, by the name pytest collects
+    it under: a ``test*`` attribute holding a function marked by :func:`check`. One marked body
+    may serve under several names (each kind of tier names a shared check for itself); a marked
+    function under another name is a body, not a check."""
     found: dict[str, CheckInfo] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():
             info = info_of(value)
-            if info is not None:
-                found[name] = info
+            if info is not None and name.startswith("test"):
+                found[name] = info if info.name == name else replace(info, name=name)
     return found

@@ -1,20 +1,23 @@
-"""Drives a secondary tier the way a scheduler would, checking every answer on the way.
+"""The kit's drivers: each drives one tier the way a scheduler (and, for a primary, the manager)
+would, checking every answer on the way (KIT-2).
 
-Every check of :class:`~kvproto.testing.SecondaryTierTests` goes through a
-:class:`SecondaryDriver`, so rules that hold for every call (answers are
-LookupResult members, lookups do not block, each job is reported once, no
-slot outside a load job changes) are enforced everywhere, not only in the
-check named after them.
+Every kit check goes through a :class:`PrimaryDriver` or a :class:`SecondaryDriver`,
+so rules that hold for every call (answers are LookupResult members of the
+role's kind, lookups do not block, each job is reported once, no slot outside a
+load job changes, prepared and loaded slots hold the right bytes) are enforced
+everywhere, not only in the check named after them. What both drivers share
+lives in :class:`TierDriver`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar, Generic, TypeVar
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._jobs import JobResult, TransferJob
+from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
 from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
@@ -23,7 +26,19 @@ from kvproto.testing._data import block_for, row, sentinel_for
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 
-__all__ = ["SecondaryDriver", "SlowCalls", "TrackedContext", "checked_lookup", "resolve_capabilities", "short_key"]
+__all__ = [
+    "PrimaryDriver",
+    "SecondaryDriver",
+    "SlowCalls",
+    "TierDriver",
+    "TrackedContext",
+    "checked_lookup",
+    "expect_answers",
+    "resolve_capabilities",
+    "short_key",
+]
+
+_T = TypeVar("_T", PrimaryTier, SecondaryTier)
 
 
 class TrackedContext(ReqContext):
@@ -84,8 +99,165 @@ def checked_lookup(
     return answer
 
 
-class SecondaryDriver:
+def expect_answers(
+    answers: Iterable[tuple[OffloadKey, LookupResult]], want: LookupResult, clause: str, why: str
+) -> None:
+    """Fail ``clause`` naming the first key whose answer is not ``want``; ``answers`` may be
+    lazy, so a driver can stop looking up at the first wrong answer."""
+    for key, got in answers:
+        if got is not want:
+            raise ConformanceFailure(
+                clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
+            )
+
+
+class TierDriver(Generic[_T]):
+    """What both drivers share: the tier, the capabilities it declares, the kit's limits, the
+    kit's own request, and checked lookups (LR-1, TIER-4, plus each role's own rules)."""
+
+    #: How a too-slow lookup's TIER-4 message ends, for this kind of tier.
+    _advice: ClassVar[str]
+
+    def __init__(
+        self,
+        tier: _T,
+        capabilities: Capabilities,
+        limits: KitLimits,
+        *,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.tier: _T = tier
+        self.capabilities = capabilities
+        self.limits = limits
+        self.context = TrackedContext("kvproto-kit")
+        self.slow_lookups = SlowCalls(limits)
+        self.closed = False
+        self._on_close = on_close
+
+    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
+        """One lookup, checked: a LookupResult member (LR-1), quick (TIER-4), and an answer
+        this kind of tier may give (see :meth:`_vet`)."""
+        answer = checked_lookup(
+            self.tier, key, self.context if context is None else context, self.slow_lookups, advice=self._advice
+        )
+        return self._vet(key, answer)
+
+    def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:
+        """``answer``, if this kind of tier may give it; else a ConformanceFailure."""
+        raise NotImplementedError
+
+    def answers(
+        self, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> Iterable[tuple[OffloadKey, LookupResult]]:
+        """Each key with its settled answer: lazily, one lookup at a time, where the tier answers
+        at once (a primary); see :meth:`SecondaryDriver.answers` for a tier that may answer RETRY."""
+        return ((key, self.lookup(key, context)) for key in keys)
+
+    def resolve(
+        self, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> dict[OffloadKey, LookupResult]:
+        """The settled answer of each key."""
+        return dict(self.answers(keys, context))
+
+    def expect_resolved(
+        self,
+        keys: Sequence[OffloadKey],
+        want: LookupResult,
+        clause: str,
+        why: str,
+        context: ReqContext | None = None,
+    ) -> None:
+        """Fail ``clause`` naming the first of ``keys`` whose settled answer is not ``want``."""
+        expect_answers(self.answers(keys, context), want, clause, why)
+
+    def shutdown(self) -> None:
+        """Shut the tier down once (the fixture calls this after each check)."""
+        if not self.closed:
+            self.closed = True
+            if self._on_close is not None:
+                self._on_close()
+            self.tier.shutdown()
+
+
+class PrimaryDriver(TierDriver[PrimaryTier]):
+    """One primary tier, driven the way the scheduler and the manager would, checking each answer."""
+
+    _advice = "a lookup must answer at once"
+
+    def __init__(self, tier: PrimaryTier, capabilities: Capabilities, limits: KitLimits) -> None:
+        buffer: object = tier.buffer
+        if not isinstance(buffer, memoryview) or buffer.ndim != 2 or buffer.shape is None:
+            raise ConformanceFailure(
+                "TIER-3", f"buffer is {buffer!r}; the contract requires a 2-D memoryview (slots, block bytes)"
+            )
+        super().__init__(tier, capabilities, limits)
+        self.buffer = buffer
+        self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
+
+    def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:
+        """Never RETRY (LR-4)."""
+        match answer:
+            case lr.RETRY:
+                raise ConformanceFailure(
+                    "LR-4", f"lookup({short_key(key)}) answered RETRY; the primary tier never does"
+                )
+            case lr.HIT | lr.MISS | lr.HIT_PENDING:
+                return answer
+            case _ as other:
+                unreachable(other, where="PrimaryDriver.lookup")
+
+    def expect(self, keys: Sequence[OffloadKey], want: LookupResult, clause: str, why: str) -> None:
+        """Fail ``clause`` naming the first key that does not answer ``want``."""
+        self.expect_resolved(keys, want, clause, why)
+
+    def prepare(
+        self, keys: Sequence[OffloadKey], *, context: ReqContext | None = None
+    ) -> PrepareStoreOutput | None:
+        """``prepare_store`` and copy each reserved key's bytes into its slot, checking the output (TIER-6)."""
+        out: object = self.tier.prepare_store(keys, self.context if context is None else context)
+        if out is None:
+            return None
+        if not isinstance(out, PrepareStoreOutput):
+            raise ConformanceFailure("TIER-6", f"prepare_store returned {out!r}, not a PrepareStoreOutput or None")
+        if len(set(out.slots)) != len(out.slots) or any(not 0 <= s < self.num_slots for s in out.slots):
+            raise ConformanceFailure("TIER-6", f"prepare_store reserved invalid or repeated slots {out.slots}")
+        if not set(out.keys_to_store) <= set(keys):
+            raise ConformanceFailure("TIER-6", "prepare_store reserved keys that were not asked for")
+        for key, slot in zip(out.keys_to_store, out.slots, strict=True):
+            row(self.buffer, slot)[:] = block_for(key, self.block_bytes)
+        return out
+
+    def store(
+        self, keys: Sequence[OffloadKey], *, success: bool = True, context: ReqContext | None = None
+    ) -> PrepareStoreOutput:
+        """Prepare, copy and complete a store; fail TIER-6 if the tier refuses."""
+        out = self.prepare(keys, context=context)
+        if out is None:
+            raise ConformanceFailure("TIER-6", f"prepare_store of {len(keys)} keys returned None with room to evict")
+        self.tier.complete_store(out.keys_to_store, success)
+        return out
+
+    def load(self, keys: Sequence[OffloadKey], *, context: ReqContext | None = None) -> tuple[int, ...]:
+        """``prepare_load`` (pins) and check each returned slot holds its key's bytes (TIER-8)."""
+        slots: object = self.tier.prepare_load(keys, self.context if context is None else context)
+        if not isinstance(slots, tuple) or len(slots) != len(keys):
+            raise ConformanceFailure(
+                "TIER-8", f"prepare_load of {len(keys)} keys returned {slots!r}, not a tuple of as many slots"
+            )
+        for key, slot in zip(keys, slots, strict=True):
+            if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
+                raise ConformanceFailure("TIER-8", f"prepare_load returned slot {slot!r} for {short_key(key)}")
+            if bytes(row(self.buffer, slot)) != block_for(key, self.block_bytes):
+                raise ConformanceFailure(
+                    "TIER-8", f"prepare_load returned slot {slot} for key {short_key(key)}, which does not hold its bytes"
+                )
+        return slots
+
+
+class SecondaryDriver(TierDriver[SecondaryTier]):
     """One secondary tier bound to one primary buffer, driven step by step."""
+
+    _advice = "a lookup must answer at once and answer RETRY while it finds out"
 
     def __init__(
         self,
@@ -99,19 +271,13 @@ class SecondaryDriver:
     ) -> None:
         if buffer.ndim != 2 or buffer.shape is None:
             raise ConformanceFailure("TIER-3", "the primary buffer handed to the kit is not 2-D")
-        self.tier = tier
+        super().__init__(tier, capabilities, limits, on_close=on_close)
         self.buffer = buffer
-        self.capabilities = capabilities
-        self.limits = limits
         self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
         self.jobs: dict[int, TransferJob] = {}
         self.results: dict[int, JobResult] = {}
-        self.context = TrackedContext("kvproto-kit")
         self.steps = 0
-        self.slow_lookups = SlowCalls(limits)
         self.slow_steps = SlowCalls(limits)
-        self.closed = False
-        self._on_close = on_close
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
         # What each slot must hold; None while a load job targets it or after a failed load.
@@ -160,29 +326,35 @@ class SecondaryDriver:
                 )
 
     # ---- jobs -----------------------------------------------------------------------------
-    def _job(self, keys: Sequence[OffloadKey], slots: Sequence[int], promotion: bool) -> TransferJob:
-        job = TransferJob(
-            self._next_job_id, tuple(keys), tuple(slots), promotion, req_id=self.context.req_id
-        )
+    def _job(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int], promotion: bool, context: ReqContext | None
+    ) -> TransferJob:
+        req_id = (self.context if context is None else context).req_id
+        job = TransferJob(self._next_job_id, tuple(keys), tuple(slots), promotion, req_id=req_id)
         self._next_job_id += 1
         self.jobs[job.job_id] = job
         self._submitted_at[job.job_id] = (self.steps, time.monotonic())
         return job
 
-    def submit_store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> TransferJob:
-        """Put each key's bytes in its slot, then ``submit_store`` them (TIER-10)."""
+    def submit_store(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None, *, context: ReqContext | None = None
+    ) -> TransferJob:
+        """Put each key's bytes in its slot, then ``submit_store`` them (TIER-10); the job serves
+        ``context``'s request (the kit's own by default)."""
         chosen = list(range(len(keys))) if slots is None else list(slots)
         for slot, key in zip(chosen, keys, strict=True):
             self.put_block(slot, key)
-        job = self._job(keys, chosen, promotion=False)
+        job = self._job(keys, chosen, False, context)
         self.tier.submit_store(job)
         return job
 
-    def submit_load(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> TransferJob:
+    def submit_load(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int], *, context: ReqContext | None = None
+    ) -> TransferJob:
         """Clear the target slots, then ``submit_load`` ``keys`` into them (TIER-10)."""
         for slot in slots:
             self.clear_slot(slot)
-        job = self._job(keys, slots, promotion=True)
+        job = self._job(keys, slots, True, context)
         self.tier.submit_load(job)
         return job
 
@@ -297,14 +469,18 @@ class SecondaryDriver:
             self.wait_step(wanted)
         return {job.job_id: self.results[job.job_id] for job in wanted}
 
-    def store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> JobResult:
+    def store(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None, *, context: ReqContext | None = None
+    ) -> JobResult:
         """Submit a store and wait for its result."""
-        job = self.submit_store(keys, slots)
+        job = self.submit_store(keys, slots, context=context)
         return self.wait([job])[job.job_id]
 
-    def load(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> JobResult:
+    def load(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int], *, context: ReqContext | None = None
+    ) -> JobResult:
         """Submit a load and wait for its result (bytes are verified as it finishes)."""
-        job = self.submit_load(keys, slots)
+        job = self.submit_load(keys, slots, context=context)
         return self.wait([job])[job.job_id]
 
     def settle(self) -> None:
@@ -319,16 +495,8 @@ class SecondaryDriver:
         self.collect()
 
     # ---- lookups --------------------------------------------------------------------------
-    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
-        """One lookup, checked: a LookupResult member (LR-1), never HIT_PENDING (LR-3),
-        RETRY only if declared (TIER-18), and quick (TIER-4)."""
-        answer = checked_lookup(
-            self.tier,
-            key,
-            self.context if context is None else context,
-            self.slow_lookups,
-            advice="a lookup must answer at once and answer RETRY while it finds out",
-        )
+    def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:
+        """Never HIT_PENDING (LR-3); RETRY only if declared (TIER-18)."""
         match answer:
             case lr.HIT_PENDING:
                 raise ConformanceFailure(
@@ -345,8 +513,8 @@ class SecondaryDriver:
                     )
             case lr.HIT | lr.MISS:
                 pass
-            case _:
-                unreachable(answer, where="SecondaryDriver.lookup")
+            case _ as other:
+                unreachable(other, where="SecondaryDriver.lookup")
         return answer
 
     def resolve(
@@ -368,8 +536,8 @@ class SecondaryDriver:
                         still.append(key)
                     case lr.HIT | lr.MISS | lr.HIT_PENDING:
                         answers[key] = answer
-                    case _:
-                        unreachable(answer, where="SecondaryDriver.resolve")
+                    case _ as other:
+                        unreachable(other, where="SecondaryDriver.resolve")
             if not still:
                 return answers
             waiting = still
@@ -385,22 +553,16 @@ class SecondaryDriver:
             if steps > budget:
                 time.sleep(0.001)
 
+    def answers(
+        self, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> Iterable[tuple[OffloadKey, LookupResult]]:
+        """Each key with its answer once every RETRY has resolved (see :meth:`resolve`)."""
+        return self.resolve(keys, context).items()
+
     def resolve_one(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
         """:meth:`resolve` for one key."""
         return self.resolve([key], context)[key]
 
     def expect(self, answers: Mapping[OffloadKey, LookupResult], want: LookupResult, clause: str, why: str) -> None:
         """Fail ``clause`` naming the first key whose answer is not ``want``."""
-        for key, got in answers.items():
-            if got is not want:
-                raise ConformanceFailure(
-                    clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
-                )
-
-    def shutdown(self) -> None:
-        """Shut the tier down once (the fixture calls this after each check)."""
-        if not self.closed:
-            self.closed = True
-            if self._on_close is not None:
-                self._on_close()
-            self.tier.shutdown()
+        expect_answers(answers.items(), want, clause, why)

@@ -1,357 +1,30 @@
-"""Hypothesis state machines that drive any secondary tier against a model (TIER-10, KIT-8).
+"""How the kit runs its state machines (:mod:`kvproto.testing.stateful`) as checks (KIT-7, KIT-8).
 
-:class:`TierStateMachine` checks a tier against a dict model of what must be
-readable; :class:`DifferentialStateMachine` runs MemoryTier beside it on the
-same operations and compares what each holds once both settle. Both go
-through :class:`~kvproto.testing._driver.SecondaryDriver`, so every call is
-also checked against the per-call rules (LR-1, LR-3, TIER-4, TIER-11).
+Each machine runs under the check's profile; a failure Hypothesis cannot
+replay (a threaded tier's timing) still fails with its clause, and the
+examples and steps run are recorded on the test item for the reports.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
-from hypothesis import strategies as st
 from hypothesis.errors import Flaky
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from kvproto import members as lr
-from kvproto._capabilities import Capabilities
-from kvproto._keys import OffloadKey
-from kvproto._protocols import SecondaryTier
-from kvproto._results import unreachable
-from kvproto.testing._data import key_pool, make_buffer
-from kvproto.testing._driver import SecondaryDriver, resolve_capabilities, short_key
+from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits, KitProfile, hypothesis_settings
+from kvproto.testing._settings import KitProfile, hypothesis_settings
+from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
 if TYPE_CHECKING:
     import pytest
 
     from kvproto.testing._base import KitBase
 
-__all__ = ["DifferentialStateMachine", "TierStateMachine", "flaky_failure", "run_machine", "run_recorded"]
-
-_POOL: tuple[OffloadKey, ...] = tuple(key_pool("machine", 8))
-_keys = st.lists(st.sampled_from(_POOL), min_size=1, max_size=3, unique=True)
-
-
-class TierStateMachine(RuleBasedStateMachine):
-    """Drives one secondary tier against a dict model.
-
-    Configure it with :meth:`configure` (or set the class attributes in a
-    subclass), then run it as any Hypothesis state machine::
-
-        Machine = TierStateMachine.configure(lambda buffer: MyTier(buffer))
-        TestMyTierMachine = Machine.TestCase
-
-    The model knows, per key: stored for certain (a store of it reported
-    success), maybe stored (a later store of it failed), or not stored. The
-    machine fails when a HIT names a key neither stored nor being stored, a
-    HIT seen while a store was in flight belongs to a store that then failed,
-    a certainly stored key answers MISS or fails to load (unless the tier
-    declares eviction), a load returns wrong bytes, or a job is lost.
-    """
-
-    tier_factory: ClassVar[Callable[[memoryview], SecondaryTier]]
-    tests: ClassVar[KitBase | None] = None
-    num_slots: ClassVar[int] = 16
-    block_bytes: ClassVar[int] = 32
-    limits: ClassVar[KitLimits] = KitLimits()
-    capabilities: ClassVar[Capabilities | None] = None
-    runs: ClassVar[list[int]]
-
-    @classmethod
-    def configure(
-        cls,
-        tier_factory: Callable[[memoryview], SecondaryTier],
-        *,
-        capabilities: Capabilities | None = None,
-        limits: KitLimits | None = None,
-        tests: KitBase | None = None,
-    ) -> type[TierStateMachine]:
-        """A subclass of this machine bound to ``tier_factory``."""
-        attrs: dict[str, Any] = {
-            "tier_factory": staticmethod(tier_factory),
-            "capabilities": capabilities,
-            "limits": limits or KitLimits(),
-            "tests": tests,
-            "runs": [0, 0],
-        }
-        return type(f"{cls.__name__}ForTier", (cls,), attrs)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.buffer = make_buffer(self.num_slots, self.block_bytes)
-        tier = type(self).tier_factory(self.buffer)
-        self.caps = resolve_capabilities(self.capabilities, tier)
-        self.driver = SecondaryDriver(tier, self.buffer, self.caps, self.limits)
-        self.certain: set[OffloadKey] = set()
-        self.maybe: set[OffloadKey] = set()
-        self.inflight: dict[int, tuple[OffloadKey, ...]] = {}  # unreported store jobs
-        self.early_hits: dict[OffloadKey, set[int]] = {}  # key -> store jobs in flight at a HIT
-        self.must_load: set[int] = set()  # load jobs submitted right after a HIT
-        self.certain_at_load: dict[int, frozenset[OffloadKey]] = {}
-        self.fail_armed = False
-        self.injected: set[int] = set()  # jobs submitted while a fault was armed
-        self.seen_results = 0
-        if hasattr(type(self), "runs"):
-            type(self).runs[0] += 1
-
-    # ---- helpers ------------------------------------------------------------------------
-    def _free_slots(self, n: int) -> list[int] | None:
-        busy = {s for j in self.driver.pending() for s in self.driver.jobs[j].slots}
-        free = [s for s in range(self.num_slots) if s not in busy]
-        return free[:n] if len(free) >= n else None
-
-    def _absorb(self) -> None:
-        """Fold newly reported results into the model."""
-        driver = self.driver
-        done = list(driver.results.items())[self.seen_results :]
-        self.seen_results = len(driver.results)
-        for job_id, result in done:
-            job = driver.jobs[job_id]
-            ok = result.succeeded_keys(job)
-            if not job.promotion:
-                self.inflight.pop(job_id, None)
-                for key in job.keys:
-                    if key in ok:
-                        self.certain.add(key)
-                        self.maybe.discard(key)
-                    elif key in self.certain:
-                        self.certain.discard(key)
-                        self.maybe.add(key)
-                for key, jobs in list(self.early_hits.items()):
-                    if job_id in jobs:
-                        jobs.discard(job_id)
-                        if key in ok:
-                            del self.early_hits[key]
-                        elif not jobs and key not in self.certain and key not in self.maybe:
-                            raise ConformanceFailure(
-                                "TIER-4",
-                                f"lookup({short_key(key)}) answered HIT while its store job was in "
-                                "flight, and the job then failed it: a HIT came before the store finished",
-                            )
-                        elif not jobs:
-                            del self.early_hits[key]
-            else:
-                if job_id in self.injected:
-                    self.certain_at_load.pop(job_id, None)
-                    continue
-                if job_id in self.must_load and set(job.keys) - ok:
-                    raise ConformanceFailure(
-                        "TIER-4", "a load submitted right after a HIT failed (the HIT was not readable)"
-                    )
-                sure = self.certain_at_load.pop(job_id, frozenset())
-                lost = [k for k in job.keys if k in sure and k in self.certain and k not in ok]
-                if not self.caps.partial_jobs and not set(job.keys) <= sure:
-                    lost = []  # a whole-job tier may fail the job for its unstored keys
-                if lost and not self.caps.eviction:
-                    raise ConformanceFailure(
-                        "TIER-10",
-                        f"key {short_key(lost[0])} was stored successfully but its load failed "
-                        "(the tier does not declare eviction): a lost write",
-                    )
-
-    def _armed(self, job_id: int) -> None:
-        if self.fail_armed:
-            self.injected.add(job_id)
-            self.fail_armed = False
-
-    def _step(self) -> None:
-        self.driver.step()
-        self._absorb()
-
-    def _submit_load(self, keys: tuple[OffloadKey, ...] | list[OffloadKey], slots: list[int]) -> int:
-        job = self.driver.submit_load(keys, slots)
-        self.certain_at_load[job.job_id] = frozenset(k for k in keys if k in self.certain)
-        return job.job_id
-
-    def _mirror_store(self, keys: list[OffloadKey], slots: list[int]) -> None:
-        """Repeat a store on a second tier; none here (see DifferentialStateMachine)."""
-
-    def _mirror_load(self, keys: list[OffloadKey], slots: list[int]) -> None:
-        """Repeat a load on a second tier; none here (see DifferentialStateMachine)."""
-
-    def _mirror_reset(self) -> None:
-        """Repeat a successful reset_cache on a second tier; none here (see DifferentialStateMachine)."""
-
-    # ---- rules ---------------------------------------------------------------------------
-    @rule(keys=_keys)
-    def store(self, keys: list[OffloadKey]) -> None:
-        slots = self._free_slots(len(keys))
-        if slots is None:
-            self._step()
-            return
-        job = self.driver.submit_store(keys, slots)
-        self.inflight[job.job_id] = tuple(keys)
-        self._armed(job.job_id)
-        self._mirror_store(keys, slots)
-        self._absorb()
-
-    @rule(keys=_keys)
-    def load(self, keys: list[OffloadKey]) -> None:
-        slots = self._free_slots(len(keys))
-        if slots is None:
-            self._step()
-            return
-        self._armed(self._submit_load(keys, slots))
-        self._mirror_load(keys, slots)
-        self._absorb()
-
-    @rule(key=st.sampled_from(_POOL), then_load=st.booleans())
-    def lookup(self, key: OffloadKey, then_load: bool) -> None:
-        answer = self.driver.lookup(key)
-        self._absorb()
-        match answer:
-            case lr.HIT:
-                if key not in self.certain and key not in self.maybe:
-                    flying = {j for j, ks in self.inflight.items() if key in ks}
-                    if not flying:
-                        raise ConformanceFailure(
-                            "TIER-4", f"lookup({short_key(key)}) answered HIT for a key that was never stored"
-                        )
-                    self.early_hits.setdefault(key, set()).update(flying)
-                if then_load and not self.fail_armed:
-                    slots = self._free_slots(1)
-                    if slots is not None:
-                        self.must_load.add(self._submit_load([key], slots))
-            case lr.MISS:
-                if key in self.certain and not self.caps.eviction:
-                    raise ConformanceFailure(
-                        "TIER-10",
-                        f"lookup({short_key(key)}) answered MISS although its store reported success "
-                        "(the tier does not declare eviction): a lost write",
-                    )
-            case lr.RETRY | lr.HIT_PENDING:
-                pass
-            case _:
-                unreachable(answer, where="TierStateMachine.lookup")
-
-    @rule()
-    def step(self) -> None:
-        self._step()
-
-    @rule(keys=_keys)
-    def touch(self, keys: list[OffloadKey]) -> None:
-        self.driver.tier.touch(keys)
-
-    @precondition(lambda self: self.tests is not None and self.tests.has_hook("fail_next_jobs"))
-    @rule()
-    def fail_next_job(self) -> None:
-        tests = self.tests
-        if tests is not None:
-            hook: Callable[[SecondaryTier, int], None] = getattr(tests, "fail_next_jobs")
-            hook(self.driver.tier, 1)
-            self.fail_armed = True
-
-    @rule()
-    def reset(self) -> None:
-        if self.driver.pending():
-            return
-        answer: object = self.driver.tier.reset_cache()
-        if answer is True:
-            self._mirror_reset()
-            self.certain.clear()
-            self.maybe.clear()
-            self.early_hits.clear()
-        elif answer is not False:
-            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
-
-    @rule()
-    def settle(self) -> None:
-        self.driver.settle()
-        self._absorb()
-        self.compare()
-
-    def compare(self) -> None:
-        """With nothing in flight: certainly stored keys HIT, never-stored keys MISS."""
-        answers = self.driver.resolve(list(_POOL))
-        self._absorb()
-        for key, answer in answers.items():
-            if key in self.certain and answer is not lr.HIT and not self.caps.eviction:
-                raise ConformanceFailure(
-                    "TIER-10", f"key {short_key(key)} was stored successfully but answers {answer.name}: a lost write"
-                )
-            if key not in self.certain and key not in self.maybe and answer is lr.HIT:
-                raise ConformanceFailure(
-                    "TIER-4", f"key {short_key(key)} answers HIT but no store of it succeeded"
-                )
-
-    def teardown(self) -> None:
-        if hasattr(type(self), "runs"):
-            type(self).runs[1] += self.driver.steps
-        driver = self.driver
-        try:
-            driver.settle()
-            self._absorb()
-        finally:
-            driver.shutdown()
-
-
-class DifferentialStateMachine(TierStateMachine):
-    """Runs the tier and :class:`~kvproto.MemoryTier` side by side on the same operations.
-
-    After each ``settle`` both must hold the same readable keys (the tier may
-    hold fewer if it declares eviction), and each load reads the same bytes.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        from kvproto._memory_tier import MemoryTier
-
-        self.ref_buffer = make_buffer(self.num_slots, self.block_bytes)
-        reference = MemoryTier(self.ref_buffer, name="reference")
-        self.ref = SecondaryDriver(
-            reference, self.ref_buffer, reference.capabilities, self.limits,
-            first_job_id=self.driver._next_job_id,
-        )
-
-    def _mirror_store(self, keys: list[OffloadKey], slots: list[int]) -> None:
-        """The same store on MemoryTier, waited for."""
-        self.ref.wait([self.ref.submit_store(keys, slots)])
-
-    def _mirror_load(self, keys: list[OffloadKey], slots: list[int]) -> None:
-        """The same load on MemoryTier, waited for (its bytes are checked as it finishes)."""
-        self.ref.wait([self.ref.submit_load(keys, slots)])
-
-    def _mirror_reset(self) -> None:
-        """Reset MemoryTier too, so both start again from empty."""
-        self.ref.tier.reset_cache()
-
-    @precondition(lambda self: False)
-    @rule()
-    def fail_next_job(self) -> None:
-        """Not used: faults would make the two tiers differ by design."""
-
-    def compare(self) -> None:
-        super().compare()
-        mine = self.driver.resolve(list(_POOL))
-        theirs = self.ref.resolve(list(_POOL))
-        for key in _POOL:
-            a, b = mine[key], theirs[key]
-            if a is b:
-                continue
-            if self.caps.eviction and a is lr.MISS:
-                continue
-            raise ConformanceFailure(
-                "TIER-10",
-                f"after the same operations, key {short_key(key)} answers {a.name} from the tier "
-                f"but {b.name} from MemoryTier",
-            )
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            self.ref.shutdown()
+__all__ = ["flaky_failure", "run_machine", "run_primary_machine", "run_recorded"]
 
 
 def flaky_failure(flaky: Flaky) -> ConformanceFailure:
@@ -393,6 +66,14 @@ def run_machine(
     machine = base.configure(
         tier_factory, capabilities=tests.capabilities, limits=tests.limits, tests=tests
     )
+    run_recorded(machine, machine.runs, profile, request)
+
+
+def run_primary_machine(
+    tests: KitBase, tier_factory: Callable[[], PrimaryTier], profile: KitProfile, request: pytest.FixtureRequest
+) -> None:
+    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`)."""
+    machine = PrimaryStateMachine.configure(tier_factory, capabilities=tests.capabilities, limits=tests.limits)
     run_recorded(machine, machine.runs, profile, request)
 
 

@@ -1,134 +1,33 @@
-"""``PrimaryTierTests``: the conformance checks for a primary (CPU) tier (TIER-*, LR-*, KIT-*)."""
+"""``PrimaryTierTests``: the conformance checks for a primary (CPU) tier (TIER-*, LR-*, KIT-*).
+
+The checks both kinds of tier share live in :mod:`kvproto.testing._common`; this
+module says what their steps mean for a primary tier and adds the primary's own.
+"""
 
 from __future__ import annotations
 
-import gc
-import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar
 
 import pytest
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from kvproto import members as lr
-from kvproto._capabilities import Capabilities
-from kvproto._events import EventKind, OffloadingEvent
-from kvproto._jobs import PrepareStoreOutput
-from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
-from kvproto._protocols import BatchLookup, PrimaryTier
-from kvproto._results import LookupResult, unreachable
+from kvproto._protocols import PrimaryTier
+from kvproto._requests import ReqContext
 from kvproto.errors import TierMisuseError
-from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
+from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import SlowCalls, TrackedContext, checked_lookup, resolve_capabilities, short_key
+from kvproto.testing._driver import PrimaryDriver, short_key
 from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._settings import KitLimits
 
-__all__ = ["PrimaryDriver", "PrimaryStateMachine", "PrimaryTierFactory", "PrimaryTierTests"]
+__all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
 
 PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
-_PROTOCOL_MEMBERS = tuple(n for n in dir(PrimaryTier) if not n.startswith("_"))
-_CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
-
-class PrimaryDriver:
-    """One primary tier, driven the way the scheduler and the manager would, checking each answer."""
-
-    def __init__(self, tier: PrimaryTier, capabilities: Capabilities, limits: KitLimits) -> None:
-        self.tier = tier
-        self.capabilities = capabilities
-        self.limits = limits
-        buffer: object = tier.buffer
-        if not isinstance(buffer, memoryview) or buffer.ndim != 2 or buffer.shape is None:
-            raise ConformanceFailure(
-                "TIER-3", f"buffer is {buffer!r}; the contract requires a 2-D memoryview (slots, block bytes)"
-            )
-        self.buffer = buffer
-        self.num_slots, self.block_bytes = buffer.shape[0], buffer.shape[1]
-        self.context = TrackedContext("kvproto-kit")
-        self.slow_lookups = SlowCalls(limits)
-        self.closed = False
-
-    def lookup(self, key: OffloadKey, context: ReqContext | None = None) -> LookupResult:
-        """One lookup, checked: a LookupResult (LR-1), never RETRY (LR-4), quick (TIER-4)."""
-        answer = checked_lookup(
-            self.tier,
-            key,
-            self.context if context is None else context,
-            self.slow_lookups,
-            advice="a lookup must answer at once",
-        )
-        match answer:
-            case lr.RETRY:
-                raise ConformanceFailure(
-                    "LR-4", f"lookup({short_key(key)}) answered RETRY; the primary tier never does"
-                )
-            case lr.HIT | lr.MISS | lr.HIT_PENDING:
-                return answer
-            case _:
-                unreachable(answer, where="PrimaryDriver.lookup")
-
-    def expect(self, keys: Sequence[OffloadKey], want: LookupResult, clause: str, why: str) -> None:
-        """Fail ``clause`` naming the first key that does not answer ``want``."""
-        for key in keys:
-            got = self.lookup(key)
-            if got is not want:
-                raise ConformanceFailure(
-                    clause, f"lookup({short_key(key)}) answered {got.name} {why}; expected {want.name}"
-                )
-
-    def prepare(self, keys: Sequence[OffloadKey]) -> PrepareStoreOutput | None:
-        """``prepare_store`` and copy each reserved key's bytes into its slot, checking the output (TIER-6)."""
-        out: object = self.tier.prepare_store(keys, self.context)
-        if out is None:
-            return None
-        if not isinstance(out, PrepareStoreOutput):
-            raise ConformanceFailure("TIER-6", f"prepare_store returned {out!r}, not a PrepareStoreOutput or None")
-        if len(set(out.slots)) != len(out.slots) or any(not 0 <= s < self.num_slots for s in out.slots):
-            raise ConformanceFailure("TIER-6", f"prepare_store reserved invalid or repeated slots {out.slots}")
-        if not set(out.keys_to_store) <= set(keys):
-            raise ConformanceFailure("TIER-6", "prepare_store reserved keys that were not asked for")
-        for key, slot in zip(out.keys_to_store, out.slots, strict=True):
-            row(self.buffer, slot)[:] = block_for(key, self.block_bytes)
-        return out
-
-    def store(self, keys: Sequence[OffloadKey], *, success: bool = True) -> PrepareStoreOutput:
-        """Prepare, copy and complete a store; fail TIER-6 if the tier refuses."""
-        out = self.prepare(keys)
-        if out is None:
-            raise ConformanceFailure("TIER-6", f"prepare_store of {len(keys)} keys returned None with room to evict")
-        self.tier.complete_store(out.keys_to_store, success)
-        return out
-
-    def load(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
-        """``prepare_load`` (pins) and check each returned slot holds its key's bytes (TIER-8)."""
-        slots: object = self.tier.prepare_load(keys, self.context)
-        if not isinstance(slots, tuple) or len(slots) != len(keys):
-            raise ConformanceFailure(
-                "TIER-8", f"prepare_load of {len(keys)} keys returned {slots!r}, not a tuple of as many slots"
-            )
-        for key, slot in zip(keys, slots, strict=True):
-            if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
-                raise ConformanceFailure("TIER-8", f"prepare_load returned slot {slot!r} for {short_key(key)}")
-            if bytes(row(self.buffer, slot)) != block_for(key, self.block_bytes):
-                raise ConformanceFailure(
-                    "TIER-8", f"prepare_load returned slot {slot} for key {short_key(key)}, which does not hold its bytes"
-                )
-        return slots
-
-    def shutdown(self) -> None:
-        """Shut the tier down once."""
-        if not self.closed:
-            self.closed = True
-            self.tier.shutdown()
-
-
-class PrimaryTierTests(KitBase):
+class PrimaryTierTests(TierChecks[PrimaryDriver]):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 
@@ -144,7 +43,7 @@ class PrimaryTierTests(KitBase):
         """An empty primary tier, shut down after the check (once)."""
         built = tier_factory()
         yield built
-        if not request.node.stash.get(_CLOSED, False):
+        if not request.node.stash.get(CLOSED, False):
             built.shutdown()
 
     @pytest.fixture
@@ -152,19 +51,63 @@ class PrimaryTierTests(KitBase):
         """A driver for ``tier``; shuts it down after the check."""
         driver = PrimaryDriver(tier, self.declared_capabilities(tier), self.limits)
         yield driver
-        request.node.stash[_CLOSED] = True
+        request.node.stash[CLOSED] = True
         driver.shutdown()
 
+    # ---- the role interface of the shared checks (see TierChecks) -------------------------
+    _role_protocol = PrimaryTier
+    _role_key_prefix = "p-"
+    _role_holds_stores = True
+    _role_pending_words = PendingWorkWords(
+        idle="an empty tier says it has pending work",
+        busy="has_pending_work is not True while a store is prepared",
+        done="has_pending_work is still True after the store completed",
+    )
+
+    def _role_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None) -> bool:
+        """prepare_store, copy, complete_store(success=True)."""
+        kit.store(keys, context=context)
+        return True
+
+    def _role_start_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> Finish:
+        """prepare_store and copy; finishing completes the store (success=True)."""
+        out = kit.prepare(keys)
+
+        def finish() -> None:
+            if out is not None:
+                kit.tier.complete_store(out.keys_to_store, True)
+
+        return finish
+
+    def _role_fail_store(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> set[OffloadKey]:
+        """prepare_store, copy, complete_store(success=False)."""
+        kit.store(keys, success=False)
+        return set(keys)
+
+    def _role_start_load(
+        self, kit: PrimaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> Finish:
+        """prepare_load (pins, slots checked); finishing is complete_load (releases the pins)."""
+        kit.load(keys, context=context)
+        return lambda: kit.tier.complete_load(keys)
+
+    def _role_settle(self, kit: PrimaryDriver) -> None:
+        """Nothing: a primary has no jobs that end after the kit's calls."""
+
+    def _role_check_forgotten(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Nothing beyond the MISS: a primary's MISS is authoritative (prepare_load of it is misuse)."""
+
+    def _role_check_shut_down(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Each store that was in flight was failed: it answers MISS."""
+        for key in keys:
+            got = kit.lookup(key)
+            if got is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
+                )
+
     # ---- shape ---------------------------------------------------------------------------
-    @check("TIER-1")
-    def test_satisfies_primary_protocol(self, tier: PrimaryTier) -> None:
-        """The tier has every PrimaryTier member and a non-empty str name."""
-        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(tier, m)]
-        if missing:
-            raise ConformanceFailure("TIER-1", f"{type(tier).__name__} lacks PrimaryTier member(s): {', '.join(missing)}")
-        name: object = tier.name
-        if not isinstance(name, str) or not name:
-            raise ConformanceFailure("TIER-1", f"name is {name!r}; the contract requires a non-empty str")
+    test_satisfies_primary_protocol = TierChecks._satisfies_protocol
 
     @check("TIER-3")
     def test_buffer_is_a_shared_writable_2d_byte_view(self, tier: PrimaryTier) -> None:
@@ -183,20 +126,6 @@ class PrimaryTierTests(KitBase):
         if bytes(row(again, 0)) != bytes(row(buffer, 0)):
             raise ConformanceFailure("TIER-3", "buffer returns a copy: a write through one access is not seen by the next")
 
-    @check("LR-1")
-    def test_lookup_answers_a_lookup_result(self, kit: PrimaryDriver) -> None:
-        """Every lookup answers a LookupResult member, whatever the block's state."""
-        keys = key_pool("p-lr1", 3)
-        for key in keys:
-            kit.lookup(key)
-        out = kit.prepare(keys[:2])
-        for key in keys:
-            kit.lookup(key)
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, True)
-        for key in keys:
-            kit.lookup(key)
-
     @check("LR-4")
     def test_never_answers_retry(self, kit: PrimaryDriver) -> None:
         """No lookup answers RETRY: not for absent, writing, ready, pinned or failed blocks."""
@@ -213,16 +142,6 @@ class PrimaryTierTests(KitBase):
         for key in keys:
             kit.lookup(key)
         kit.tier.complete_load(keys[:1])
-
-    @check("TIER-4")
-    def test_lookup_does_not_block(self, kit: PrimaryDriver) -> None:
-        """Lookups answer at once in every state."""
-        keys = key_pool("p-t4", 6)
-        kit.store(keys[:3])
-        kit.prepare(keys[3:5])
-        for _ in range(5):
-            for key in keys:
-                kit.lookup(key)
 
     # ---- stores -------------------------------------------------------------------------------
     @check("TIER-6")
@@ -391,216 +310,16 @@ class PrimaryTierTests(KitBase):
         kit.tier.complete_load(stored)
 
     # ---- lifecycle ----------------------------------------------------------------------
-    @check("TIER-14")
-    def test_events_name_stored_blocks(self, kit: PrimaryDriver) -> None:
-        """STORED events name only completed blocks and carry the tier's name; take_events forgets."""
-        tier = kit.tier
-        list(tier.take_events())
-        keys = key_pool("p-events", 4)
-        kit.store(keys[:2])
-        kit.store(keys[2:], success=False)
-        events = list(tier.take_events())
-        for event in events:
-            if not isinstance(event, OffloadingEvent):
-                raise ConformanceFailure("TIER-14", f"take_events returned {event!r}")
-            if event.tier != tier.name:
-                raise ConformanceFailure("TIER-14", f"event names tier {event.tier!r}; the tier is {tier.name!r}")
-            if event.kind is EventKind.STORED and set(event.keys) & set(keys[2:]):
-                raise ConformanceFailure("TIER-14", "a STORED event names a block whose store failed")
-        if list(tier.take_events()):
-            raise ConformanceFailure("TIER-14", "take_events returned the same events twice")
-
-    @check("TIER-15")
-    def test_has_pending_work_tracks_stores(self, kit: PrimaryDriver) -> None:
-        """has_pending_work is True between prepare_store and complete_store, False when idle."""
-        tier = kit.tier
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "an empty tier says it has pending work")
-        out = kit.prepare(key_pool("p-busy", 2))
-        if tier.has_pending_work() is not True:
-            raise ConformanceFailure("TIER-15", "has_pending_work is not True while a store is prepared")
-        if out is not None:
-            tier.complete_store(out.keys_to_store, True)
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "has_pending_work is still True after the store completed")
-
-    @check("TIER-12")
-    def test_on_request_finished_drops_request_state(self, kit: PrimaryDriver) -> None:
-        """After on_request_finished the tier holds no reference to the request's context."""
-        keys = key_pool("p-request", 2)
-        context = TrackedContext("kvproto-kit-finished-request")
-        out = kit.tier.prepare_store(keys, context)
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, True)
-        for key in keys:
-            kit.tier.lookup(key, context)
-        kit.tier.prepare_load(keys, context)
-        kit.tier.complete_load(keys)
-        kit.tier.on_request_finished(context)
-        ref = weakref.ref(context)
-        del context
-        gc.collect()
-        if ref() is not None:
-            raise ConformanceFailure("TIER-12", "the tier still holds the ReqContext of a finished request")
-
-    @check("TIER-16")
-    def test_reset_cache_forgets_blocks(self, kit: PrimaryDriver) -> None:
-        """reset_cache refuses (False) with a store in flight; when idle it returns True and all is MISS."""
-        keys = key_pool("p-reset", 4)
-        kit.store(keys[:2])
-        out = kit.prepare(keys[2:])
-        busy: object = kit.tier.reset_cache()
-        if busy is True:
-            kit.expect(keys[:2], lr.MISS, "TIER-16", "after reset_cache answered True")
-        elif busy is not False:
-            raise ConformanceFailure("TIER-16", f"reset_cache answered {busy!r}, not a bool")
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store, False)
-        answer: object = kit.tier.reset_cache()
-        if answer is not True:
-            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
-        kit.expect(keys, lr.MISS, "TIER-16", "after reset_cache")
-        kit.store(keys)
-        kit.expect(keys, lr.HIT, "TIER-16", "stored after reset_cache")
-
-    @check("TIER-16")
-    def test_shutdown_fails_stores_in_flight(self, kit: PrimaryDriver) -> None:
-        """shutdown with stores in flight leaves none of them HIT_PENDING or HIT."""
-        keys = key_pool("p-shutdown", 3)
-        kit.store(keys[:1])
-        kit.prepare(keys[1:])
-        kit.shutdown()
-        for key in keys[1:]:
-            got = kit.lookup(key)
-            if got is not lr.MISS:
-                raise ConformanceFailure(
-                    "TIER-16", f"after shutdown, a store that was in flight answers {got.name}; it must be failed (MISS)"
-                )
-
-    @check("TIER-17")
-    def test_lookup_many_matches_lookup(self, kit: PrimaryDriver) -> None:
-        """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
-        tier = kit.tier
-        if not isinstance(tier, BatchLookup):
-            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
-        keys = key_pool("p-t17", 6)
-        kit.store(keys[:2])
-        kit.prepare(keys[2:4])
-        many: object = tier.lookup_many(keys, kit.context)
-        one = [kit.lookup(k) for k in keys]
-        if not isinstance(many, list) or many != one:
-            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
+    test_has_pending_work_tracks_stores = TierChecks._pending_work_tracks_stores
+    test_shutdown_fails_stores_in_flight = TierChecks._shutdown_ends_work_in_flight
 
     # ---- Hypothesis ----------------------------------------------------------------------
     @check("TIER-7", hypothesis=True)
     def test_state_machine_against_model(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
         """Random stores, failures, loads, releases and resets agree with a model of block states."""
-        from kvproto.testing._machines import run_recorded
+        from kvproto.testing._machines import run_primary_machine
 
-        machine = _primary_machine(tier_factory, self.capabilities, self.limits)
-        run_recorded(machine, machine.runs, self.profile(request), request)
+        run_primary_machine(self, tier_factory, self.profile(request), request)
 
 
 PrimaryTierTests._kit_base = PrimaryTierTests
-
-_PPOOL = tuple(key_pool("p-machine", 12))
-
-
-class PrimaryStateMachine(RuleBasedStateMachine):
-    """Drives a primary tier against a model: each key ABSENT, WRITING, or READY with a pin count."""
-
-    tier_factory: ClassVar[PrimaryTierFactory]
-    capabilities: ClassVar[Capabilities | None] = None
-    limits: ClassVar[KitLimits] = KitLimits()
-    runs: ClassVar[list[int]]
-
-    def __init__(self) -> None:
-        super().__init__()
-        tier = type(self).tier_factory()
-        self.kit = PrimaryDriver(tier, resolve_capabilities(self.capabilities, tier), self.limits)
-        self.writing: set[OffloadKey] = set()
-        self.ready: set[OffloadKey] = set()
-        self.pins: dict[OffloadKey, int] = {}
-        self.steps = 0
-        type(self).runs[0] += 1
-
-    @rule(keys=st.lists(st.sampled_from(_PPOOL), min_size=1, max_size=4))
-    def prepare(self, keys: list[OffloadKey]) -> None:
-        self.steps += 1
-        out = self.kit.prepare(keys)
-        if out is None:
-            return
-        fresh = set(keys) - self.writing - self.ready
-        if set(out.keys_to_store) != fresh:
-            raise ConformanceFailure("TIER-6", "prepare_store reserved other keys than the absent ones asked for")
-        for key in out.evicted:
-            if key not in self.ready or self.pins.get(key):
-                raise ConformanceFailure("TIER-8", f"prepare_store evicted {short_key(key)}, which was pinned or not ready")
-            self.ready.discard(key)
-        self.writing |= fresh
-
-    @rule(data=st.data(), success=st.booleans())
-    def complete(self, data: st.DataObject, success: bool) -> None:
-        self.steps += 1
-        if not self.writing:
-            return
-        keys = data.draw(st.lists(st.sampled_from(sorted(self.writing)), min_size=1, unique=True))
-        self.kit.tier.complete_store(keys, success)
-        self.writing -= set(keys)
-        if success:
-            self.ready |= set(keys)
-
-    @rule(data=st.data())
-    def load(self, data: st.DataObject) -> None:
-        self.steps += 1
-        if not self.ready:
-            return
-        keys = data.draw(st.lists(st.sampled_from(sorted(self.ready)), min_size=1, max_size=3))
-        self.kit.load(keys)
-        for key in keys:
-            self.pins[key] = self.pins.get(key, 0) + 1
-
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        self.steps += 1
-        held = sorted(k for k, n in self.pins.items() if n)
-        if not held:
-            return
-        key = data.draw(st.sampled_from(held))
-        self.kit.tier.complete_load([key])
-        self.pins[key] -= 1
-
-    @rule(key=st.sampled_from(_PPOOL))
-    def lookup(self, key: OffloadKey) -> None:
-        self.steps += 1
-        got = self.kit.lookup(key)
-        want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
-        if got is not want:
-            clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
-            raise ConformanceFailure(clause, f"lookup({short_key(key)}) answered {got.name}; the model says {want.name}")
-
-    @rule()
-    def reset(self) -> None:
-        self.steps += 1
-        if self.writing or any(self.pins.values()):
-            return  # a tier may refuse while work is in flight; only the idle case is pinned down
-        answer: object = self.kit.tier.reset_cache()
-        if answer is not True:
-            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
-        self.ready.clear()
-
-    def teardown(self) -> None:
-        type(self).runs[1] += self.steps
-        self.kit.shutdown()
-
-
-def _primary_machine(
-    factory: PrimaryTierFactory, capabilities: Capabilities | None, limits: KitLimits
-) -> type[PrimaryStateMachine]:
-    attrs: dict[str, object] = {
-        "tier_factory": staticmethod(factory),
-        "capabilities": capabilities,
-        "limits": limits,
-        "runs": [0, 0],
-    }
-    return type("PrimaryStateMachineForTier", (PrimaryStateMachine,), attrs)

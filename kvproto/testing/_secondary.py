@@ -1,23 +1,25 @@
-"""``SecondaryTierTests``: the conformance checks for a secondary tier (TIER-*, LR-*, KIT-*)."""
+"""``SecondaryTierTests``: the conformance checks for a secondary tier (TIER-*, LR-*, KIT-*).
+
+The checks both kinds of tier share live in :mod:`kvproto.testing._common`; this
+module says what their steps mean for a secondary tier and adds the secondary's own.
+"""
 
 from __future__ import annotations
 
-import gc
 import random
 import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar
 
 import pytest
 
 from kvproto import members as lr
-from kvproto._events import EventKind, OffloadingEvent
 from kvproto._keys import OffloadKey
-from kvproto._protocols import BatchLookup, SecondaryTier
+from kvproto._protocols import SecondaryTier
+from kvproto._requests import ReqContext
 from kvproto._results import unreachable
-from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
+from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer, tricky_keys
 from kvproto.testing._driver import SecondaryDriver, TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
@@ -27,9 +29,6 @@ __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 SecondaryTierFactory = Callable[[memoryview], SecondaryTier]
 """Builds an EMPTY secondary tier bound to the given primary buffer."""
-
-_PROTOCOL_MEMBERS = tuple(n for n in dir(SecondaryTier) if not n.startswith("_"))
-_CLOSED = pytest.StashKey[bool]()  # the check's tier was shut down already
 
 
 def _load_right_after_hit(kit: SecondaryDriver, key: OffloadKey, slot: int, *, when: str = "") -> None:
@@ -42,7 +41,20 @@ def _load_right_after_hit(kit: SecondaryDriver, key: OffloadKey, slot: int, *, w
         )
 
 
-class SecondaryTierTests(KitBase):
+def _store_slots(kit: SecondaryDriver, count: int) -> list[int]:
+    """The first ``count`` slots of the lower half of the buffer, where the shared checks store,
+    that no job in flight uses."""
+    busy = {slot for job_id in kit.pending() for slot in kit.jobs[job_id].slots}
+    return [slot for slot in range(kit.num_slots // 2) if slot not in busy][:count]
+
+
+def _load_slots(kit: SecondaryDriver, count: int) -> list[int]:
+    """``count`` slots in the upper half of the buffer, where the shared checks load."""
+    first = kit.num_slots // 2
+    return list(range(first, first + count))
+
+
+class SecondaryTierTests(TierChecks[SecondaryDriver]):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
     ``tier_factory`` returns a callable that builds an EMPTY tier bound to a
@@ -86,7 +98,7 @@ class SecondaryTierTests(KitBase):
         """An empty tier bound to ``primary_buffer``, shut down after the check (once)."""
         built = tier_factory(primary_buffer)
         yield built
-        if not request.node.stash.get(_CLOSED, False):
+        if not request.node.stash.get(CLOSED, False):
             built.shutdown()
 
     @pytest.fixture
@@ -96,7 +108,7 @@ class SecondaryTierTests(KitBase):
         """A driver for ``tier``; shuts the tier down after the check."""
 
         def closed() -> None:
-            request.node.stash[_CLOSED] = True
+            request.node.stash[CLOSED] = True
 
         driver = SecondaryDriver(
             tier, primary_buffer, self.declared_capabilities(tier), self.limits, on_close=closed
@@ -129,18 +141,76 @@ class SecondaryTierTests(KitBase):
         """A new tier instance over the same storage as ``tier``."""
         raise NotImplementedError
 
-    # ---- protocol and answers ------------------------------------------------------------
-    @check("TIER-1")
-    def test_satisfies_secondary_protocol(self, tier: SecondaryTier) -> None:
-        """The tier has every SecondaryTier member and a non-empty str name."""
-        missing = [m for m in _PROTOCOL_MEMBERS if not hasattr(tier, m)]
-        if missing:
+    # ---- the role interface of the shared checks (see TierChecks) -------------------------
+    _role_protocol = SecondaryTier
+    _role_holds_stores = False
+    _role_pending_words = PendingWorkWords(
+        idle="an empty tier with no jobs says it has pending work",
+        busy="has_pending_work is not True right after a job was submitted (not yet reported)",
+        done="has_pending_work is still True after every job was reported",
+    )
+
+    def _role_store(
+        self, kit: SecondaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> bool:
+        """A store job for ``context``'s request, waited for."""
+        return kit.store(keys, _store_slots(kit, len(keys)), context=context).success
+
+    def _role_start_store(self, kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> Finish:
+        """A store job submitted; finishing waits until it is reported."""
+        job = kit.submit_store(keys, _store_slots(kit, len(keys)))
+
+        def finish() -> None:
+            kit.wait([job])
+
+        return finish
+
+    def _role_fail_store(self, kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> set[OffloadKey]:
+        """A store job made to fail through the fail_next_jobs hook; without the hook, none."""
+        if not self.has_hook("fail_next_jobs"):
+            return set()
+        self.fail_next_jobs(kit.tier, 1)
+        result = kit.store(keys)
+        return set(keys) - result.succeeded_keys(kit.jobs[result.job_id])
+
+    def _role_start_load(
+        self, kit: SecondaryDriver, keys: Sequence[OffloadKey], context: ReqContext | None = None
+    ) -> Finish:
+        """A load job into the upper half of the buffer (stores use the lower); finishing waits for it."""
+        job = kit.submit_load(keys, _load_slots(kit, len(keys)), context=context)
+
+        def finish() -> None:
+            kit.wait([job])
+
+        return finish
+
+    def _role_settle(self, kit: SecondaryDriver) -> None:
+        """Two quiet steps, so late reports and duplicates show up."""
+        kit.quiet_steps(2)
+
+    def _role_check_shut_down(self, kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Every job in flight at shutdown was reported, finished or failed, and no work is left."""
+        jobs = [kit.jobs[job_id] for job_id in kit.pending()]
+        deadline = time.monotonic() + kit.limits.job_timeout_s
+        while any(j.job_id not in kit.results for j in jobs) and time.monotonic() < deadline:
+            kit.collect()
+            time.sleep(0.001)
+        lost = [j.job_id for j in jobs if j.job_id not in kit.results]
+        if lost:
             raise ConformanceFailure(
-                "TIER-1", f"{type(tier).__name__} lacks SecondaryTier member(s): {', '.join(missing)}"
+                "TIER-16", f"job(s) {lost} in flight at shutdown were never reported finished or failed"
             )
-        name: object = tier.name
-        if not isinstance(name, str) or not name:
-            raise ConformanceFailure("TIER-1", f"name is {name!r}; the contract requires a non-empty str")
+        if kit.tier.has_pending_work():
+            raise ConformanceFailure("TIER-16", "has_pending_work is True after shutdown reported every job")
+
+    def _role_check_forgotten(self, kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """A load of a forgotten block must fail."""
+        result = kit.load(keys, _load_slots(kit, len(keys)))
+        if set(keys) & result.succeeded_keys(kit.jobs[result.job_id]):
+            raise ConformanceFailure("TIER-16", "a block loaded after reset_cache")
+
+    # ---- protocol and answers ------------------------------------------------------------
+    test_satisfies_secondary_protocol = TierChecks._satisfies_protocol
 
     @check("TIER-18")
     def test_capabilities_are_consistent(self, tier: SecondaryTier) -> None:
@@ -154,15 +224,6 @@ class SecondaryTierTests(KitBase):
         unknown = sorted(set(caps.reasons) - known)
         if unknown:
             raise ConformanceFailure("TIER-18", f"capability reasons name unknown abilities: {unknown}")
-
-    @check("LR-1")
-    def test_lookup_answers_a_lookup_result(self, kit: SecondaryDriver) -> None:
-        """Every lookup answers a LookupResult member (not bool, not None)."""
-        keys = key_pool("lr1", 4)
-        for key in keys:
-            kit.lookup(key)
-        kit.store(keys[:2])
-        kit.resolve(keys)
 
     @check("LR-3")
     def test_never_answers_hit_pending(self, kit: SecondaryDriver) -> None:
@@ -180,25 +241,6 @@ class SecondaryTierTests(KitBase):
                 kit.lookup(key)
             kit.wait_step([load])
         kit.resolve(keys)
-
-    @check("TIER-4")
-    def test_lookup_does_not_block(self, kit: SecondaryDriver) -> None:
-        """Lookups answer at once, also while stores and loads are in flight."""
-        keys = key_pool("t4", 6)
-        for key in keys:
-            kit.lookup(key)
-        job = kit.submit_store(keys[:3])
-        for key in keys:
-            kit.lookup(key)
-        kit.wait([job])
-        kit.resolve(keys)
-        load = kit.submit_load(keys[:3], [20, 21, 22])
-        for key in keys:
-            kit.lookup(key)
-        kit.wait([load])
-        for _ in range(3):
-            for key in keys:
-                kit.lookup(key)
 
     @check("TIER-4")
     def test_empty_tier_misses(self, kit: SecondaryDriver) -> None:
@@ -259,7 +301,7 @@ class SecondaryTierTests(KitBase):
                             _load_right_after_hit(kit, key, next(spare), when=" while its store was in flight")
                     case lr.MISS | lr.RETRY | lr.HIT_PENDING:
                         pass
-                    case other:
+                    case _ as other:
                         unreachable(other, where="test_no_hit_before_store_finished")
             kit.wait_step([job])
         result = kit.results[job.job_id]
@@ -461,7 +503,7 @@ class SecondaryTierTests(KitBase):
                         _load_right_after_hit(kit, key, target)
                     case lr.MISS | lr.RETRY | lr.HIT_PENDING:
                         pass
-                    case other:
+                    case _ as other:
                         unreachable(other, where="test_hit_is_loadable_under_racing_stores")
                 racing = kit.submit_store(pool[2 * i + 1 : 2 * i + 2], [base + 2])
                 match kit.lookup(key):
@@ -470,7 +512,7 @@ class SecondaryTierTests(KitBase):
                         kit.wait([kit.submit_load([key], [target])])
                     case lr.MISS | lr.RETRY | lr.HIT_PENDING:
                         pass
-                    case other:
+                    case _ as other:
                         unreachable(other, where="test_hit_is_loadable_under_racing_stores")
                 kit.wait([racing])
             kit.settle()
@@ -492,105 +534,10 @@ class SecondaryTierTests(KitBase):
             if job_id not in kit.results:
                 raise ConformanceFailure("TIER-11", f"job {job_id} was never reported")
 
-    @check("TIER-15")
-    def test_has_pending_work_tracks_jobs(self, kit: SecondaryDriver) -> None:
-        """has_pending_work is True from submission until the job is reported, then False."""
-        tier = kit.tier
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "an empty tier with no jobs says it has pending work")
-        job = kit.submit_store(key_pool("pending", 2))
-        if tier.has_pending_work() is not True:
-            raise ConformanceFailure(
-                "TIER-15", "has_pending_work is not True right after a job was submitted (not yet reported)"
-            )
-        kit.wait([job])
-        kit.quiet_steps(2)
-        if tier.has_pending_work() is not False:
-            raise ConformanceFailure("TIER-15", "has_pending_work is still True after every job was reported")
+    test_has_pending_work_tracks_jobs = TierChecks._pending_work_tracks_stores
 
     # ---- lifecycle ------------------------------------------------------------------------
-    @check("TIER-12")
-    def test_on_request_finished_drops_request_state(self, kit: SecondaryDriver) -> None:
-        """After on_request_finished the tier holds no reference to the request's context."""
-        keys = key_pool("request", 4)
-        kit.store(keys[:2])
-        context = TrackedContext("kvproto-kit-finished-request")
-        kit.resolve(keys, context)
-        job = kit.submit_load(keys[:2], [10, 11])
-        kit.wait([job])
-        kit.tier.on_request_finished(context)
-        kit.quiet_steps(2)
-        ref = weakref.ref(context)
-        del context
-        gc.collect()
-        if ref() is not None:
-            raise ConformanceFailure(
-                "TIER-12", "the tier still holds the ReqContext of a finished request (per-request state leaked)"
-            )
-        kit.expect(kit.resolve(keys[:2], TrackedContext("kvproto-kit-next")), lr.HIT, "TIER-12",
-                   "for another request after one finished")
-
-    @check("TIER-14")
-    def test_events_name_stored_blocks(self, kit: SecondaryDriver) -> None:
-        """STORED events name only blocks stored successfully, carry the tier's name, and are returned once."""
-        tier = kit.tier
-        list(tier.take_events())
-        keys = key_pool("events", 4)
-        kit.store(keys[:2])
-        failed: set[OffloadKey] = set()
-        if self.has_hook("fail_next_jobs"):
-            self.fail_next_jobs(tier, 1)
-            result = kit.store(keys[2:], [2, 3])
-            failed = set(keys[2:]) - result.succeeded_keys(kit.jobs[result.job_id])
-        kit.quiet_steps(2)
-        events = list(tier.take_events())
-        for event in events:
-            if not isinstance(event, OffloadingEvent):
-                raise ConformanceFailure("TIER-14", f"take_events returned {event!r}, not an OffloadingEvent")
-            if event.tier != tier.name:
-                raise ConformanceFailure("TIER-14", f"event names tier {event.tier!r}; the tier is {tier.name!r}")
-            if event.kind is EventKind.STORED and set(event.keys) & failed:
-                raise ConformanceFailure("TIER-14", "a STORED event names a block whose store failed")
-        if list(tier.take_events()):
-            raise ConformanceFailure("TIER-14", "take_events returned the same events twice (it must forget them)")
-
-    @check("TIER-16")
-    def test_reset_cache_forgets_blocks(self, kit: SecondaryDriver) -> None:
-        """reset_cache with no work in flight returns True and every block answers MISS."""
-        keys = key_pool("reset", 4)
-        kit.store(keys)
-        kit.quiet_steps(2)
-        answer: object = kit.tier.reset_cache()
-        if answer is not True:
-            raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}, not True")
-        kit.expect(kit.resolve(keys, TrackedContext("kvproto-kit-after-reset")), lr.MISS, "TIER-16",
-                   "after reset_cache")
-        result = kit.load(keys[:1], [12])
-        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
-            raise ConformanceFailure("TIER-16", "a block loaded after reset_cache")
-        again = kit.store(keys[:2])
-        if not again.success:
-            raise ConformanceFailure("TIER-16", "storing after reset_cache failed")
-
-    @check("TIER-16")
-    def test_shutdown_reports_jobs_in_flight(self, kit: SecondaryDriver) -> None:
-        """shutdown finishes or fails every job in flight and reports each one; nothing is lost."""
-        keys = key_pool("shutdown", 6)
-        kit.store(keys[:2])
-        jobs = [kit.submit_store(keys[2:4], [2, 3]), kit.submit_store(keys[4:], [4, 5]),
-                kit.submit_load(keys[:2], [10, 11])]
-        kit.shutdown()
-        deadline = time.monotonic() + kit.limits.job_timeout_s
-        while any(j.job_id not in kit.results for j in jobs) and time.monotonic() < deadline:
-            kit.collect()
-            time.sleep(0.001)
-        lost = [j.job_id for j in jobs if j.job_id not in kit.results]
-        if lost:
-            raise ConformanceFailure(
-                "TIER-16", f"job(s) {lost} in flight at shutdown were never reported finished or failed"
-            )
-        if kit.tier.has_pending_work():
-            raise ConformanceFailure("TIER-16", "has_pending_work is True after shutdown reported every job")
+    test_shutdown_reports_jobs_in_flight = TierChecks._shutdown_ends_work_in_flight
 
     @check("TIER-18", needs=("persistence",), hooks=("reopen",))
     def test_persistence_across_instances(self, kit: SecondaryDriver, primary_buffer: memoryview) -> None:
@@ -624,20 +571,6 @@ class SecondaryTierTests(KitBase):
             kit.load(keys[2:], [12, 13])
         finally:
             other.shutdown()
-
-    @check("TIER-17")
-    def test_lookup_many_matches_lookup(self, kit: SecondaryDriver) -> None:
-        """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
-        tier = kit.tier
-        if not isinstance(tier, BatchLookup):
-            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
-        keys = key_pool("t17", 6)
-        kit.store(keys[:3])
-        kit.resolve(keys)
-        many: object = tier.lookup_many(keys, kit.context)
-        one = [kit.lookup(k) for k in keys]
-        if not isinstance(many, list) or many != one:
-            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
 
     # ---- Hypothesis --------------------------------------------------------------------
     @check("TIER-10", hypothesis=True)
