@@ -37,7 +37,6 @@ def make_tier(
     *,
     policy: str = "lru",
     deadline: float = 10.0,
-    grace: float = 100.0,
     clock: FakeClock | None = None,
 ) -> tuple[CpuTier, FakeClock]:
     clock = clock or FakeClock()
@@ -47,7 +46,6 @@ def make_tier(
         policy=policy,
         pin_memory="off",
         pending_deadline_s=deadline,
-        quarantine_grace_s=grace,
     )
     return CpuTier(config, clock=clock), clock
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from kvproto_cpu import BlockState, CpuTier, CpuTierConfig
 from kvproto import EventKind, OffloadingEvent, PrimaryTier, ReqContext
 from kvproto import members as lr
-from kvproto.errors import KvprotoError, TierMisuseError
+from kvproto.errors import ConfigurationError, InvalidArgumentError, KvprotoError, TierMisuseError
 
 from tests.impls.cpu._support import REQ, key, keys, make_tier
 
@@ -300,7 +302,7 @@ def test_on_step_end_expires_only_overdue_writes() -> None:
 
 
 def test_expired_slot_is_quarantined_until_the_late_completion() -> None:
-    tier, clock = make_tier(num_slots=2, deadline=5.0, grace=100.0)
+    tier, clock = make_tier(num_slots=2, deadline=5.0)
     out = tier.prepare_store(keys(1), REQ)
     assert out is not None
     leaked = out.slots[0]
@@ -320,32 +322,58 @@ def test_expired_slot_is_quarantined_until_the_late_completion() -> None:
     assert tier.take_events() == []
 
 
-def test_quarantine_ends_after_grace_and_very_late_completion_is_ignored() -> None:
-    tier, clock = make_tier(num_slots=1, deadline=5.0, grace=50.0)
+def test_quarantine_never_ends_by_time_only_by_the_late_completion() -> None:
+    """CPU-8: however long the late write takes, its slot is not reused before it completes."""
+    tier, clock = make_tier(num_slots=1, deadline=5.0)
     assert tier.prepare_store(keys(1), REQ) is not None
     clock.advance(6.0)
     tier.on_step_end()
-    assert tier.free_slots == 0
-    clock.advance(50.5)
-    tier.on_step_end()
-    assert tier.free_slots == 1 and tier.stats.quarantine_timeouts == 1
-    tier.complete_store(keys(1), True)  # remembered as expired: ignored, not misuse
+    for _ in range(5):
+        clock.advance(10_000.0)
+        tier.on_step_end()
+        assert tier.free_slots == 0 and tier.prepare_store(keys(2), REQ) is None
+    tier.complete_store(keys(1), True)  # the late completion: ignored, frees the slot
     assert tier.lookup(key(1), REQ) is lr.MISS and tier.stats.late_completions == 1
+    assert tier.free_slots == 1
     with pytest.raises(TierMisuseError):
-        tier.complete_store(keys(1), True)  # a second one is misuse again
+        tier.complete_store(keys(1), True)  # a second one is misuse
 
 
-def test_key_can_be_stored_again_after_its_quarantine() -> None:
-    tier, clock = make_tier(num_slots=1, deadline=5.0, grace=50.0)
+def test_key_can_be_stored_again_after_its_late_completion() -> None:
+    tier, clock = make_tier(num_slots=1, deadline=5.0)
     assert tier.prepare_store(keys(1), REQ) is not None
     clock.advance(6.0)
     tier.on_step_end()  # expired: quarantined from now
-    clock.advance(51.0)
-    tier.on_step_end()  # grace over: slot free, key remembered as expired
+    tier.complete_store(keys(1), False)  # the late transfer reports (failed)
     out = tier.prepare_store(keys(1), REQ)
     assert out is not None and out.keys_to_store == (key(1),)
     tier.complete_store(keys(1), True)
     assert tier.lookup(key(1), REQ) is lr.HIT
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda tier: tier.prepare_store("xyz", REQ), "single str"),
+        (lambda tier: tier.prepare_store([b"ok", 7], REQ), "key 1 is 7"),
+        (lambda tier: tier.prepare_load(key(1), REQ), "single bytes"),
+        (lambda tier: tier.complete_store(keys(1), "no"), "success must be a bool"),
+    ],
+)
+def test_bad_arguments_are_typed_errors_and_change_nothing(call: Callable[[CpuTier], object], words: str) -> None:
+    """A str or single key as ``keys``, a non-bytes key or a non-bool success: InvalidArgumentError, no change."""
+    tier, _ = make_tier(num_slots=2)
+    first = tier.prepare_store(keys(1), REQ)
+    assert first is not None
+    tier.complete_store(keys(1), True)
+    with pytest.raises(InvalidArgumentError, match=words):
+        call(tier)
+    assert tier.lookup(key(1), REQ) is lr.HIT and tier.free_slots == 1 and not tier.has_pending_work()
+
+
+def test_a_buffer_too_large_to_map_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="cannot allocate the slot buffer"):
+        make_tier(num_slots=2**20, block_bytes=2**40)
 
 
 # ---------------------------------------------------------------- lifecycle (TIER-12..16)

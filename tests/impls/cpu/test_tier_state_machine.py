@@ -27,7 +27,6 @@ from tests.impls.cpu._support import REQ, FakeClock, key, make_tier
 NUM_SLOTS = 4
 BLOCK_BYTES = 8
 DEADLINE = 5.0
-GRACE = 20.0
 KEYS = [key(i) for i in range(8)]
 
 key_st = st.sampled_from(KEYS)
@@ -52,7 +51,6 @@ class CpuTierMachine(RuleBasedStateMachine):
             BLOCK_BYTES,
             policy=self.POLICY,
             deadline=DEADLINE,
-            grace=GRACE,
             clock=self.clock,
         )
         self.ready: dict[OffloadKey, tuple[int, bytes]] = {}
@@ -205,9 +203,6 @@ class CpuTierMachine(RuleBasedStateMachine):
         now = self.clock.now
         for k in [k for k, w in self.writing.items() if now - w.started > DEADLINE]:
             self.expire(k)
-        for k in [k for k, (_, since) in self.quarantined.items() if now - since > GRACE]:
-            del self.quarantined[k]
-            self.expired.add(k)
         self.tier.on_step_end()
 
     @rule()

@@ -295,26 +295,13 @@ def test_cuda_staging_path_logic_on_cpu_tensors(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_completion_of_a_forgotten_key_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
-    config = CpuTierConfig(
-        num_slots=4,
-        block_bytes=LAYERS * 12,
-        pin_memory="off",
-        pending_deadline_s=1.0,
-        quarantine_grace_s=0.1,
-        expired_memory=0,  # forget expired keys as soon as their quarantine ends
-    )
-    clock = FakeClock()
-    tier = CpuTier(config, clock=clock)
+    config = CpuTierConfig(num_slots=4, block_bytes=LAYERS * 12, pin_memory="off")
+    tier = CpuTier(config, clock=FakeClock())
     handler = CpuTransferHandler(tier, device_cache())
-    first = tier.prepare_store(keys(1), REQ)
-    clock.advance(0.6)
-    second = tier.prepare_store(keys(2), REQ)
-    assert first is not None and second is not None
-    handler.submit_store(keys(1, 2), first.slots + second.slots, [0, 1])
-    clock.advance(0.6)
-    tier.on_step_end()  # key 1 expires (1.2 s), key 2 is still in time (0.6 s)
-    clock.advance(0.2)
-    tier.on_step_end()  # key 1's quarantine ends and it is forgotten
+    out = tier.prepare_store(keys(1, 2), REQ)
+    assert out is not None
+    handler.submit_store(keys(1, 2), out.slots, [0, 1])
+    tier.complete_store(keys(1), False)  # someone else ends key 1's store: the tier forgets it
     outcomes = handler.wait()  # completes key 2; key 1 is unknown to the tier by now
     assert [o.success for o in outcomes] == [True]
     assert tier.lookup(key(2), REQ) is lr.HIT and tier.lookup(key(1), REQ) is lr.MISS

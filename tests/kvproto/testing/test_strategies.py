@@ -8,10 +8,21 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvproto import JobResult, MemoryTier, OffloadKey, ReqContext, TransferJob, make_key, split_key, unreachable
+from kvproto import (
+    JobResult,
+    MemoryTier,
+    OffloadKey,
+    ReqContext,
+    SecondaryTier,
+    TransferJob,
+    make_key,
+    split_key,
+    unreachable,
+)
 from kvproto import members as lr
 from kvproto.testing import block_for, key_pool, make_buffer
 from kvproto.testing import strategies as kvst
+from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 16
 BLOCK = 16
@@ -25,7 +36,8 @@ class Harness:
         self.buffer = make_buffer(SLOTS, block_bytes)
         self.flat = self.buffer.cast("B")
         self.block_bytes = block_bytes
-        self.tier = MemoryTier(self.buffer, job_latency_steps=job_latency_steps)
+        memory = MemoryTier(self.buffer)
+        self.tier: SecondaryTier = LatencySecondary(memory, job_steps=job_latency_steps) if job_latency_steps else memory
         self.next_id = 1
         self.flying: dict[int, TransferJob] = {}
         self.stored: set[OffloadKey] = set()  # keys some store reported done

@@ -77,10 +77,18 @@ def allocate_slot_buffer(
 ) -> SlotBuffer:
     """Allocate ``num_slots * block_bytes`` bytes, pinned per ``pin_memory`` (CPU-2).
 
-    Pinning is undone when ``owner`` (the tier) is garbage collected.
+    Pinning is undone when ``owner`` (the tier) is garbage collected. A size
+    the machine cannot map raises :class:`~kvproto.errors.ConfigurationError`
+    naming it, never a raw ``OSError`` or ``MemoryError``.
     """
     nbytes = num_slots * block_bytes
-    mapping = mmap.mmap(-1, nbytes)
+    try:
+        mapping = mmap.mmap(-1, nbytes)
+    except (OSError, MemoryError, OverflowError) as exc:
+        raise ConfigurationError(
+            f"cannot allocate the slot buffer: {num_slots} slots x {block_bytes} bytes = {nbytes:,} bytes "
+            f"({exc}); lower num_slots, capacity_bytes or block_bytes"
+        ) from exc
     flat = torch.frombuffer(mapping, dtype=torch.uint8)
     tensor = flat.view(num_slots, block_bytes)
     view = memoryview(mapping).cast("B", (num_slots, block_bytes))

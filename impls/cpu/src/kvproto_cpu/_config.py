@@ -25,13 +25,9 @@ class CpuTierConfig(BaseModel):
       ``"on"`` requires it (an error without CUDA), ``"off"`` never pins (CPU-2).
     * ``pending_deadline_s``: a block still WRITING after this many seconds is
       failed and answers MISS (CPU-7).
-    * ``quarantine_grace_s``: how long the slot of such an expired write is
-      kept out of use while waiting for its late completion (CPU-8).
-    * ``expired_memory``: how many expired keys the tier remembers so that a
-      very late completion of one is ignored rather than treated as misuse.
+      Its slot stays quarantined until the late completion arrives (CPU-8).
 
-    ``float("inf")`` is allowed for the two durations: no deadline, or a
-    quarantine that ends only with the late completion.
+    ``float("inf")`` is allowed for the deadline: no deadline.
 
     Invalid values raise :class:`kvproto.errors.ConfigurationError` (a
     ``ValueError``) whose message names every offending field. The model is
@@ -48,8 +44,6 @@ class CpuTierConfig(BaseModel):
     policy: Literal["lru", "arc"] = "lru"
     pin_memory: Literal["auto", "on", "off"] = "auto"
     pending_deadline_s: float = Field(default=60.0, gt=0)
-    quarantine_grace_s: float = Field(default=600.0, gt=0)
-    expired_memory: int = Field(default=65536, ge=0)
 
     def __init__(self, **data: Any) -> None:
         """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (CPU-1)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +31,7 @@ from kvproto import (
     ReqContext,
 )
 from kvproto import members as lr
-from kvproto.errors import TierMisuseError
+from kvproto.errors import InvalidArgumentError, TierMisuseError
 
 from kvproto_cpu._buffer import allocate_slot_buffer
 from kvproto_cpu._config import CpuTierConfig
@@ -60,7 +60,6 @@ class CpuTierStats:
     evictions: int = 0
     expired_writes: int = 0
     late_completions: int = 0
-    quarantine_timeouts: int = 0
 
 
 @dataclass(slots=True)
@@ -87,10 +86,12 @@ class CpuTier:
     on it. Its transfer may still be running, though, and would write into the
     slot; so the slot is *quarantined*, not freed: no key is stored into it
     until the late ``complete_store`` of that key arrives (which frees it and
-    is otherwise ignored: the key never becomes READY) or until
-    ``quarantine_grace_s`` passes. While quarantined, the key itself is not
-    reserved again either, because ``complete_store`` names keys, not slots,
-    and a late completion could not be told from the new store's.
+    is otherwise ignored: the key never becomes READY). No timer ends a
+    quarantine: a slot is never reused while a transfer that may write it is
+    outstanding, whatever the deadlines (CPU-8). While quarantined, the key
+    itself is not reserved again either, because ``complete_store`` names
+    keys, not slots, and a late completion could not be told from the new
+    store's.
 
     The tier is not thread-safe: call it from one thread (the scheduler's).
     The data plane (:class:`CpuTransferHandler`) touches only the buffer from
@@ -110,7 +111,6 @@ class CpuTier:
         self._num_slots = config.slot_count
         self._block_bytes = config.block_bytes
         self._deadline = config.pending_deadline_s
-        self._grace = config.quarantine_grace_s
         slots = allocate_slot_buffer(self, self._num_slots, self._block_bytes, config.pin_memory)
         self._tensor = slots.tensor
         self._buffer = slots.view
@@ -121,7 +121,6 @@ class CpuTier:
         self._writing: dict[OffloadKey, _Writing] = {}  # in start order
         self._pins: dict[OffloadKey, int] = {}  # only keys with >= 1 pin
         self._quarantine: dict[OffloadKey, _Quarantined] = {}  # in expiry order
-        self._expired: OrderedDict[OffloadKey, None] = OrderedDict()
         self._policy: EvictionPolicy = make_policy(config.policy, self._num_slots)
         self._events: list[OffloadingEvent] = []
         self._closed = False
@@ -253,7 +252,10 @@ class CpuTier:
         ``None`` (and no change) when not enough can be evicted or after
         ``shutdown``; an empty output when nothing needs storing. The reserved
         keys are WRITING (HIT_PENDING); evictions emit one REMOVED event.
+        A non-bytes key, or a single key or ``str`` passed as ``keys``, raises
+        :class:`~kvproto.errors.InvalidArgumentError` before anything changes.
         """
+        keys = _key_batch(self._name, "prepare_store", keys)
         if self._closed:
             return None
         ready, writing, quarantine = self._ready, self._writing, self._quarantine
@@ -287,10 +289,8 @@ class CpuTier:
         del free[-count:]
         slots.sort()
         stored = tuple(to_store)
-        expired = self._expired
         for key, slot in zip(stored, slots, strict=True):
             writing[key] = _Writing(slot, now)
-            expired.pop(key, None)
         return PrepareStoreOutput(stored, tuple(slots), evicted)
 
     def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
@@ -302,16 +302,16 @@ class CpuTier:
         an expired key frees its quarantined slot and is otherwise ignored
         (counted in ``stats.late_completions``), never READY. A key the tier
         never reserved raises :class:`~kvproto.errors.TierMisuseError` naming
-        it, before anything changes.
+        it, and a ``success`` that is not a bool, a non-bytes key, or a single
+        key or ``str`` passed as ``keys`` raise
+        :class:`~kvproto.errors.InvalidArgumentError`, before anything changes.
         """
-        batch = tuple(keys)
+        flag: object = success
+        if flag is not True and flag is not False:
+            raise InvalidArgumentError(f"{self._name}: complete_store(success={flag!r}): success must be a bool")
+        batch = _key_batch(self._name, "complete_store", keys)
         for key in batch:
-            if not (
-                key in self._writing
-                or key in self._ready
-                or key in self._quarantine
-                or key in self._expired
-            ):
+            if not (key in self._writing or key in self._ready or key in self._quarantine):
                 raise TierMisuseError(
                     f"{self._name}: complete_store of key {key!r}, which was never prepared",
                     key=key,
@@ -332,9 +332,6 @@ class CpuTier:
             if quarantined is not None:
                 self._free.append(quarantined.slot)
                 self._late_completion(key, success)
-            elif key in self._expired:
-                del self._expired[key]
-                self._late_completion(key, success)
         if stored:
             self.stats.stores_completed += len(stored)
             self._events.append(OffloadingEvent(EventKind.STORED, tuple(stored), self._name))
@@ -347,6 +344,7 @@ class CpuTier:
         A key that is not READY or PINNED raises
         :class:`~kvproto.errors.TierMisuseError` naming it, before any pin is taken.
         """
+        keys = _key_batch(self._name, "prepare_load", keys)
         ready = self._ready
         slots: list[int] = []
         for key in keys:
@@ -393,7 +391,7 @@ class CpuTier:
         """Nothing to drop: the tier keeps no per-request state (TIER-12, CPU-9)."""
 
     def on_step_end(self) -> None:
-        """Expire writes past the deadline and end quarantines past the grace period (TIER-13, CPU-7, CPU-8).
+        """Expire writes past the deadline (TIER-13, CPU-7); quarantines end only with their late completion (CPU-8).
 
         Non-blocking: cost is proportional to what expires.
         """
@@ -404,22 +402,6 @@ class CpuTier:
             if now - writing.started <= deadline:
                 break
             self._expire(key, writing, now)
-        grace = self._grace
-        while self._quarantine:
-            key, quarantined = next(iter(self._quarantine.items()))
-            if now - quarantined.since <= grace:
-                break
-            del self._quarantine[key]
-            self._free.append(quarantined.slot)
-            self._remember_expired(key)
-            self.stats.quarantine_timeouts += 1
-            _log.warning(
-                "%s: no completion for expired key %r within %.1f s; its slot %d is reused",
-                self._name,
-                key,
-                grace,
-                quarantined.slot,
-            )
 
     def take_events(self) -> list[OffloadingEvent]:
         """Return and forget the STORED and REMOVED events since the last call (TIER-14, CPU-4)."""
@@ -471,15 +453,21 @@ class CpuTier:
             writing.slot,
         )
 
-    def _remember_expired(self, key: OffloadKey) -> None:
-        if self._config.expired_memory == 0:
-            return
-        self._expired[key] = None
-        while len(self._expired) > self._config.expired_memory:
-            self._expired.popitem(last=False)
-
     def _late_completion(self, key: OffloadKey, success: bool) -> None:
         self.stats.late_completions += 1
         _log.warning(
             "%s: late complete_store(success=%s) of expired key %r ignored", self._name, success, key
         )
+
+
+def _key_batch(name: str, method: str, keys: Iterable[object]) -> tuple[OffloadKey, ...]:
+    """``keys`` read once, as a tuple of bytes keys; a single key or ``str`` is an
+    :class:`~kvproto.errors.InvalidArgumentError` (it would iterate as characters or ints)."""
+    given: object = keys
+    if isinstance(given, (str, bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"{name}: {method} takes a sequence of keys, got a single {type(given).__name__} {given!r}")
+    batch = tuple(keys)
+    for position, key in enumerate(batch):
+        if not isinstance(key, bytes):
+            raise InvalidArgumentError(f"{name}: {method}: key {position} is {key!r}, not bytes")
+    return batch  # type: ignore[return-value]  # every element was just checked to be bytes
