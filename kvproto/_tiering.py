@@ -9,8 +9,8 @@ secondary (primary -> secondary), and keeps every deferral bounded.
 
 from __future__ import annotations
 
-import itertools
 import logging
+from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -52,7 +52,7 @@ class TieringConfig:
       manager answers that tier's lookups of the key with MISS for this many
       steps, or until a write-through stores the key there again (MGR-9).
     * ``job_deadline_steps``: a job a secondary has not reported this many
-      steps after its submission is ended by the manager (MGR-16): a
+      steps after its submission is ended by the manager (MGR-17): a
       write-through releases its pin, and the key is not promoted from that
       tier until a later write-through succeeds there (the tier may have read
       the slot after its reuse); a promotion is abandoned: its key may be
@@ -60,7 +60,7 @@ class TieringConfig:
       primary (the late load may still land in it). A late report is counted.
     * ``max_tracked_keys``: the most keys any per-key map of the manager holds
       (negative verdicts and distrusted keys per tier, abandoned jobs); the
-      oldest entries go first (MGR-17).
+      oldest entries go first (MGR-18).
     """
 
     strict: bool = False
@@ -177,17 +177,24 @@ class TieringManager:
         self._next_job = 0
         self._closed = False
         # Per secondary: job id -> job in flight (submitted, not yet reported), in submission order,
-        # and the step each was submitted at (MGR-16).
+        # and the step each was submitted at (MGR-17).
         self._jobs: tuple[dict[int, TransferJob], ...] = tuple({} for _ in self._secondaries)
-        self._job_steps: tuple[dict[int, int], ...] = tuple({} for _ in self._secondaries)
+        # (OrderedDicts: their oldest entry is found in O(1) however many were deleted before it.)
+        self._job_steps: tuple[OrderedDict[int, int], ...] = tuple(OrderedDict() for _ in self._secondaries)
         # Per secondary: jobs ended by their deadline, kept (bounded) to recognise a late report.
-        self._abandoned: tuple[dict[int, TransferJob], ...] = tuple({} for _ in self._secondaries)
+        self._abandoned: tuple[OrderedDict[int, TransferJob], ...] = tuple(
+            OrderedDict() for _ in self._secondaries
+        )
         # Per secondary: key -> first step at which the negative verdict no longer applies, in
-        # expiry order (an update moves the key to the end), pruned every step (MGR-9, MGR-17).
-        self._negative: tuple[dict[OffloadKey, int], ...] = tuple({} for _ in self._secondaries)
+        # expiry order (an update moves the key to the end), pruned every step (MGR-9, MGR-18).
+        self._negative: tuple[OrderedDict[OffloadKey, int], ...] = tuple(
+            OrderedDict() for _ in self._secondaries
+        )
         # Per secondary: keys whose write-through was ended by its deadline: never promoted from
-        # that tier until a write-through of the key succeeds there again (MGR-16).
-        self._distrusted: tuple[dict[OffloadKey, None], ...] = tuple({} for _ in self._secondaries)
+        # that tier until a write-through of the key succeeds there again (MGR-17).
+        self._distrusted: tuple[OrderedDict[OffloadKey, None], ...] = tuple(
+            OrderedDict() for _ in self._secondaries
+        )
         # key -> secondary index, for every promotion reserved and not yet ended.
         self._promoting: dict[OffloadKey, int] = {}
         self._staged_loads: dict[_StageKey, list[tuple[OffloadKey, int]]] = {}
@@ -216,6 +223,21 @@ class TieringManager:
     def config(self) -> TieringConfig:
         """The configuration the manager was built with."""
         return self._config
+
+    def tracked_sizes(self) -> dict[str, int]:
+        """How many entries each of the manager's own maps holds now (MGR-18): for operators'
+        dashboards and for tests that prove every one of them stays bounded."""
+        return {
+            "negative_verdicts": sum(map(len, self._negative)),
+            "distrusted_keys": sum(map(len, self._distrusted)),
+            "abandoned_jobs": sum(map(len, self._abandoned)),
+            "jobs_in_flight": sum(map(len, self._jobs)),
+            "promotions": len(self._promoting),
+            "staged_batches": len(self._staged_loads) + len(self._staged_stores),
+            "stores_prepared": len(self._store_owner),
+            "requests_with_stores": len(self._req_stores),
+            "requests_finishing": len(self._finishing),
+        }
 
     def promotions_in_flight(self) -> dict[OffloadKey, str]:
         """Each key being promoted (reserved, not yet ended) and the tier it comes from (MGR-3)."""
@@ -319,7 +341,7 @@ class TieringManager:
         return lr.RETRY
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
-        """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-18)."""
+        """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-19)."""
         batch = tuple(keys)
         for name, tier in self._named_tiers:
             try:
@@ -575,7 +597,7 @@ class TieringManager:
         violations: list[ContractViolation] = []
         for index, tier in enumerate(self._secondaries):
             jobs = self._jobs[index]
-            if not jobs:
+            if not jobs and not self._abandoned[index]:
                 continue
             # Typed as objects: a third-party tier may report anything (checked below). A
             # generator that raises midway keeps what it yielded before.
@@ -647,27 +669,27 @@ class TieringManager:
         negative = self._negative[index]
         until = self._step + self._negative_steps
         for key in keys:
-            negative.pop(key, None)  # re-inserted at the end: the map stays in expiry order
             negative[key] = until
+            negative.move_to_end(key)  # the map stays in expiry order
         self._cap(negative)
 
-    def _cap(self, entries: dict[_K, _V]) -> None:
-        """Drop the oldest entries beyond ``max_tracked_keys`` (MGR-17)."""
+    def _cap(self, entries: OrderedDict[_K, _V]) -> None:
+        """Drop the oldest entries beyond ``max_tracked_keys`` (MGR-18)."""
         excess = len(entries) - self._max_tracked
         if excess > 0:
-            for old in list(itertools.islice(entries, excess)):
-                del entries[old]
+            for _ in range(excess):
+                entries.popitem(last=False)
             self.stats.tracked_keys_dropped += excess
 
     def _expire(self) -> None:
-        """Prune expired negative verdicts and end jobs past their deadline (MGR-16, MGR-17)."""
+        """Prune expired negative verdicts and end jobs past their deadline (MGR-17, MGR-18)."""
         step = self._step
         for negative in self._negative:
             while negative:
                 key = next(iter(negative))
                 if negative[key] > step:
                     break
-                del negative[key]
+                negative.popitem(last=False)
         oldest = step - self._deadline_steps
         for index, started in enumerate(self._job_steps):
             while started:
@@ -680,7 +702,7 @@ class TieringManager:
                     self._end_by_deadline(index, job)
 
     def _end_by_deadline(self, index: int, job: TransferJob) -> None:
-        """End a job its tier has not reported within ``job_deadline_steps`` (MGR-16)."""
+        """End a job its tier has not reported within ``job_deadline_steps`` (MGR-17)."""
         _log.warning(
             "tier %r: job %d (%s of %d keys) not reported in %d steps; ended by the manager",
             self._names[index], job.job_id, "promotion" if job.promotion else "write-through",
@@ -700,8 +722,8 @@ class TieringManager:
         self.stats.write_throughs_timed_out += len(job.keys)
         distrusted = self._distrusted[index]
         for key in job.keys:
-            distrusted.pop(key, None)
             distrusted[key] = None
+            distrusted.move_to_end(key)
         self._cap(distrusted)
         try:
             self._primary.complete_load(job.keys)
