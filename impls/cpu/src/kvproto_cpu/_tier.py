@@ -259,14 +259,22 @@ class CpuTier:
         if self._closed:
             return None
         ready, writing, quarantine = self._ready, self._writing, self._quarantine
+        free = self._free
+        if len(keys) == 1 and free:
+            # One key and a free slot, as every promotion asks (MGR-2): no dedup, no eviction.
+            key = keys[0]
+            if key in ready or key in writing or key in quarantine:
+                return _NOTHING_TO_STORE
+            slot = free.pop()
+            writing[key] = _Writing(slot, self._clock())
+            return PrepareStoreOutput(keys, (slot,))
         # A dict keeps the first occurrence of each key in order: duplicates need no second set.
         to_store: dict[OffloadKey, None] = {}
         for key in keys:
             if key not in ready and key not in writing and key not in quarantine:
                 to_store[key] = None
         if not to_store:
-            return PrepareStoreOutput((), ())
-        free = self._free
+            return _NOTHING_TO_STORE
         count = len(to_store)
         evicted: tuple[OffloadKey, ...] = ()
         if count > len(free):
@@ -460,10 +468,15 @@ class CpuTier:
         )
 
 
+_NOTHING_TO_STORE = PrepareStoreOutput((), ())
+
+
 def _key_batch(name: str, method: str, keys: Iterable[object]) -> tuple[OffloadKey, ...]:
     """``keys`` read once, as a tuple of bytes keys; a single key or ``str`` is an
     :class:`~kvproto.errors.InvalidArgumentError` (it would iterate as characters or ints)."""
     given: object = keys
+    if type(given) is tuple and len(given) == 1 and type(given[0]) is bytes:
+        return given  # the common single-key call, already checked
     if isinstance(given, (str, bytes, bytearray, memoryview)):
         raise InvalidArgumentError(f"{name}: {method} takes a sequence of keys, got a single {type(given).__name__} {given!r}")
     batch = tuple(keys)
