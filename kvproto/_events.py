@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 from kvproto._keys import OffloadKey
 
-__all__ = ["EventKind", "OffloadingEvent"]
+__all__ = ["MAX_PENDING_EVENTS", "EventKind", "OffloadingEvent"]
+
+#: The most events kvproto's reference tiers keep for ``take_events``; beyond, the oldest are dropped.
+MAX_PENDING_EVENTS = 65_536
 
 
 class EventKind(enum.Enum):

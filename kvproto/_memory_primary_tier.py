@@ -25,14 +25,14 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import kvproto.members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._events import EventKind, OffloadingEvent
+from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
 from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
@@ -122,7 +122,8 @@ class MemoryPrimaryTier:
         self._writing: dict[OffloadKey, _Writing] = {}  # in start order, hence in deadline order
         self._pins: dict[OffloadKey, int] = {}  # only keys with >= 1 pin
         self._quarantine: dict[OffloadKey, int] = {}  # expired key -> its slot, held until it completes
-        self._events: list[OffloadingEvent] = []
+        # Events nobody takes cannot grow without bound: the oldest are dropped (MGR-18).
+        self._events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         self._closed = False
         self.capabilities = Capabilities(
             eviction=True,
@@ -444,8 +445,8 @@ class MemoryPrimaryTier:
 
     def take_events(self) -> list[OffloadingEvent]:
         """Return and forget the STORED and REMOVED events since the last call (TIER-14, CPU-4)."""
-        events = self._events
-        self._events = []
+        events = list(self._events)
+        self._events.clear()
         return events
 
     def has_pending_work(self) -> bool:

@@ -6,13 +6,13 @@ import logging
 import threading
 import time
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
-from kvproto._events import EventKind, OffloadingEvent
+from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
@@ -103,7 +103,8 @@ class MemoryTier:
         self._store: OrderedDict[OffloadKey, tuple[bytes, int]] = OrderedDict()
         self._finished: list[JobResult] = []
         self._unreported: set[int] = set()  # job ids submitted and not yet reported
-        self._events: list[OffloadingEvent] = []
+        # Events nobody takes cannot grow without bound: the oldest are dropped (MGR-18).
+        self._events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         self._fail_next = 0
         self._fail_keys: set[OffloadKey] = set()
         self._corrupt: set[OffloadKey] = set()
@@ -180,8 +181,8 @@ class MemoryTier:
     def take_events(self) -> Sequence[OffloadingEvent]:
         """STORED events for blocks stored by jobs, REMOVED for evicted or dropped ones (TIER-14)."""
         with self._lock:
-            events = self._events
-            self._events = []
+            events = list(self._events)
+            self._events.clear()
         return events
 
     def has_pending_work(self) -> bool:
@@ -324,8 +325,9 @@ class MemoryTier:
 
     def _run_store(self, job: TransferJob) -> list[OffloadKey]:
         ok: list[OffloadKey] = []
-        # The STORED event goes before the REMOVED events of blocks the job's puts evict.
-        events_before = len(self._events)
+        # The STORED event goes before the REMOVED events of blocks the job's puts evict:
+        # collect those aside while the puts run.
+        events, self._events = self._events, deque()
         flat = self._flat
         size = self._block_bytes
         for key, slot in zip(job.keys, job.slots):
@@ -334,9 +336,10 @@ class MemoryTier:
             self._put(key, bytes(flat[slot * size : (slot + 1) * size]))
             self._corrupt.discard(key)
             ok.append(key)
+        evictions, self._events = self._events, events
         if ok:
-            stored = OffloadingEvent(EventKind.STORED, tuple(ok), self._name)
-            self._events.insert(events_before, stored)
+            events.append(OffloadingEvent(EventKind.STORED, tuple(ok), self._name))
+        events.extend(evictions)
         return ok
 
     def _run_load(self, job: TransferJob) -> list[OffloadKey]:

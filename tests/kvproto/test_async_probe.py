@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -216,3 +217,26 @@ def test_bad_configuration_is_a_typed_error(kwargs: dict[str, int]) -> None:
     """AP-5: deadline_steps >= resolve_after_steps >= 1, else ConfigurationError."""
     with pytest.raises(ConfigurationError, match="steps"):
         AsyncProbe(Checker(set()), name="bad", **kwargs)  # type: ignore[arg-type]  # int knobs only
+
+
+def test_shutdown_does_not_wait_forever_on_a_hung_check(
+    probes: list[AsyncProbe], caplog: pytest.LogCaptureFixture
+) -> None:
+    """AP-8: a check stuck in I/O holds shutdown for at most ``timeout``; its keys answer MISS."""
+    checker = Checker({key(1)})
+    checker.gate = threading.Event()
+    probe = make(probes, checker)
+    probe.lookup(key(1), R1)
+    probe.on_step_end()  # the worker now blocks inside the check
+    worker = probe._worker
+    assert worker is not None
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kvproto.async_probe"):
+        probe.shutdown(timeout=0.2)
+    waited = time.monotonic() - started
+    assert worker.is_alive()  # left behind, not joined
+    checker.gate.set()  # let the stuck thread finish, so the test leaks no thread
+    worker.join(5.0)
+    assert waited < 2.0
+    assert "left behind" in caplog.text
+    assert probe.lookup(key(1), R1) is LookupResult.MISS

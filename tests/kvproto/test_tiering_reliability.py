@@ -333,3 +333,22 @@ def test_a_secondary_hears_a_request_finish_after_its_last_write_through() -> No
         assert manager.tracked_sizes()["requests_finishing"] == 0
     finally:
         manager.shutdown()
+
+
+def test_events_nobody_takes_stay_bounded() -> None:
+    """MGR-18: the reference tiers keep at most 65,536 untaken events, dropping the oldest."""
+    primary = MemoryPrimaryTier(num_slots=1, block_bytes=1)
+    memory = MemoryTier(primary.buffer, name="m", capacity_blocks=1)
+    for i in range(70_000):
+        k = make_key(i.to_bytes(8, "big"), 0)
+        out = primary.prepare_store([k], R1)  # evicts the previous block: REMOVED + STORED
+        assert out is not None
+        primary.complete_store(out.keys_to_store, True)
+        memory.submit_store(TransferJob(i, (k,), (0,), promotion=False))
+    memory.get_finished_jobs()
+    newest = make_key((69_999).to_bytes(8, "big"), 0)
+    for tier in (primary, memory):
+        events = list(tier.take_events())
+        assert len(events) == 65_536
+        assert newest in events[-1].keys or newest in events[-2].keys  # the newest are kept
+        assert list(tier.take_events()) == []

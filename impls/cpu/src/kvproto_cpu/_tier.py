@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -122,7 +122,8 @@ class CpuTier:
         self._pins: dict[OffloadKey, int] = {}  # only keys with >= 1 pin
         self._quarantine: dict[OffloadKey, _Quarantined] = {}  # in expiry order
         self._policy: EvictionPolicy = make_policy(config.policy, self._num_slots)
-        self._events: list[OffloadingEvent] = []
+        # Events nobody takes cannot grow without bound: the oldest are dropped.
+        self._events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         self._closed = False
         self.stats = CpuTierStats()
 
@@ -413,8 +414,8 @@ class CpuTier:
 
     def take_events(self) -> list[OffloadingEvent]:
         """Return and forget the STORED and REMOVED events since the last call (TIER-14, CPU-4)."""
-        events = self._events
-        self._events = []
+        events = list(self._events)
+        self._events.clear()
         return events
 
     def has_pending_work(self) -> bool:
@@ -469,6 +470,9 @@ class CpuTier:
 
 
 _NOTHING_TO_STORE = PrepareStoreOutput((), ())
+
+#: The most events kept for ``take_events``; beyond, the oldest are dropped (a bounded queue).
+MAX_PENDING_EVENTS = 65_536
 
 
 def _key_batch(name: str, method: str, keys: Iterable[object]) -> tuple[OffloadKey, ...]:
