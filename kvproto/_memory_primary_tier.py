@@ -112,7 +112,13 @@ class MemoryPrimaryTier:
         self._block_bytes = block_bytes
         self._deadline = None if pending_deadline_s is None else float(pending_deadline_s)
         self._clock = clock
-        self._data = bytearray(num_slots * block_bytes)
+        try:
+            self._data = bytearray(num_slots * block_bytes)
+        except (MemoryError, OverflowError) as exc:
+            raise ConfigurationError(
+                f"MemoryPrimaryTier {name!r}: cannot allocate {num_slots} slots x {block_bytes} bytes "
+                f"= {num_slots * block_bytes:,} bytes; lower num_slots or block_bytes"
+            ) from exc
         self._flat = memoryview(self._data)
         self._buffer = self._flat.cast("B", (num_slots, block_bytes))
         # pop() hands out the lowest free slot first, so a fresh tier gives consecutive runs.

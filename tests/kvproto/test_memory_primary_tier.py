@@ -917,3 +917,9 @@ MemoryPrimaryTierMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMemoryPrimaryTierMachine = MemoryPrimaryTierMachine.TestCase
+
+
+def test_a_buffer_too_large_to_allocate_is_a_configuration_error() -> None:
+    """A 16 TiB request is a ConfigurationError naming the size, never a raw MemoryError."""
+    with pytest.raises(ConfigurationError, match="cannot allocate"):
+        MemoryPrimaryTier(num_slots=2**22, block_bytes=2**22)
