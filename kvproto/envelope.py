@@ -61,6 +61,7 @@ __all__ = [
     "Header",
     "algorithm_available",
     "checksum",
+    "decode_header",
     "default_algorithm",
     "encode",
     "encode_header",
@@ -272,7 +273,12 @@ def encode(key: bytes, payload: Buffer, namespace: bytes, *, algorithm: Algorith
 # -- verification ----------------------------------------------------------------------------
 
 
-def _decode(data: Buffer) -> Header:
+def decode_header(data: Buffer) -> Header:
+    """Decode a header without knowing its key (a scan rebuilding an index) (ENV-3).
+
+    Checks length, magic, version, the header checksum, header length and
+    algorithm id; the caller compares namespace, key and payload length.
+    """
     view = memoryview(data).cast("B")
     if view.nbytes < _FIXED.size + _CRC.size:
         raise EnvelopeError("length", f"{view.nbytes} bytes is shorter than the smallest header")
@@ -307,7 +313,7 @@ def verify_header(
     """
     _check_key("verify_header", key)
     _check_namespace("verify_header", namespace)
-    header = _decode(data)
+    header = decode_header(data)
     if payload_len is not None and header.payload_len != payload_len:
         raise EnvelopeError("length", f"payload length {header.payload_len}, expected {payload_len}")
     if header.namespace != namespace:

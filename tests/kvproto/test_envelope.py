@@ -169,3 +169,12 @@ def test_bad_input_is_a_typed_error() -> None:
         env.namespace_manifest(8, {"x": object()})
     with pytest.raises(InvalidKeyError):
         env.key_digest("text")  # type: ignore[arg-type]  # deliberately wrong type
+
+
+def test_decode_header_reads_the_key_without_knowing_it() -> None:
+    """ENV-3: a scan can read the key and namespace back; a damaged header still fails."""
+    header = env.decode_header(env.encode_header(KEY, PAYLOAD, OTHER_NS))
+    assert (header.key, header.namespace, header.payload_len) == (KEY, OTHER_NS, len(PAYLOAD))
+    with pytest.raises(EnvelopeError) as info:
+        env.decode_header(bytes(100))
+    assert info.value.field == "magic"
