@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kvproto import OffloadKey
+
 from kvproto_fs import FileOps, FsTier, FsTierConfig
 from tests.impls.fs._support import Runner, key, make_buffer, open_tier, temp_files
 
@@ -86,7 +88,7 @@ def _kill(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def _audit(root: Path, block: int, keys: Sequence[bytes] | None = None) -> tuple[int, int, int, int]:
+def _audit(root: Path, block: int, keys: Sequence[OffloadKey] | None = None) -> tuple[int, int, int, int]:
     """A fresh instance over ``root`` loads ``keys`` (default: every indexed key) where indexed:
     (served right, served WRONG, temps swept, temps left after its sweep)."""
     tier, run = open_tier(root, make_buffer(32, block), temp_grace_s=0.0)
