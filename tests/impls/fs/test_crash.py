@@ -175,7 +175,8 @@ def _sharer(root: Path, me: int, out: Path) -> None:
             batch = [k for k in want[i : i + 16] if k not in right]
             if not batch:
                 continue
-            run.req = type(run.req)(f"req-{time.monotonic()}")  # a fresh request: no cached MISS verdicts
+            tier.on_request_finished(run.req)  # its cached verdicts go (AP-4): a new request asks again
+            run.req = type(run.req)(f"req-{time.monotonic()}")
             answers = run.resolve(batch)
             hits = [k for k in batch if answers[k] == "HIT"]
             if hits:
