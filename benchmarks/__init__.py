@@ -17,4 +17,5 @@ REGISTRY: dict[str, str] = {
     "scan": "benchmarks.bench_scan",
     "cpu": "benchmarks.bench_cpu",
     "tiering": "benchmarks.bench_tiering",
+    "fs": "benchmarks.bench_fs",
 }

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = {
     ".": ("kvproto", "kvproto", {"memory", "memory-async", "memory-threaded", "memory-primary"}),
     "impls/cpu": ("kvproto_cpu", "kvproto_cpu", {"cpu"}),
+    "impls/fs": ("kvproto_fs", "kvproto_fs", {"fs"}),
 }
 
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Every public module, and nothing else: errors, members, scan, the kit and what the kit needs.
 PUBLIC_MODULES = {
     "kvproto",
+    "kvproto.envelope",
     "kvproto.errors",
     "kvproto.members",
     "kvproto.scan",

@@ -1,0 +1,31 @@
+"""The reference filesystem tier of kvproto: one checksummed, atomically published file per block.
+
+* :class:`FsTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below).
+* :class:`FsTierConfig` is its pydantic configuration.
+* :class:`FileOps` is the seam for fault injection (disk full, I/O errors, crashes).
+* :func:`conformance_spec` is the ``fs`` entry point of ``kvproto.tiers``.
+
+Blocks are stored as :mod:`kvproto.envelope` envelopes. Clauses: kvproto's
+``spec/CONTRACT.md``, section "FS: the reference filesystem tier".
+"""
+
+from __future__ import annotations
+
+from kvproto import BatchLookup, SecondaryTier
+
+from kvproto_fs._config import FsTierConfig, LayoutValue
+from kvproto_fs._conformance import conformance_spec
+from kvproto_fs._io import FileOps
+from kvproto_fs._tier import FsTier, FsTierStats
+
+__all__ = ["FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec"]
+
+
+def _conforms(tier: FsTier) -> SecondaryTier:
+    """Never called: mypy proves here that FsTier satisfies SecondaryTier structurally."""
+    return tier
+
+
+def _batch(tier: FsTier) -> BatchLookup:
+    """Never called: mypy proves here that FsTier offers lookup_many (BatchLookup)."""
+    return tier

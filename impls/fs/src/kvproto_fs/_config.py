@@ -1,0 +1,106 @@
+"""The filesystem tier's configuration: a pydantic model with clear errors (FS-1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["FsTierConfig", "LayoutValue"]
+
+LayoutValue = str | int | float | bool | None
+"""A value of the integrator's layout fingerprint (JSON scalars)."""
+
+
+class FsTierConfig(BaseModel):
+    """Where and how the filesystem tier keeps its blocks (FS-1).
+
+    * ``root``: an existing, writable directory; blocks live under
+      ``<root>/<namespace>/`` (a local NVMe disk, or a shared filesystem).
+    * ``layout``: the integrator's model/layout fingerprint (model name,
+      dtype, tensor-parallel rank, ...). With the block size and the envelope
+      format version it makes the namespace: engines with different layouts
+      never see each other's blocks.
+    * ``shared``: several instances (processes, hosts) use ``root`` at once.
+      Lookups of keys this instance does not know go through batched
+      existence checks off the scheduler thread.
+    * ``durability``: ``"none"`` (rely on the envelope check after a crash),
+      ``"data"`` (fsync each file before publishing it), ``"full"`` (also
+      fsync its directory). Correctness never depends on it.
+    * ``o_direct``: ``"auto"`` uses O_DIRECT where the filesystem and the
+      buffer's alignment allow and falls back to buffered I/O per
+      filesystem; ``"off"`` never; ``"on"`` as auto, but construction fails
+      if the filesystem refuses O_DIRECT altogether.
+    * ``read_threads`` / ``write_threads``: the I/O thread pools.
+    * ``max_bytes``: a byte budget (whole files, header included); the least
+      recently used blocks are deleted beyond it. ``None``: no eviction.
+    * ``temp_grace_s``: orphan temp files older than this are swept at start.
+    * ``probe_deadline_steps``: an existence check still unanswered after
+      this many end-of-step hooks answers MISS (the tier's ``max_retry_steps``).
+    * ``probe_min_interval_s``: end-of-step hooks closer together than this
+      count as one for the existence checks, so a scheduler stepping very
+      fast does not turn a check that is a few microseconds late into MISS.
+    * ``recent_keys``: in shared mode, how many keys this instance remembers
+      as present (stored or loaded by it) without asking the filesystem.
+
+    Invalid values raise :class:`kvproto.errors.ConfigurationError` naming
+    every offending field; a ``root`` that does not exist or is not a
+    writable directory is named in the message.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    root: Path
+    layout: dict[str, LayoutValue] = Field(default_factory=dict)
+    shared: bool = False
+    durability: Literal["none", "data", "full"] = "none"
+    o_direct: Literal["auto", "on", "off"] = "auto"
+    read_threads: int = Field(default=4, ge=1, le=256)
+    write_threads: int = Field(default=4, ge=1, le=256)
+    max_bytes: int | None = Field(default=None, ge=1)
+    temp_grace_s: float = Field(default=300.0, ge=0)
+    probe_deadline_steps: int = Field(default=8, ge=1)
+    probe_min_interval_s: float = Field(default=0.002, ge=0, le=1.0)
+    recent_keys: int = Field(default=65536, ge=1)
+
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (FS-1)."""
+        if isinstance(data.get("root"), str):
+            data["root"] = Path(data["root"])
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigurationError(f"invalid FsTierConfig: {problems}") from exc
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object]) -> FsTierConfig:
+        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (FS-1)."""
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"FsTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
+        return cls(**{str(k): v for k, v in data.items()})
+
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_writable_directory(cls, root: Path) -> Path:
+        if not root.exists():
+            raise ValueError(f"root {str(root)!r} does not exist")
+        if not root.is_dir():
+            raise ValueError(f"root {str(root)!r} is not a directory")
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise ValueError(f"root {str(root)!r} is not writable")
+        return root
+
+    @model_validator(mode="after")
+    def _finite_grace(self) -> FsTierConfig:
+        if self.temp_grace_s != self.temp_grace_s or self.temp_grace_s == float("inf"):
+            raise ValueError("temp_grace_s must be a finite number of seconds")
+        return self

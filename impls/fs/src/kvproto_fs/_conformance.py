@@ -1,0 +1,115 @@
+"""The ``fs`` entry point of the ``kvproto.tiers`` group: what ``kvproto conform fs`` checks (KIT-9)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kvproto import OffloadKey
+from kvproto import envelope as env
+from kvproto.testing import TierSpec
+
+from kvproto_fs._config import FsTierConfig
+from kvproto_fs._tier import FsTier
+
+__all__ = ["FS_HOOKS", "conformance_spec", "fresh_root", "fs_spec"]
+
+KIT_BLOCKS_BUDGET = 48
+"""The kit's tier keeps at most this many blocks (a budget that the state machines drive into eviction)."""
+
+_parent: Path | None = None
+
+
+def fresh_root() -> Path:
+    """A new empty directory under one per-process temporary folder, removed at exit."""
+    global _parent
+    if _parent is None:
+        _parent = Path(tempfile.mkdtemp(prefix="kvproto-fs-kit-"))
+        atexit.register(shutil.rmtree, _parent, True)
+    return Path(tempfile.mkdtemp(dir=_parent))
+
+
+def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
+    return FsTier(buffer, tier.config, name=tier.name)
+
+
+def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
+    try:
+        data = tier.path_of(key).read_bytes()
+    except FileNotFoundError:
+        return None
+    return data[env.HEADER_BYTES:]
+
+
+def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
+    path = tier.path_of(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(env.encode(key, data, tier.namespace))
+    tier._remember([key], loaded=False)  # the scan would find it; the kit wants it at once
+
+
+def _fail_next_jobs(tier: FsTier, n: int) -> None:
+    tier.fail_next_jobs(n)
+
+
+def _fail_keys(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
+    tier.fail_keys(keys)
+
+
+def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
+    """Flip one payload byte of each stored file: the checksum must catch it."""
+    for key in keys:
+        path = tier.path_of(key)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            byte = os.pread(fd, 1, env.HEADER_BYTES)
+            os.pwrite(fd, bytes([byte[0] ^ 0xFF]), env.HEADER_BYTES)
+        finally:
+            os.close(fd)
+
+
+FS_HOOKS: dict[str, Callable[..., Any]] = {
+    "reopen": _reopen,
+    "read_block": _read_block,
+    "seed_block": _seed_block,
+    "fail_next_jobs": _fail_next_jobs,
+    "fail_keys": _fail_keys,
+    "corrupt_on_read": _corrupt_on_read,
+}
+"""The kit's backdoor hooks for FsTier (KIT-5)."""
+
+
+def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> TierSpec:
+    """FsTier over a fresh directory per tier: shared mode with a byte budget enables every kit check."""
+    file_bytes = env.HEADER_BYTES + 64  # the kit's blocks are 64 bytes
+
+    def build(buffer: memoryview) -> FsTier:
+        budget = KIT_BLOCKS_BUDGET * file_bytes if eviction else None
+        config = FsTierConfig(root=fresh_root(), shared=shared, max_bytes=budget, read_threads=2, write_threads=2)
+        return FsTier(buffer, config, name=name)
+
+    return TierSpec(
+        name,
+        "secondary",
+        build,
+        hooks=FS_HOOKS,
+        tier_class=FsTier,
+        description=(
+            f"kvproto_fs.FsTier(buffer, FsTierConfig(root=<fresh temporary directory>, shared={shared}, "
+            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}))"
+        ),
+    )
+
+
+def conformance_spec() -> TierSpec:
+    """``kvproto conform fs``: shared mode with a 48-block budget (persistence, sharing, eviction,
+    asynchronous lookups and partial jobs all declared, so every check runs)."""
+    return fs_spec()

@@ -1,0 +1,1 @@
+"""Tests of the reference filesystem tier (impls/fs, distribution kvproto-fs)."""

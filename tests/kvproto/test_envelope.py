@@ -1,0 +1,180 @@
+"""kvproto.envelope: the block envelope every byte-storing tier may use (ENV-1..ENV-6)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from kvproto import envelope as env
+from kvproto.envelope import HEADER_BYTES, EnvelopeError, Header
+from kvproto.errors import InvalidArgumentError, InvalidKeyError, KvprotoError
+
+NS = env.namespace_id(env.namespace_manifest(4096, {"model": "test"}))
+OTHER_NS = env.namespace_id(env.namespace_manifest(4096, {"model": "other"}))
+KEY = b"\x01" * 32 + (7).to_bytes(4, "big")
+PAYLOAD = bytes(range(256)) * 16
+
+
+def _field(blob: bytes, *, payload_len: int = len(PAYLOAD)) -> str:
+    with pytest.raises(EnvelopeError) as info:
+        env.verify(blob, key=KEY, namespace=NS, payload_len=payload_len)
+    err: object = info.value
+    assert isinstance(err, KvprotoError)
+    assert isinstance(err, ValueError)
+    assert info.value.field in str(info.value)
+    return info.value.field
+
+
+def test_round_trip_and_payload_offset() -> None:
+    """ENV-1: header of exactly HEADER_BYTES, payload at offset 4096, verify returns the payload (no copy)."""
+    blob = env.encode(KEY, PAYLOAD, NS)
+    assert len(blob) == HEADER_BYTES + len(PAYLOAD) and HEADER_BYTES == 4096
+    assert blob[:8] == env.MAGIC and blob[HEADER_BYTES:] == PAYLOAD
+    payload = env.verify(blob, key=KEY, namespace=NS, payload_len=len(PAYLOAD))
+    assert payload.obj is blob
+    assert bytes(payload) == PAYLOAD
+
+
+@pytest.mark.parametrize("algorithm", env.ALGORITHMS)
+def test_header_holds_every_field(algorithm: env.Algorithm) -> None:
+    """ENV-2: magic, version, header length, payload length, algorithm, checksum, namespace, full key."""
+    if not env.algorithm_available(algorithm):
+        pytest.skip(f"the package computing {algorithm} is not installed")
+    header_bytes = env.encode_header(KEY, PAYLOAD, NS, algorithm=algorithm)
+    header = env.verify_header(header_bytes, key=KEY, namespace=NS, payload_len=len(PAYLOAD))
+    assert header == Header(env.FORMAT_VERSION, 0, HEADER_BYTES, len(PAYLOAD), algorithm,
+                            env.checksum(PAYLOAD, algorithm), NS, KEY)
+    env.verify_payload(header, PAYLOAD)
+    version, header_len, payload_len = struct.unpack_from("<HxxIQ", header_bytes, 8)
+    assert (version, header_len, payload_len) == (env.FORMAT_VERSION, HEADER_BYTES, len(PAYLOAD))
+
+
+def test_mismatches_name_their_field() -> None:
+    """ENV-3: each kind of damage is named."""
+    good = env.encode(KEY, PAYLOAD, NS)
+    flipped_payload = bytearray(good)
+    flipped_payload[HEADER_BYTES + 100] ^= 0x01
+    assert _field(bytes(flipped_payload)) == "checksum"
+    flipped_header = bytearray(good)
+    flipped_header[60] ^= 0x01  # a key byte: the header's own checksum catches it
+    assert _field(bytes(flipped_header)) == "header"
+    bad_magic = b"XXXXXXXX" + good[8:]
+    assert _field(bad_magic) == "magic"
+    bad_version = bytearray(good)
+    struct.pack_into("<H", bad_version, 8, 99)
+    assert _field(bytes(bad_version)) == "version"
+    assert _field(good[: HEADER_BYTES + 10]) == "length"  # truncated payload
+    assert _field(good[:20]) == "length"  # truncated header
+    assert _field(b"") == "length"  # zero-length file
+    assert _field(good, payload_len=len(PAYLOAD) + 1) == "length"
+    assert _field(env.encode(KEY, PAYLOAD, OTHER_NS)) == "namespace"
+    assert _field(env.encode(b"another key!", PAYLOAD, NS)) == "key"
+
+
+def test_header_checksum_covers_every_header_field() -> None:
+    """ENV-3: a flip in any byte before the header checksum is caught (as that field or as 'header')."""
+    good = env.encode_header(KEY, PAYLOAD, NS)
+    end = 56 + len(KEY) + 4
+    for i in range(end):
+        damaged = bytearray(good)
+        damaged[i] ^= 0x80
+        with pytest.raises(EnvelopeError):
+            env.verify_header(bytes(damaged), key=KEY, namespace=NS, payload_len=len(PAYLOAD))
+
+
+def test_unknown_or_missing_algorithm_is_named() -> None:
+    """ENV-4: an algorithm id nobody knows, or one whose package is absent, is field 'algorithm'."""
+    head = bytearray(env.encode_header(KEY, PAYLOAD, NS))
+    head[24] = 77
+    end = 56 + len(KEY)
+    struct.pack_into("<I", head, end, zlib.crc32(head[:end]))
+    with pytest.raises(EnvelopeError) as info:
+        env.verify_header(bytes(head), key=KEY, namespace=NS)
+    assert info.value.field == "algorithm"
+    header = env.verify_header(env.encode_header(KEY, PAYLOAD, NS, algorithm="crc32"), key=KEY, namespace=NS)
+    fake = Header(header.version, 0, HEADER_BYTES, len(PAYLOAD), "crc32c", 0, NS, KEY)
+    if not env.algorithm_available("crc32c"):
+        with pytest.raises(EnvelopeError) as info:
+            env.verify_payload(fake, PAYLOAD)
+        assert info.value.field == "algorithm"
+    else:
+        with pytest.raises(EnvelopeError) as info:
+            env.verify_payload(fake, PAYLOAD)
+        assert info.value.field == "checksum"
+
+
+def test_default_algorithm_falls_back_to_zlib_without_packages() -> None:
+    """ENV-4: with neither xxhash nor crc32c importable, crc32 (stdlib) is used, and the module imports."""
+    probe = (
+        "import sys; sys.modules['xxhash'] = None; sys.modules['crc32c'] = None\n"
+        "from kvproto import envelope as e\n"
+        "ns = e.namespace_id(e.namespace_manifest(8, {}))\n"
+        "blob = e.encode(b'k' * 8, b'12345678', ns)\n"
+        "print(e.default_algorithm(), bytes(e.verify(blob, key=b'k' * 8, namespace=ns)).decode())"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["crc32", "12345678"]
+
+
+def test_import_is_light() -> None:
+    """ENV-6: importing kvproto.envelope imports no pydantic, torch, xxhash or crc32c."""
+    probe = (
+        "import sys, kvproto.envelope; "
+        "print(sorted(m for m in ('pydantic', 'torch', 'xxhash', 'crc32c', 'kvproto.testing') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_checksums_are_stable_known_values() -> None:
+    """ENV-4: each algorithm is the standard one (known test vectors)."""
+    assert env.checksum(b"123456789", "crc32") == 0xCBF43926
+    if env.algorithm_available("crc32c"):
+        assert env.checksum(b"123456789", "crc32c") == 0xE3069283
+    if env.algorithm_available("xxh3-64"):
+        assert env.checksum(b"", "xxh3-64") == 0x2D06800538D394C2
+
+
+def test_namespace_is_a_short_stable_hash_of_the_manifest() -> None:
+    """ENV-5: same manifest, same id (key order irrelevant); any field changes it; digest is fixed-length."""
+    a = env.namespace_manifest(4096, {"model": "m", "tp_rank": 0})
+    b = env.namespace_manifest(4096, {"tp_rank": 0, "model": "m"})
+    assert env.namespace_id(a) == env.namespace_id(b) and len(env.namespace_id(a)) == env.NAMESPACE_BYTES
+    assert env.namespace_id(a) != env.namespace_id(env.namespace_manifest(8192, {"model": "m", "tp_rank": 0}))
+    assert env.namespace_id(a) != env.namespace_id(env.namespace_manifest(4096, {"model": "m", "tp_rank": 1}))
+    assert a["format"] == env.FORMAT_VERSION and a["block_bytes"] == 4096
+    assert len(env.key_digest(b"k")) == len(env.key_digest(b"k" * 10_000)) == 64
+
+
+def test_bad_input_is_a_typed_error() -> None:
+    """ENV-6: bad keys, namespaces, algorithms and manifests raise kvproto.errors types."""
+    with pytest.raises(InvalidKeyError):
+        env.encode("text", PAYLOAD, NS)  # type: ignore[arg-type]  # deliberately wrong type
+    with pytest.raises(InvalidKeyError):
+        env.encode(b"", PAYLOAD, NS)
+    with pytest.raises(InvalidKeyError, match="4036"):
+        env.encode(b"k" * (env.MAX_KEY_BYTES + 1), PAYLOAD, NS)
+    env.encode(b"k" * env.MAX_KEY_BYTES, PAYLOAD, NS)  # the longest key fits
+    with pytest.raises(InvalidArgumentError, match="namespace"):
+        env.encode(KEY, PAYLOAD, b"short")
+    with pytest.raises(InvalidArgumentError, match="unknown algorithm"):
+        env.checksum(PAYLOAD, "md5")  # type: ignore[arg-type]  # deliberately unknown
+    with pytest.raises(InvalidArgumentError, match="block_bytes"):
+        env.namespace_manifest(0, {})
+    with pytest.raises(InvalidArgumentError, match="JSON"):
+        env.namespace_manifest(8, {"x": object()})
+    with pytest.raises(InvalidKeyError):
+        env.key_digest("text")  # type: ignore[arg-type]  # deliberately wrong type
+
+
+def test_decode_header_reads_the_key_without_knowing_it() -> None:
+    """ENV-3: a scan can read the key and namespace back; a damaged header still fails."""
+    header = env.decode_header(env.encode_header(KEY, PAYLOAD, OTHER_NS))
+    assert (header.key, header.namespace, header.payload_len) == (KEY, OTHER_NS, len(PAYLOAD))
+    with pytest.raises(EnvelopeError) as info:
+        env.decode_header(bytes(100))
+    assert info.value.field == "magic"
