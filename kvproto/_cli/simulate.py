@@ -77,8 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import warnings
+
     from rich.console import Console
 
+    # torch (the cpu tier) probes for numpy when it is imported; kvproto does not use numpy.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     console = Console()
     try:
         faults, config_kwargs = _parse(args)
