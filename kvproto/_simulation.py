@@ -88,7 +88,6 @@ RAISE_METHODS: tuple[str, ...] = (
     "on_step_end",
     "on_request_finished",
     "take_events",
-    "has_pending_work",
 )
 
 _FLIP = bytes(b ^ 0xFF for b in range(256))
@@ -460,9 +459,8 @@ class _FaultDriver:
     """Arms a FaultySecondary's knobs for the simulator and sees which ones took effect.
 
     It satisfies :class:`~kvproto.SecondaryTier` and forwards every call to
-    ``faulty``; it sits inside a LatencySecondary, if any, so it sees each job
-    when it reaches ``faulty``. Its state is bounded by the jobs in flight and
-    by ``_ARMED_CAP`` armed keys.
+    ``faulty``, seeing each job as the manager submits it. Its state is
+    bounded by the jobs in flight and by ``_ARMED_CAP`` armed keys.
     """
 
     _ARMED_CAP = 4096
@@ -735,9 +733,18 @@ class _Simulation:
     # ------------------------------------------------------------------ building
 
     def _wrap(self, tier: SecondaryTier) -> SecondaryTier:
+        """``tier`` as the manager sees it: in a LatencySecondary, then a FaultySecondary, then a driver.
+
+        The latency goes inside the faults, so a method made to raise raises
+        before the latency wrapper is reached: a LatencySecondary whose inner
+        tier raises from ``get_finished_jobs`` loses the results of the held
+        jobs it failed, which would be the simulator's artefact, not the tier's.
+        """
         faults = self.config.faults
         if not faults.any:
             return tier
+        if faults.latency > 0:
+            tier = LatencySecondary(tier, job_steps=faults.latency, lookup_steps=faults.latency)
         faulty: FaultySecondary[SecondaryTier] = FaultySecondary(tier, buffer=self.primary.buffer)
         driver = _FaultDriver(
             faulty,
@@ -748,8 +755,6 @@ class _Simulation:
             delayed=faults.latency > 0,
         )
         self.drivers[tier.name] = driver
-        if faults.latency > 0:
-            return LatencySecondary(driver, job_steps=faults.latency, lookup_steps=faults.latency)
         return driver
 
     # ------------------------------------------------------------------ keys and bytes

@@ -297,7 +297,7 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("blocks", f"{report.blocks_needed:,} needed, {report.blocks_stored:,} stored, "
         f"{report.blocks_skipped:,} skipped before a window", "")
     add("deferral steps", f"p50 {report.deferral_percentile(50)}, p99 {report.deferral_percentile(99)}, "
-        f"max {max(report.deferral_histogram, default=0)} ({report.deferral_seconds_max * 1000:.1f} ms)", "")
+        f"max {max(report.deferral_histogram, default=0)}; longest wait {report.deferral_seconds_max * 1000:.1f} ms", "")
     add("wrong bytes", f"{report.wrong_bytes} blocks", verdict(report.wrong_bytes > 0))
     add("stuck requests", f"{report.stuck_requests} (deferred past the bound at the end: "
         f"{report.deferred_at_end})", verdict(report.stuck_requests > 0))
