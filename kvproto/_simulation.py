@@ -50,7 +50,7 @@ from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey, make_key
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._requests import ReqContext
-from kvproto._results import LookupResult
+from kvproto._results import LookupResult, unreachable
 from kvproto._tiering import TieringConfig, TieringManager
 from kvproto._version import __version__
 from kvproto.errors import ConfigurationError
@@ -906,17 +906,18 @@ class _Simulation:
         report.lookups += asker.calls
         if asker.hits:
             self.manager.touch(asker.hits)
-        if isinstance(decision, Defer):
-            req.deferrals += 1
-            if (
-                req.deferrals > self.config.stuck_steps
-                and time.monotonic() - req.since > self.config.stuck_seconds
-            ):
-                self._stuck(req, decision)
-            return
-        if not isinstance(decision, Hits):  # pragma: no cover - Decision is Hits | Defer
-            raise ConfigurationError(f"scan answered {decision!r}")
-        self._load(req, decision.count)
+        match decision:
+            case Defer():
+                req.deferrals += 1
+                if (
+                    req.deferrals > self.config.stuck_steps
+                    and time.monotonic() - req.since > self.config.stuck_seconds
+                ):
+                    self._stuck(req, decision)
+            case Hits(count=end):
+                self._load(req, end)  # at once: the answer covers blocks that are HIT now
+            case _ as other:
+                unreachable(other, where="kvproto simulate: scan decision")
 
     def _stuck(self, req: _Request, decision: Defer) -> None:
         report = self.report
