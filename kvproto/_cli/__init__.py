@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("kvproto._cli.bench", "run benchmarks side by side and print their ratios"),
     "conform": ("kvproto._cli.conform", "run the conformance kit against tiers"),
     "typecheck": ("kvproto._cli.typecheck", "check with strict mypy that a tier satisfies its protocol"),
+    "simulate": ("kvproto._cli.simulate", "drive an engine-like loop over a tier stack, with faults"),
 }
 
 

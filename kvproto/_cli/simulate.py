@@ -1,0 +1,337 @@
+"""``kvproto simulate``: drive an engine-like loop over a stack of tiers and check it survives (MGR-16).
+
+The stack is a primary tier (``--primary``, default ``memory-primary``) and
+secondary tiers (``--secondary``, repeatable, default ``memory`` and
+``memory-async``), each an installed tier name (``kvproto conform --list``) or
+``pkg.module:factory``. Requests with shared and multi-turn prefixes run the
+prefix and sliding-window scans through a TieringManager; every loaded block is
+compared with the bytes stored for its key. ``--faults`` injects faults from
+``kvproto.testing.faults`` into every secondary. Exit code 0 when clean; 1 on a
+wrong byte, a stuck request, a pin left after shutdown or an exception escaping
+the manager; 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvproto._protocols import PrimaryTier, SecondaryTier
+    from kvproto._simulation import FaultPlan, SimReport
+
+__all__ = ["add_arguments", "run"]
+
+DEFAULT_PRIMARY = "memory-primary"
+DEFAULT_SECONDARIES = ("memory", "memory-async")
+DEFAULT_STEPS = 1000
+
+
+class UsageError(Exception):
+    """A command line that cannot run: its message is printed on one line, exit code 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0] if __doc__ else None
+    parser.add_argument(
+        "--primary", metavar="NAME", default=DEFAULT_PRIMARY,
+        help=f"the primary tier: an installed tier name or pkg.module:factory (default {DEFAULT_PRIMARY})",
+    )
+    parser.add_argument(
+        "--secondary", metavar="NAME", action="append", default=None,
+        help="a secondary tier, in lookup order; repeatable (default: "
+        + " and ".join(DEFAULT_SECONDARIES) + ")",
+    )
+    parser.add_argument(
+        "--faults", metavar="SPEC", default=None,
+        help="faults injected into every secondary: fail=P,corrupt=P,latency=N,raise=P (any subset); "
+        "fail: the next job fails (probability per step), corrupt: a promotion's read is damaged and "
+        "detected (per promotion), latency: N more steps per job and per first lookup, "
+        "raise: one method raises once (per step)",
+    )
+    parser.add_argument("--steps", type=int, metavar="N", help=f"run N steps (default {DEFAULT_STEPS} "
+                        "unless --seconds is given)")
+    parser.add_argument("--seconds", type=float, metavar="S", help="run for S seconds (with --steps: "
+                        "whichever comes first)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the workload and the "
+                        "faults; a stack driven by steps alone runs the same for the same seed (default 0)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
+    parser.add_argument("--window", type=int, default=2, metavar="BLOCKS",
+                        help="the sliding window of the requests that use the window scan (default 2)")
+    parser.add_argument("--max-live", type=int, metavar="N",
+                        help="live requests at most (default: from the primary's slot count)")
+    parser.add_argument("--max-prompt-blocks", type=int, metavar="N",
+                        help="blocks per prompt at most (default: from the primary's slot count)")
+    parser.add_argument("--stuck-steps", type=int, default=64, metavar="N",
+                        help="a request deferred more than N steps and --stuck-seconds is stuck (default 64)")
+    parser.add_argument("--stuck-seconds", type=float, default=1.0, metavar="S",
+                        help="see --stuck-steps (default 1.0; both bounds must pass, so a tier whose jobs "
+                        "take wall-clock time is not called stuck for a fast loop)")
+    parser.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
+                        help="sleep MS milliseconds after each step, as an engine's forward pass would take "
+                        "(default 0; excluded from lookups per second)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from rich.console import Console
+
+    # torch (the cpu tier) probes for numpy when it is imported; kvproto does not use numpy.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    console = Console()
+    try:
+        faults, config_kwargs = _parse(args)
+        primary, secondaries = _build(args.primary, args.secondary or list(DEFAULT_SECONDARIES))
+    except UsageError as exc:
+        console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+        return 2
+    return _simulate(console, args, primary, secondaries, faults, config_kwargs)
+
+
+def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
+    import math
+
+    from kvproto._simulation import FaultPlan, FaultSpecError, parse_faults
+
+    faults = FaultPlan()
+    if args.faults is not None:
+        try:
+            faults = parse_faults(args.faults)
+        except FaultSpecError as exc:
+            raise UsageError(str(exc)) from None
+    steps: int | None = args.steps
+    seconds: float | None = args.seconds
+    if steps is None and seconds is None:
+        steps = DEFAULT_STEPS
+    if steps is not None and steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {steps}")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--seconds must be a number > 0, got {seconds}")
+    for option, value in (("--window", args.window), ("--max-live", args.max_live),
+                          ("--max-prompt-blocks", args.max_prompt_blocks), ("--stuck-steps", args.stuck_steps)):
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be >= 1, got {value}")
+    for option, number in (("--stuck-seconds", args.stuck_seconds), ("--step-ms", args.step_ms)):
+        if not (math.isfinite(number) and number >= 0):
+            raise UsageError(f"{option} must be a number >= 0, got {number}")
+    return faults, {
+        "steps": steps,
+        "seconds": seconds,
+        "seed": args.seed,
+        "faults": faults,
+        "window": args.window,
+        "max_live_requests": args.max_live,
+        "max_prompt_blocks": args.max_prompt_blocks,
+        "stuck_steps": args.stuck_steps,
+        "stuck_seconds": args.stuck_seconds,
+        "step_sleep_s": args.step_ms / 1000.0,
+    }
+
+
+def _build(primary_name: str, secondary_names: list[str]) -> tuple[PrimaryTier, list[SecondaryTier]]:
+    """Resolve and build the stack: the primary from its spec, each secondary over its buffer."""
+    try:
+        from kvproto._cli.targets import resolve_target
+    except ModuleNotFoundError as exc:  # targets loads the kit, which runs on pytest
+        raise UsageError(
+            f"resolving tiers needs {exc.name}, which is not installed: pip install 'kvproto[kit]'"
+        ) from None
+    from kvproto._protocols import PrimaryTier, SecondaryTier
+    from kvproto.errors import KvprotoError
+    from kvproto.testing._tier_spec import shut_down_probe
+
+    seen: set[str] = set()
+    for name in secondary_names:
+        if name in seen:
+            raise UsageError(f"--secondary {name} is given twice; each tier of a stack needs its own name")
+        seen.add(name)
+    specs = []
+    for option, name, kind in (
+        ("--primary", primary_name, "primary"),
+        *(("--secondary", n, "secondary") for n in secondary_names),
+    ):
+        try:
+            spec = resolve_target(name)
+        except KvprotoError as exc:
+            text = str(exc)
+            said = text.startswith((name, repr(name)))  # resolve_target's messages start with the target
+            raise UsageError(f"{option} {text}" if said else f"{option} {name}: {text}") from None
+        except Exception as exc:  # a factory's module failing to import, say: still a usage error
+            raise UsageError(f"{option} {name}: cannot load it: {type(exc).__name__}: {exc}") from None
+        if spec.kind != kind:
+            example = "memory-primary" if kind == "primary" else "memory"
+            raise UsageError(
+                f"{option} {name}: {name!r} is a {spec.kind} tier; {option} needs a {kind} tier (e.g. {example})"
+            )
+        specs.append((option, name, spec))
+    built: list[object] = []
+    try:
+        option, name, spec = specs[0]
+        primary: object = _call(option, name, spec.factory)
+        built.append(primary)
+        if not isinstance(primary, PrimaryTier):
+            raise UsageError(f"{option} {name}: its factory built {primary!r}, which is not a PrimaryTier")
+        secondaries: list[SecondaryTier] = []
+        names = {primary.name}
+        for option, name, spec in specs[1:]:
+            tier: object = _call(option, name, spec.factory, primary.buffer)
+            built.append(tier)
+            if not isinstance(tier, SecondaryTier):
+                raise UsageError(f"{option} {name}: its factory built {tier!r}, which is not a SecondaryTier")
+            if tier.name in names:
+                raise UsageError(f"{option} {name}: the tier's name {tier.name!r} is already used in the stack")
+            names.add(tier.name)
+            secondaries.append(tier)
+    except UsageError:
+        for tier in reversed(built):
+            try:
+                shut_down_probe(tier)
+            except Exception:  # noqa: BLE001, S110 - best effort while reporting the usage error
+                pass
+        raise
+    return primary, secondaries
+
+
+def _call(option: str, name: str, factory: object, *args: object) -> object:
+    if not callable(factory):
+        raise UsageError(f"{option} {name}: its factory {factory!r} is not callable")
+    try:
+        return factory(*args)
+    except Exception as exc:
+        raise UsageError(f"{option} {name}: building the tier failed: {type(exc).__name__}: {exc}") from None
+
+
+def _simulate(
+    console: Console,
+    args: argparse.Namespace,
+    primary: PrimaryTier,
+    secondaries: list[SecondaryTier],
+    faults: FaultPlan,
+    config_kwargs: dict[str, object],
+) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvproto._simulation import SimConfig, SimProgress, run_simulation
+    from kvproto.errors import ConfigurationError
+
+    try:
+        config = SimConfig(**config_kwargs)  # type: ignore[arg-type]  # values checked by _parse
+    except ConfigurationError as exc:
+        primary.shutdown()
+        for tier in secondaries:
+            tier.shutdown()
+        console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+        return 2
+    stack = " > ".join([primary.name, *(t.name for t in secondaries)])
+    with Progress(
+        TextColumn("[bold]simulate"),
+        BarColumn(),
+        TextColumn("{task.fields[figures]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("simulate", total=1000, figures=stack)
+
+        def show(p: SimProgress) -> None:
+            figures = (
+                f"step {p.step:,}  {p.lookups:,} lookups  {p.requests_finished:,} requests  "
+                f"{p.live_requests} live  wrong bytes {p.wrong_bytes}  stuck {p.stuck_requests}"
+            )
+            progress.update(task, completed=round(1000 * p.fraction), figures=figures)
+
+        try:
+            report = run_simulation(primary, secondaries, config, on_progress=show)
+        except ConfigurationError as exc:
+            primary.shutdown()
+            for tier in secondaries:
+                tier.shutdown()
+            progress.stop()
+            console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+            return 2
+        progress.update(task, completed=1000)
+    _render(console, report, stack)
+    if args.json is not None:
+        data = report.to_json()
+        data["config"] = {
+            "steps": config.steps,
+            "seconds": config.seconds,
+            "window": config.window,
+            "max_live_requests": config.max_live_requests,
+            "max_prompt_blocks": config.max_prompt_blocks,
+            "stuck_steps": config.stuck_steps,
+            "stuck_seconds": config.stuck_seconds,
+            "step_ms": config.step_sleep_s * 1000.0,
+        }
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return report.exit_code
+
+
+def _mib(value: int | None) -> str:
+    return "?" if value is None else f"{value / (1 << 20):.1f} MiB"
+
+
+def _render(console: Console, report: SimReport, stack: str) -> None:
+    from rich.table import Table
+
+    def verdict(bad: bool) -> str:
+        return "[red]FAIL" if bad else "[green]ok"
+
+    table = Table(title=f"kvproto simulate: {stack} (seed {report.seed})", title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", overflow="fold")
+    table.add_column("", justify="center")
+    add = table.add_row
+    add("steps", f"{report.steps:,} in {report.seconds:.2f} s", "")
+    add("requests", f"{report.requests_started:,} started, {report.requests_finished:,} finished, "
+        f"{report.requests_cancelled:,} cancelled", "")
+    add("lookups", f"{report.lookups:,} ({report.lookups_per_second:,.0f}/s) in {report.scans:,} scans "
+        f"({report.window_scans:,} sliding-window)", "")
+    rates = report.hit_rate()
+    add("hit rate", ", ".join(f"{name} {rate:.1%}" for name, rate in rates.items()), "")
+    add("blocks", f"{report.blocks_needed:,} needed, {report.blocks_stored:,} stored, "
+        f"{report.blocks_skipped:,} skipped before a window", "")
+    add("deferral steps", f"p50 {report.deferral_percentile(50)}, p99 {report.deferral_percentile(99)}, "
+        f"max {max(report.deferral_histogram, default=0)}; longest wait {report.deferral_seconds_max * 1000:.1f} ms", "")
+    add("wrong bytes", f"{report.wrong_bytes} blocks", verdict(report.wrong_bytes > 0))
+    add("stuck requests", f"{report.stuck_requests} (deferred past the bound at the end: "
+        f"{report.deferred_at_end})", verdict(report.stuck_requests > 0))
+    if report.leaked_pins is None:
+        add("leaked pins", report.leaked_pins_note, "[yellow]n/a")
+    else:
+        add("leaked pins", f"{report.leaked_pins} after shutdown", verdict(report.leaked_pins > 0))
+    add("exceptions", f"{report.exceptions} escaped the manager", verdict(report.exceptions > 0))
+    add("stores", f"{report.stores_prepared:,} prepared, {report.stores_refused:,} refused (no slot), "
+        f"{report.stores_failed:,} failed, {report.stores_late:,} completed a step late", "")
+    add("promoted", ", ".join(f"{n} {report.promoted.get(n, 0):,}" for n in report.secondaries) or "-", "")
+    add("evicted", ", ".join(f"{n} {report.evicted.get(n, 0):,}" for n in report.tiers), "")
+    stats = report.manager_stats
+    add("manager", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in stats.items()), "")
+    if report.faults.any:
+        c = report.fault_counts
+        add("faults", f"fail {c.fail_fired}/{c.fail_armed} fired, corrupt {c.corrupt_detected}/{c.corrupt_armed} "
+            f"detected ({c.corrupt_undetected} undetected), raise {c.raise_fired}/{c.raise_armed} fired, "
+            f"latency {c.latency_steps} steps ({c.jobs_delayed:,} jobs)", "")
+    if report.log_records:
+        add("warnings logged", ", ".join(f"{k} {v:,}" for k, v in sorted(report.log_records.items())), "")
+    add("memory (RSS)", f"{_mib(report.rss_start)} -> {_mib(report.rss_end)}", "")
+    add("threads", f"{report.threads_start} -> {report.threads_end}", "")
+    add("drain", f"{report.drain_steps} steps" + ("" if report.drained else ", work still pending"), "")
+    console.print(table)
+    for title, samples in (
+        ("wrong bytes", report.wrong_byte_samples),
+        ("stuck", report.stuck_samples),
+        ("exceptions", report.exception_samples),
+    ):
+        for sample in samples:
+            console.print(f"  {title}: {sample}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    problems = report.problems
+    if problems:
+        console.print("[red]FAILED:[/red] " + "; ".join(problems), highlight=False)
+    else:
+        console.print("[green]clean:[/green] no wrong bytes, no stuck requests, no leaked pins", highlight=False)

@@ -1,0 +1,72 @@
+"""Broken tiers for ``kvproto simulate``'s tests, named as ``tests.kvproto.sim_tiers:FACTORY`` targets.
+
+Each has exactly one bug the simulator must catch and fail the run for. Only
+kvproto's public API is used, as a third party's tier would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kvproto import MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, TransferJob
+from kvproto.errors import TierMisuseError
+from kvproto.testing.faults import FaultySecondary, LatencySecondary
+
+__all__ = ["grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory"]
+
+
+class LyingMemory(FaultySecondary[MemoryTier]):
+    """Damages every block it promotes and reports the load done: wrong bytes in the primary."""
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.corrupt_on_read(job.keys, detect=False)  # the broken tier: damage not detected
+        super().submit_load(job)
+
+
+def lying_memory(buffer: memoryview) -> LyingMemory:
+    """A secondary tier serving wrong bytes (FaultySecondary.corrupt_on_read with detect=False)."""
+    return LyingMemory(MemoryTier(buffer, name="lying"), buffer=buffer)
+
+
+def hung_lookups(buffer: memoryview) -> LatencySecondary[MemoryTier]:
+    """A secondary tier whose lookups answer RETRY for a billion steps: requests defer without end."""
+    return LatencySecondary(MemoryTier(buffer, name="hung"), lookup_steps=10**9)
+
+
+class LeakyPrimary(MemoryPrimaryTier):
+    """Forgets to release one pin in five: blocks stay pinned after shutdown."""
+
+    def __init__(self) -> None:
+        super().__init__(num_slots=32, block_bytes=64, name="leaky")
+        self._releases = 0
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        self._releases += 1
+        if self._releases % 5 == 0:
+            return
+        super().complete_load(keys)
+
+
+def leaky_primary() -> LeakyPrimary:
+    """A primary tier leaking pins."""
+    return LeakyPrimary()
+
+
+class GrumpyPrimary(MemoryPrimaryTier):
+    """Answers HIT, then refuses one load in seven: the refusal reaches the scheduler through the manager."""
+
+    def __init__(self) -> None:
+        super().__init__(num_slots=32, block_bytes=64, name="grumpy")
+        self._loads = 0
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        if not req_context.req_id.startswith("kvproto.tiering"):  # the scheduler's loads only
+            self._loads += 1
+            if self._loads % 7 == 0:
+                raise TierMisuseError(f"{self.name}: refusing this load", key=keys[0] if keys else None)
+        return super().prepare_load(keys, req_context)
+
+
+def grumpy_primary() -> GrumpyPrimary:
+    """A primary tier whose loads fail after a HIT."""
+    return GrumpyPrimary()

@@ -1,0 +1,123 @@
+"""``kvproto simulate`` as a user runs it (MGR-16): its table, its JSON, its exit codes and usage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli import kvproto_cli
+
+#: The report's documented top-level fields (README, CONTRACT MGR-16).
+FIELDS = {
+    "kvproto_version", "clean", "exit_code", "problems", "seed", "stack", "faults", "steps", "seconds",
+    "seconds_asleep", "requests", "lookups", "lookups_per_second", "scans", "blocks", "hit_rate",
+    "deferral_steps", "wrong_bytes", "wrong_byte_samples", "stuck_requests", "stuck_samples", "exceptions",
+    "exception_samples", "leaked_pins", "leaked_pins_note", "primary_pending_after_shutdown", "stores",
+    "promoted", "evicted", "drain", "manager", "fault_counts", "log_records", "log_samples", "resources",
+    "config",
+}
+
+
+def run_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "report.json"
+    code = kvproto_cli(["simulate", *args, "--json", str(out)])
+    data: dict[str, Any] = json.loads(out.read_text())
+    return code, data
+
+
+def test_simulate_is_a_listed_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kvproto_cli([]) == 2  # no command: the help
+    assert "simulate" in capsys.readouterr().out
+
+
+def test_table_and_json_report_the_documented_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data = run_json(tmp_path, "--steps", "300", "--faults", "fail=0.1,latency=1")
+    assert code == 0
+    out = capsys.readouterr().out
+    for figure in ("steps", "requests", "lookups", "hit rate", "deferral steps", "wrong bytes", "stuck requests",
+                   "leaked pins", "faults", "memory (RSS)", "threads", "clean:"):
+        assert figure in out, figure
+    assert set(data) == FIELDS
+    assert data["exit_code"] == 0 and data["steps"] == 300
+    assert data["faults"] == {"fail": 0.1, "corrupt": 0.0, "latency": 1, "raise": 0.0}
+    assert set(data["requests"]) == {"started", "finished", "cancelled", "stuck"}
+    assert set(data["hit_rate"]) == {"memory-primary", "memory", "memory-async", "computed"}
+    assert abs(sum(data["hit_rate"].values()) - 1.0) < 0.01
+    assert {"p50", "p99", "max"} <= set(data["deferral_steps"])
+    assert data["deferral_steps"]["p50"] <= data["deferral_steps"]["p99"] <= data["deferral_steps"]["max"]
+    assert data["lookups_per_second"] > 0
+    resources = data["resources"]
+    assert set(resources) == {"rss_bytes_start", "rss_bytes_end", "threads_start", "threads_end"}
+    assert resources["rss_bytes_start"] > 0 and resources["threads_start"] >= 1
+    assert set(data["manager"]) >= {"promotions_started", "write_through_jobs", "tier_errors"}
+    assert data["config"]["steps"] == 300 and data["config"]["seconds"] is None
+
+
+def test_seconds_bound_the_run(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, "--seconds", "0.5")
+    assert code == 0
+    assert data["steps"] > 0
+    assert 0.5 <= data["seconds"] < 5
+    assert data["config"] == {**data["config"], "steps": None, "seconds": 0.5}
+
+
+def test_a_failing_run_exits_1_and_still_writes_its_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:lying_memory", "--steps", "200")
+    assert code == 1
+    assert data["clean"] is False and data["exit_code"] == 1
+    out = capsys.readouterr().out
+    assert "FAILED:" in out and "loaded blocks held wrong bytes" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("fial=0.1", "--faults item 'fial=0.1': unknown fault 'fial'"),
+        ("fail=2", "--faults item 'fail=2': fail must be a probability between 0 and 1"),
+        ("corrupt=nan", "--faults item 'corrupt=nan': corrupt must be a probability"),
+        ("latency=-1", "--faults item 'latency=-1': latency must be a whole number of steps"),
+        ("latency=1.5", "--faults item 'latency=1.5': latency must be a whole number of steps"),
+        ("fail", "--faults item 'fail' is not NAME=VALUE"),
+        ("fail=0.1,fail=0.2", "--faults item 'fail=0.2': 'fail' is given twice"),
+        ("fail=0.1,,raise=0.1", "--faults 'fail=0.1,,raise=0.1' has an empty item"),
+        ("", "--faults is empty"),
+    ],
+)
+def test_bad_faults_are_a_usage_error_naming_the_item(
+    capsys: pytest.CaptureFixture[str], spec: str, message: str
+) -> None:
+    assert kvproto_cli(["simulate", "--faults", spec]) == 2
+    captured = capsys.readouterr()
+    assert f"kvproto simulate: {message}" in captured.out
+    assert "Traceback" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--secondary", "no-such-tier"], "--secondary 'no-such-tier' is neither pkg.module:factory nor an installed tier"),
+        (["--primary", "no_such_module:factory"], "--primary no_such_module:factory: cannot import 'no_such_module'"),
+        (["--primary", "memory"], "--primary memory: 'memory' is a secondary tier; --primary needs a primary tier"),
+        (["--secondary", "memory-primary"],
+         "--secondary memory-primary: 'memory-primary' is a primary tier; --secondary needs a secondary tier"),
+        (["--secondary", "memory", "--secondary", "memory"], "--secondary memory is given twice"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--seconds", "-1"], "--seconds must be a number > 0"),
+        (["--window", "0"], "--window must be >= 1"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert kvproto_cli(["simulate", *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kvproto simulate: {message}"), captured.out
+    assert "Traceback" not in captured.out + captured.err
