@@ -10,7 +10,7 @@ secondary (primary -> secondary), and keeps every deferral bounded.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -58,6 +58,11 @@ class TieringConfig:
       the slot after its reuse); a promotion is abandoned: its key may be
       stored and promoted again, while its primary slot stays reserved in the
       primary (the late load may still land in it). A late report is counted.
+    * ``promotion_hold_steps``: a block a promotion just made readable is
+      pinned by the manager for this many steps, so another request's
+      promotions cannot evict it before its own request's next scan loads it
+      (MGR-9: without it, two requests whose prefixes together exceed the
+      primary evict each other's promotions for ever). 0 turns it off.
     * ``max_tracked_keys``: the most keys any per-key map of the manager holds
       (negative verdicts and distrusted keys per tier, abandoned jobs); the
       oldest entries go first (MGR-18).
@@ -66,15 +71,18 @@ class TieringConfig:
     strict: bool = False
     negative_verdict_steps: int = 64
     job_deadline_steps: int = 1024
+    promotion_hold_steps: int = 2
     max_tracked_keys: int = 65_536
 
     def __post_init__(self) -> None:
         if type(self.strict) is not bool:
             raise ConfigurationError(f"TieringConfig.strict must be a bool, got {self.strict!r}")
-        for name in ("negative_verdict_steps", "job_deadline_steps", "max_tracked_keys"):
+        for name, low in (
+            ("negative_verdict_steps", 1), ("job_deadline_steps", 1), ("promotion_hold_steps", 0), ("max_tracked_keys", 1)
+        ):
             value: object = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ConfigurationError(f"TieringConfig.{name} must be an int >= 1, got {value!r}")
+            if type(value) is not int or value < low:
+                raise ConfigurationError(f"TieringConfig.{name} must be an int >= {low}, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -156,6 +164,9 @@ class TieringManager:
         self._strict = self._config.strict
         self._negative_steps = self._config.negative_verdict_steps
         self._deadline_steps = self._config.job_deadline_steps
+        self._hold_steps = self._config.promotion_hold_steps
+        # Blocks just promoted, pinned by the manager until a step (MGR-9): (release step, keys).
+        self._held: deque[tuple[int, list[OffloadKey]]] = deque()
         self._max_tracked = self._config.max_tracked_keys
         self._primary = primary
         self._primary_lookup = primary.lookup
@@ -237,6 +248,7 @@ class TieringManager:
             "stores_prepared": len(self._store_owner),
             "requests_with_stores": len(self._req_stores),
             "requests_finishing": len(self._finishing),
+            "held_promotions": sum(len(keys) for _, keys in self._held),
         }
 
     def promotions_in_flight(self) -> dict[OffloadKey, str]:
@@ -645,6 +657,8 @@ class TieringManager:
             if failed:
                 self.stats.promotions_failed += len(failed)
                 self._add_negative(index, failed)
+            if done and self._hold_steps and not self._closed:
+                self._hold(done)
             promoting = self._promoting
             for key in job.keys:
                 promoting.pop(key, None)
@@ -681,9 +695,39 @@ class TieringManager:
                 entries.popitem(last=False)
             self.stats.tracked_keys_dropped += excess
 
+    def _hold(self, keys: list[OffloadKey]) -> None:
+        """Pin just-promoted blocks for ``promotion_hold_steps`` steps (MGR-9); a key the primary
+        does not hold READY (its completion was refused) is simply not held."""
+        primary = self._primary
+        try:
+            primary.prepare_load(keys, self._pin_context)
+            held = keys
+        except Exception:  # noqa: BLE001 - pin what can be pinned, key by key
+            held = []
+            for key in keys:
+                try:
+                    primary.prepare_load((key,), self._pin_context)
+                except Exception:  # noqa: BLE001 - not READY: nothing to protect
+                    continue
+                held.append(key)
+        if held:
+            self._held.append((self._step + self._hold_steps, held))
+
+    def _release_held(self, *, until: int | None = None) -> None:
+        """Release the manager's pins on promoted blocks due by step ``until`` (all if None) (MGR-9)."""
+        held = self._held
+        while held and (until is None or held[0][0] <= until):
+            _, keys = held.popleft()
+            try:
+                self._primary.complete_load(keys)
+            except Exception as exc:  # noqa: BLE001 - MGR-10
+                self._tier_error(self._primary.name, "complete_load (promotion hold)", exc)
+
     def _expire(self) -> None:
-        """Prune expired negative verdicts and end jobs past their deadline (MGR-17, MGR-18)."""
+        """Release promotion holds, prune expired negative verdicts and end jobs past their deadline
+        (MGR-9, MGR-17, MGR-18)."""
         step = self._step
+        self._release_held(until=step)
         for negative in self._negative:
             while negative:
                 key = next(iter(negative))
@@ -780,6 +824,7 @@ class TieringManager:
         """
         if any(self._jobs):
             return False
+        self._release_held()
         self._drop_staged()
         for negative in self._negative:
             negative.clear()
@@ -821,6 +866,7 @@ class TieringManager:
                 del jobs[job.job_id]
                 self._end_job(index, job, frozenset())
             self._job_steps[index].clear()
+        self._release_held()
         try:
             self._primary.shutdown()
         except Exception as exc:  # noqa: BLE001 - MGR-10

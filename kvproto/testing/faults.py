@@ -294,8 +294,9 @@ class LatencySecondary(Generic[_S]):
     def get_finished_jobs(self) -> Sequence[JobResult]:
         """Hand over the jobs whose wall-clock wait is over, then report the wrapper's failed jobs and ``inner``'s."""
         self._hand_over_timed()
+        inner = self._inner.get_finished_jobs()  # if this raises, the wrapper's own results stay for next time
         failed, self._failed = self._failed, []
-        return [*failed, *self._inner.get_finished_jobs()]
+        return [*failed, *inner]
 
     # -- TierLifecycle -------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import pytest
 from kvproto import (
     Defer,
     Hits,
+    make_key,
     JobResult,
     LookupResult,
     MemoryTier,
@@ -263,3 +264,51 @@ def test_window_scan_terminates_over_failing_promotions(stacks: list[Stack]) -> 
     else:
         pytest.fail("window scan still deferred")
     assert decision == Hits(4)  # keys 2..3 are the rightmost full window before key(4)
+
+
+@pytest.mark.parametrize("hold_steps", [2, 0])
+def test_two_requests_exceeding_the_primary_do_not_evict_each_others_promotions_forever(hold_steps: int) -> None:
+    """MGR-9: two prefixes that together exceed the primary (25 + 16 blocks over 32 slots), scanned in a
+    fixed order every step. Without the promotion hold each request's promotions evict the other's
+    just-promoted blocks before they are loaded, for ever (found by `kvproto simulate`)."""
+    from kvproto import MemoryPrimaryTier
+
+    cpu = MemoryPrimaryTier(num_slots=32, block_bytes=16)
+    mem = MemoryTier(cpu.buffer, name="mem")
+    manager = TieringManager(cpu, [mem], config=TieringConfig(promotion_hold_steps=hold_steps))
+    prompts: dict[str, list[OffloadKey]] = {}
+    try:
+        for name, blocks, resident in (("A", 25, 13), ("B", 16, 11)):
+            keys = [make_key(b"%s%d" % (name.encode(), i), 0) for i in range(blocks)]
+            for k in keys:
+                mem.seed(k, bytes(16))
+            out = manager.prepare_store(keys[:resident], ReqContext("earlier"))
+            assert out is not None
+            manager.complete_store(out.keys_to_store, True)
+            prompts[name] = [*keys, make_key(name.encode() + b"-new", 0)]
+        for _ in range(3):
+            manager.on_step_end()
+        contexts = {name: ReqContext(name) for name in prompts}
+        decided: dict[str, int] = {}
+        for step in range(1, 61):
+            for name, keys in prompts.items():
+                if name in decided:
+                    continue
+                context = contexts[name]
+
+                def ask(k: OffloadKey, context: ReqContext = context) -> LookupResult:
+                    return manager.lookup(k, context)
+
+                decision = maximal_prefix_lookup(ask, keys)
+                if isinstance(decision, Hits):
+                    decided[name] = step
+                    if decision.count:
+                        manager.prepare_load(keys[: decision.count], contexts[name])
+                        manager.complete_load(keys[: decision.count])
+            manager.on_step_end()
+        if hold_steps:
+            assert set(decided) == {"A", "B"}, f"still deferred after 60 steps: {sorted(set(prompts) - set(decided))}"
+        else:
+            assert set(decided) != {"A", "B"}  # the livelock the hold prevents (keeps this test honest)
+    finally:
+        manager.shutdown()

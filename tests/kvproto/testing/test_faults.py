@@ -947,3 +947,21 @@ class TestFaultyPrimaryUnarmed(PrimaryTierTests):
     @pytest.fixture
     def tier_factory(self) -> Callable[[], PrimaryTier]:
         return lambda: FaultyPrimary(MemoryPrimaryTier(num_slots=32, block_bytes=64))
+
+
+def test_latency_wrapper_keeps_its_failed_results_when_the_inner_report_raises(buf: memoryview) -> None:
+    """TIER-11: a job failed at hand-over is still reported after the inner get_finished_jobs raised once
+    (found by `kvproto simulate`: the result was lost and its promotion stayed pending)."""
+    faulty = FaultySecondary(MemoryTier(buf))
+    tier = LatencySecondary(faulty, job_steps=1)
+    job = TransferJob(7, (k(1),), (0,), promotion=True)
+    tier.submit_load(job)
+    faulty.raise_in("submit_load", RuntimeError("hand-over refused"))
+    tier.on_step_end()  # hand-over fails: the wrapper holds a failed result
+    faulty.raise_in("submit_load", None)
+    faulty.raise_in("get_finished_jobs", RuntimeError("flaky report"))
+    with pytest.raises(RuntimeError, match="flaky report"):
+        tier.get_finished_jobs()
+    faulty.raise_in("get_finished_jobs", None)
+    assert tier.get_finished_jobs() == [JobResult(7, False)]
+    tier.shutdown()
