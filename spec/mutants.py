@@ -1,8 +1,8 @@
 """Deliberately wrong scans, each breaking one clause, to show that the checks can fail.
 
-The test suite runs every check of :mod:`spec.checks` against these and
-asserts that it reports a failure: a check that passes a wrong scan proves
-nothing. Each mutant is one plausible mistake, the first one a bug that
+The test suite runs every check of :mod:`kvproto.testing.scans` against these
+(and ``kvproto verify --prefix/--window`` on each, SCAN-11) and asserts that it
+reports a failure: a check that passes a wrong scan proves nothing. Each mutant is one plausible mistake, the first one a bug that
 shipped in a real engine.
 """
 

@@ -11,52 +11,79 @@ reference definitions, the way ``kvproto verify`` checks ``kvproto.scan``:
   subprocess (needs ``crosshair-tool``: ``pip install 'kvproto[verify]'``).
 
 :func:`standard_checks` lists them all with ``kvproto verify``'s budgets.
+
+A scan of your own that does not share kvproto's signature or shapes goes
+through :func:`scan_target` first (SCAN-11): it checks the call signature,
+detects whether the scan returns ``Hits``/``Defer`` or the legacy ``int | None``,
+and with ``legacy_answers=True`` feeds it ``bool | None`` lookups (HIT True,
+MISS False, HIT_PENDING and RETRY None; SCAN-12). :func:`target_checks` lists
+what ``kvproto verify --prefix/--window`` runs on such targets; each exhaustive
+failure carries its first :class:`Counterexample` objects.
 Importing this module imports Hypothesis.
 """
 
 from __future__ import annotations
 
 from kvproto.testing.scans._checks import (
+    COUNTEREXAMPLES,
     CROSSHAIR_ITERATIONS,
     CROSSHAIR_TARGETS,
     Check,
     CheckResult,
+    Counterexample,
+    crosshair_available,
     crosshair_check,
     crosshair_diff,
     crosshair_diff_check,
     exhaustive_prefix,
     exhaustive_window,
+    legacy_conflation,
     run_checks,
     run_property,
+    show_decision,
     standard_checks,
 )
 from kvproto.testing.scans._crosshair_targets import prefix_run, window_run
-from kvproto.testing.scans._inputs import PrefixScan, ScanRun, WindowScan
+from kvproto.testing.scans._inputs import EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, ScanRun, WindowScan
+from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 from kvproto.testing.scans._properties import Property, PropertyFailure, scan_properties
 from kvproto.testing.scans._reference import maximal_prefix_lookup as reference_prefix_scan
 from kvproto.testing.scans._reference import sliding_window_lookup as reference_window_scan
 
 __all__ = [
+    "COUNTEREXAMPLES",
     "CROSSHAIR_ITERATIONS",
     "CROSSHAIR_TARGETS",
+    "EXPRESSIBLE",
+    "LEGACY_ANSWER",
     "Check",
     "CheckResult",
+    "Counterexample",
     "PrefixScan",
     "Property",
     "PropertyFailure",
+    "ScanKind",
     "ScanRun",
+    "ScanTarget",
     "WindowScan",
+    "adapt",
+    "crosshair_available",
     "crosshair_check",
     "crosshair_diff",
     "crosshair_diff_check",
     "exhaustive_prefix",
     "exhaustive_window",
+    "key_of",
+    "legacy_conflation",
     "prefix_run",
     "reference_prefix_scan",
     "reference_window_scan",
     "run_checks",
     "run_property",
     "scan_properties",
+    "scan_target",
+    "show_decision",
     "standard_checks",
+    "target_checks",
     "window_run",
 ]

@@ -13,6 +13,14 @@ the positions looked up, in call order, so a difference in call count or
 order is a difference in behaviour; exceptions are compared by type and
 message. ``spec/crosshair_mutants.py`` in the source tree runs the same
 comparison on deliberately wrong scans, to show that it can fail.
+
+``target_prefix``/``target_window`` run a third-party scan (``kvproto verify
+--prefix/--window``, SCAN-11), named by the environment variable
+``KVPROTO_VERIFY_PREFIX``/``KVPROTO_VERIFY_WINDOW`` and loaded when this module
+is imported; ``expected_prefix``/``expected_window`` run the reference on the
+same inputs. Those four explore valid inputs only: answers among the four
+(MISS, HIT, RETRY over ``bool | None`` lookups, SCAN-12), windows 1..4,
+initial windows none, w, w+1, w+2.
 """
 
 from __future__ import annotations
@@ -24,11 +32,14 @@ from kvproto.testing.scans._inputs import (
     ScanRun,
     WindowScan,
     decode,
+    decode_answer,
     explored_length,
     explored_window_args,
+    pick,
     run_prefix,
     run_window,
 )
+from kvproto.testing.scans._targets import ScanTarget, load_target
 
 __all__ = [
     "prefix_run",
@@ -37,7 +48,15 @@ __all__ = [
     "kvproto_window",
     "reference_prefix",
     "reference_window",
+    "expected_prefix",
+    "expected_window",
+    "target_prefix",
+    "target_window",
 ]
+
+# Loaded at import, before CrossHair starts exploring: importing the target is not explored.
+_PREFIX_TARGET = load_target("prefix")
+_WINDOW_TARGET = load_target("window")
 
 
 def prefix_run(scan_fn: PrefixScan, length: int, codes: tuple[int, ...]) -> ScanRun:
@@ -102,3 +121,82 @@ def reference_window(
     """The reference window scan over the decoded inputs, with its calls."""
     codes = (c0, c1, c2, c3, c4, c5, c6, c7)
     return window_run(ref.sliding_window_lookup, length, window, extra, codes)
+
+
+# --------------------------------------------------------------------------- third-party scans
+
+
+def _target(target: ScanTarget | None, kind: str) -> ScanTarget:
+    if target is None:
+        raise RuntimeError(f"no {kind} scan under test: KVPROTO_VERIFY_{kind.upper()} is not set")
+    return target
+
+
+def _valid_prefix_run(scan_fn: PrefixScan, expressible_only: bool, length: int, codes: tuple[int, ...]) -> ScanRun:
+    return run_prefix(scan_fn, lambda p: decode_answer(codes[p], expressible_only), explored_length(length))
+
+
+def _valid_window_run(
+    scan_fn: WindowScan, expressible_only: bool, length: int, window: int, extra: int, codes: tuple[int, ...]
+) -> ScanRun:
+    n = explored_length(length)
+    w = pick(window, (2, 1, 3), 4)
+    e = pick(extra, (0, 1, 2), None)
+    assert w is not None  # pick() with an int default
+    initial = None if e is None else w + e
+    return run_window(scan_fn, lambda p: decode_answer(codes[p], expressible_only), n, w, initial)
+
+
+def target_prefix(
+    length: int, c0: int, c1: int, c2: int, c3: int, c4: int, c5: int, c6: int, c7: int
+) -> ScanRun:
+    """The prefix scan under test (``KVPROTO_VERIFY_PREFIX``), adapted, over valid inputs, with its calls."""
+    t = _target(_PREFIX_TARGET, "prefix")
+    return _valid_prefix_run(t.scan, t.legacy_answers, length, (c0, c1, c2, c3, c4, c5, c6, c7))
+
+
+def expected_prefix(
+    length: int, c0: int, c1: int, c2: int, c3: int, c4: int, c5: int, c6: int, c7: int
+) -> ScanRun:
+    """The reference prefix scan over the inputs of :func:`target_prefix`, with its calls."""
+    t = _target(_PREFIX_TARGET, "prefix")
+    codes = (c0, c1, c2, c3, c4, c5, c6, c7)
+    return _valid_prefix_run(ref.maximal_prefix_lookup, t.legacy_answers, length, codes)
+
+
+def target_window(
+    length: int,
+    window: int,
+    extra: int,
+    c0: int,
+    c1: int,
+    c2: int,
+    c3: int,
+    c4: int,
+    c5: int,
+    c6: int,
+    c7: int,
+) -> ScanRun:
+    """The window scan under test (``KVPROTO_VERIFY_WINDOW``), adapted, over valid inputs, with its calls."""
+    t = _target(_WINDOW_TARGET, "window")
+    codes = (c0, c1, c2, c3, c4, c5, c6, c7)
+    return _valid_window_run(t.scan, t.legacy_answers, length, window, extra, codes)
+
+
+def expected_window(
+    length: int,
+    window: int,
+    extra: int,
+    c0: int,
+    c1: int,
+    c2: int,
+    c3: int,
+    c4: int,
+    c5: int,
+    c6: int,
+    c7: int,
+) -> ScanRun:
+    """The reference window scan over the inputs of :func:`target_window`, with its calls."""
+    t = _target(_WINDOW_TARGET, "window")
+    codes = (c0, c1, c2, c3, c4, c5, c6, c7)
+    return _valid_window_run(ref.sliding_window_lookup, t.legacy_answers, length, window, extra, codes)

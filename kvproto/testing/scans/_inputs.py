@@ -16,13 +16,17 @@ true side of a new branch about one time in four).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple, TypeAlias, overload
 
 from kvproto._results import LookupResult
 from kvproto.scan import Decision
 
 __all__ = [
+    "ANSWERS",
+    "EXPRESSIBLE",
+    "LEGACY_ANSWER",
     "MAX_KEYS",
     "AnswerOf",
     "CheckedRun",
@@ -30,6 +34,7 @@ __all__ = [
     "ScanRun",
     "answers_of",
     "decode",
+    "decode_answer",
     "explored_length",
     "explored_window_args",
     "pick",
@@ -39,6 +44,23 @@ __all__ = [
 
 #: Longest key sequence CrossHair explores.
 MAX_KEYS = 8
+
+#: The four answers, in declaration order (the order every exhaustive enumeration uses).
+ANSWERS: tuple[LookupResult, ...] = tuple(LookupResult)
+
+#: What a legacy ``bool | None`` lookup says for each answer (SCAN-12): HIT is True, MISS is
+#: False, and HIT_PENDING and RETRY are both None: the conflation kvproto exists to remove.
+LEGACY_ANSWER: Mapping[LookupResult, bool | None] = MappingProxyType(
+    {
+        LookupResult.MISS: False,
+        LookupResult.HIT: True,
+        LookupResult.HIT_PENDING: None,
+        LookupResult.RETRY: None,
+    }
+)
+
+#: The answers a ``bool | None`` lookup can tell apart (SCAN-12): its None reads as RETRY.
+EXPRESSIBLE: tuple[LookupResult, ...] = (LookupResult.MISS, LookupResult.HIT, LookupResult.RETRY)
 
 AnswerOf: TypeAlias = Callable[[int], object]
 """What position ``i`` of a scanned sequence answers; anything but a LookupResult plays a legacy tier."""
@@ -134,6 +156,21 @@ def decode(code: int) -> LookupResult | None:
     # branch) explores legacy answers rarely: each one ends the scan.
     if code >= 99 and code == 99:
         return None
+    return LookupResult.HIT
+
+
+def decode_answer(code: int, expressible_only: bool) -> LookupResult:
+    """The answer a code stands for, legacy values excluded (the inputs a third-party scan gets).
+
+    3: RETRY; 2: HIT_PENDING (RETRY when ``expressible_only``: a ``bool | None``
+    lookup cannot say HIT_PENDING, SCAN-12); 0 or less: MISS; any other int: HIT.
+    """
+    if code == 3:
+        return LookupResult.RETRY
+    if code == 2:
+        return LookupResult.RETRY if expressible_only else LookupResult.HIT_PENDING
+    if code <= 0:
+        return LookupResult.MISS
     return LookupResult.HIT
 
 

@@ -45,17 +45,19 @@ class Property:
     examples: list[int]  # one entry per example run, so a runner can count them
 
 
+def _answer_lists(members: Sequence[LookupResult]) -> st.SearchStrategy[list[LookupResult]]:
+    """Sequences of ``members``: mostly-HIT ones long enough for windows to fill, and short uniform ones."""
+    others = tuple(
+        m for m in (LookupResult.HIT_PENDING, LookupResult.RETRY, LookupResult.MISS) if m in members
+    )
+    return st.one_of(
+        st.lists(st.sampled_from((LookupResult.HIT,) * 4 + others), max_size=24),
+        st.lists(st.sampled_from(tuple(members)), max_size=10),
+    )
+
+
 #: Answer sequences: mostly-HIT ones long enough for windows to fill, and short uniform ones.
-answer_lists: st.SearchStrategy[list[LookupResult]] = st.one_of(
-    st.lists(
-        st.sampled_from(
-            (LookupResult.HIT,) * 4
-            + (LookupResult.HIT_PENDING, LookupResult.RETRY, LookupResult.MISS)
-        ),
-        max_size=24,
-    ),
-    st.lists(st.sampled_from(MEMBERS), max_size=10),
-)
+answer_lists: st.SearchStrategy[list[LookupResult]] = _answer_lists(MEMBERS)
 
 #: Legacy answers a ``bool | None`` tier might give; each must end in ContractViolation.
 legacy_values: st.SearchStrategy[object] = st.sampled_from((None, True, False, 0, 1, "hit"))
@@ -80,10 +82,18 @@ def _fail(clause: str, what: str, *details: object) -> PropertyFailure:
 
 
 def scan_properties(
-    prefix_scan: PrefixScan, window_scan: WindowScan
+    prefix_scan: PrefixScan,
+    window_scan: WindowScan,
+    *,
+    members: Sequence[LookupResult] = MEMBERS,
 ) -> list[Property]:
-    """The properties of SCAN-1..SCAN-10 for ``prefix_scan`` and ``window_scan``."""
+    """The properties of SCAN-1..SCAN-10 for ``prefix_scan`` and ``window_scan``.
+
+    ``members``: the answers the answer sequences are drawn from (all four by
+    default; MISS, HIT and RETRY for a scan over ``bool | None`` lookups, SCAN-12).
+    """
     props: list[Property] = []
+    answer_lists = _answer_lists(members)
 
     def add(
         name: str, clauses: str, **strategies: st.SearchStrategy[Any]
