@@ -88,5 +88,5 @@ def test_kvproto_wheel_ships_what_verify_needs(wheels: dict[str, Path]) -> None:
     """`kvproto verify` works from the wheel: the reference scans, checks and CrossHair targets are inside."""
     with zipfile.ZipFile(wheels["."]) as zf:
         names = set(zf.namelist())
-    for module in ("_reference", "_checks", "_crosshair_targets", "_crosshair_stats", "_properties", "_inputs"):
+    for module in ("_reference", "_checks", "_crosshair_targets", "_crosshair_stats", "_properties", "_inputs", "_targets"):
         assert f"kvproto/testing/scans/{module}.py" in names
