@@ -53,7 +53,9 @@ class ObjTierConfig(BaseModel):
     * ``probe_deadline_steps``, ``probe_min_interval_s``, ``probe_timeout_s``:
       an existence check unanswered after this many end-of-step hooks (hooks
       closer than the interval count once) answers MISS; one batch of HEADs
-      is abandoned (MISS) after ``probe_timeout_s``.
+      is abandoned (MISS) after ``probe_timeout_s``. The defaults (16 hooks,
+      10 ms) give a HEAD at least 160 ms of wall time however fast the
+      scheduler steps, and post a batch at most 10 ms after its first key.
     * ``recent_keys``: how many keys this instance remembers as present
       (stored or loaded by it) without asking the store.
     * ``check_on_start``: write the layout manifest at construction, so an
@@ -86,8 +88,8 @@ class ObjTierConfig(BaseModel):
     job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     probe_concurrency: int = Field(default=64, ge=1, le=1024)
-    probe_deadline_steps: int = Field(default=8, ge=1)
-    probe_min_interval_s: float = Field(default=0.002, ge=0, le=1.0)
+    probe_deadline_steps: int = Field(default=16, ge=1)
+    probe_min_interval_s: float = Field(default=0.01, ge=0, le=1.0)
     probe_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     recent_keys: int = Field(default=65536, ge=1)
     check_on_start: bool = True

@@ -304,6 +304,11 @@ class ObjTier:
         with self._lock:
             return frozenset(self._index)
 
+    @property
+    def existence_batches(self) -> int:
+        """How many batches of existence checks (HEAD requests) went to the store so far."""
+        return self._probe.batches_posted
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until every submitted job is finished (tests, tools; never the scheduler)."""
         deadline = time.monotonic() + timeout
