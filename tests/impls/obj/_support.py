@@ -101,7 +101,9 @@ class Runner:
         self.flat = buffer.cast("B")
         self.block = buffer.shape[1] if buffer.shape else 0
         self.next_id = 1
+        self.jobs: dict[int, TransferJob] = {}
         self.req = ReqContext("test")
+        self.steps = 0
 
     def row(self, slot: int) -> bytes:
         return bytes(self.flat[slot * self.block : (slot + 1) * self.block])
@@ -122,6 +124,7 @@ class Runner:
             self.flat[s * self.block : (s + 1) * self.block] = block_of(k, self.block)
         job = TransferJob(self.next_id, tuple(keys), tuple(slots), False)
         self.next_id += 1
+        self.jobs[job.job_id] = job
         self.tier.submit_store(job)
         return job.job_id
 
@@ -136,6 +139,7 @@ class Runner:
             self.flat[s * self.block : (s + 1) * self.block] = bytes(self.block)
         job = TransferJob(self.next_id, tuple(keys), tuple(slots), True)
         self.next_id += 1
+        self.jobs[job.job_id] = job
         self.tier.submit_load(job)
         result = self.wait(job.job_id)
         done = result.succeeded_keys(job)
