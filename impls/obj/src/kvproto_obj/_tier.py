@@ -385,9 +385,16 @@ class ObjTier:
         out = _Outcome(job, injected=bool(failing))
         try:
             async with asyncio.timeout(self.config.job_timeout_s):
-                await asyncio.gather(
-                    *(one(key, slot, out) for key, slot in zip(job.keys, job.slots, strict=True) if key not in failing)
+                # return_exceptions: every key's request has ended (none writes a slot later) when the job ends.
+                ended = await asyncio.gather(
+                    *(one(key, slot, out) for key, slot in zip(job.keys, job.slots, strict=True) if key not in failing),
+                    return_exceptions=True,
                 )
+            errors = [e for e in ended if isinstance(e, BaseException)]
+            if errors:
+                _log.warning("ObjTier %r: job %d: %d keys raised; they fail", self._name, job.job_id, len(errors),
+                             exc_info=errors[0])
+                self._unfinished(out, failing)
         except TimeoutError:
             _log.warning("ObjTier %r: job %d ran past job_timeout_s=%.1f s; its unfinished keys fail",
                          self._name, job.job_id, self.config.job_timeout_s)
