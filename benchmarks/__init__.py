@@ -18,4 +18,5 @@ REGISTRY: dict[str, str] = {
     "cpu": "benchmarks.bench_cpu",
     "tiering": "benchmarks.bench_tiering",
     "fs": "benchmarks.bench_fs",
+    "obj": "benchmarks.bench_obj",
 }

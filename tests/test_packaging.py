@@ -22,6 +22,7 @@ DISTRIBUTIONS = {
     ".": ("kvproto", "kvproto", {"memory", "memory-async", "memory-threaded", "memory-primary"}),
     "impls/cpu": ("kvproto_cpu", "kvproto_cpu", {"cpu"}),
     "impls/fs": ("kvproto_fs", "kvproto_fs", {"fs"}),
+    "impls/obj": ("kvproto_obj", "kvproto_obj", {"obj"}),
 }
 
 

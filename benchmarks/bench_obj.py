@@ -1,0 +1,235 @@
+"""``obj``: the object-store tier against raw obstore ``put``/``get`` of the same bytes on the same S3 server.
+
+A loopback S3 server (moto's threaded server, started here in a child process
+on 127.0.0.1 with an ephemeral port, so it does not share the benchmark's GIL)
+serves both sides. 64 blocks of 2 MiB (one 16-token
+Llama-3-8B block each) are stored from a primary buffer into an
+:class:`kvproto_obj.ObjTier` and loaded back (``submit_store`` /
+``submit_load`` / ``get_finished_jobs``, four jobs of 16 keys), side by side
+in one run with raw obstore ``put_async`` / ``get_async`` of the same rows
+(the same 16 requests in flight, the tier's ``max_concurrency``; raw gets
+stop at the downloaded bytes, while the tier also verifies the envelope and
+copies the payload into the slot; the scheduler side polls every 1 ms). A
+warm-up round, not timed, goes first. Ratio = ours / raw MB/s, the worse of
+store and load (median of three alternating rounds); target >= 0.9.
+
+Figures also give HEAD existence checks resolved per second: 8,192 keys (1 in
+8 stored) looked up through the tier (RETRY, then one batch of concurrent
+HEADs on the tier's event loop) against a plain sequential loop of
+``obstore.head`` calls. moto answers every request in Python on one thread
+(~8 ms each, no gain from concurrency), so absolute figures are moto's; the
+ratios are what compare. ``--quick``: 16 blocks, 1,024 keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks._result import BenchResult
+from kvproto import OffloadKey, ReqContext, TransferJob, make_key
+from kvproto import envelope as env
+from kvproto import members as lr
+
+BLOCK_BYTES = 2 << 20
+CONCURRENCY = 16
+PER_JOB = 16
+PROBE_CONCURRENCY = 64  # the tier's default; moto answers ~300 HEAD/s whatever the concurrency
+
+
+def _wait_all(tier: object, ids: set[int]) -> bool:
+    from kvproto_obj import ObjTier
+
+    assert isinstance(tier, ObjTier)
+    ok = True
+    while ids:
+        tier.on_step_end()
+        for r in tier.get_finished_jobs():
+            ids.discard(r.job_id)
+            ok &= r.success
+        time.sleep(0.001)  # a scheduler step of 1 ms: jobs here take ~100 ms; faster polling only takes the GIL
+    return ok
+
+
+_SERVER = """
+import logging, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()  # until the benchmark closes our stdin
+server.stop()
+"""
+
+
+def run(quick: bool = False) -> BenchResult:
+    import boto3
+    import obstore
+
+    from kvproto_obj import ObjTier, ObjTierConfig, make_store
+
+    blocks = 16 if quick else 64
+    n_keys = 1024 if quick else 8192
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout is not None
+        endpoint = f"http://127.0.0.1:{int(server.stdout.readline())}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                     aws_secret_access_key="bench").create_bucket(Bucket="kvproto-bench")
+
+        def config(prefix: str, **options: object) -> ObjTierConfig:
+            return ObjTierConfig(kind="s3", bucket="kvproto-bench", endpoint=endpoint, region="us-east-1",
+                                 allow_http=True, access_key_id="bench", secret_access_key="bench", prefix=prefix,
+                                 max_concurrency=CONCURRENCY, request_timeout_s=60.0, job_timeout_s=600.0,
+                                 **options)
+
+        raw_mem = bytearray(os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20))
+        buffer = memoryview(raw_mem).cast("B", (blocks, BLOCK_BYTES))
+        rows = [memoryview(raw_mem)[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] for i in range(blocks)]
+        keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(blocks)]
+
+        def ours_round(tag: str) -> tuple[float, float, bool]:
+            tier = ObjTier(buffer, config(f"ours-{tag}"), name="bench")
+            try:
+                t0 = time.perf_counter()
+                ids = set()
+                for j in range(0, blocks, PER_JOB):
+                    job = TransferJob(j + 1, tuple(keys[j : j + PER_JOB]), tuple(range(j, min(j + PER_JOB, blocks))), False)
+                    tier.submit_store(job)
+                    ids.add(job.job_id)
+                ok = _wait_all(tier, ids)
+                store_s = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                ids = set()
+                for j in range(0, blocks, PER_JOB):
+                    job = TransferJob(10_000 + j, tuple(keys[j : j + PER_JOB]),
+                                      tuple(range(j, min(j + PER_JOB, blocks))), True)
+                    tier.submit_load(job)
+                    ids.add(job.job_id)
+                ok &= _wait_all(tier, ids)
+                load_s = time.perf_counter() - t0
+            finally:
+                tier.shutdown()
+            return store_s, load_s, ok
+
+        store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
+
+        async def raw_async(tag: str) -> tuple[float, float, int]:
+            slots = asyncio.Semaphore(CONCURRENCY)
+
+            async def put(i: int) -> None:
+                async with slots:
+                    await obstore.put_async(store, f"raw-{tag}/{i}", rows[i], use_multipart=False)
+
+            async def get(i: int) -> int:
+                async with slots:
+                    result = await obstore.get_async(store, f"raw-{tag}/{i}")
+                    return len(await result.bytes_async())
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(put(i) for i in range(blocks)))
+            store_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            sizes = await asyncio.gather(*(get(i) for i in range(blocks)))
+            load_s = time.perf_counter() - t0
+            return store_s, load_s, sum(sizes)
+
+        asyncio.run(raw_async("warm-up"))  # the server imports its S3 backend on first use: not timed
+        mb = blocks * BLOCK_BYTES / 1e6
+        figures: dict[str, float] = {}
+        ratios_store: list[float] = []
+        ratios_load: list[float] = []
+        ok_all = True
+        for rep in range(1 if quick else 3):
+            if rep % 2 == 0:
+                o_store, o_load, ok = ours_round(str(rep))
+                r_store, r_load, got = asyncio.run(raw_async(str(rep)))
+            else:
+                r_store, r_load, got = asyncio.run(raw_async(str(rep)))
+                o_store, o_load, ok = ours_round(str(rep))
+            ok_all &= ok and got == blocks * BLOCK_BYTES
+            ratios_store.append(r_store / o_store)
+            ratios_load.append(r_load / o_load)
+            figures[f"ours_store_mbps_{rep}"] = mb / o_store
+            figures[f"ours_load_mbps_{rep}"] = mb / o_load
+            figures[f"raw_store_mbps_{rep}"] = mb / r_store
+            figures[f"raw_load_mbps_{rep}"] = mb / r_load
+        store_ratio = sorted(ratios_store)[len(ratios_store) // 2]
+        load_ratio = sorted(ratios_load)[len(ratios_load) // 2]
+        figures["store_ratio"] = store_ratio
+        figures["load_ratio"] = load_ratio
+        figures["all_jobs_succeeded"] = float(ok_all)
+
+        # HEAD existence checks: n_keys keys, 1 in 8 stored (small blocks: only the HEADs matter).
+        small = memoryview(bytearray(4 * 4096)).cast("B", (4, 4096))
+        probe_cfg = config("probe", probe_min_interval_s=0.0, probe_deadline_steps=10**9, probe_timeout_s=3000.0,
+                           probe_concurrency=PROBE_CONCURRENCY)
+        shared = ObjTier(small, probe_cfg, name="probe")
+        probe_keys = [make_key(hashlib.sha256(b"p" + i.to_bytes(8, "big")).digest(), 0) for i in range(n_keys)]
+        seeded = probe_keys[::8]
+
+        async def seed() -> None:
+            slots = asyncio.Semaphore(64)
+            payload = bytes(4096)
+
+            async def one(k: OffloadKey) -> None:
+                async with slots:
+                    await obstore.put_async(shared.store, shared.path_of(k), env.encode(k, payload, shared.namespace))
+
+            await asyncio.gather(*(one(k) for k in seeded))
+
+        asyncio.run(seed())
+        req = ReqContext("bench")
+        t0 = time.perf_counter()
+        # A scheduler asks every key once (RETRY: queued), then steps every 1 ms until the batch is back.
+        first = [shared.lookup(k, req) for k in probe_keys]
+        assert all(a is lr.RETRY for a in first)
+        while shared.lookup(probe_keys[-1], req) is lr.RETRY:
+            shared.on_step_end()
+            time.sleep(0.001)
+        answers = [shared.lookup(k, req) for k in probe_keys]
+        hits = sum(a is lr.HIT for a in answers)
+        resolved = all(a is not lr.RETRY for a in answers)
+        probe_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        seq_hits = 0
+        for k in probe_keys:
+            try:
+                obstore.head(shared.store, shared.path_of(k))
+                seq_hits += 1
+            except FileNotFoundError:
+                pass
+        seq_s = time.perf_counter() - t0
+        shared.shutdown()
+        figures["head_checks_per_s_tier_batched"] = n_keys / probe_s
+        figures["head_checks_per_s_sequential"] = n_keys / seq_s
+        figures["head_batched_over_sequential"] = seq_s / probe_s
+        figures["head_hits_tier"] = float(hits)
+        figures["head_hits_sequential"] = float(seq_hits)
+        figures["head_keys"] = float(n_keys)
+        ok_heads = resolved and hits == seq_hits == len(seeded)
+        figures["head_answers_agree"] = float(ok_heads)
+        ratio = min(store_ratio, load_ratio)
+        summary = (
+            f"{blocks} x 2 MiB on a loopback moto S3 server: store {figures['ours_store_mbps_0']:.0f} MB/s vs raw "
+            f"obstore {figures['raw_store_mbps_0']:.0f} (median ratio {store_ratio:.2f}); load "
+            f"{figures['ours_load_mbps_0']:.0f} vs {figures['raw_load_mbps_0']:.0f} (median ratio {load_ratio:.2f}); "
+            f"{n_keys} HEAD checks: {figures['head_checks_per_s_tier_batched']:.0f}/s through the tier (batched, "
+            f"async) vs {figures['head_checks_per_s_sequential']:.0f}/s sequential; "
+            f"{'all jobs succeeded' if ok_all and ok_heads else 'SOME JOBS OR CHECKS FAILED'}"
+        )
+        return BenchResult("obj", ratio if ok_all and ok_heads else 0.0, 0.9, False, summary, figures)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -1,0 +1,44 @@
+"""The reference object-store tier of kvproto: one verified envelope object per block, on obstore.
+
+* :class:`ObjTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below).
+* :class:`ObjTierConfig` is its pydantic configuration; :func:`make_store`
+  builds the obstore store it names (S3 and compatibles, GCS, Azure Blob, a
+  local directory, memory) with retries and timeouts chosen for a cache.
+* :func:`conformance_spec` is the ``obj`` entry point of ``kvproto.tiers``;
+  :func:`obj_spec` builds the same spec over any store.
+
+Blocks are stored as :mod:`kvproto.envelope` envelopes under the names the
+filesystem tier ``kvproto-fs`` uses. Clauses: kvproto's ``spec/CONTRACT.md``,
+section "OBJ: the reference object-store tier".
+"""
+
+from __future__ import annotations
+
+from kvproto import BatchLookup, SecondaryTier
+
+from kvproto_obj._config import LayoutValue, ObjTierConfig, StoreKind
+from kvproto_obj._conformance import OBJ_HOOKS, conformance_spec, obj_spec
+from kvproto_obj._store import make_store
+from kvproto_obj._tier import ObjTier, ObjTierStats
+
+__all__ = [
+    "OBJ_HOOKS",
+    "LayoutValue",
+    "ObjTier",
+    "ObjTierConfig",
+    "ObjTierStats",
+    "StoreKind",
+    "conformance_spec",
+    "make_store",
+    "obj_spec",
+]
+
+
+def _conforms(tier: ObjTier) -> SecondaryTier:
+    """Never called: mypy proves here that ObjTier satisfies SecondaryTier structurally."""
+    return tier
+
+
+def _batch(tier: ObjTier) -> BatchLookup:
+    """Never called: mypy proves here that ObjTier offers lookup_many (BatchLookup)."""
+    return tier

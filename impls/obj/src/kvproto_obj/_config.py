@@ -1,0 +1,152 @@
+"""The object-store tier's configuration: a pydantic model with clear errors (OBJ-1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["LayoutValue", "ObjTierConfig", "StoreKind"]
+
+LayoutValue = str | int | float | bool | None
+"""A value of the integrator's layout fingerprint (JSON scalars)."""
+
+StoreKind = Literal["memory", "local", "s3", "gcs", "azure"]
+"""Which obstore store the tier builds: in-memory, a local directory, S3 (and compatibles), GCS, Azure Blob."""
+
+
+class ObjTierConfig(BaseModel):
+    """Where and how the object-store tier keeps its blocks (OBJ-1).
+
+    * ``kind``: ``"memory"`` (obstore's in-process MemoryStore: tests and the
+      ``kvproto conform obj`` default), ``"local"`` (a LocalStore over
+      ``root``), ``"s3"`` (S3 and S3-compatible servers), ``"gcs"``,
+      ``"azure"``.
+    * ``bucket``: the bucket (container for Azure); needed for s3/gcs/azure.
+    * ``root``: an existing directory; needed for ``local``.
+    * ``prefix``: objects live under ``<prefix>/<namespace>/`` (no leading or
+      trailing ``/``; ``""`` for the bucket's top level).
+    * ``layout``: the integrator's model/layout fingerprint; with the block
+      size and the envelope format version it makes the namespace.
+    * ``endpoint``, ``region``: a custom endpoint URL (an S3-compatible
+      server) and the region. ``http://`` endpoints need ``allow_http``.
+    * ``access_key_id`` / ``secret_access_key``: static S3 credentials (both
+      or neither); left out, obstore reads the usual environment
+      (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+      ``AWS_REGION``, ..., ``GOOGLE_*``, ``AZURE_*``).
+    * ``conditional_put``: stores are create-if-absent (``If-None-Match: *``);
+      False falls back to plain overwrite for providers that reject
+      conditional writes (safe: content-addressed and verified on load).
+    * ``max_retries``, ``retry_timeout_s``, ``init_backoff_s``,
+      ``max_backoff_s``, ``connect_timeout_s``, ``request_timeout_s``: per
+      request, chosen for a cache (obstore's defaults retry for minutes).
+    * ``job_timeout_s``: a transfer job still running after this long fails
+      (the keys not done by then).
+    * ``max_concurrency``: object GETs/PUTs in flight at once;
+      ``probe_concurrency``: existence checks (HEADs) in flight at once.
+    * ``probe_deadline_steps``, ``probe_min_interval_s``, ``probe_timeout_s``:
+      an existence check unanswered after this many end-of-step hooks (hooks
+      closer than the interval count once) answers MISS; one batch of HEADs
+      is abandoned (MISS) after ``probe_timeout_s``. The defaults (16 hooks,
+      10 ms) give a HEAD at least 160 ms of wall time however fast the
+      scheduler steps, and post a batch at most 10 ms after its first key.
+    * ``recent_keys``: how many keys this instance remembers as present
+      (stored or loaded by it) without asking the store.
+    * ``check_on_start``: write the layout manifest at construction, so an
+      unreachable store or missing bucket fails at once with a
+      :class:`~kvproto.errors.ConfigurationError`.
+
+    Invalid values raise :class:`~kvproto.errors.ConfigurationError` naming
+    every offending field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    kind: StoreKind = "memory"
+    bucket: str | None = None
+    root: Path | None = None
+    prefix: str = "kvproto"
+    layout: dict[str, LayoutValue] = Field(default_factory=dict)
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: SecretStr | None = None
+    allow_http: bool = False
+    conditional_put: bool = True
+    max_retries: int = Field(default=2, ge=0, le=10)
+    retry_timeout_s: float = Field(default=3.0, gt=0, le=300)
+    init_backoff_s: float = Field(default=0.05, gt=0, le=60)
+    max_backoff_s: float = Field(default=0.5, gt=0, le=60)
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
+    request_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_concurrency: int = Field(default=16, ge=1, le=1024)
+    probe_concurrency: int = Field(default=64, ge=1, le=1024)
+    probe_deadline_steps: int = Field(default=16, ge=1)
+    probe_min_interval_s: float = Field(default=0.01, ge=0, le=1.0)
+    probe_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    recent_keys: int = Field(default=65536, ge=1)
+    check_on_start: bool = True
+
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (OBJ-1)."""
+        if isinstance(data.get("root"), str):
+            data["root"] = Path(data["root"])
+        if isinstance(data.get("secret_access_key"), str):
+            data["secret_access_key"] = SecretStr(data["secret_access_key"])
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigurationError(f"invalid ObjTierConfig: {problems}") from exc
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object]) -> ObjTierConfig:
+        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (OBJ-1)."""
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"ObjTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
+        return cls(**{str(k): v for k, v in data.items()})
+
+    @field_validator("prefix")
+    @classmethod
+    def _clean_prefix(cls, prefix: str) -> str:
+        if prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+            raise ValueError(f"prefix {prefix!r} must not start or end with '/' nor hold '//'")
+        return prefix
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, endpoint: str | None) -> str | None:
+        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint {endpoint!r} must be an http:// or https:// URL")
+        return endpoint
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ObjTierConfig:
+        if self.kind in ("s3", "gcs", "azure") and not self.bucket:
+            raise ValueError(f"kind {self.kind!r} needs a bucket")
+        if self.kind == "local":
+            if self.root is None:
+                raise ValueError("kind 'local' needs a root directory")
+            if not self.root.is_dir():
+                raise ValueError(f"root {str(self.root)!r} is not an existing directory")
+        if self.kind in ("memory", "local") and (self.bucket or self.endpoint):
+            raise ValueError(f"kind {self.kind!r} takes no bucket or endpoint")
+        if self.endpoint is not None and self.endpoint.startswith("http://") and not self.allow_http:
+            raise ValueError(f"endpoint {self.endpoint!r} is plain http: set allow_http=True (loopback or test servers)")
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("access_key_id and secret_access_key go together (or leave both to the environment)")
+        if self.init_backoff_s > self.max_backoff_s:
+            raise ValueError("init_backoff_s must not exceed max_backoff_s")
+        for name in ("retry_timeout_s", "request_timeout_s", "job_timeout_s", "probe_timeout_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number of seconds")
+        return self

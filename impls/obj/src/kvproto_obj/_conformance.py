@@ -1,0 +1,104 @@
+"""The ``obj`` entry point of the ``kvproto.tiers`` group: what ``kvproto conform obj`` checks (KIT-9, OBJ-10).
+
+The embedded default needs no server: each tier gets a fresh obstore
+``MemoryStore``, which the ``reopen`` hook shares with the second instance
+(persistence and sharing between live instances, as two engines share one
+bucket). :func:`obj_spec` builds the same spec over any store factory: the
+test suite runs it against a loopback S3 server (moto).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import obstore
+from obstore.store import MemoryStore
+
+from kvproto import OffloadKey
+from kvproto import envelope as env
+from kvproto.testing import TierSpec
+
+from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._tier import ObjTier
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+__all__ = ["OBJ_HOOKS", "conformance_spec", "obj_spec"]
+
+
+def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
+    """A second instance over the same store and prefix (a second engine on the same bucket)."""
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store)
+
+
+def _read_block(tier: ObjTier, key: OffloadKey) -> bytes | None:
+    try:
+        data = obstore.get(tier.store, tier.path_of(key)).bytes()
+    except FileNotFoundError:
+        return None
+    return bytes(memoryview(data)[env.HEADER_BYTES:])
+
+
+def _seed_block(tier: ObjTier, key: OffloadKey, data: bytes) -> None:
+    obstore.put(tier.store, tier.path_of(key), env.encode(key, data, tier.namespace))
+
+
+def _fail_next_jobs(tier: ObjTier, n: int) -> None:
+    tier.fail_next_jobs(n)
+
+
+def _fail_keys(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
+    tier.fail_keys(keys)
+
+
+def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
+    """Overwrite each stored object with one payload byte flipped: the checksum must catch it."""
+    for key in keys:
+        path = tier.path_of(key)
+        try:
+            data = bytearray(memoryview(obstore.get(tier.store, path).bytes()))
+        except FileNotFoundError:
+            continue
+        data[env.HEADER_BYTES] ^= 0xFF
+        obstore.put(tier.store, path, bytes(data))
+
+
+OBJ_HOOKS: dict[str, Callable[..., Any]] = {
+    "reopen": _reopen,
+    "read_block": _read_block,
+    "seed_block": _seed_block,
+    "fail_next_jobs": _fail_next_jobs,
+    "fail_keys": _fail_keys,
+    "corrupt_on_read": _corrupt_on_read,
+}
+"""The kit's backdoor hooks for ObjTier (KIT-5)."""
+
+
+def obj_spec(
+    name: str = "obj",
+    *,
+    make_store: Callable[[], ObjectStore] = MemoryStore,
+    config: ObjTierConfig | None = None,
+    description: str = "",
+) -> TierSpec:
+    """ObjTier over a fresh store per tier (``make_store()``), all capabilities but eviction declared."""
+    cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16) if config is None else config
+
+    def build(buffer: memoryview) -> ObjTier:
+        return ObjTier(buffer, cfg, name=name, store=make_store())
+
+    return TierSpec(
+        name,
+        "secondary",
+        build,
+        hooks=OBJ_HOOKS,
+        tier_class=ObjTier,
+        description=description or "kvproto_obj.ObjTier(buffer, ObjTierConfig(), store=obstore.store.MemoryStore())",
+    )
+
+
+def conformance_spec() -> TierSpec:
+    """``kvproto conform obj``: a fresh in-memory store per tier, shared by ``reopen`` (no server needed)."""
+    return obj_spec()
