@@ -8,7 +8,8 @@ tier (see ``--list``). Exit code 0 only if every check that is not an
 expected failure passed and every type check passed; 2 for a usage error
 (a target that cannot be resolved or imported, a report path that cannot be
 written, an unknown check), said in one line before any check runs; 130 when
-interrupted (KIT-11).
+interrupted (KIT-11). ``--explain CHECK`` says what a check does and how to
+run it in the author's own pytest.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help="run only this kit check (repeatable; e.g. lookup_does_not_block)",
+    )
+    parser.add_argument(
+        "--explain",
+        metavar="CHECK",
+        help="say what a kit check does, its clause, what it needs, and how to run it in your own pytest",
     )
 
 
@@ -135,6 +141,36 @@ def kit_missing(command: str) -> str | None:
     return None
 
 
+def _explain(console: Console, args: argparse.Namespace, specs: list[TierSpec]) -> int:
+    """``--explain CHECK``: print what the check does and how to run it in the author's pytest."""
+    from kvproto.errors import KvprotoError
+    from kvproto._cli.explain import explain, find_check, known_checks
+
+    check: str = args.explain
+    targets: list[tuple[str | None, TierSpec | None]] = (
+        [(t, spec) for t, spec in zip(args.targets, specs, strict=True)] or [(None, None)]
+    )
+    for target, spec in targets:
+        kind = None if spec is None else spec.kind
+        if not find_check(check, kind):
+            import difflib
+
+            known = known_checks(kind)
+            close = difflib.get_close_matches(check if check.startswith("test_") else f"test_{check}", known, n=1)
+            where = "" if spec is None else f" for a {spec.kind} tier"
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+            say(console, f"no such kit check{where}: {check} ({hint})")
+            return 2
+    for target, spec in targets:
+        try:
+            text = explain(check, target, spec)
+        except KvprotoError as exc:
+            say(console, str(exc))
+            return 2
+        print(text)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     missing = kit_missing("conform")
     if missing is not None:
@@ -182,8 +218,8 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     only: list[str] | None = None
     if args.check:
         only = [c if c.startswith("test_") else f"test_{c}" for c in args.check]
-    names: list[str] = list(args.targets) or [ep.name for ep in reference_tiers()]
-    if not names:
+    names: list[str] = list(args.targets) or ([] if args.explain else [ep.name for ep in reference_tiers()])
+    if not names and not args.explain:
         say(console, "no tiers to check: no target given and no kvproto.tiers entry points installed")
         return 2
     specs: list[TierSpec] = []
@@ -200,6 +236,8 @@ def _run(console: Console, args: argparse.Namespace) -> int:
         except KvprotoError as exc:
             say(console, str(exc))
             return 2
+    if args.explain:
+        return _explain(console, args, specs)
     if not specs:
         say(console, "no tiers to check: every installed reference tier lacks a dependency")
         return 2
