@@ -5,12 +5,17 @@ With no TARGET it runs against every installed reference tier (the
 keyword ``kvproto-reference``: kvproto itself, kvproto-cpu, ...), on embedded
 defaults. A TARGET is ``pkg.module:factory`` or the name of an installed
 tier (see ``--list``). Exit code 0 only if every check that is not an
-expected failure passed and every type check passed (KIT-11).
+expected failure passed and every type check passed; 2 for a usage error
+(a target that cannot be resolved or imported, a report path that cannot be
+written, an unknown check), said in one line before any check runs; 130 when
+interrupted (KIT-11). ``--explain CHECK`` says what a check does and how to
+run it in the author's own pytest.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +54,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="run only this kit check (repeatable; e.g. lookup_does_not_block)",
     )
+    parser.add_argument(
+        "--explain",
+        metavar="CHECK",
+        help="say what a kit check does, its clause, what it needs, and how to run it in your own pytest",
+    )
+
+
+#: Exit code of a run interrupted by SIGINT (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+#: Width of the tables when stdout is not a terminal (a CI log), unless $COLUMNS says otherwise.
+LOG_WIDTH = 240
+
+
+def make_console() -> Console:
+    """A console for stdout; when stdout is not a terminal, wide enough that check names and
+    clauses are never cut (Rich would otherwise assume 80 columns)."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=LOG_WIDTH)
+    return console
+
+
+def say(console: Console, message: str, *, style: str = "red") -> None:
+    """``kvproto conform: MESSAGE`` on one line, whatever the console's width."""
+    first = message.strip().splitlines()[0] if message.strip() else message
+    console.print(
+        f"kvproto conform: {first}", style=style, markup=False, emoji=False, highlight=False, soft_wrap=True
+    )
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a report cannot be written to ``path``, tried before any check runs; None if it can."""
+    if path.is_dir():
+        return f"cannot write a report to {path}: it is a directory"
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return f"cannot write a report to {path}: {exc.strerror or exc}"
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None
 
 
 def _list(console: Console) -> int:
@@ -91,12 +141,57 @@ def kit_missing(command: str) -> str | None:
     return None
 
 
+def _explain(console: Console, args: argparse.Namespace, specs: list[TierSpec]) -> int:
+    """``--explain CHECK``: print what the check does and how to run it in the author's pytest."""
+    from kvproto.errors import KvprotoError
+    from kvproto._cli.explain import explain, find_check, known_checks
+
+    check: str = args.explain
+    targets: list[tuple[str | None, TierSpec | None]] = (
+        [(t, spec) for t, spec in zip(args.targets, specs, strict=True)] or [(None, None)]
+    )
+    for target, spec in targets:
+        kind = None if spec is None else spec.kind
+        if not find_check(check, kind):
+            import difflib
+
+            known = known_checks(kind)
+            close = difflib.get_close_matches(check if check.startswith("test_") else f"test_{check}", known, n=1)
+            where = "" if spec is None else f" for a {spec.kind} tier"
+            hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+            say(console, f"no such kit check{where}: {check} ({hint})")
+            return 2
+    for target, spec in targets:
+        try:
+            text = explain(check, target, spec)
+        except KvprotoError as exc:
+            say(console, str(exc))
+            return 2
+        print(text)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     missing = kit_missing("conform")
     if missing is not None:
         print(missing)
         return 2
-    from rich.console import Console
+    console = make_console()
+    try:
+        return _run(console, args)
+    except KeyboardInterrupt as stop:
+        from kvproto._cli.runner import Interrupted
+
+        done = ""
+        if isinstance(stop, Interrupted):
+            report = stop.report
+            ran = sum(1 for o in report.outcomes if o.outcome != "not run")
+            done = f" while checking {report.spec.name} ({ran} of {len(report.outcomes)} checks had run)"
+        say(console, f"interrupted{done}; no verdict and no report written", style="yellow")
+        return EXIT_INTERRUPTED
+
+
+def _run(console: Console, args: argparse.Namespace) -> int:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -112,16 +207,20 @@ def run(args: argparse.Namespace) -> int:
     from kvproto._cli.targets import TierUnavailable, reference_tiers, resolve_target
     from kvproto._cli.mypy_check import TypecheckResult
 
-    console = Console()
     if args.list:
         return _list(console)
+    for path in (args.json, args.junit):
+        problem = None if path is None else unwritable(path)
+        if problem is not None:
+            say(console, problem)
+            return 2
     profile = "thorough" if args.thorough else (args.profile or "default")
     only: list[str] | None = None
     if args.check:
         only = [c if c.startswith("test_") else f"test_{c}" for c in args.check]
-    names: list[str] = list(args.targets) or [ep.name for ep in reference_tiers()]
-    if not names:
-        console.print("[red]no tiers to check: no target given and no kvproto.tiers entry points installed")
+    names: list[str] = list(args.targets) or ([] if args.explain else [ep.name for ep in reference_tiers()])
+    if not names and not args.explain:
+        say(console, "no tiers to check: no target given and no kvproto.tiers entry points installed")
         return 2
     specs: list[TierSpec] = []
     for name in names:
@@ -129,27 +228,24 @@ def run(args: argparse.Namespace) -> int:
             specs.append(resolve_target(name))
         except TierUnavailable as exc:
             if args.targets:
-                console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
+                say(console, str(exc))
                 return 2
             # Run with no target: a reference tier whose optional dependency is absent is skipped,
             # said so, and the others still run (e.g. the cpu tier needs torch).
-            console.print(
-                f"kvproto conform: skipping {exc} (install it to check this tier)",
-                style="yellow", markup=False, emoji=False, highlight=False,
-            )
+            say(console, f"skipping {exc} (install it to check this tier)", style="yellow")
         except KvprotoError as exc:
-            console.print(f"kvproto conform: {exc}", style="red", markup=False, emoji=False, highlight=False)
+            say(console, str(exc))
             return 2
+    if args.explain:
+        return _explain(console, args, specs)
     if not specs:
-        console.print("[red]no tiers to check: every installed reference tier lacks a dependency")
+        say(console, "no tiers to check: every installed reference tier lacks a dependency")
         return 2
     if only is not None:
         known = {p.check for spec in specs for p in planned_checks(spec)}
         unknown = sorted(set(only) - known)
         if unknown:
-            console.print(
-                f"kvproto conform: no such kit check: {', '.join(unknown)}", style="red", markup=False, emoji=False
-            )
+            say(console, f"no such kit check: {', '.join(unknown)}")
             return 2
         specs = [spec for spec in specs if any(p.check in only for p in planned_checks(spec))]
     reports: list[TierReport] = []
@@ -164,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("{task.fields[failed]}"),
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
         console=console,
@@ -173,19 +270,30 @@ def run(args: argparse.Namespace) -> int:
             planned = planned_checks(spec)
             if only is not None:
                 planned = [p for p in planned if p.check in only]
-            task = progress.add_task(spec.name, total=len(planned), last="")
+            task = progress.add_task(spec.name, total=len(planned), last="", failed="")
+            failed = [0]
 
-            def advance(outcome: CheckOutcome, task_id: TaskID = task) -> None:
+            def advance(outcome: CheckOutcome, task_id: TaskID = task, failed: list[int] = failed) -> None:
+                if not outcome.ok:
+                    failed[0] += 1
                 label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
-                progress.update(task_id, advance=1, last=label)
+                shown = f"[red]{failed[0]} failed" if failed[0] else ""
+                progress.update(task_id, advance=1, last=label, failed=shown)
 
             here = None if only is None else [p.check for p in planned]
             report = run_kit(spec, profile=profile, on_progress=advance, checks=here)
-            verdict = "[green]checks pass" if report.passed else "[red]checks fail"
-            progress.update(task, completed=len(planned), last=verdict)
+            bad = sum(1 for o in report.outcomes if not o.ok)
+            total = len(report.outcomes)
+            if report.error:
+                verdict = "[red]the kit could not run"
+            elif bad:
+                verdict = f"[red]{bad} of {total} checks failed"
+            else:
+                verdict = f"[green]none of {total} checks failed"
+            progress.update(task, total=total, completed=total, last=verdict, failed="")
             reports.append(report)
         if checker is not None:
-            waiting = progress.add_task("typecheck", total=None, last="strict mypy")
+            waiting = progress.add_task("typecheck", total=None, last="strict mypy", failed="")
             checker.join()
             progress.update(waiting, total=1, completed=1, last="done")
     for report in reports:

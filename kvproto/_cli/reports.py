@@ -13,6 +13,7 @@ from rich.table import Table
 from kvproto.errors import InvalidArgumentError
 from kvproto._cli.runner import TierReport
 from kvproto._cli.mypy_check import TypecheckResult
+from kvproto.testing._steps import STEPS_HEADING
 
 __all__ = ["render_summary", "render_tier", "to_json", "write_json", "write_junit"]
 
@@ -37,13 +38,16 @@ def _check_label(name: str) -> str:
 
 
 def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult | None) -> None:
-    """One table for one tier: clause, check, result, reason."""
+    """One table for one tier: clause, check (never cut), result, reason (its first line); then,
+    under the table, the rest of each failure's reason (a state machine's steps) (KIT-3, KIT-11)."""
     spec = report.spec
     table = Table(title=f"{spec.name} ({spec.kind} tier)", title_justify="left", expand=False)
+    longest = max((len(_check_label(o.check)) for o in report.outcomes), default=5)
     table.add_column("clause", no_wrap=True)
-    table.add_column("check")
+    table.add_column("check", no_wrap=True, min_width=longest)
     table.add_column("result", no_wrap=True)
     table.add_column("reason", overflow="fold")
+    below: list[tuple[str, str, str]] = []
     if typecheck is not None:
         verdict = "passed" if typecheck.passed else "failed"
         table.add_row(
@@ -53,14 +57,23 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
             "; ".join(typecheck.all_problems()),
         )
     for o in report.outcomes:
-        clause = o.violated if o.outcome in ("failed", "error") and o.violated else o.clause
+        clause = o.clause
+        if o.outcome in ("failed", "error"):
+            clause = o.violated or "-"  # "-": the check saw no clause broken (an error, nondeterminism)
         reason = o.reason
         if o.hypothesis and o.outcome == "passed":
             reason = f"{o.hypothesis.get('examples')} examples"
-        table.add_row(clause, _check_label(o.check), f"[{_STYLE.get(o.outcome, '')}]{o.outcome}", reason)
+        first, _, rest = reason.partition("\n")
+        if rest.strip():
+            below.append((_check_label(o.check), clause, rest))
+            first += " (steps below)" if STEPS_HEADING in rest else " (more below)"
+        table.add_row(clause, _check_label(o.check), f"[{_STYLE.get(o.outcome, '')}]{o.outcome}", first)
     if report.error:
         table.add_row("KIT-9", "run the kit", "[bold red]error", report.error)
     console.print(table)
+    for label, clause, rest in below:
+        console.print(f"{label} ({clause}):", style="bold", markup=False, highlight=False)
+        console.print(rest, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def render_summary(console: Console, reports: list[TierReport], typechecks: dict[str, TypecheckResult | None]) -> None:

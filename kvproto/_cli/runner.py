@@ -25,10 +25,11 @@ from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._failures import ConformanceFailure, clause_of
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
+from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
 from kvproto._cli.targets import build_test_class
 from kvproto.testing._tier_spec import TierSpec, shut_down_probe
 
-__all__ = ["CheckOutcome", "TierReport", "run_kit"]
+__all__ = ["CheckOutcome", "Interrupted", "TierReport", "kit_base", "planned_checks", "protocol_check", "run_kit"]
 
 CHECK_TIMEOUT_S = 300
 """With pytest-timeout installed, a check running longer than this fails (a deadlocked tier)."""
@@ -49,6 +50,14 @@ filterwarnings =
     ignore::DeprecationWarning
     ignore::UserWarning
 """
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted (SIGINT) while the kit ran a tier's checks; ``report`` holds what had run."""
+
+    def __init__(self, report: TierReport) -> None:
+        super().__init__("interrupted")
+        self.report = report
 
 
 @dataclass
@@ -140,13 +149,21 @@ class _Collector:
         if call.excinfo is not None:
             error = call.excinfo.value
             message = str(error)
-            notes = getattr(error, "__notes__", None)
+            notes = [str(n) for n in getattr(error, "__notes__", ())]
             clause = error.clause if isinstance(error, ConformanceFailure) else clause_of(message)
+            if isinstance(error, NondeterministicTier):
+                clause = None  # no clause was seen broken: the check has no verdict (KIT-3)
+                report.user_properties.append(("kvproto_inconclusive", True))
+            # The steps that led to a state-machine failure belong to its reason, whatever it raised.
+            steps = [n for n in notes if n.startswith(STEPS_HEADING)]
+            if steps and STEPS_HEADING not in message:
+                message = "\n".join([message, *steps])
+            notes = [n for n in notes if n not in steps]
             report.user_properties.append(("kvproto_message", f"{type(error).__name__}: {message}" if clause is None else message))
             if clause is not None:
                 report.user_properties.append(("kvproto_violated", clause))
             if notes:
-                report.user_properties.append(("kvproto_details", "\n".join(str(n) for n in notes)))
+                report.user_properties.append(("kvproto_details", "\n".join(notes)))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -182,7 +199,7 @@ class _Collector:
                     outcome.outcome = "skipped"
                     outcome.reason = _skip_reason(report)
             else:
-                outcome.outcome = "failed"
+                outcome.outcome = "error" if props.get("kvproto_inconclusive") else "failed"
                 outcome.reason = str(props.get("kvproto_message") or _last_line(report))
                 outcome.violated = _as_str(props.get("kvproto_violated"))
                 outcome.details = _as_str(props.get("kvproto_details")) or ""
@@ -204,10 +221,46 @@ def _as_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def kit_base(spec: TierSpec) -> type[PrimaryTierTests] | type[SecondaryTierTests]:
+    """The kit base class whose checks apply to ``spec``'s kind."""
+    return PrimaryTierTests if spec.kind == "primary" else SecondaryTierTests
+
+
 def planned_checks(spec: TierSpec) -> list[CheckOutcome]:
     """One not-yet-run outcome per kit check that applies to ``spec``'s kind."""
-    base = PrimaryTierTests if spec.kind == "primary" else SecondaryTierTests
-    return [CheckOutcome(i.name, i.clause, i.summary) for i in checks_of(base).values()]
+    return [CheckOutcome(i.name, i.clause, i.summary) for i in checks_of(kit_base(spec)).values()]
+
+
+def protocol_check(spec: TierSpec) -> CheckOutcome:
+    """The check that the tier has every member of its protocol (TIER-1)."""
+    checks = checks_of(kit_base(spec))
+    info = checks.get(f"test_satisfies_{spec.kind}_protocol") or next(
+        i for i in checks.values() if i.clause == "TIER-1"
+    )
+    return CheckOutcome(info.name, info.clause, info.summary)
+
+
+def _not_a_tier(
+    report: TierReport, problem: str, brief: str, on_progress: Callable[[CheckOutcome], None] | None
+) -> TierReport:
+    """One failure, on TIER-1, first, for a factory whose tier lacks members of its protocol;
+    every other check is skipped naming it (a check would only trip over the missing member)."""
+    spec = report.spec
+    first = next((o for o in report.outcomes if o.check == protocol_check(spec).check), None)
+    if first is None:
+        first = protocol_check(spec)  # selected checks or not, the run must fail on it
+    else:
+        report.outcomes.remove(first)
+    report.outcomes.insert(0, first)
+    for outcome in report.outcomes:
+        if outcome is first:
+            outcome.outcome, outcome.violated, outcome.reason = "failed", "TIER-1", f"[TIER-1] {problem}"
+        else:
+            outcome.outcome = "skipped"
+            outcome.reason = f"not run: {brief} (see {first.check}, TIER-1)"
+        if on_progress is not None:
+            on_progress(outcome)
+    return report
 
 
 def run_kit(
@@ -232,10 +285,13 @@ def run_kit(
     try:
         tier = spec.build()
         report.capabilities = resolve_capabilities(spec.capabilities, tier)
+        problem, brief = spec.not_a_tier(tier), spec.not_a_tier(tier, brief=True)
         shut_down_probe(tier)
     except Exception as exc:  # a factory that cannot build is reported, not raised
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"
         return report
+    if problem is not None and brief is not None:
+        return _not_a_tier(report, problem, brief, on_progress)
     token = uuid.uuid4().hex
     _SPECS[token] = spec
     build_test_class(spec)  # fail early (in this process) on a bad spec
@@ -262,6 +318,8 @@ def run_kit(
             sys.modules.pop(module.stem, None)
     finally:
         _SPECS.pop(token, None)
+    if code == pytest.ExitCode.INTERRUPTED:
+        raise Interrupted(report)
     if collector.collect_errors:
         report.error = "the kit could not collect its checks: " + collector.collect_errors[0]
     elif code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

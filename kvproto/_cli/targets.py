@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvproto._protocols import PrimaryTier, SecondaryTier
-from kvproto.errors import ConfigurationError
+from kvproto.errors import ConfigurationError, KvprotoError
 from kvproto.testing._base import KitBase
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
@@ -29,6 +29,7 @@ __all__ = [
     "import_target",
     "importable_cwd",
     "installed_tiers",
+    "one_line",
     "reference_tiers",
     "resolve_target",
     "spec_from_object",
@@ -68,7 +69,12 @@ def spec_from_object(obj: object, name: str) -> TierSpec:
     if needed == 1:
         return TierSpec(name, "secondary", obj, tier_class=obj if isinstance(obj, type) else None)
     if needed == 0:
-        made = obj()
+        try:
+            made = obj()
+        except (ModuleNotFoundError, KvprotoError):
+            raise  # a missing dependency (see resolve_target), or already in plain words
+        except Exception as exc:  # the author's code: a usage error naming it, not a traceback
+            raise ConfigurationError(f"{name}: calling it raised {one_line(exc)}") from exc
         if isinstance(made, TierSpec):
             return made
         if isinstance(made, PrimaryTier) or hasattr(made, "prepare_store"):
@@ -123,15 +129,24 @@ def importable_cwd() -> None:
         sys.path.insert(0, here)
 
 
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``, for a message that must stay on one line."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
 def import_target(target: str) -> object:
     """What ``pkg.mod:attr`` names (modules in the current directory included); a
-    ConfigurationError names the module or attribute that cannot be found."""
+    ConfigurationError names the module or attribute that cannot be found, or what importing
+    the module raised (any exception: the module is the author's code)."""
     importable_cwd()
     module_name, _, attr = target.partition(":")
     try:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"{target}: cannot import {module_name!r}: {exc}") from exc
+        raise ConfigurationError(f"{target}: cannot import {module_name!r}: {one_line(exc)}") from exc
+    except Exception as exc:
+        raise ConfigurationError(f"{target}: importing {module_name!r} raised {one_line(exc)}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -143,7 +158,10 @@ def import_target(target: str) -> object:
 def resolve_target(target: str) -> TierSpec:
     """``pkg.mod:attr`` or an installed ``kvproto.tiers`` entry-point name -> a TierSpec."""
     if ":" in target:
-        return spec_from_object(import_target(target), target)
+        try:
+            return spec_from_object(import_target(target), target)
+        except ModuleNotFoundError as exc:  # raised by a TierSpec function, say
+            raise ConfigurationError(f"{target}: calling it raised {one_line(exc)}") from exc
     for ep in installed_tiers():
         if ep.name == target:
             try:
@@ -154,6 +172,10 @@ def resolve_target(target: str) -> TierSpec:
                     f"tier {target!r} ({ep.value}) needs {missing!r}, which is not installed",
                     missing=missing,
                 ) from exc
+            except KvprotoError:
+                raise
+            except Exception as exc:  # any other error while importing the tier's module
+                raise ConfigurationError(f"tier {target!r} ({ep.value}): loading it raised {one_line(exc)}") from exc
     names = ", ".join(ep.name for ep in installed_tiers()) or "none"
     raise ConfigurationError(
         f"{target!r} is neither pkg.module:factory nor an installed tier (installed: {names})"

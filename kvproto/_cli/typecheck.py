@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except (KvprotoError, ImportError, AttributeError) as exc:  # the last two: an entry point that cannot load
         console.print(
             f"kvproto typecheck: cannot resolve {args.target!r}: {exc}",
-            style="red", markup=False, emoji=False, highlight=False,
+            style="red", markup=False, emoji=False, highlight=False, soft_wrap=True,  # one line
         )
         return 2
     claimed = args.protocol or kind or claimed_protocol(cls)

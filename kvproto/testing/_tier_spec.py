@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvproto._capabilities import Capabilities
+from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto.testing._data import make_buffer
 from kvproto.testing._settings import KitLimits
 
@@ -56,6 +57,37 @@ class TierSpec:
             return self.factory()
         return self.factory(make_buffer(SECONDARY_NUM_SLOTS, SECONDARY_BLOCK_BYTES))
 
+    @property
+    def protocol(self) -> type:
+        """The protocol a tier of this kind satisfies: ``PrimaryTier`` or ``SecondaryTier`` (TIER-1)."""
+        return PrimaryTier if self.kind == "primary" else SecondaryTier
+
+    def missing_members(self, tier: object) -> list[str]:
+        """The members of :attr:`protocol` that ``tier`` lacks, in alphabetical order (TIER-1)."""
+        return [name for name in _members(self.protocol) if not _has(tier, name)]
+
+    def not_a_tier(self, tier: object, *, brief: bool = False) -> str | None:
+        """Why ``tier``, as the factory built it, cannot be checked at all: it is not a tier, or
+        it lacks members of its protocol (TIER-1); None when it has them all. ``brief``: in a
+        few words (for the checks skipped because of it)."""
+        missing = self.missing_members(tier)
+        if not missing:
+            return None
+        protocol = self.protocol.__name__
+        kind = type(tier)
+        named = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        if len(missing) == len(_members(self.protocol)) or not any(
+            callable(getattr(tier, m, None)) for m in ("lookup", "shutdown")
+        ):
+            if brief:
+                return f"what the factory returned (of type {named}) is not a {protocol}"
+            shown = repr(tier)
+            shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+            return f"the factory returned {shown}, of type {named}, not a {protocol}: it lacks {', '.join(missing)}"
+        if brief:
+            return f"{kind.__name__} lacks {', '.join(missing)}"
+        return f"{kind.__name__} lacks {protocol} member(s): {', '.join(missing)}"
+
     def resolved_class(self) -> type:
         """``tier_class``, else the class of a tier built and shut down at once."""
         if self.tier_class is not None:
@@ -72,3 +104,18 @@ def shut_down_probe(tier: object) -> None:
         shutdown()
 
 
+
+
+def _members(protocol: type) -> list[str]:
+    return sorted(name for name in dir(protocol) if not name.startswith("_"))
+
+
+def _has(tier: object, name: str) -> bool:
+    """Whether ``tier`` has member ``name``; a property that raises something else still exists."""
+    try:
+        getattr(tier, name)
+    except AttributeError:
+        return False
+    except Exception:
+        return True
+    return True
