@@ -126,7 +126,7 @@ def test_no_target_leaves_vllms_tiers_out() -> None:
     `kvproto conform` would not run them (KIT-9)."""
     from importlib.metadata import distribution
 
-    keywords = distribution("kvproto-vllm").metadata.get("Keywords") or ""
+    keywords = distribution("kvproto-vllm").metadata["Keywords"] or ""
     assert "kvproto-reference" not in keywords
     names = {ep.name for ep in distribution("kvproto-vllm").entry_points if ep.group == "kvproto.tiers"}
     assert names == set(DEFECTS)

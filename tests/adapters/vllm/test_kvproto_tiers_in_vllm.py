@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kvproto import MemoryTier, SecondaryTier
+from kvproto import MemoryTier, OffloadKey, SecondaryTier
 from kvproto_fs import FsTier, FsTierConfig
 from vllm.v1.kv_offload import base as vbase
 from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
@@ -160,7 +160,7 @@ def example_root(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "example-file"
 
 
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "memory": {"tier": "memory"},
     "memory-async": {"tier": "memory-async"},
     "memory-with-options": {"tier": "kvproto:MemoryTier", "options": {"name": "mem", "capacity_blocks": 64}},
@@ -188,7 +188,7 @@ def test_vllms_manager_over_a_kvproto_tier_cascades_promotes_and_loads_the_store
         assert "HIT_PENDING" in seen
         # Stores cascaded: the kvproto tier holds A's and the filler's blocks.
         if isinstance(tier, MemoryTier):
-            assert all(tier.read_stored(k) == block(k) for k in wanted)
+            assert all(tier.read_stored(OffloadKey(k)) == block(k) for k in wanted)
         events = list(engine.manager.take_events())
         assert any(not e.removed and e.medium is vbase.Medium.STORAGE for e in events) or not isinstance(tier, MemoryTier)
     finally:
