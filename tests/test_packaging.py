@@ -23,7 +23,13 @@ DISTRIBUTIONS = {
     "impls/cpu": ("kvproto_cpu", "kvproto_cpu", {"cpu"}),
     "impls/fs": ("kvproto_fs", "kvproto_fs", {"fs"}),
     "impls/obj": ("kvproto_obj", "kvproto_obj", {"obj"}),
+    "adapters/vllm": (
+        "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
+    ),
 }
+
+#: Distributions whose tiers are not reference tiers (no kvproto-reference keyword, KIT-9).
+NOT_REFERENCE = {"adapters/vllm"}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +79,10 @@ def test_wheel_registers_its_tiers_as_reference(wheels: dict[str, Path], folder:
     _, _, tiers = DISTRIBUTIONS[folder]
     assert set(_entry_points(wheels[folder])["kvproto.tiers"]) == tiers
     keywords = [line for line in _metadata(wheels[folder]).splitlines() if line.startswith("Keywords:")]
-    assert keywords and "kvproto-reference" in keywords[0]
+    if folder in NOT_REFERENCE:
+        assert not keywords or "kvproto-reference" not in keywords[0]
+    else:
+        assert keywords and "kvproto-reference" in keywords[0]
 
 
 def test_kvproto_wheel_needs_no_torch_and_no_pydantic(wheels: dict[str, Path]) -> None:

@@ -1,0 +1,259 @@
+"""Direction 2: vLLM 0.33's tiers presented as kvproto tiers, so the conformance kit can run on them.
+
+* :class:`VllmSecondaryTier` wraps any vLLM ``SecondaryTierManager``
+  (``vllm/v1/kv_offload/tiering/base.py``) as a :class:`kvproto.SecondaryTier`.
+* :class:`VllmPrimaryTier` wraps vLLM's ``CPUOffloadingManager`` (``vllm/v1/kv_offload/cpu/manager.py``)
+  as a :class:`kvproto.PrimaryTier`, with a slot buffer of its own (vLLM's manager only does the
+  bookkeeping; its chunk ids are the rows of that buffer).
+
+The wrappers translate values and calling conventions and nothing else: what vLLM's code answers
+reaches the kit unchanged, so the kit judges vLLM's code, not the wrapper. Where the two contracts
+differ in who does the work, the wrapper does it, and says so:
+
+* vLLM's tiering manager tracks which jobs are in flight itself, so vLLM's tiers need not answer
+  ``has_pending_work`` truthfully (the fs tier always answers False); the wrapper counts
+  submitted, unreported jobs (TIER-15).
+* vLLM's manager never resets its secondary tiers and their interface has no reset, so
+  :meth:`VllmSecondaryTier.reset_cache` answers False ("cannot now") and changes nothing.
+* vLLM's primary has no notion of pending work or of failing in-flight stores at shutdown; the
+  primary wrapper counts prepared stores and fails those still in flight at shutdown (TIER-16).
+* kvproto's ``ReqContext`` and vLLM's are distinct types: each request gets one vLLM context,
+  announced with ``on_new_request`` before its first call, finished with ``on_request_finished``.
+  Calls that carry no request on kvproto's side (``touch``, ``complete_store``, ``complete_load``)
+  use one context the wrapper owns.
+* vLLM reports a misused ``prepare_load`` / ``complete_load`` with ``assert``; the primary wrapper
+  turns that ``AssertionError`` into kvproto's :class:`~kvproto.errors.TierMisuseError`. Under
+  ``python -O`` the asserts are gone and nothing is raised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+from kvproto import (
+    Capabilities,
+    JobResult,
+    LookupResult,
+    OffloadingEvent,
+    OffloadKey,
+    PrepareStoreOutput,
+    ReqContext,
+    TransferJob,
+)
+from kvproto.errors import TierMisuseError
+from vllm.v1.kv_offload import base as vbase
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.tiering import base as vtier
+
+from kvproto_vllm._translate import from_vllm_event, from_vllm_keys, from_vllm_result, to_vllm_keys
+
+__all__ = ["VllmPrimaryTier", "VllmSecondaryTier"]
+
+_NO_SCHEDULE = vbase.ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+
+
+class _Requests:
+    """One vLLM ``ReqContext`` per request id, announced to the tier on first use."""
+
+    def __init__(self, announce: Callable[[vbase.ReqContext], object], own_id: str) -> None:
+        self._announce = announce
+        self._live: dict[str, vbase.ReqContext] = {}
+        self.own = self.get(own_id, None)
+
+    def get(self, req_id: str, transfer_params: object) -> vbase.ReqContext:
+        found = self._live.get(req_id)
+        if found is None:
+            params = dict(transfer_params) if isinstance(transfer_params, dict) else None
+            found = vbase.ReqContext(req_id=req_id, kv_transfer_params=params)
+            self._live[req_id] = found
+            self._announce(found)
+        return found
+
+    def of(self, req_context: ReqContext) -> vbase.ReqContext:
+        params = req_context.transfer_params
+        return self.get(req_context.req_id, dict(params) if params is not None else None)
+
+    def finish(self, req_id: str) -> vbase.ReqContext | None:
+        return self._live.pop(req_id, None)
+
+
+class VllmSecondaryTier:
+    """A vLLM ``SecondaryTierManager`` as a :class:`kvproto.SecondaryTier` (the inner tier must be
+    built over the same primary buffer the kvproto jobs name slots of)."""
+
+    def __init__(self, inner: vtier.SecondaryTierManager, *, name: str, capabilities: Capabilities) -> None:
+        self.inner = inner
+        self.capabilities = capabilities
+        self._name = name
+        self._requests = _Requests(inner.on_new_request, "kvproto-vllm-adapter")
+        self._unreported: set[int] = set()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        """The name given at construction (vLLM's tiers have a ``tier_type``, not a name)."""
+        return self._name
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """vLLM's answer, translated member for member (a HIT_PENDING reaches the kit as such)."""
+        return from_vllm_result(self.inner.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        self.inner.touch(to_vllm_keys(keys), self._requests.own)
+
+    def _job(self, job: TransferJob) -> vtier.TransferJob:
+        req = self._requests.own if job.req_id is None else self._requests.get(job.req_id, None)
+        self._unreported.add(job.job_id)
+        return vtier.TransferJob(
+            job_id=job.job_id,
+            keys=to_vllm_keys(job.keys),
+            chunk_ids=np.array(job.slots, dtype=np.int32),
+            is_promotion=job.promotion,
+            req_context=req,
+        )
+
+    def submit_store(self, job: TransferJob) -> None:
+        self.inner.submit_store(self._job(job))
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.inner.submit_load(self._job(job))
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        """vLLM's results: ``successful_keys`` of a failed job become kvproto's ``succeeded``."""
+        out: list[JobResult] = []
+        for result in self.inner.get_finished_jobs():
+            self._unreported.discard(result.job_id)
+            succeeded = None
+            if not result.success and result.successful_keys is not None:
+                succeeded = frozenset(from_vllm_keys(result.successful_keys))
+            out.append(JobResult(result.job_id, result.success, succeeded))
+        return out
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        found = self._requests.finish(req_context.req_id)
+        if found is not None:
+            self.inner.on_request_finished(found)
+
+    def on_step_end(self) -> None:
+        """vLLM's end-of-step hook, ``on_schedule_end``, with an empty schedule."""
+        self.inner.on_schedule_end(_NO_SCHEDULE)
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        events = (from_vllm_event(e, self._name) for e in self.inner.take_events())
+        return [e for e in events if e is not None]
+
+    def has_pending_work(self) -> bool:
+        """True while a submitted job is unreported (counted here: vLLM's manager counts for its tiers)."""
+        return bool(self._unreported) or self.inner.has_pending_work()
+
+    def reset_cache(self) -> bool:
+        """False: vLLM's secondary tiers have no reset (vLLM's manager never resets them)."""
+        return False
+
+    def shutdown(self) -> None:
+        """vLLM's ``shutdown``, once; what it leaves unreported stays unreported."""
+        if not self._closed:
+            self._closed = True
+            self.inner.shutdown()
+
+
+class VllmPrimaryTier:
+    """vLLM's ``CPUOffloadingManager`` as a :class:`kvproto.PrimaryTier` over ``num_slots`` rows of
+    ``block_bytes`` bytes (vLLM's chunk id ``c`` is row ``c``)."""
+
+    def __init__(self, inner: CPUOffloadingManager, *, num_slots: int, block_bytes: int, name: str) -> None:
+        self.inner = inner
+        self._name = name
+        self._buffer = memoryview(bytearray(num_slots * block_bytes)).cast("B", [num_slots, block_bytes])
+        self._requests = _Requests(inner.on_new_request, "kvproto-vllm-adapter")
+        self._writing: Counter[OffloadKey] = Counter()
+        self._pins: Counter[OffloadKey] = Counter()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def buffer(self) -> memoryview:
+        return self._buffer
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return from_vllm_result(self.inner.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        self.inner.touch(to_vllm_keys(keys), self._requests.own)
+
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+        """vLLM's ``prepare_store``; its chunk ids are the slots, as they are."""
+        out = self.inner.prepare_store(to_vllm_keys(keys), self._requests.of(req_context))
+        if out is None:
+            return None
+        spec = out.store_spec
+        if not isinstance(spec, vbase.BlockIDsLoadStoreSpec):  # pragma: no cover - vLLM's CPU spec is one
+            raise TypeError(f"CPUOffloadingManager returned a {type(spec).__name__}, not chunk ids")
+        stored = from_vllm_keys(out.keys_to_store)
+        self._writing.update(stored)
+        return PrepareStoreOutput(stored, tuple(int(c) for c in spec.block_ids), from_vllm_keys(out.evicted_keys))
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        done = list(keys)
+        self.inner.complete_store(to_vllm_keys(done), self._requests.own, success)
+        for key in done:
+            self._writing.pop(key, None)
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        try:
+            spec = self.inner.prepare_load(to_vllm_keys(keys), self._requests.of(req_context))
+        except AssertionError as exc:  # vLLM reports misuse by assert (absent under python -O)
+            raise TierMisuseError(f"vLLM's CPUOffloadingManager refused prepare_load: {exc}") from exc
+        if not isinstance(spec, vbase.BlockIDsLoadStoreSpec):  # pragma: no cover - vLLM's CPU spec is one
+            raise TypeError(f"CPUOffloadingManager returned a {type(spec).__name__}, not chunk ids")
+        self._pins.update(keys)
+        return tuple(int(c) for c in spec.block_ids)
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        done = list(keys)
+        try:
+            self.inner.complete_load(to_vllm_keys(done), self._requests.own)
+        except AssertionError as exc:  # vLLM reports misuse by assert (absent under python -O)
+            raise TierMisuseError(f"vLLM's CPUOffloadingManager refused complete_load: {exc}") from exc
+        self._pins.subtract(done)
+        self._pins = +self._pins
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        found = self._requests.finish(req_context.req_id)
+        if found is not None:
+            self.inner.on_request_finished(found)
+
+    def on_step_end(self) -> None:
+        """Nothing: vLLM's CPU manager has no end-of-step hook."""
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        events = (from_vllm_event(e, self._name) for e in self.inner.take_events())
+        return [e for e in events if e is not None]
+
+    def has_pending_work(self) -> bool:
+        """True while a prepared store is not completed (counted here; vLLM's manager has no such notion)."""
+        return bool(self._writing)
+
+    def reset_cache(self) -> bool:
+        """vLLM's ``reset_cache`` when nothing is prepared or pinned; otherwise False (vLLM would
+        clear pinned and in-flight chunks too, leaving the scheduler to ignore their completions)."""
+        if self._writing or self._pins:
+            return False
+        self.inner.reset_cache()
+        return True
+
+    def shutdown(self) -> None:
+        """Fail the stores still prepared (vLLM's manager keeps them pending), then vLLM's ``shutdown``."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writing:
+            pending = list(self._writing)
+            self._writing.clear()
+            self.inner.complete_store(to_vllm_keys(pending), self._requests.own, False)
+        self.inner.shutdown()

@@ -1,0 +1,283 @@
+"""Direction 1: any kvproto secondary tier as a vLLM 0.33 secondary tier.
+
+vLLM loads an out-of-tree secondary tier from its tier configuration
+(``vllm/v1/kv_offload/tiering/factory.py``)::
+
+    {"type": "KvprotoTier", "module_path": "kvproto_vllm", "tier": "fs", "options": {...}}
+
+and constructs ``KvprotoTier(offloading_spec=..., primary_kv_view=..., tier_type=...,
+backpressure_detector=..., tier=..., options=...)``. ``tier`` names a tier registered under the
+``kvproto.tiers`` entry-point group, or a ``package.module:attribute`` target; ``options`` are
+keyword arguments for it:
+
+* a class or a function taking the buffer: ``target(buffer, **options)``;
+* a ``kvproto.testing.TierSpec`` (or a zero-argument function returning one, as every entry point
+  of kvproto's reference tiers is): its ``factory(buffer)`` (the kit's embedded defaults) when
+  there are no options, else ``spec.tier_class(buffer, **options)``.
+
+The buffer is vLLM's primary view (``(num_chunks, row_bytes)``, int8) recast, without a copy, as
+the 2-D ``"B"`` memoryview kvproto's tiers address (TIER-3); vLLM's chunk ids are its rows.
+
+Translations, both ways: keys (the same bytes); ``ReqContext`` (one kvproto context per request,
+made in ``on_new_request`` or at the first lookup, dropped after ``on_request_finished``); vLLM's
+``TransferJob`` to kvproto's (chunk ids become slots) and kvproto's ``JobResult`` to vLLM's
+(``succeeded`` becomes ``successful_keys``); the two ``LookupResult`` enums; ``on_schedule_end`` to
+``on_step_end``; kvproto's events to vLLM's; ``shutdown``. vLLM's ``drain_jobs`` (blocking, used by
+its ``reset_cache``) polls the kvproto tier, stepping it, until every job it was given is reported;
+the results are handed to vLLM at its next ``get_finished_jobs``.
+
+Where vLLM's manager and kvproto's contract differ, the adapter shields vLLM's manager: a job id
+the tier reports that vLLM did not give it, or reports twice, is dropped and logged (vLLM's
+manager would fail an ``assert``); a HIT_PENDING (which a kvproto secondary never answers, LR-3)
+is answered as MISS and logged; an exception from the kvproto tier in ``lookup`` is a MISS, and in
+``submit_*`` a failed job, logged (MGR-10). vLLM never resets its secondary tiers, so the kvproto
+tier's ``reset_cache`` is never called.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kvproto import (
+    JobResult,
+    LookupResult,
+    OffloadKey,
+    ReqContext,
+    SecondaryTier,
+    TransferJob,
+    unreachable,
+)
+from kvproto import members as lr
+from kvproto.errors import ConfigurationError
+from vllm.v1.kv_offload import base as vbase
+from vllm.v1.kv_offload.tiering import base as vtier
+
+from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+
+__all__ = ["KvprotoTier", "as_slot_buffer", "build_kvproto_tier"]
+
+log = logging.getLogger("kvproto_vllm")
+
+
+def as_slot_buffer(view: memoryview) -> memoryview:
+    """vLLM's primary view as kvproto's slot buffer: the same memory, 2-D, format ``"B"``."""
+    if view.ndim != 2 or view.shape is None or not view.c_contiguous:
+        raise ConfigurationError(
+            f"vLLM's primary view must be a C-contiguous 2-D view (num_chunks, row_bytes); got ndim={view.ndim}"
+        )
+    rows, _ = view.shape
+    flat = view.cast("B")
+    return flat.cast("B", [rows, len(flat) // rows if rows else 0])
+
+
+def _resolve(target: str) -> object:
+    if ":" in target:
+        module, _, attr = target.partition(":")
+        found: object = import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+        return found
+    (point, *_) = [*entry_points(group="kvproto.tiers", name=target)] or [None]
+    if point is None:
+        names = sorted(ep.name for ep in entry_points(group="kvproto.tiers"))
+        raise ConfigurationError(f"no kvproto tier named {target!r}; installed: {names}")
+    loaded: object = point.load()
+    return loaded
+
+
+def _takes_no_arguments(target: Callable[..., object]) -> bool:
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+
+
+def build_kvproto_tier(tier: str, buffer: memoryview, options: Mapping[str, Any] | None = None) -> SecondaryTier:
+    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``."""
+    from kvproto.testing import TierSpec  # the kit's TierSpec only; imports neither pytest nor Hypothesis
+
+    opts = dict(options or {})
+    found = _resolve(tier)
+    if not isinstance(found, type) and callable(found) and _takes_no_arguments(found):
+        found = found()
+    built: object
+    if isinstance(found, TierSpec):
+        if found.kind != "secondary":
+            raise ConfigurationError(f"kvproto tier {tier!r} is a {found.kind} tier; vLLM needs a secondary tier")
+        if not opts:
+            built = found.factory(buffer)
+        elif found.tier_class is not None:
+            built = found.tier_class(buffer, **opts)
+        else:
+            raise ConfigurationError(
+                f"kvproto tier {tier!r} names no tier_class to pass options to; name the class or a "
+                "factory as 'package.module:attribute' instead"
+            )
+    elif callable(found):
+        built = found(buffer, **opts)
+    else:
+        raise ConfigurationError(f"kvproto tier {tier!r} resolved to {found!r}, which builds no tier")
+    if not isinstance(built, SecondaryTier):
+        raise ConfigurationError(f"kvproto tier {tier!r} built {built!r}, which is not a kvproto SecondaryTier")
+    return built
+
+
+class KvprotoTier(vtier.SecondaryTierManager):
+    """Any kvproto secondary tier, as the secondary tier vLLM's ``TieringOffloadingManager`` drives."""
+
+    medium: ClassVar[vbase.Medium] = vbase.Medium.STORAGE
+
+    def __init__(
+        self,
+        offloading_spec: vbase.OffloadingSpec,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        backpressure_detector: BackpressureDetector | None = None,
+        *,
+        tier: str,
+        options: Mapping[str, Any] | None = None,
+        locality: str | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self.locality = vbase.Locality(locality) if locality is not None else None
+        self.buffer = as_slot_buffer(primary_kv_view)
+        self.tier: SecondaryTier = build_kvproto_tier(tier, self.buffer, options)
+        self._drain_timeout_s = drain_timeout_s
+        self._requests: dict[str, ReqContext] = {}
+        self._unreported: set[int] = set()
+        self._ready: list[vtier.JobResult] = []
+        self._closed = False
+
+    # ---- requests ------------------------------------------------------------------------
+    def _context(self, req_context: vbase.ReqContext) -> ReqContext:
+        found = self._requests.get(req_context.req_id)
+        if found is None:
+            found = ReqContext(req_context.req_id, transfer_params=req_context.kv_transfer_params)
+            self._requests[req_context.req_id] = found
+        return found
+
+    def on_new_request(self, req_context: vbase.ReqContext) -> vbase.RequestOffloadingContext:
+        self._context(req_context)
+        return vbase.RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: vbase.ReqContext) -> None:
+        found = self._requests.pop(req_context.req_id, None)
+        if found is not None:
+            self.tier.on_request_finished(found)
+
+    # ---- lookups ------------------------------------------------------------------------------
+    def lookup(self, key: vbase.OffloadKey, req_context: vbase.ReqContext) -> vbase.LookupResult:
+        try:
+            answer: object = self.tier.lookup(OffloadKey(key), self._context(req_context))
+        except Exception:
+            log.warning("kvproto tier %s raised in lookup; answering MISS", self.tier.name, exc_info=True)
+            return vbase.LookupResult.MISS
+        if not isinstance(answer, LookupResult):
+            log.warning("kvproto tier %s answered %r, not a LookupResult; answering MISS", self.tier.name, answer)
+            return vbase.LookupResult.MISS
+        match answer:
+            case lr.HIT:
+                return vbase.LookupResult.HIT
+            case lr.MISS:
+                return vbase.LookupResult.MISS
+            case lr.RETRY:
+                return vbase.LookupResult.RETRY
+            case lr.HIT_PENDING:
+                log.warning("kvproto tier %s answered HIT_PENDING (LR-3); answering MISS", self.tier.name)
+                return vbase.LookupResult.MISS
+            case _ as other:
+                unreachable(other, where="KvprotoTier.lookup")
+
+    def touch(self, keys: Iterable[vbase.OffloadKey], req_context: vbase.ReqContext) -> None:
+        self.tier.touch(from_vllm_keys(keys))
+
+    # ---- jobs ----------------------------------------------------------------------------------
+    def _submit(self, job_metadata: vtier.TransferJob, promotion: bool) -> None:
+        job = TransferJob(
+            job_metadata.job_id,
+            from_vllm_keys(job_metadata.keys),
+            tuple(int(c) for c in job_metadata.chunk_ids),
+            promotion,
+            req_id=job_metadata.req_context.req_id,
+        )
+        self._unreported.add(job.job_id)
+        try:
+            if promotion:
+                self.tier.submit_load(job)
+            else:
+                self.tier.submit_store(job)
+        except Exception:
+            log.warning("kvproto tier %s raised in submit of job %d; failing it", self.tier.name, job.job_id, exc_info=True)
+            self._unreported.discard(job.job_id)
+            self._ready.append(vtier.JobResult(job_id=job.job_id, success=False))
+
+    def submit_store(self, job_metadata: vtier.TransferJob) -> None:
+        self._submit(job_metadata, promotion=False)
+
+    def submit_load(self, job_metadata: vtier.TransferJob) -> None:
+        self._submit(job_metadata, promotion=True)
+
+    def _collect(self) -> None:
+        results: Iterable[JobResult] = self.tier.get_finished_jobs()
+        for result in results:
+            if result.job_id not in self._unreported:
+                log.warning("kvproto tier %s reported job %d, which is not in flight; dropped", self.tier.name, result.job_id)
+                continue
+            self._unreported.discard(result.job_id)
+            successful = None
+            if not result.success and result.succeeded:
+                successful = to_vllm_keys(result.succeeded)
+            self._ready.append(vtier.JobResult(job_id=result.job_id, success=result.success, successful_keys=successful))
+
+    def get_finished_jobs(self) -> Iterable[vtier.JobResult]:
+        self._collect()
+        ready, self._ready = self._ready, []
+        return ready
+
+    def has_pending_work(self) -> bool:
+        return bool(self._unreported) or bool(self._ready) or self.tier.has_pending_work()
+
+    def drain_jobs(self) -> None:
+        """Poll (stepping the tier) until every job it was given is reported; blocks, as vLLM's
+        ``reset_cache`` wants. With ``drain_timeout_s``, give up after that long, logging the jobs."""
+        started = time.monotonic()
+        warned = started
+        while True:
+            self._collect()
+            if not self._unreported:
+                return
+            now = time.monotonic()
+            if self._drain_timeout_s is not None and now - started > self._drain_timeout_s:
+                log.error("kvproto tier %s: jobs %s not reported after %.1f s", self.tier.name, sorted(self._unreported), now - started)
+                return
+            if now - warned > 5.0:
+                warned = now
+                log.warning("kvproto tier %s: draining, jobs %s still in flight", self.tier.name, sorted(self._unreported))
+            self.tier.on_step_end()
+            time.sleep(0.001)
+
+    # ---- step, events, shutdown -----------------------------------------------------------------
+    def on_schedule_end(self, context: vbase.ScheduleEndContext) -> None:
+        self.tier.on_step_end()
+
+    def take_events(self) -> Iterable[vbase.OffloadingEvent]:
+        return [to_vllm_event(e, self.medium, self.locality) for e in self.tier.take_events()]
+
+    def shutdown(self) -> None:
+        """The kvproto tier's ``shutdown`` (it reports every job in flight, TIER-16), once."""
+        if self._closed:
+            return
+        self._closed = True
+        self.tier.shutdown()
+        self._collect()
