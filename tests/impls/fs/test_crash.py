@@ -148,8 +148,9 @@ def test_kill_minus_nine_at_named_points(tmp_path: Path, point: str) -> None:
             assert temp_files(tier) == []
         finally:
             tier.shutdown()
-    # Killed before the unlink of the temp, at every point: each round leaves one orphan to sweep.
-    assert swept == rounds
+    # Killed before the unlink of the temp, at every point: each round leaves at least one orphan to
+    # sweep (the blocks of a job are published in parallel, so others may be caught mid-write too).
+    assert swept >= rounds
 
 
 def _sharer(root: Path, me: int, out: Path) -> None:

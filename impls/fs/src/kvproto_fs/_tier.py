@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from kvproto import (
     AsyncProbe,
@@ -72,6 +73,9 @@ class FsTierStats:
     scanned_blocks: int = 0
     swept_temps: int = 0
     link_fallbacks: int = 0
+
+
+_Verdict = Literal["ok", "gone", "failed"]  # one key of a job: done; (loads) the block is gone; failed
 
 
 @dataclass(slots=True)
@@ -158,7 +162,6 @@ class FsTier:
         self._fail_keys: set[OffloadKey] = set()
         self._closed = False
         self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
-        self._made_dirs: set[str] = set()
         self._pid_tag = f"{os.getpid()}"
         self._counter = itertools.count(1)
         self.stats = FsTierStats()
@@ -223,7 +226,7 @@ class FsTier:
         with self._lock:
             for key in job.keys:
                 self._doomed.pop(key, None)
-        self._start(job, self._writers, self._run_store)
+        self._start(job, self._writers, self._store_key)
 
     def submit_load(self, job: TransferJob) -> None:
         """Start reading and verifying files into rows ``job.slots`` on the read pool (FS-6, TIER-10)."""
@@ -231,7 +234,7 @@ class FsTier:
         for key in job.keys:
             self._pins[key] = self._pins.get(key, 0) + 1
         self._load_since[job.job_id] = self._stamp
-        self._start(job, self._readers, self._run_load)
+        self._start(job, self._readers, self._load_key)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
         """Report finished jobs once each, applying their effects to the index and verdicts (TIER-11)."""
@@ -299,7 +302,6 @@ class FsTier:
         except OSError:
             _log.warning("FsTier %r: could not move %s aside; deleting in place", self._name, self.ns_dir)
             trash = self.ns_dir
-        self._made_dirs.clear()
         if trash != self.ns_dir:
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
             self._write_manifest()
@@ -400,26 +402,52 @@ class FsTier:
             if job.job_id in self._running:
                 raise InvalidArgumentError(f"FsTier {self._name!r}: job id {job.job_id} is already in flight")
 
-    def _start(self, job: TransferJob, pool: ThreadPoolExecutor, run: Callable[[TransferJob, frozenset[OffloadKey]], _Outcome]) -> None:
+    def _start(self, job: TransferJob, pool: ThreadPoolExecutor, run_key: Callable[[OffloadKey, int], _Verdict]) -> None:
+        """Run ``job`` key by key on ``pool``: a job of many blocks uses every thread of the pool
+        (the manager sends one job per request and step). The job ends when its last key does."""
         with self._lock:
             fail_all = self._fail_next > 0 or self._closed
             if self._fail_next > 0:
                 self._fail_next -= 1
             failing = frozenset(self._fail_keys & set(job.keys))
+            done: Future[_Outcome] = Future()
+            self._running[job.job_id] = done
             if fail_all:
-                failed: Future[_Outcome] = Future()
-                failed.set_result(_Outcome(job))
-                self._running[job.job_id] = failed
+                done.set_result(_Outcome(job))
                 return
-            self._running[job.job_id] = pool.submit(self._guarded, run, job, failing)
+        todo = [i for i, key in enumerate(job.keys) if key not in failing]
+        if not todo:
+            done.set_result(_Outcome(job))
+            return
+        verdicts: list[_Verdict] = ["failed"] * len(job.keys)
+        remaining = [len(todo)]
+        guard = threading.Lock()
 
-    def _guarded(self, run: Callable[[TransferJob, frozenset[OffloadKey]], _Outcome], job: TransferJob,
-                 failing: frozenset[OffloadKey]) -> _Outcome:
+        def finish(i: int, verdict: _Verdict) -> None:
+            with guard:
+                verdicts[i] = verdict
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                out = _Outcome(job)
+                for key, seen in zip(job.keys, verdicts, strict=True):
+                    if seen == "ok":
+                        out.ok.append(key)
+                    elif seen == "gone":
+                        out.gone.append(key)
+                done.set_result(out)
+
+        for i in todo:
+            pool.submit(self._guarded, run_key, job, i, finish)
+
+    def _guarded(self, run_key: Callable[[OffloadKey, int], _Verdict], job: TransferJob, i: int,
+                 finish: Callable[[int, _Verdict], None]) -> None:
         try:
-            return run(job, failing)
+            verdict = run_key(job.keys[i], job.slots[i])
         except Exception:
-            _log.warning("FsTier %r: job %d raised; it fails", self._name, job.job_id, exc_info=True)
-            return _Outcome(job, gone=[] if not job.promotion else list(job.keys))
+            _log.warning("FsTier %r: job %d raised on key %d; it fails", self._name, job.job_id, i, exc_info=True)
+            verdict = "gone" if job.promotion else "failed"
+        finish(i, verdict)
 
     def _row(self, slot: int) -> memoryview:
         size = self._block_bytes
@@ -429,18 +457,13 @@ class FsTier:
         n = next(self._counter)
         return str(self.tmp_dir / f"{self._pid_tag}-{threading.get_ident()}-{n}-{uuid.uuid4().hex[:8]}{_TMP_SUFFIX}")
 
-    def _run_store(self, job: TransferJob, failing: frozenset[OffloadKey]) -> _Outcome:
-        out = _Outcome(job)
-        for key, slot in zip(job.keys, job.slots, strict=True):
-            if key in failing:
-                continue
-            try:
-                self._publish(key, slot)
-            except OSError as exc:
-                _log.warning("FsTier %r: store of %s failed: %s", self._name, key.hex()[:16], exc)
-                continue
-            out.ok.append(key)
-        return out
+    def _store_key(self, key: OffloadKey, slot: int) -> _Verdict:
+        try:
+            self._publish(key, slot)
+        except OSError as exc:
+            _log.warning("FsTier %r: store of %s failed: %s", self._name, key.hex()[:16], exc)
+            return "failed"
+        return "ok"
 
     def _publish(self, key: OffloadKey, slot: int) -> None:
         """Write the block to a unique temp file, then link it to its final name (first writer wins) (FS-3)."""
@@ -513,7 +536,12 @@ class FsTier:
             except FileNotFoundError:
                 if attempt:
                     raise
-                os.makedirs(parent, exist_ok=True)
+                try:
+                    os.mkdir(parent)  # the leaf <bb> only: start-up made every <aa> (FS-2)
+                except FileExistsError:
+                    pass
+                except FileNotFoundError:
+                    os.makedirs(parent, exist_ok=True)
             except OSError as exc:
                 if not link_refused(exc):
                     raise
@@ -522,17 +550,8 @@ class FsTier:
                 return
         ops.unlink(tmp)
 
-    def _run_load(self, job: TransferJob, failing: frozenset[OffloadKey]) -> _Outcome:
-        out = _Outcome(job)
-        for key, slot in zip(job.keys, job.slots, strict=True):
-            if key in failing:
-                continue
-            match self._read_block(key, slot):
-                case True:
-                    out.ok.append(key)
-                case False:
-                    out.gone.append(key)
-        return out
+    def _load_key(self, key: OffloadKey, slot: int) -> _Verdict:
+        return "ok" if self._read_block(key, slot) else "gone"
 
     def _read_block(self, key: OffloadKey, slot: int) -> bool:
         """Read and verify ``key``'s file into ``slot``; True if done, False if the block is gone or damaged (FS-6)."""
@@ -749,6 +768,7 @@ class FsTier:
     def _start_up(self, generation: int) -> None:
         """Housekeeping thread: sweep orphan temp files and trash, then (private mode) scan the index (FS-3, FS-5)."""
         try:
+            self._make_first_level()
             self._sweep()
             if not self._shared:
                 self._scan(generation)
@@ -756,6 +776,14 @@ class FsTier:
             _log.warning("FsTier %r: start-up scan failed; unknown keys answer MISS", self._name, exc_info=True)
         finally:
             self._scan_done.set()
+
+    def _make_first_level(self) -> None:
+        """Create the 256 ``<aa>`` directories up front, so a first store into a leaf makes one directory, not two."""
+        for high in range(256):
+            try:
+                os.mkdir(self.ns_dir / f"{high:02x}")
+            except FileExistsError:
+                continue
 
     def _sweep(self) -> None:
         now = time.time()
