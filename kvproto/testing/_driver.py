@@ -373,57 +373,84 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         return self.collect()
 
     def collect(self) -> list[JobResult]:
-        """``get_finished_jobs`` once, validating each result (TIER-11) and each finished load."""
+        """``get_finished_jobs`` once, validating each result (TIER-11) and each finished load.
+
+        Every result of the batch is recorded before a violation is raised, so one bad result
+        never hides the others (a job the tier did report is never blamed as unreported)."""
         fresh = list(self.tier.get_finished_jobs())
+        problems: list[ConformanceFailure] = []
+        loads: list[tuple[TransferJob, JobResult]] = []
         for result in fresh:
-            if not isinstance(result, JobResult):
-                raise ConformanceFailure(
-                    "TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult"
-                )
-            job = self.jobs.get(result.job_id)
-            if job is None:
-                raise ConformanceFailure(
-                    "TIER-11", f"get_finished_jobs reported job {result.job_id}, which was never submitted"
-                )
-            if result.job_id in self.results:
-                raise ConformanceFailure(
-                    "TIER-11",
-                    f"job {result.job_id} was reported finished twice "
-                    f"(first {self.results[result.job_id]}, then {result})",
-                )
-            if result.succeeded is not None and not result.succeeded <= frozenset(job.keys):
-                raise ConformanceFailure(
-                    "TIER-11",
-                    f"job {result.job_id} reports succeeded keys that are not in the job",
-                )
-            if result.succeeded and not result.success and not self.capabilities.partial_jobs:
-                raise ConformanceFailure(
-                    "TIER-18",
-                    f"job {result.job_id} finished partly but the tier does not declare partial_jobs",
-                )
-            self.results[result.job_id] = result
-            if job.promotion:
+            problem = self._record(result)
+            if problem is not None:
+                problems.append(problem)
+            elif self.jobs[result.job_id].promotion:
+                loads.append((self.jobs[result.job_id], result))
+        for job, result in loads:
+            try:
                 self._verify_load(job, result)
+            except ConformanceFailure as failure:
+                problems.append(failure)
+        if problems:
+            raise problems[0]
         self.check_untouched_slots()
         return fresh
 
+    def _record(self, result: object) -> ConformanceFailure | None:
+        """Record one reported result; the TIER-11/TIER-18 violation it shows, if any."""
+        if not isinstance(result, JobResult):
+            return ConformanceFailure("TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult")
+        job = self.jobs.get(result.job_id)
+        if job is None:
+            return ConformanceFailure(
+                "TIER-11", f"get_finished_jobs reported job {result.job_id}, which was never submitted"
+            )
+        if result.job_id in self.results:
+            return ConformanceFailure(
+                "TIER-11",
+                f"job {result.job_id} was reported finished twice (first {self.results[result.job_id]}, then {result})",
+            )
+        self.results[result.job_id] = result
+        if result.succeeded is not None and not result.succeeded <= frozenset(job.keys):
+            if job.promotion:
+                for slot in job.slots:
+                    self._shadow[slot] = None  # nothing trustworthy was reported about its slots
+            return ConformanceFailure("TIER-11", f"job {result.job_id} reports succeeded keys that are not in the job")
+        if result.succeeded and not result.success and not self.capabilities.partial_jobs:
+            if job.promotion:
+                for slot in job.slots:
+                    self._shadow[slot] = None
+            return ConformanceFailure(
+                "TIER-18", f"job {result.job_id} finished partly but the tier does not declare partial_jobs"
+            )
+        return None
+
     def _verify_load(self, job: TransferJob, result: JobResult) -> None:
         done = result.succeeded_keys(job)
+        wrong: tuple[OffloadKey, int, bytes] | None = None
         for key, slot in zip(job.keys, job.slots, strict=True):
             if key not in done:
                 self._shadow[slot] = None  # a failed load may leave anything in its slot
                 continue
             want = block_for(key, self.block_bytes)
             got = self.slot_bytes(slot)
-            if got != want:
-                raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
-            self._shadow[slot] = want
+            self._shadow[slot] = got  # what it holds now; judged below
+            if got != want and wrong is None:
+                wrong = (key, slot, got)
+        if wrong is not None:
+            key, slot, got = wrong
+            raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
 
     def _diagnose(self, job: TransferJob, key: OffloadKey, slot: int, got: bytes) -> str:
         want = block_for(key, self.block_bytes)
         head = f"load job {job.job_id} reported key {short_key(key)} done, but slot {slot}"
+        # A slot holding the key's bytes counts only where the kit did not put them itself.
         elsewhere = next(
-            (other for other in range(self.num_slots) if other != slot and self.slot_bytes(other) == want),
+            (
+                other
+                for other in range(self.num_slots)
+                if other != slot and self._shadow[other] != want and self.slot_bytes(other) == want
+            ),
             None,
         )
         moved = "" if elsewhere is None else f"; its bytes were written into slot {elsewhere} instead"

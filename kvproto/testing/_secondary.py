@@ -67,10 +67,16 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
 
     * ``seed_block(tier, key, data)``: store ``data`` under ``key`` without the tier's methods;
     * ``read_block(tier, key) -> bytes | None``: what the storage holds under ``key``;
-    * ``fail_next_jobs(tier, n)``: make the next ``n`` submitted jobs fail;
-    * ``fail_keys(tier, keys)``: make jobs fail for ``keys`` only (partial results);
-    * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``;
+    * ``fail_next_jobs(tier, n)``: the next ``n`` jobs submitted fail whole (``success=False``); ``n``
+      SETS the count (it does not add; 0 disarms), so calling it twice with 1 fails one job;
+    * ``fail_keys(tier, keys)``: ADDS ``keys`` to the failing keys: every later job touching them
+      fails for them (a partial result with ``partial_jobs``, else the whole job), never for other keys;
+    * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``, so that the next read of
+      each is damaged (the tier must detect it: fail the key, never serve it);
     * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence).
+
+    A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
+    fails KIT-5, never the tier's clauses.
     """
 
     num_slots: ClassVar[int] = SECONDARY_NUM_SLOTS
@@ -253,9 +259,10 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
         """RETRY only with async_lookup declared, and it resolves within max_retry_steps steps."""
         keys = key_pool("t18", 6)
         kit.resolve(keys)
-        kit.store(keys[:3])
+        result = kit.store(keys[:3])
+        done = result.succeeded_keys(kit.jobs[result.job_id])
         answers = kit.resolve(keys)
-        kit.expect({k: answers[k] for k in keys[:3]}, lr.HIT, "TIER-10", "after its store succeeded")
+        kit.expect({k: answers[k] for k in keys[:3] if k in done}, lr.HIT, "TIER-10", "after its store succeeded")
         other = TrackedContext("kvproto-kit-second-request")
         kit.resolve(keys, other)
         kit.tier.on_request_finished(other)
@@ -330,34 +337,68 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
                 )
         retry = kit.store(keys)
         if not retry.success:
+            if kit.store(keys).success:
+                raise ConformanceFailure(
+                    "KIT-5", "fail_next_jobs(1) failed more than one job: the store after the failed one failed too"
+                )
             raise ConformanceFailure("TIER-10", f"storing the keys again after a failed store failed: {retry}")
         kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after a successful store that followed a failed one")
 
     @check("TIER-11", needs=("partial_jobs",), hooks=("fail_keys",))
     def test_partial_job_reports_succeeded_keys(self, kit: SecondaryDriver) -> None:
-        """A job that fails some keys reports the others in ``succeeded``; only those answer HIT."""
+        """A job that fails some keys names only keys it stored in ``succeeded``; those answer HIT, the
+        failed ones do not. Stopping at the first bad block (the keys after it fail untried) is allowed."""
         keys = key_pool("partial", 4)
-        self.fail_keys(kit.tier, keys[:2])
+        failing = {keys[1], keys[3]}
+        self.fail_keys(kit.tier, sorted(failing))
         result = kit.store(keys)
-        job = kit.jobs[result.job_id]
-        done = result.succeeded_keys(job)
-        if result.success or done & set(keys[:2]):
-            raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect on the store")
-        if done != set(keys[2:]):
-            raise ConformanceFailure(
-                "TIER-11",
-                f"a store failing 2 of 4 keys reported {len(done)} succeeded keys; the tier declares "
-                "partial_jobs, so the 2 that succeeded must be named",
-            )
+        done = result.succeeded_keys(kit.jobs[result.job_id])
         answers = kit.resolve(keys)
         for key in keys:
-            want = lr.HIT if key in done else lr.MISS
-            if answers[key] is not want:
+            if key in done and answers[key] is not lr.HIT:
                 raise ConformanceFailure(
                     "TIER-11",
-                    f"after a partial store, lookup({short_key(key)}) answers {answers[key].name}; "
-                    f"the job reported it {'done' if key in done else 'failed'}",
+                    f"a store job named key {short_key(key)} succeeded, but it answers {answers[key].name}: "
+                    "a result must name only keys that were stored",
                 )
+            if key not in done and answers[key] is lr.HIT:
+                raise ConformanceFailure(
+                    "TIER-4", f"lookup({short_key(key)}) answers HIT although its store job reported it failed"
+                )
+        if done & failing:
+            raise ConformanceFailure(
+                "KIT-5", "the fail_keys hook had no effect: the keys it names were stored and answer HIT"
+            )
+        other = key_pool("partial-other", 2)
+        after = kit.store(other)
+        if not after.success:
+            raise ConformanceFailure(
+                "KIT-5",
+                "the fail_keys hook had more effect than asked: a store of keys it does not name failed",
+            )
+
+    @check("KIT-5", hooks=("fail_next_jobs",))
+    def test_fail_next_jobs_hook_fails_exactly_n_jobs(self, kit: SecondaryDriver) -> None:
+        """``fail_next_jobs(n)`` SETS the count: exactly the next n jobs fail whole, later ones run;
+        a hook with too little or too much effect fails KIT-5."""
+        keys = key_pool("hook-n", 6)
+        self.fail_next_jobs(kit.tier, 1)
+        self.fail_next_jobs(kit.tier, 2)  # sets the count to two; it does not add
+        outcome = [kit.store(keys[i : i + 1], _store_slots(kit, 1)).success for i in range(4)]
+        if outcome != [False, False, True, True]:
+            failed = outcome.count(False)
+            how = "too little" if failed < 2 or outcome[:2] != [False, False] else "too much"
+            raise ConformanceFailure(
+                "KIT-5",
+                f"fail_next_jobs(1) then fail_next_jobs(2) must fail exactly the next 2 jobs (the count is set, "
+                f"not added); the next 4 stores {'succeeded' if outcome[0] else 'failed'}"
+                f"{''.join(', ' + ('succeeded' if ok else 'failed') for ok in outcome[1:])}: "
+                f"the hook has {how} effect",
+            )
+        self.fail_next_jobs(kit.tier, 1)
+        self.fail_next_jobs(kit.tier, 0)  # disarms
+        if not kit.store(keys[4:], _store_slots(kit, 2)).success:
+            raise ConformanceFailure("KIT-5", "fail_next_jobs(0) did not disarm the hook: the next store failed")
 
     @check("TIER-10", hooks=("read_block",))
     def test_store_writes_exact_bytes(self, kit: SecondaryDriver) -> None:
