@@ -20,7 +20,7 @@ per-call rules (LR-1, LR-3, LR-4, TIER-4, TIER-11).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hypothesis import strategies as st
@@ -460,6 +460,11 @@ class PrimaryStateMachine(RuleBasedStateMachine):
     def lookup(self, key: OffloadKey) -> None:
         self.steps += 1
         got = self.kit.lookup(key)
+        ready: object = getattr(self.kit.tier, "ready_keys", None)
+        if isinstance(ready, Container) and (key in ready) != (got is lr.HIT):
+            raise ConformanceFailure(
+                "TIER-17", f"lookup({short_key(key)}) answered {got.name} but ready_keys disagrees (MGR-15)"
+            )
         want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
         if got is not want:
             clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
