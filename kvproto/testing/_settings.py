@@ -72,8 +72,9 @@ class KitLimits:
       does.
 
     A RETRY is bounded in steps only: while waiting for one, the kit runs
-    end-of-step hooks at least ``retry_step_interval_s`` apart (a fast
-    scheduler's step; a tier may rely on no more), then gives background work
+    end-of-step hooks at least ``retry_step_interval_s`` (10 ms) apart (a fast
+    scheduler's step; a tier may count hooks closer than that as one, and
+    rely on no more), then gives background work
     up to ``job_timeout_s`` to finish without a hook; a lookup still answering
     RETRY after ``max_retry_steps`` hooks and that wait breaks TIER-18,
     however fast the steps were.
@@ -84,7 +85,7 @@ class KitLimits:
     lookup_budget_s: float = 0.008
     slow_calls_forgiven: int = 2
     confirm_repeats: int = 5
-    retry_step_interval_s: float = 0.005
+    retry_step_interval_s: float = 0.01
 
 
 def hypothesis_settings(profile: KitProfile) -> settings:
