@@ -20,6 +20,7 @@ knows a check by the name it is collected under (:func:`~kvproto.testing.checks_
 from __future__ import annotations
 
 import gc
+import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar, Generic, NamedTuple, TypeVar
@@ -53,6 +54,32 @@ class PendingWorkWords(NamedTuple):
     idle: str  # True before any work
     busy: str  # not True with a store in flight
     done: str  # still True once the store is done
+
+
+def _strings_reachable(root: object, prefix: str, limit: int = 200_000) -> set[str]:
+    """The str objects starting with ``prefix`` reachable from ``root`` (through containers and
+    instances, not through classes, modules or functions), visiting at most ``limit`` objects."""
+    found: set[str] = set()
+    seen: set[int] = {id(root)}
+    todo: list[object] = [root]
+    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType, memoryview)
+    while todo and len(seen) < limit:
+        obj = todo.pop()
+        refs = gc.get_referents(obj)
+        if isinstance(obj, dict):
+            refs.extend(obj.keys())  # a dict of str keys does not report them to the gc
+        for ref in refs:
+            if id(ref) in seen:
+                continue
+            seen.add(id(ref))
+            if isinstance(ref, str):
+                if ref.startswith(prefix):
+                    found.add(ref)
+                continue
+            if isinstance(ref, (*skip, bytes, bytearray, int, float)):
+                continue
+            todo.append(ref)
+    return found
 
 
 def _look_up(kit: PrimaryDriver | SecondaryDriver, keys: Iterable[OffloadKey]) -> None:
@@ -151,6 +178,23 @@ class TierChecks(KitBase, Generic[_D]):
         if tier.has_pending_work() is not False:
             raise ConformanceFailure("TIER-15", words.done)
 
+    @check("TIER-15")
+    def _pending_work_tracks_loads(self, kit: _D) -> None:
+        """has_pending_work is True while a load is in flight (pinned, or submitted and unreported),
+        and False once it finished."""
+        keys = self._role_keys("pending-load", 2)
+        self._role_store(kit, keys)
+        self._role_settle(kit)
+        if kit.tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "has_pending_work is True with no job in flight")
+        finish = self._role_start_load(kit, keys)
+        if kit.tier.has_pending_work() is not True:
+            raise ConformanceFailure("TIER-15", "has_pending_work is not True while a load is in flight")
+        finish()
+        self._role_settle(kit)
+        if kit.tier.has_pending_work() is not False:
+            raise ConformanceFailure("TIER-15", "has_pending_work is still True after the load finished")
+
     @check("TIER-16")
     def _shutdown_ends_work_in_flight(self, kit: _D) -> None:
         """shutdown ends every store in flight: a primary fails it (MISS), a secondary reports it; nothing is lost."""
@@ -187,14 +231,35 @@ class TierChecks(KitBase, Generic[_D]):
             pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
         keys = self._role_keys("t17", 6)
         self._role_store(kit, keys[:2])
+        # While keys are unresolved (never asked, a store in flight) and after: a job may finish
+        # between two calls, so lookup's answer must match lookup_many's before or after it.
+        fresh = TrackedContext("kvproto-kit-lookup-many")
         finish = self._role_start_store(kit, keys[2:4])
-        if not self._role_holds_stores:
-            finish()  # a job may finish between two lookups: compare settled answers only
-        kit.resolve(keys)
-        many: object = tier.lookup_many(keys, kit.context)
-        one = [kit.lookup(k) for k in keys]
-        if not isinstance(many, list) or many != one:
-            raise ConformanceFailure("TIER-17", f"lookup_many answered {many!r}; lookup, key by key, {one!r}")
+        self._compare_lookup_many(kit, tier, keys, fresh)
+        self._compare_lookup_many(kit, tier, keys, fresh)
+        finish()
+        self._compare_lookup_many(kit, tier, keys, fresh)
+        kit.resolve(keys, fresh)
+        self._compare_lookup_many(kit, tier, keys, fresh)
+        kit.tier.on_request_finished(fresh)
+
+    def _compare_lookup_many(self, kit: _D, tier: BatchLookup, keys: Sequence[OffloadKey], context: ReqContext) -> None:
+        """lookup_many, lookup key by key, lookup_many again: each lookup answer must be one of the
+        two batch answers for its key (TIER-17)."""
+        before: object = tier.lookup_many(keys, context)
+        one = [kit.lookup(k, context) for k in keys]
+        after: object = tier.lookup_many(keys, context)
+        for many in (before, after):
+            if not isinstance(many, list) or len(many) != len(keys):
+                raise ConformanceFailure("TIER-17", f"lookup_many of {len(keys)} keys answered {many!r}")
+        assert isinstance(before, list) and isinstance(after, list)
+        for key, a, b, c in zip(keys, before, one, after, strict=True):
+            if b is not a and b is not c:
+                raise ConformanceFailure(
+                    "TIER-17",
+                    f"lookup_many answered {a!r} then {c!r} for {key.hex()[:12]}.., but lookup answered "
+                    f"{b!r} between them (lookup_many must answer as lookup does, also while unresolved)",
+                )
 
     # ---- lifecycle ------------------------------------------------------------------------
     @check("TIER-12")
@@ -217,6 +282,27 @@ class TierChecks(KitBase, Generic[_D]):
         kit.expect_resolved(
             keys[:2], lr.HIT, "TIER-12", "for another request after one finished", TrackedContext("kvproto-kit-next")
         )
+
+    @check("TIER-12")
+    def test_request_state_does_not_grow(self, kit: _D) -> None:
+        """What the tier retains does not grow with finished requests: after 120 requests that looked
+        up, stored and loaded, then finished, it holds no state keyed by (or naming) most of their ids."""
+        keys = self._role_keys("requests", 2)
+        self._role_store(kit, keys)
+        token = f"kvproto-kit-req-{id(kit):x}-"
+        for i in range(120):
+            context = TrackedContext(f"{token}{i}")
+            kit.resolve(keys, context)
+            self._role_start_load(kit, keys, context)()
+            kit.tier.on_request_finished(context)
+        self._role_settle(kit)
+        held = _strings_reachable(kit.tier, token)
+        if len(held) > 32:
+            raise ConformanceFailure(
+                "TIER-12",
+                f"the tier still holds the request ids of {len(held)} of 120 finished requests "
+                "(per-request state keyed by req_id is never dropped in on_request_finished)",
+            )
 
     @check("TIER-14")
     def test_events_name_stored_blocks(self, kit: _D) -> None:

@@ -11,6 +11,7 @@ lives in :class:`TierDriver`.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar, Generic, TypeVar
@@ -40,6 +41,13 @@ __all__ = [
 
 _T = TypeVar("_T", PrimaryTier, SecondaryTier)
 
+try:
+    import resource
+
+    _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:  # pragma: no cover - not on Windows
+    _RUSAGE_THREAD = None
+
 
 class TrackedContext(ReqContext):
     """A :class:`~kvproto.ReqContext` that can be weakly referenced, so the kit can
@@ -60,27 +68,42 @@ def resolve_capabilities(declared: Capabilities | None, tier: object) -> Capabil
     return found if isinstance(found, Capabilities) else Capabilities()
 
 
+def _voluntary_switches() -> int | None:
+    """Voluntary context switches of the calling thread so far (Linux), else None."""
+    if _RUSAGE_THREAD is None:
+        return None
+    return resource.getrusage(_RUSAGE_THREAD).ru_nvcsw
+
+
 class SlowCalls:
-    """Counts calls slower than ``KitLimits.lookup_budget_s``; past ``slow_calls_forgiven``
-    of them in one check, a slow call is a contract break (TIER-4, TIER-13)."""
+    """Counts calls slower than ``KitLimits.lookup_budget_s`` that waited (gave up the CPU of their
+    own accord, where the OS says). A slow call is a contract break (TIER-13) once more than
+    ``slow_calls_forgiven`` of them were seen in one check AND at least 12 calls were timed AND
+    two thirds of them were slow: a hook that waits for I/O is slow every time it has work, while
+    a loaded machine, or a tier's worker threads being scheduled, make only some calls slow."""
 
     def __init__(self, limits: KitLimits) -> None:
         self.limits = limits
         self.count = 0
+        self.calls = 0
 
-    def too_slow(self, took: float) -> bool:
-        """Note a call that took ``took`` seconds; True if it was slow and is no longer forgiven."""
-        if took <= self.limits.lookup_budget_s:
+    def too_slow(self, took: float, waited: bool = True) -> bool:
+        """Note a call that took ``took`` seconds (``waited``: its thread gave up the CPU);
+        True if it was slow and is no longer forgiven."""
+        self.calls += 1
+        if took <= self.limits.lookup_budget_s or not waited:
             return False
         self.count += 1
-        return self.count > self.limits.slow_calls_forgiven
+        return self.count > self.limits.slow_calls_forgiven and self.calls >= 12 and 3 * self.count >= 2 * self.calls
 
 
 def checked_lookup(
     tier: PrimaryTier | SecondaryTier, key: OffloadKey, context: ReqContext, slow: SlowCalls, *, advice: str
 ) -> LookupResult:
     """One timed ``lookup``: it answers a LookupResult member (LR-1) within the kit's budget
-    (TIER-4); ``advice`` ends the TIER-4 message."""
+    (TIER-4); ``advice`` ends the TIER-4 message. A slow lookup is asked again
+    ``confirm_repeats`` times: only a median over budget is a break (a hiccup of a loaded
+    machine does not repeat; a lookup waiting for I/O does)."""
     started = time.perf_counter()
     answer: object = tier.lookup(key, context)
     took = time.perf_counter() - started
@@ -90,12 +113,21 @@ def checked_lookup(
             f"lookup({short_key(key)}) answered {answer!r} of type {type(answer).__name__}; "
             "the contract requires a LookupResult member (MISS, HIT, HIT_PENDING or RETRY)",
         )
-    if slow.too_slow(took):
-        raise ConformanceFailure(
-            "TIER-4",
-            f"lookup({short_key(key)}) blocked for {took:.3f} s "
-            f"(budget {slow.limits.lookup_budget_s:g} s; {slow.count} slow lookups); {advice}",
-        )
+    budget = slow.limits.lookup_budget_s
+    if took > budget:
+        again: list[float] = []
+        for _ in range(max(slow.limits.confirm_repeats, 1)):
+            started = time.perf_counter()
+            tier.lookup(key, context)
+            again.append(time.perf_counter() - started)
+        median = statistics.median(again)
+        if median > budget:
+            slow.count += 1
+            raise ConformanceFailure(
+                "TIER-4",
+                f"lookup({short_key(key)}) blocked for {took:.3f} s, and for a median of {median:.3f} s "
+                f"over {len(again)} repeats (budget {budget:g} s); {advice}",
+            )
     return answer
 
 
@@ -278,6 +310,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self.results: dict[int, JobResult] = {}
         self.steps = 0
         self.slow_steps = SlowCalls(limits)
+        self._last_step = 0.0
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
         # What each slot must hold; None while a load job targets it or after a failed load.
@@ -360,70 +393,102 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
 
     def step(self) -> list[JobResult]:
         """One scheduler step: ``on_step_end`` then ``get_finished_jobs``; validates each result."""
+        switches = _voluntary_switches()
         started = time.perf_counter()
         self.tier.on_step_end()
         took = time.perf_counter() - started
+        after = _voluntary_switches()
+        self._last_step = time.perf_counter()
         self.steps += 1
-        if self.slow_steps.too_slow(took):
+        waited = switches is None or after is None or after > switches
+        if self.slow_steps.too_slow(took, waited):
             raise ConformanceFailure(
                 "TIER-13",
                 f"on_step_end blocked for {took:.3f} s (budget {self.limits.lookup_budget_s:g} s; "
-                f"{self.slow_steps.count} slow steps); the end-of-step hook must not wait for jobs",
+                f"{self.slow_steps.count} of {self.slow_steps.calls} steps slow); the end-of-step hook "
+                "must not wait for jobs",
             )
         return self.collect()
 
     def collect(self) -> list[JobResult]:
-        """``get_finished_jobs`` once, validating each result (TIER-11) and each finished load."""
+        """``get_finished_jobs`` once, validating each result (TIER-11) and each finished load.
+
+        Every result of the batch is recorded before a violation is raised, so one bad result
+        never hides the others (a job the tier did report is never blamed as unreported)."""
         fresh = list(self.tier.get_finished_jobs())
+        problems: list[ConformanceFailure] = []
+        loads: list[tuple[TransferJob, JobResult]] = []
         for result in fresh:
-            if not isinstance(result, JobResult):
-                raise ConformanceFailure(
-                    "TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult"
-                )
-            job = self.jobs.get(result.job_id)
-            if job is None:
-                raise ConformanceFailure(
-                    "TIER-11", f"get_finished_jobs reported job {result.job_id}, which was never submitted"
-                )
-            if result.job_id in self.results:
-                raise ConformanceFailure(
-                    "TIER-11",
-                    f"job {result.job_id} was reported finished twice "
-                    f"(first {self.results[result.job_id]}, then {result})",
-                )
-            if result.succeeded is not None and not result.succeeded <= frozenset(job.keys):
-                raise ConformanceFailure(
-                    "TIER-11",
-                    f"job {result.job_id} reports succeeded keys that are not in the job",
-                )
-            if result.succeeded and not result.success and not self.capabilities.partial_jobs:
-                raise ConformanceFailure(
-                    "TIER-18",
-                    f"job {result.job_id} finished partly but the tier does not declare partial_jobs",
-                )
-            self.results[result.job_id] = result
-            if job.promotion:
+            problem = self._record(result)
+            if problem is not None:
+                problems.append(problem)
+            elif self.jobs[result.job_id].promotion:
+                loads.append((self.jobs[result.job_id], result))
+        for job, result in loads:
+            try:
                 self._verify_load(job, result)
+            except ConformanceFailure as failure:
+                problems.append(failure)
+        if problems:
+            raise problems[0]
         self.check_untouched_slots()
         return fresh
 
+    def _record(self, result: object) -> ConformanceFailure | None:
+        """Record one reported result; the TIER-11/TIER-18 violation it shows, if any."""
+        if not isinstance(result, JobResult):
+            return ConformanceFailure("TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult")
+        job = self.jobs.get(result.job_id)
+        if job is None:
+            return ConformanceFailure(
+                "TIER-11", f"get_finished_jobs reported job {result.job_id}, which was never submitted"
+            )
+        if result.job_id in self.results:
+            return ConformanceFailure(
+                "TIER-11",
+                f"job {result.job_id} was reported finished twice (first {self.results[result.job_id]}, then {result})",
+            )
+        self.results[result.job_id] = result
+        if result.succeeded is not None and not result.succeeded <= frozenset(job.keys):
+            if job.promotion:
+                for slot in job.slots:
+                    self._shadow[slot] = None  # nothing trustworthy was reported about its slots
+            return ConformanceFailure("TIER-11", f"job {result.job_id} reports succeeded keys that are not in the job")
+        if result.succeeded and not result.success and not self.capabilities.partial_jobs:
+            if job.promotion:
+                for slot in job.slots:
+                    self._shadow[slot] = None
+            return ConformanceFailure(
+                "TIER-18", f"job {result.job_id} finished partly but the tier does not declare partial_jobs"
+            )
+        return None
+
     def _verify_load(self, job: TransferJob, result: JobResult) -> None:
         done = result.succeeded_keys(job)
+        wrong: tuple[OffloadKey, int, bytes] | None = None
         for key, slot in zip(job.keys, job.slots, strict=True):
             if key not in done:
                 self._shadow[slot] = None  # a failed load may leave anything in its slot
                 continue
             want = block_for(key, self.block_bytes)
             got = self.slot_bytes(slot)
-            if got != want:
-                raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
-            self._shadow[slot] = want
+            self._shadow[slot] = got  # what it holds now; judged below
+            if got != want and wrong is None:
+                wrong = (key, slot, got)
+        if wrong is not None:
+            key, slot, got = wrong
+            raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
 
     def _diagnose(self, job: TransferJob, key: OffloadKey, slot: int, got: bytes) -> str:
         want = block_for(key, self.block_bytes)
         head = f"load job {job.job_id} reported key {short_key(key)} done, but slot {slot}"
+        # A slot holding the key's bytes counts only where the kit did not put them itself.
         elsewhere = next(
-            (other for other in range(self.num_slots) if other != slot and self.slot_bytes(other) == want),
+            (
+                other
+                for other in range(self.num_slots)
+                if other != slot and self._shadow[other] != want and self.slot_bytes(other) == want
+            ),
             None,
         )
         moved = "" if elsewhere is None else f"; its bytes were written into slot {elsewhere} instead"
@@ -541,17 +606,23 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             if not still:
                 return answers
             waiting = still
-            if steps >= budget and time.monotonic() - start >= self.limits.job_timeout_s:
-                raise ConformanceFailure(
-                    "TIER-18",
-                    f"lookup({short_key(waiting[0])}) still answers RETRY after {steps} end-of-step "
-                    f"hooks and {time.monotonic() - start:.1f} s; the tier declares "
-                    f"max_retry_steps={self.capabilities.max_retry_steps}",
-                )
+            if steps >= budget:
+                # Out of steps: give background work time to land without a hook; the RETRY must
+                # then be gone (a bound in steps holds however fast the steps are).
+                if time.monotonic() - start >= self.limits.job_timeout_s:
+                    raise ConformanceFailure(
+                        "TIER-18",
+                        f"lookup({short_key(waiting[0])}) still answers RETRY after {steps} end-of-step "
+                        f"hooks and {time.monotonic() - start:.1f} s; the tier declares "
+                        f"max_retry_steps={self.capabilities.max_retry_steps}",
+                    )
+                time.sleep(0.002)
+                continue
+            wait = self.limits.retry_step_interval_s - (time.perf_counter() - self._last_step)
+            if wait > 0:
+                time.sleep(wait)
             self.step()
             steps += 1
-            if steps > budget:
-                time.sleep(0.001)
 
     def answers(
         self, keys: Sequence[OffloadKey], context: ReqContext | None = None

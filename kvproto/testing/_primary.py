@@ -12,7 +12,7 @@ import pytest
 
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
-from kvproto._protocols import PrimaryTier
+from kvproto._protocols import PrimaryTier, ReadyKeys
 from kvproto._requests import ReqContext
 from kvproto.errors import TierMisuseError
 from kvproto.testing._checks import check
@@ -309,8 +309,144 @@ class PrimaryTierTests(TierChecks[PrimaryDriver]):
         kit.load(stored)
         kit.tier.complete_load(stored)
 
+    @check("TIER-6", needs=("eviction",))
+    def test_prepare_store_never_evicts_its_own_input(self, kit: PrimaryDriver) -> None:
+        """On a full tier, prepare_store of a READY key plus new ones never evicts that READY key."""
+        keys = key_pool("p-own", kit.num_slots)
+        kit.store(keys)
+        kit.tier.touch(keys[1:])  # keys[0] is now the least recently used: the first victim
+        extra = key_pool("p-own-extra", 2)
+        out = kit.prepare([keys[0], *extra])
+        if out is None:
+            raise ConformanceFailure("TIER-6", "prepare_store returned None on a full tier with unpinned blocks")
+        if keys[0] in out.evicted:
+            raise ConformanceFailure(
+                "TIER-6", f"prepare_store evicted {short_key(keys[0])}, one of its own input keys, to make room"
+            )
+        kit.tier.complete_store(out.keys_to_store, True)
+        kit.expect(keys[:1], lr.HIT, "TIER-6", "(a READY input key of prepare_store on a full tier)")
+        kit.load(keys[:1])
+        kit.tier.complete_load(keys[:1])
+
+    @check("TIER-6")
+    def test_prepare_store_short_of_room_changes_nothing(self, kit: PrimaryDriver) -> None:
+        """With some room but not enough (one free slot, one evictable block, three keys to store),
+        prepare_store returns None and evicts nothing."""
+        keys = key_pool("p-short", kit.num_slots - 1)
+        kit.store(keys)
+        pinned = keys[1:]
+        kit.load(pinned)
+        extra = key_pool("p-short-extra", 3)
+        out = kit.prepare(extra)
+        if out is not None:
+            raise ConformanceFailure(
+                "TIER-6", f"prepare_store of 3 keys with room for 2 did not return None: {out}"
+            )
+        kit.expect(keys[:1], lr.HIT, "TIER-6", "after a refused prepare_store (it must evict nothing)")
+        kit.expect(extra, lr.MISS, "TIER-6", "after a refused prepare_store (it must reserve nothing)")
+        kit.tier.complete_load(pinned)
+
+    @check("TIER-7")
+    def test_failed_store_leaves_ready_keys(self, kit: PrimaryDriver) -> None:
+        """complete_store(False) over a batch holding READY keys fails only the keys in flight: the
+        READY ones stay READY (HIT, with their bytes)."""
+        keys = key_pool("p-keep", 4)
+        kit.store(keys[:2])
+        out = kit.prepare(keys)
+        if out is None:
+            raise ConformanceFailure("TIER-6", "prepare_store refused with free slots")
+        kit.tier.complete_store(keys, False)
+        kit.expect(keys[:2], lr.HIT, "TIER-7", "after complete_store(False) of a batch it was READY in")
+        kit.expect(keys[2:], lr.MISS, "TIER-7", "after complete_store(success=False)")
+        kit.load(keys[:2])
+        kit.tier.complete_load(keys[:2])
+
+    @check("TIER-8", needs=("eviction",))
+    def test_two_pins_released_once_stay_protected(self, kit: PrimaryDriver) -> None:
+        """Pins are counted: a block pinned twice and released once is still pinned, never evicted."""
+        keys = key_pool("p-twice", kit.num_slots)
+        kit.store(keys)
+        kit.load(keys[:1])
+        kit.load(keys[:1])
+        kit.tier.complete_load(keys[:1])
+        out = kit.store(key_pool("p-twice-extra", kit.num_slots - 1))
+        if keys[0] in out.evicted:
+            raise ConformanceFailure(
+                "TIER-8", "a block pinned twice and released once was evicted: pins must be counted"
+            )
+        kit.expect(keys[:1], lr.HIT, "TIER-8", "(pinned twice, released once)")
+        kit.tier.complete_load(keys[:1])
+
+    @check("TIER-16")
+    def test_reset_cache_with_pins_held(self, kit: PrimaryDriver) -> None:
+        """reset_cache while a block is pinned (a load in flight) answers False and changes nothing."""
+        keys = key_pool("p-reset-pin", 3)
+        kit.store(keys)
+        kit.load(keys[:1])
+        answer: object = kit.tier.reset_cache()
+        if answer is not False:
+            raise ConformanceFailure(
+                "TIER-16", f"reset_cache with a pin held answered {answer!r}; a load is in flight, so it must be False"
+            )
+        kit.expect(keys, lr.HIT, "TIER-16", "after reset_cache refused")
+        kit.tier.complete_load(keys[:1])
+        if kit.tier.reset_cache() is not True:
+            raise ConformanceFailure("TIER-16", "reset_cache with every pin released did not answer True")
+
+    @check("TIER-17")
+    def test_ready_keys_agrees_with_lookup(self, kit: PrimaryDriver) -> None:
+        """Where the tier offers ready_keys (ReadyKeys), one container, held from the start, holds
+        exactly the keys lookup answers HIT for, at every step."""
+        tier = kit.tier
+        if not isinstance(tier, ReadyKeys):
+            pytest.skip("needs the optional ReadyKeys ability (ready_keys), which the tier does not offer")
+        ready = tier.ready_keys
+        keys = key_pool("p-ready", 6)
+
+        def agree(when: str) -> None:
+            for key in keys:
+                hit = kit.lookup(key) is lr.HIT
+                if (key in ready) != hit:
+                    raise ConformanceFailure(
+                        "TIER-17",
+                        f"{when}: lookup({short_key(key)}) answers {'HIT' if hit else 'not HIT'} but the "
+                        f"ready_keys container {'lacks' if hit else 'holds'} it (it must be a live view)",
+                    )
+
+        agree("on an empty tier")
+        out = kit.prepare(keys[:4])
+        agree("with a store prepared")
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store[:2], True)
+            agree("after complete_store(True)")
+            kit.tier.complete_store(out.keys_to_store[2:], False)
+            agree("after complete_store(False)")
+        kit.load(keys[:1])
+        agree("with a pin held")
+        kit.tier.complete_load(keys[:1])
+        tier.reset_cache()
+        agree("after reset_cache")
+
+    @check("TIER-5")
+    def test_touch_of_unknown_keys_is_a_no_op(self, kit: PrimaryDriver) -> None:
+        """touch of keys the tier does not hold (absent or WRITING) changes nothing."""
+        keys = key_pool("p-touch", 3)
+        unknown = key_pool("p-touch-unknown", 3)
+        kit.store(keys[:1])
+        out = kit.prepare(keys[1:2])
+        list(kit.tier.take_events())
+        kit.tier.touch([*unknown, keys[0], keys[1]])
+        kit.expect(unknown, lr.MISS, "TIER-5", "after touch of a key the tier does not hold")
+        kit.expect(keys[1:2], lr.HIT_PENDING, "TIER-5", "after touch of a WRITING key")
+        if any(set(e.keys) & set(unknown) for e in kit.tier.take_events()):
+            raise ConformanceFailure("TIER-5", "touch of keys the tier does not hold produced an event naming them")
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, True)
+        kit.expect(keys[:2], lr.HIT, "TIER-7", "after touch and complete_store")
+
     # ---- lifecycle ----------------------------------------------------------------------
     test_has_pending_work_tracks_stores = TierChecks._pending_work_tracks_stores
+    test_has_pending_work_tracks_pins = TierChecks._pending_work_tracks_loads
     test_shutdown_fails_stores_in_flight = TierChecks._shutdown_ends_work_in_flight
 
     # ---- Hypothesis ----------------------------------------------------------------------

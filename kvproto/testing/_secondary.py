@@ -7,6 +7,7 @@ module says what their steps mean for a secondary tier and adds the secondary's 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar
@@ -14,6 +15,7 @@ from typing import ClassVar
 import pytest
 
 from kvproto import members as lr
+from kvproto._events import EventKind
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
@@ -67,10 +69,16 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
 
     * ``seed_block(tier, key, data)``: store ``data`` under ``key`` without the tier's methods;
     * ``read_block(tier, key) -> bytes | None``: what the storage holds under ``key``;
-    * ``fail_next_jobs(tier, n)``: make the next ``n`` submitted jobs fail;
-    * ``fail_keys(tier, keys)``: make jobs fail for ``keys`` only (partial results);
-    * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``;
+    * ``fail_next_jobs(tier, n)``: the next ``n`` jobs submitted fail whole (``success=False``); ``n``
+      SETS the count (it does not add; 0 disarms), so calling it twice with 1 fails one job;
+    * ``fail_keys(tier, keys)``: ADDS ``keys`` to the failing keys: every later job touching them
+      fails for them (a partial result with ``partial_jobs``, else the whole job), never for other keys;
+    * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``, so that the next read of
+      each is damaged (the tier must detect it: fail the key, never serve it);
     * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence).
+
+    A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
+    fails KIT-5, never the tier's clauses.
     """
 
     num_slots: ClassVar[int] = SECONDARY_NUM_SLOTS
@@ -253,9 +261,10 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
         """RETRY only with async_lookup declared, and it resolves within max_retry_steps steps."""
         keys = key_pool("t18", 6)
         kit.resolve(keys)
-        kit.store(keys[:3])
+        result = kit.store(keys[:3])
+        done = result.succeeded_keys(kit.jobs[result.job_id])
         answers = kit.resolve(keys)
-        kit.expect({k: answers[k] for k in keys[:3]}, lr.HIT, "TIER-10", "after its store succeeded")
+        kit.expect({k: answers[k] for k in keys[:3] if k in done}, lr.HIT, "TIER-10", "after its store succeeded")
         other = TrackedContext("kvproto-kit-second-request")
         kit.resolve(keys, other)
         kit.tier.on_request_finished(other)
@@ -330,34 +339,68 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
                 )
         retry = kit.store(keys)
         if not retry.success:
+            if kit.store(keys).success:
+                raise ConformanceFailure(
+                    "KIT-5", "fail_next_jobs(1) failed more than one job: the store after the failed one failed too"
+                )
             raise ConformanceFailure("TIER-10", f"storing the keys again after a failed store failed: {retry}")
         kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after a successful store that followed a failed one")
 
     @check("TIER-11", needs=("partial_jobs",), hooks=("fail_keys",))
     def test_partial_job_reports_succeeded_keys(self, kit: SecondaryDriver) -> None:
-        """A job that fails some keys reports the others in ``succeeded``; only those answer HIT."""
+        """A job that fails some keys names only keys it stored in ``succeeded``; those answer HIT, the
+        failed ones do not. Stopping at the first bad block (the keys after it fail untried) is allowed."""
         keys = key_pool("partial", 4)
-        self.fail_keys(kit.tier, keys[:2])
+        failing = {keys[1], keys[3]}
+        self.fail_keys(kit.tier, sorted(failing))
         result = kit.store(keys)
-        job = kit.jobs[result.job_id]
-        done = result.succeeded_keys(job)
-        if result.success or done & set(keys[:2]):
-            raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect on the store")
-        if done != set(keys[2:]):
-            raise ConformanceFailure(
-                "TIER-11",
-                f"a store failing 2 of 4 keys reported {len(done)} succeeded keys; the tier declares "
-                "partial_jobs, so the 2 that succeeded must be named",
-            )
+        done = result.succeeded_keys(kit.jobs[result.job_id])
         answers = kit.resolve(keys)
         for key in keys:
-            want = lr.HIT if key in done else lr.MISS
-            if answers[key] is not want:
+            if key in done and answers[key] is not lr.HIT:
                 raise ConformanceFailure(
                     "TIER-11",
-                    f"after a partial store, lookup({short_key(key)}) answers {answers[key].name}; "
-                    f"the job reported it {'done' if key in done else 'failed'}",
+                    f"a store job named key {short_key(key)} succeeded, but it answers {answers[key].name}: "
+                    "a result must name only keys that were stored",
                 )
+            if key not in done and answers[key] is lr.HIT:
+                raise ConformanceFailure(
+                    "TIER-4", f"lookup({short_key(key)}) answers HIT although its store job reported it failed"
+                )
+        if done & failing:
+            raise ConformanceFailure(
+                "KIT-5", "the fail_keys hook had no effect: the keys it names were stored and answer HIT"
+            )
+        other = key_pool("partial-other", 2)
+        after = kit.store(other)
+        if not after.success:
+            raise ConformanceFailure(
+                "KIT-5",
+                "the fail_keys hook had more effect than asked: a store of keys it does not name failed",
+            )
+
+    @check("KIT-5", hooks=("fail_next_jobs",))
+    def test_fail_next_jobs_hook_fails_exactly_n_jobs(self, kit: SecondaryDriver) -> None:
+        """``fail_next_jobs(n)`` SETS the count: exactly the next n jobs fail whole, later ones run;
+        a hook with too little or too much effect fails KIT-5."""
+        keys = key_pool("hook-n", 6)
+        self.fail_next_jobs(kit.tier, 1)
+        self.fail_next_jobs(kit.tier, 2)  # sets the count to two; it does not add
+        outcome = [kit.store(keys[i : i + 1], _store_slots(kit, 1)).success for i in range(4)]
+        if outcome != [False, False, True, True]:
+            failed = outcome.count(False)
+            how = "too little" if failed < 2 or outcome[:2] != [False, False] else "too much"
+            raise ConformanceFailure(
+                "KIT-5",
+                f"fail_next_jobs(1) then fail_next_jobs(2) must fail exactly the next 2 jobs (the count is set, "
+                f"not added); the next 4 stores {'succeeded' if outcome[0] else 'failed'}"
+                f"{''.join(', ' + ('succeeded' if ok else 'failed') for ok in outcome[1:])}: "
+                f"the hook has {how} effect",
+            )
+        self.fail_next_jobs(kit.tier, 1)
+        self.fail_next_jobs(kit.tier, 0)  # disarms
+        if not kit.store(keys[4:], _store_slots(kit, 2)).success:
+            raise ConformanceFailure("KIT-5", "fail_next_jobs(0) did not disarm the hook: the next store failed")
 
     @check("TIER-10", hooks=("read_block",))
     def test_store_writes_exact_bytes(self, kit: SecondaryDriver) -> None:
@@ -409,15 +452,27 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
 
     @check("TIER-10")
     def test_keys_isolated_by_hash_and_group(self, kit: SecondaryDriver) -> None:
-        """Keys that differ only in hash or only in group never see each other's blocks."""
+        """Keys that differ only in hash or only in group never see each other's blocks.
+
+        Each batch is checked right after its store, so a tier that declares eviction and keeps few
+        blocks passes: with ``eviction`` a stored key may answer MISS, never HIT for another's."""
         keys = tricky_keys()
         stored = [k for i, k in enumerate(keys) if i % 2 == 0]
         absent = [k for i, k in enumerate(keys) if i % 2 == 1]
+        evicts = self.declared_capabilities(kit.tier).eviction
         for i in range(0, len(stored), 8):
             batch = stored[i : i + 8]
             result = kit.store(batch, range(len(batch)))
             if not result.success:
                 raise ConformanceFailure("TIER-10", f"store of keys {[short_key(k) for k in batch]} failed")
+            answers = kit.resolve(batch)
+            held = [k for k in batch if answers[k] is lr.HIT]
+            if not evicts:
+                kit.expect(answers, lr.HIT, "TIER-10", "after its store succeeded")
+            if held:
+                result = kit.load(held, range(16, 16 + len(held)))
+                if not result.success:
+                    raise ConformanceFailure("TIER-10", f"load of stored keys failed: {result}")
         answers = kit.resolve(keys)
         for key in absent:
             if answers[key] is not lr.MISS:
@@ -426,12 +481,8 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
                     f"key {short_key(key)} was never stored but answers {answers[key].name}: "
                     "it collides with a key that differs only in hash or group",
                 )
-        kit.expect({k: answers[k] for k in stored}, lr.HIT, "TIER-10", "after its store succeeded")
-        for i in range(0, len(stored), 8):
-            batch = stored[i : i + 8]
-            result = kit.load(batch, range(16, 16 + len(batch)))
-            if not result.success:
-                raise ConformanceFailure("TIER-10", f"load of stored keys failed: {result}")
+        if not evicts:
+            kit.expect({k: answers[k] for k in stored}, lr.HIT, "TIER-10", "after its store succeeded")
 
     # ---- loads ----------------------------------------------------------------------------
     @check("TIER-10")
@@ -472,13 +523,22 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
 
     @check("TIER-10", hooks=("corrupt_on_read",))
     def test_corrupt_block_fails_load(self, kit: SecondaryDriver) -> None:
-        """A damaged block fails its load; the tier never hands out wrong bytes."""
-        keys = key_pool("corrupt", 2)
-        kit.store(keys, [0, 1])
-        self.corrupt_on_read(kit.tier, keys[:1])
-        result = kit.load(keys, [10, 11])
-        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
-            raise ConformanceFailure("TIER-10", "a load reported a damaged block done")
+        """A damaged block fails its load wherever it sits in a multi-block job; the tier never hands
+        out wrong bytes, and a block found damaged stops answering HIT."""
+        keys = key_pool("corrupt", 4)
+        for position in range(len(keys)):
+            kit.store(keys, [0, 1, 2, 3])
+            self.corrupt_on_read(kit.tier, keys[position : position + 1])
+            order = keys[position:] + keys[:position] if position % 2 else keys[::-1]
+            result = kit.load(order, [10, 11, 12, 13])
+            damaged = keys[position]
+            if damaged in result.succeeded_keys(kit.jobs[result.job_id]):
+                raise ConformanceFailure(
+                    "TIER-10", f"a load reported a damaged block done (block {order.index(damaged) + 1} of 4)"
+                )
+            if kit.resolve_one(damaged) is lr.HIT:
+                # A tier may repair the block (from a replica); if it answers HIT, it must load.
+                _load_right_after_hit(kit, damaged, 14, when=" after its block failed a load as damaged")
 
     @check("TIER-4")
     def test_hit_is_loadable_under_racing_stores(self, kit: SecondaryDriver, request: pytest.FixtureRequest) -> None:
@@ -535,6 +595,7 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
                 raise ConformanceFailure("TIER-11", f"job {job_id} was never reported")
 
     test_has_pending_work_tracks_jobs = TierChecks._pending_work_tracks_stores
+    test_has_pending_work_tracks_loads = TierChecks._pending_work_tracks_loads
 
     # ---- lifecycle ------------------------------------------------------------------------
     test_shutdown_reports_jobs_in_flight = TierChecks._shutdown_ends_work_in_flight
@@ -571,6 +632,192 @@ class SecondaryTierTests(TierChecks[SecondaryDriver]):
             kit.load(keys[2:], [12, 13])
         finally:
             other.shutdown()
+
+    # ---- slot lifetime, queued work, capacity, events, requests ------------------------
+    @check("TIER-10")
+    def test_store_reads_its_slots_before_it_is_reported(self, kit: SecondaryDriver) -> None:
+        """A store job's slots stay unchanged only until the job is reported: the manager may reuse
+        them at once, before the next on_step_end, so the stored bytes must be read by then."""
+        keys = key_pool("lifetime", 3)
+        reuse = key_pool("lifetime-next", 3)
+        slots = [4, 5, 6]
+        job = kit.submit_store(keys, slots)
+        kit.collect()  # a job may be reported at once, before any end-of-step hook
+        while job.job_id not in kit.results:
+            kit.wait_step([job])
+        for slot, other in zip(slots, reuse, strict=True):
+            kit.put_block(slot, other)  # reused at once, before the next hook, as the manager may
+        done = kit.results[job.job_id].succeeded_keys(job)
+        for _ in range(3):
+            kit.step()
+        stored = [k for k in keys if k in done and kit.resolve_one(k) is lr.HIT]
+        if not stored:
+            return
+        target = [20 + i for i in range(len(stored))]
+        load = kit.submit_load(stored, target)
+        try:
+            kit.wait([load])
+        except ConformanceFailure as failure:
+            for key, slot in zip(stored, target, strict=True):
+                index = keys.index(key)
+                if kit.slot_bytes(slot) == block_for(reuse[index], kit.block_bytes):
+                    raise ConformanceFailure(
+                        "TIER-10",
+                        f"the store of key {short_key(key)} read slot {slots[index]} after the job was "
+                        "reported: the load returned what the slot was reused for (a store must have "
+                        "read its slots by the time it is reported)",
+                    ) from failure
+            raise
+
+    @check("TIER-13")
+    def test_step_end_does_not_block(self, kit: SecondaryDriver) -> None:
+        """on_step_end returns at once with work to hand over (jobs submitted in the step), step after step."""
+        keys = key_pool("step-end", 24)
+        jobs = []
+        for i in range(0, 24, 2):
+            jobs.append(kit.submit_store(keys[i : i + 2], [i, i + 1]))
+            kit.step()
+        kit.wait(jobs)
+        loads = []
+        for i in range(0, 12, 2):
+            loads.append(kit.submit_load(keys[i : i + 2], [24 + i % 8, 25 + i % 8]))
+            kit.step()
+            kit.wait(loads[-1:])
+
+    @check("TIER-16")
+    def test_shutdown_reports_queued_work(self, kit: SecondaryDriver) -> None:
+        """With more jobs submitted than a tier runs at once, shutdown reports each exactly once, by
+        the time it returns; nothing is reported or written later, and every thread it started is joined."""
+        before = set(threading.enumerate())
+        keys = key_pool("queued", 24)
+        kit.store(keys[:4], [0, 1, 2, 3])
+        for i in range(4, 24, 2):
+            kit.submit_store(keys[i : i + 2], [i, i + 1])
+        for i in range(4):
+            kit.submit_load(keys[i : i + 1], [28 + i])
+        kit.shutdown()
+        started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        reported = kit.collect()
+        missing = kit.pending()
+        if missing:
+            raise ConformanceFailure(
+                "TIER-16",
+                f"{len(missing)} job(s) queued at shutdown were never reported finished or failed "
+                f"(first: job {missing[0]}); shutdown must report every job, queued ones too",
+            )
+        snapshot = [kit.slot_bytes(s) for s in range(kit.num_slots)]
+        time.sleep(0.02)
+        late = kit.collect()
+        if late:
+            raise ConformanceFailure(
+                "TIER-16", f"job {late[0].job_id} was reported after shutdown returned (its worker was not joined)"
+            )
+        if [kit.slot_bytes(s) for s in range(kit.num_slots)] != snapshot:
+            raise ConformanceFailure("TIER-16", "a primary slot changed after shutdown returned")
+        if started:
+            raise ConformanceFailure(
+                "TIER-16", f"thread {started[0].name!r}, started by the tier, is still running after shutdown returned"
+            )
+        del reported
+
+    @check("TIER-16")
+    def test_reset_with_queued_work(self, kit: SecondaryDriver) -> None:
+        """reset_cache with many jobs queued refuses (False) or forgets; either way each job is
+        reported exactly once, and once idle a reset forgets everything."""
+        keys = key_pool("reset-queued", 20)
+        kit.store(keys[:4], [0, 1, 2, 3])
+        jobs = [kit.submit_store(keys[i : i + 2], [i, i + 1]) for i in range(4, 20, 2)]
+        jobs.append(kit.submit_load(keys[:4], [24, 25, 26, 27]))
+        answer: object = kit.tier.reset_cache()
+        if answer is not True and answer is not False:
+            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
+        kit.wait(jobs)
+        kit.quiet_steps(2)
+        if kit.tier.reset_cache() is not True:
+            raise ConformanceFailure("TIER-16", "reset_cache with every job reported did not answer True")
+        kit.expect(kit.resolve(keys), lr.MISS, "TIER-16", "after reset_cache")
+
+    @check("TIER-10")
+    def test_holds_what_it_stored_past_its_capacity(self, kit: SecondaryDriver) -> None:
+        """Stores of 96 blocks: without ``eviction`` declared every one still answers HIT (a tier
+        that drops blocks must declare it); with it, any may answer MISS, and each HIT loads its bytes."""
+        keys = key_pool("capacity", 96)
+        for i in range(0, len(keys), 16):
+            result = kit.store(keys[i : i + 16], range(16))
+            if not result.success and not self.declared_capabilities(kit.tier).eviction:
+                raise ConformanceFailure("TIER-10", f"a store of 16 blocks failed after {i} were stored: {result}")
+        answers = kit.resolve(keys)
+        held = [k for k in keys if answers[k] is lr.HIT]
+        lost = [k for k in keys if answers[k] is not lr.HIT]
+        if lost and not self.declared_capabilities(kit.tier).eviction:
+            raise ConformanceFailure(
+                "TIER-10",
+                f"{len(lost)} of {len(keys)} stored blocks answer MISS (first {short_key(lost[0])}, "
+                f"after {len(held)} held): the tier drops blocks but does not declare eviction",
+            )
+        for i in range(0, len(held), 12):
+            kit.load(held[i : i + 12], range(16, 16 + len(held[i : i + 12])))
+
+    @check("TIER-14")
+    def test_events_report_removals(self, kit: SecondaryDriver) -> None:
+        """reset_cache (and, with eviction, an eviction) emits REMOVED for the blocks it drops; no
+        event names a key the tier never held; STORED names only keys whose store succeeded."""
+        tier = kit.tier
+        list(tier.take_events())
+        keys = key_pool("removed", 4)
+        kit.store(keys, [0, 1, 2, 3])
+        kit.quiet_steps(2)
+        stored_events = list(tier.take_events())
+        named = {k for e in stored_events for k in e.keys}
+        stray = named - set(keys)
+        if stray:
+            raise ConformanceFailure("TIER-14", f"an event names {short_key(next(iter(stray)))}, which was never stored")
+        if tier.reset_cache() is not True:
+            raise ConformanceFailure("TIER-16", "reset_cache with no work in flight did not answer True")
+        events = list(tier.take_events())
+        removed = {k for e in events if e.kind is EventKind.REMOVED for k in e.keys}
+        if not set(keys) <= removed:
+            missing = sorted(set(keys) - removed)
+            raise ConformanceFailure(
+                "TIER-14",
+                f"reset_cache dropped {len(keys)} stored blocks but no REMOVED event names {short_key(missing[0])}",
+            )
+        stray = {k for e in events for k in e.keys} - set(keys)
+        if stray:
+            raise ConformanceFailure("TIER-14", f"an event names {short_key(next(iter(stray)))}, which was never stored")
+        if self.declared_capabilities(tier).eviction:
+            many = key_pool("removed-evict", 96)
+            for i in range(0, len(many), 16):
+                kit.store(many[i : i + 16], range(16))
+            kit.quiet_steps(2)
+            answers = kit.resolve(many)
+            gone = {k for k in many if answers[k] is lr.MISS}
+            removed = {k for e in tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+            if gone - removed:
+                raise ConformanceFailure(
+                    "TIER-14",
+                    f"{len(gone - removed)} stored blocks were evicted (they answer MISS) without a REMOVED event",
+                )
+
+    @check("TIER-5")
+    def test_touch_of_unknown_keys_is_a_no_op(self, kit: SecondaryDriver) -> None:
+        """touch of keys the tier does not hold changes nothing: they still answer MISS, stored keys HIT."""
+        keys = key_pool("touch", 4)
+        unknown = key_pool("touch-unknown", 4)
+        kit.store(keys[:2], [0, 1])
+        list(kit.tier.take_events())
+        kit.tier.touch([*unknown, keys[0]])
+        kit.tier.touch(unknown[:1])
+        kit.quiet_steps(1)
+        answers = kit.resolve([*keys, *unknown])
+        for key in [*keys[2:], *unknown]:
+            if answers[key] is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-5", f"touch of key {short_key(key)}, which the tier does not hold, made it answer {answers[key].name}"
+                )
+        if any(set(e.keys) & set(unknown) for e in kit.tier.take_events()):
+            raise ConformanceFailure("TIER-5", "touch of keys the tier does not hold produced an event naming them")
+        kit.expect({k: answers[k] for k in keys[:2]}, lr.HIT, "TIER-5", "after touch (stored keys stay)")
 
     # ---- Hypothesis --------------------------------------------------------------------
     @check("TIER-10", hypothesis=True)

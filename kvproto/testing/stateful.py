@@ -19,7 +19,8 @@ per-call rules (LR-1, LR-3, LR-4, TIER-4, TIER-11).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hypothesis import strategies as st
@@ -254,11 +255,19 @@ class TierStateMachine(RuleBasedStateMachine):
     def touch(self, keys: list[OffloadKey]) -> None:
         self.driver.tier.touch(keys)
 
-    @precondition(lambda self: self.tests is not None and self.tests.has_hook("fail_next_jobs"))
+    @precondition(
+        lambda self: not self.fail_armed and self.tests is not None and self.tests.has_hook("fail_next_jobs")
+    )
     @rule()
     def fail_next_job(self) -> None:
+        """Arm one failure: ``fail_next_jobs(1)`` SETS the count, and the machine arms only once every
+        job in flight was reported (a tier or wrapper holding jobs may hand an earlier one over
+        first), and never again before the armed job was submitted: exactly the next job fails (KIT-5)."""
         tests = self.tests
-        if tests is not None:
+        if tests is not None and not self.fail_armed:
+            # Settle first (no draw depends on it, so Hypothesis replays the same choices).
+            self.driver.settle()
+            self._absorb()
             hook: Callable[[SecondaryTier, int], None] = getattr(tests, "fail_next_jobs")
             hook(self.driver.tier, 1)
             self.fail_armed = True
@@ -300,9 +309,13 @@ class TierStateMachine(RuleBasedStateMachine):
         if hasattr(type(self), "runs"):
             type(self).runs[1] += self.driver.steps
         driver = self.driver
+        failing = sys.exc_info()[1] is not None  # a step failed: its failure is the one to report
         try:
             driver.settle()
             self._absorb()
+        except ConformanceFailure:
+            if not failing:
+                raise
         finally:
             driver.shutdown()
 
@@ -447,6 +460,11 @@ class PrimaryStateMachine(RuleBasedStateMachine):
     def lookup(self, key: OffloadKey) -> None:
         self.steps += 1
         got = self.kit.lookup(key)
+        ready: object = getattr(self.kit.tier, "ready_keys", None)
+        if isinstance(ready, Container) and (key in ready) != (got is lr.HIT):
+            raise ConformanceFailure(
+                "TIER-17", f"lookup({short_key(key)}) answered {got.name} but ready_keys disagrees (MGR-15)"
+            )
         want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
         if got is not want:
             clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"

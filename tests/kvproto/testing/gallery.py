@@ -8,9 +8,12 @@ asserts exactly that.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kvproto import (
     JobResult,
@@ -20,13 +23,15 @@ from kvproto import (
     ReqContext,
     TransferJob,
 )
+from kvproto import Capabilities, MemoryPrimaryTier, PrepareStoreOutput
 from kvproto import members as lr
 from kvproto import unreachable
 from kvproto.testing import KitLimits, TierSpec
 from kvproto.testing import MEMORY_HOOKS
+from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
-_QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
+_QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
 
 
 class _TracksStoresInFlight(MemoryTier):
@@ -237,6 +242,381 @@ class HitPendingFromSecondary(_TracksStoresInFlight):
         return super().lookup(key, req_context)
 
 
+class ReadsSlotAfterReport(MemoryTier):
+    """Bug: acknowledges a store at once and copies its slots at the next on_step_end (write-behind
+    from the primary's buffer), after the manager may have reused them."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="reads-slot-after-report")
+        self._behind: list[TransferJob] = []
+        self._acked: list[JobResult] = []
+        self._swallow: set[int] = set()
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._behind.append(job)
+        self._acked.append(JobResult(job.job_id, True))  # the bug: reported before the slots were read
+
+    def _flush(self) -> None:
+        behind, self._behind = self._behind, []
+        for job in behind:
+            self._swallow.add(job.job_id)
+            super().submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._flush()
+        super().submit_load(job)
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if any(key in job.keys for job in self._behind):
+            return lr.HIT
+        return super().lookup(key, req_context)
+
+    def on_step_end(self) -> None:
+        self._flush()
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        acked, self._acked = self._acked, []
+        inner = [r for r in super().get_finished_jobs() if r.job_id not in self._swallow]
+        self._swallow.clear()
+        return [*acked, *inner]
+
+    def has_pending_work(self) -> bool:
+        return bool(self._acked) or super().has_pending_work()
+
+    def shutdown(self) -> None:
+        self._flush()
+        super().shutdown()
+
+
+class _OneWorker(MemoryTier):
+    """Not a bug: jobs run one at a time, in submission order, on one worker thread that waits a
+    millisecond per job (its I/O); shutdown runs what is queued, then joins the worker."""
+
+    def __init__(self, buffer: memoryview, *, name: str) -> None:
+        super().__init__(buffer, name=name)
+        self._queue: deque[TransferJob] = deque()
+        self._queued: set[int] = set()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._worker = threading.Thread(target=self._work, name=f"{name}-worker", daemon=True)
+        self._worker.start()
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._enqueue(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._enqueue(job)
+
+    def _enqueue(self, job: TransferJob) -> None:
+        with self._cv:
+            self._queue.append(job)
+            self._queued.add(job.job_id)
+            self._cv.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._stop:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                job = self._queue.popleft()
+            time.sleep(0.001)
+            if job.promotion:
+                MemoryTier.submit_load(self, job)
+            else:
+                MemoryTier.submit_store(self, job)
+            with self._cv:
+                self._queued.discard(job.job_id)
+
+    def has_pending_work(self) -> bool:
+        with self._cv:
+            return bool(self._queued) or super().has_pending_work()
+
+    def reset_cache(self) -> bool:
+        with self._cv:
+            if self._queued:
+                return False
+        return super().reset_cache()
+
+    def _stop_worker(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    def shutdown(self) -> None:
+        self._stop_worker()
+        self._worker.join()
+        super().shutdown()
+
+
+class ShutdownDropsQueuedJobs(_OneWorker):
+    """Bug: shutdown stops the worker after the job it is running; the jobs queued behind it are
+    dropped, never reported."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="shutdown-drops-queued-jobs")
+
+    def _stop_worker(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._queue.clear()  # the bug
+            self._queued.clear()
+            self._cv.notify()
+
+
+class RequestStateLeak(MemoryTier):
+    """Bug: counts the blocks moved per request (for metrics) in a dict keyed by req_id that
+    on_request_finished never prunes."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="request-state-leak")
+        self._moved: dict[str, int] = {}
+
+    def _count(self, job: TransferJob) -> None:
+        if job.req_id is not None:
+            self._moved[job.req_id] = self._moved.get(job.req_id, 0) + len(job.keys)
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._count(job)
+        super().submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._count(job)
+        super().submit_load(job)
+
+
+class PendingWorkIgnoresLoads(MemoryTier):
+    """Bug: jobs run at the next step (as real I/O would), but has_pending_work counts only the
+    queued stores, not the queued loads."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="pending-work-ignores-loads")
+        self._queued: list[TransferJob] = []
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._queued.append(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._queued.append(job)
+
+    def on_step_end(self) -> None:
+        due, self._queued = self._queued, []
+        for job in due:
+            if job.promotion:
+                super().submit_load(job)
+            else:
+                super().submit_store(job)
+
+    def has_pending_work(self) -> bool:
+        return any(not job.promotion for job in self._queued) or super().has_pending_work()  # the bug
+
+    def reset_cache(self) -> bool:
+        return False if self._queued else super().reset_cache()
+
+    def shutdown(self) -> None:
+        self.on_step_end()
+        super().shutdown()
+
+
+class BatchLookupBypassesGate(LatencySecondary[MemoryTier]):
+    """Bug: an asynchronous tier whose lookup_many reads the store directly, skipping the pending
+    check that makes lookup answer RETRY: it answers MISS or HIT where lookup still answers RETRY."""
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        return [self.inner.lookup(key, req_context) for key in keys]  # the bug
+
+
+class VerifiesFirstBlockOnly(FaultySecondary[MemoryTier]):
+    """Bug: a load checks the checksum of the first block of its job only; a damaged block further
+    in the job is served."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(MemoryTier(buffer, name="verifies-first-block-only"), buffer=buffer)
+        self._damaged: set[OffloadKey] = set()
+
+    def damage(self, keys: Iterable[OffloadKey]) -> None:
+        """The kit's corrupt_on_read hook: the next read of each key is damaged."""
+        self._damaged.update(keys)
+
+    def submit_load(self, job: TransferJob) -> None:
+        for index, key in enumerate(job.keys):
+            if key in self._damaged:
+                self._damaged.discard(key)
+                self.corrupt_on_read([key], detect=index == 0)  # the bug: only block 0 is verified
+        super().submit_load(job)
+
+
+class KeepsDamagedBlock(MemoryTier):
+    """Bug: a block that fails its checksum fails every load, but stays in the index: it keeps
+    answering HIT (and is promoted again and again)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="keeps-damaged-block")
+
+    def corrupt_on_read(self, keys: Iterable[OffloadKey]) -> None:
+        self.fail_keys(keys)  # every read of the block fails its checksum; the index keeps it
+
+
+class TouchAdmitsKeys(MemoryTier):
+    """Bug: touch of a key it does not hold admits it, as an empty placeholder block."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="touch-admits-keys")
+        self._size = buffer.shape[1] if buffer.shape else 1
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        for key in keys:
+            if self.read_stored(key) is None:
+                self.seed(key, bytes(self._size))  # the bug
+        super().touch(keys)
+
+
+class SilentlyEvicts(MemoryTier):
+    """Bug: keeps at most 48 blocks, evicting the oldest, but does not declare eviction."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="silently-evicts", capacity_blocks=48)
+        self.capabilities = replace(self.capabilities, eviction=False)  # the bug
+
+
+class NoRemovedOnReset(MemoryTier):
+    """Bug: reset_cache forgets every block without a REMOVED event."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="no-removed-on-reset")
+        self._held: list[Any] = []
+
+    def reset_cache(self) -> bool:
+        self._held.extend(super().take_events())
+        done = super().reset_cache()
+        if done:
+            super().take_events()  # the bug: the reset's REMOVED event is dropped
+        return done
+
+    def take_events(self) -> Sequence[Any]:
+        out = [*self._held, *super().take_events()]
+        self._held = []
+        return out
+
+
+class NeedsOneStepMore(LatencySecondary[MemoryTier]):
+    """Bug: declares max_retry_steps=1 but resolves a RETRY at the second step (its steps take a
+    millisecond, so a wall-clock bound would never notice)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(MemoryTier(buffer, name="needs-one-step-more"), lookup_steps=2)
+        self.capabilities = replace(self.capabilities, max_retry_steps=1)  # the bug
+
+    def on_step_end(self) -> None:
+        time.sleep(0.001)
+        super().on_step_end()
+
+
+class SlowStepEnd(MemoryTier):
+    """Bug: on_step_end runs the step's jobs and waits 15 ms for their I/O (fsync) instead of
+    leaving them to a worker."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="slow-step-end")
+        self._queued: list[TransferJob] = []
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._queued.append(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self._queued.append(job)
+
+    def on_step_end(self) -> None:
+        due, self._queued = self._queued, []
+        for job in due:
+            if job.promotion:
+                super().submit_load(job)
+            else:
+                super().submit_store(job)
+        if due:
+            time.sleep(0.015)  # the bug: waits for the I/O
+
+    def has_pending_work(self) -> bool:
+        return bool(self._queued) or super().has_pending_work()
+
+    def reset_cache(self) -> bool:
+        return False if self._queued else super().reset_cache()
+
+    def shutdown(self) -> None:
+        self.on_step_end()
+        super().shutdown()
+
+
+class SlowRemoteLookup(MemoryTier):
+    """Bug: a key not held locally is looked up in a remote index synchronously (20 ms)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="slow-remote-lookup")
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        answer = super().lookup(key, req_context)
+        if answer is lr.MISS:
+            time.sleep(0.02)  # the bug
+        return answer
+
+
+class PartialReportedAsSuccess(MemoryTier):
+    """Bug: a job that stored some keys and failed others is reported as a success."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="partial-reported-as-success")
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        return [
+            JobResult(r.job_id, True) if r.succeeded else r  # the bug
+            for r in super().get_finished_jobs()
+        ]
+
+
+class OldGenerationTier:
+    """Bug: written against an older generation of the protocol: everything delegates to a
+    MemoryTier, but it has no ``touch``."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        self.inner = MemoryTier(buffer, name="old-generation-tier")
+        self.capabilities = self.inner.capabilities
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return self.inner.lookup(key, req_context)
+
+    def submit_store(self, job: TransferJob) -> None:
+        self.inner.submit_store(job)
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.inner.submit_load(job)
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        return self.inner.get_finished_jobs()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self.inner.on_request_finished(req_context)
+
+    def on_step_end(self) -> None:
+        self.inner.on_step_end()
+
+    def take_events(self) -> Sequence[Any]:
+        return self.inner.take_events()
+
+    def has_pending_work(self) -> bool:
+        return self.inner.has_pending_work()
+
+    def reset_cache(self) -> bool:
+        return self.inner.reset_cache()
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+
 def _secondary(cls: type[MemoryTier]) -> TierSpec:
     return TierSpec(cls.__name__, "secondary", cls, hooks=MEMORY_HOOKS, limits=_QUICK, tier_class=cls)
 
@@ -287,8 +667,6 @@ def hit_pending_from_secondary() -> TierSpec:
 
 def leaked_pin() -> TierSpec:
     """The reference primary tier with one bug: complete_load releases nothing."""
-    from kvproto import Capabilities, MemoryPrimaryTier
-
     class LeakedPin(MemoryPrimaryTier):
         def complete_load(self, keys: Iterable[OffloadKey]) -> None:
             """Bug: the pins taken by prepare_load are never released."""
@@ -301,6 +679,189 @@ def leaked_pin() -> TierSpec:
         limits=_QUICK,
         tier_class=LeakedPin,
     )
+
+
+def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
+    return TierSpec(name, "secondary", build, hooks=hooks or MEMORY_HOOKS, limits=_QUICK)
+
+
+def reads_slot_after_report() -> TierSpec:
+    return _secondary(ReadsSlotAfterReport)
+
+
+def shutdown_drops_queued_jobs() -> TierSpec:
+    return _secondary(ShutdownDropsQueuedJobs)
+
+
+def request_state_leak() -> TierSpec:
+    return _secondary(RequestStateLeak)
+
+
+def pending_work_ignores_loads() -> TierSpec:
+    return _secondary(PendingWorkIgnoresLoads)
+
+
+def batch_lookup_bypasses_gate() -> TierSpec:
+    return _spec(
+        "BatchLookupBypassesGate",
+        lambda buffer: BatchLookupBypassesGate(MemoryTier(buffer, name="batch-lookup-bypasses-gate"), lookup_steps=2),
+    )
+
+
+def _damage(tier: object, keys: Iterable[OffloadKey]) -> None:
+    assert isinstance(tier, VerifiesFirstBlockOnly)
+    tier.damage(keys)
+
+
+def verifies_first_block_only() -> TierSpec:
+    return _spec("VerifiesFirstBlockOnly", VerifiesFirstBlockOnly, {**MEMORY_HOOKS, "corrupt_on_read": _damage})
+
+
+def keeps_damaged_block() -> TierSpec:
+    return _secondary(KeepsDamagedBlock)
+
+
+def touch_admits_keys() -> TierSpec:
+    return _secondary(TouchAdmitsKeys)
+
+
+def silently_evicts() -> TierSpec:
+    return _secondary(SilentlyEvicts)
+
+
+def no_removed_on_reset() -> TierSpec:
+    return _secondary(NoRemovedOnReset)
+
+
+def needs_one_step_more() -> TierSpec:
+    return _spec("NeedsOneStepMore", NeedsOneStepMore)
+
+
+def slow_step_end() -> TierSpec:
+    return _secondary(SlowStepEnd)
+
+
+def slow_remote_lookup() -> TierSpec:
+    return _secondary(SlowRemoteLookup)
+
+
+def partial_reported_as_success() -> TierSpec:
+    return _secondary(PartialReportedAsSuccess)
+
+
+def _primary(cls: type[MemoryPrimaryTier]) -> TierSpec:
+    return TierSpec(
+        cls.__name__, "primary", lambda: cls(num_slots=16, block_bytes=32),
+        capabilities=Capabilities(eviction=True), limits=_QUICK, tier_class=cls,
+    )
+
+
+class EvictsOwnInput(MemoryPrimaryTier):
+    """Bug: chooses eviction victims among all unpinned READY blocks, its own input keys included."""
+
+    def _select_victims(self, count: int, wanted: frozenset[OffloadKey]) -> list[OffloadKey] | None:
+        return super()._select_victims(count, frozenset())  # the bug: input keys not protected
+
+
+class EvictsBeforeGivingUp(MemoryPrimaryTier):
+    """Bug: when it cannot make enough room, it still evicts what it could before returning None."""
+
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+        out = super().prepare_store(keys, req_context)
+        if out is None:
+            for key in list(self._ready):  # the bug: makes what room it can, then gives up
+                if self.pin_count(key) == 0 and key not in keys:
+                    self._free.append(self._ready.pop(key))
+        return out
+
+
+class FailedStoreDropsReady(MemoryPrimaryTier):
+    """Bug: complete_store(False) drops every key of the batch, READY ones included."""
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        batch = list(keys)
+        super().complete_store(batch, success)
+        if not success:
+            for key in batch:  # the bug
+                if key in self._ready and self.pin_count(key) == 0:
+                    self._free.append(self._ready.pop(key))
+
+
+class PinsNotCounted(MemoryPrimaryTier):
+    """Bug: complete_load releases every pin of a key, not one."""
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        for key in keys:
+            while self.pin_count(key):  # the bug
+                super().complete_load([key])
+
+
+class ResetIgnoresPins(MemoryPrimaryTier):
+    """Bug: reset_cache refuses only while a store is in flight; pinned blocks are dropped under their loads."""
+
+    def reset_cache(self) -> bool:
+        self._pins.clear()  # the bug
+        return super().reset_cache()
+
+
+class StaleReadyKeys(MemoryPrimaryTier):
+    """Bug: ready_keys is a snapshot taken when asked, not a live view."""
+
+    @property
+    def ready_keys(self) -> frozenset[OffloadKey]:
+        return frozenset(self._ready)  # the bug
+
+
+class BufferCopy(MemoryPrimaryTier):
+    """Bug: ``buffer`` hands out a fresh copy of the slots on every access, not the shared memory."""
+
+    @property
+    def buffer(self) -> memoryview:
+        return memoryview(bytearray(super().buffer.tobytes())).cast("B", (self.num_slots, self.block_bytes))
+
+
+class PrimaryAnswersRetry(MemoryPrimaryTier):
+    """Bug: a store in flight answers RETRY (a legacy ``None`` translated with the secondary's meaning)."""
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        answer = super().lookup(key, req_context)
+        return lr.RETRY if answer is lr.HIT_PENDING else answer  # the bug
+
+
+def old_generation_tier() -> TierSpec:
+    return _spec("OldGenerationTier", OldGenerationTier)
+
+
+def buffer_copy() -> TierSpec:
+    return _primary(BufferCopy)
+
+
+def primary_answers_retry() -> TierSpec:
+    return _primary(PrimaryAnswersRetry)
+
+
+def evicts_own_input() -> TierSpec:
+    return _primary(EvictsOwnInput)
+
+
+def evicts_before_giving_up() -> TierSpec:
+    return _primary(EvictsBeforeGivingUp)
+
+
+def failed_store_drops_ready() -> TierSpec:
+    return _primary(FailedStoreDropsReady)
+
+
+def pins_not_counted() -> TierSpec:
+    return _primary(PinsNotCounted)
+
+
+def reset_ignores_pins() -> TierSpec:
+    return _primary(ResetIgnoresPins)
+
+
+def stale_ready_keys() -> TierSpec:
+    return _primary(StaleReadyKeys)
 
 
 @dataclass(frozen=True)
@@ -326,4 +887,27 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:legacy_bool_lookup": Expected("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult"),
     f"{_HERE}:hit_pending_from_secondary": Expected("test_never_answers_hit_pending", "LR-3", "HIT_PENDING"),
     f"{_HERE}:leaked_pin": Expected("test_complete_load_releases_pin", "TIER-9", "pins leaked"),
+    f"{_HERE}:reads_slot_after_report": Expected("test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"),
+    f"{_HERE}:shutdown_drops_queued_jobs": Expected("test_shutdown_reports_queued_work", "TIER-16", "never reported"),
+    f"{_HERE}:request_state_leak": Expected("test_request_state_does_not_grow", "TIER-12", "finished requests"),
+    f"{_HERE}:pending_work_ignores_loads": Expected("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight"),
+    f"{_HERE}:batch_lookup_bypasses_gate": Expected("test_lookup_many_matches_lookup", "TIER-17", "also while unresolved"),
+    f"{_HERE}:verifies_first_block_only": Expected("test_corrupt_block_fails_load", "TIER-10", "never stored"),
+    f"{_HERE}:keeps_damaged_block": Expected("test_corrupt_block_fails_load", "TIER-4", "failed a load as damaged"),
+    f"{_HERE}:touch_admits_keys": Expected("test_touch_of_unknown_keys_is_a_no_op", "TIER-5", "does not hold"),
+    f"{_HERE}:silently_evicts": Expected("test_holds_what_it_stored_past_its_capacity", "TIER-10", "does not declare eviction"),
+    f"{_HERE}:no_removed_on_reset": Expected("test_events_report_removals", "TIER-14", "no REMOVED event"),
+    f"{_HERE}:needs_one_step_more": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
+    f"{_HERE}:slow_step_end": Expected("test_step_end_does_not_block", "TIER-13", "on_step_end blocked"),
+    f"{_HERE}:slow_remote_lookup": Expected("test_lookup_does_not_block", "TIER-4", "blocked"),
+    f"{_HERE}:partial_reported_as_success": Expected("test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"),
+    f"{_HERE}:evicts_own_input": Expected("test_prepare_store_never_evicts_its_own_input", "TIER-6", "its own input keys"),
+    f"{_HERE}:evicts_before_giving_up": Expected("test_prepare_store_short_of_room_changes_nothing", "TIER-6", "evict nothing"),
+    f"{_HERE}:failed_store_drops_ready": Expected("test_failed_store_leaves_ready_keys", "TIER-7", "it was READY in"),
+    f"{_HERE}:pins_not_counted": Expected("test_two_pins_released_once_stay_protected", "TIER-8", "pins must be counted"),
+    f"{_HERE}:reset_ignores_pins": Expected("test_reset_cache_with_pins_held", "TIER-16", "with a pin held"),
+    f"{_HERE}:stale_ready_keys": Expected("test_ready_keys_agrees_with_lookup", "TIER-17", "live view"),
+    f"{_HERE}:old_generation_tier": Expected("test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"),
+    f"{_HERE}:buffer_copy": Expected("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy"),
+    f"{_HERE}:primary_answers_retry": Expected("test_never_answers_retry", "LR-4", "answered RETRY"),
 }

@@ -140,6 +140,10 @@ class FileTier:
             data = self._path(key).read_bytes()
             block = data[_CRC:]
             if len(block) != size or zlib.crc32(block) != int.from_bytes(data[:_CRC], "big"):
+                with self._lock:  # damaged: never HIT again, or every load of it would fail (TIER-4)
+                    self._index.discard(key)
+                    self._events.append(OffloadingEvent(EventKind.REMOVED, (key,), self._name))
+                self._path(key).unlink(missing_ok=True)
                 return JobResult(job.job_id, False)
             self._flat[slot * size : (slot + 1) * size] = block
         return JobResult(job.job_id, True)
