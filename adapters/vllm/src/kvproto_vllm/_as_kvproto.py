@@ -236,8 +236,9 @@ class VllmPrimaryTier:
         return [e for e in events if e is not None]
 
     def has_pending_work(self) -> bool:
-        """True while a prepared store is not completed (counted here; vLLM's manager has no such notion)."""
-        return bool(self._writing)
+        """True while a prepared store is not completed or a load's pin is held (TIER-15; counted
+        here: vLLM's manager has no such notion)."""
+        return bool(self._writing) or bool(self._pins)
 
     def reset_cache(self) -> bool:
         """vLLM's ``reset_cache`` when nothing is prepared or pinned; otherwise False (vLLM would
