@@ -269,24 +269,28 @@ def test_disk_full_fails_the_job_publishes_nothing_and_later_jobs_work(tmp_path:
     try:
         assert tier.wait_ready(5)
         ops.room = 2 * (env.HEADER_BYTES + BLOCK) + 100  # two blocks and a bit
-        result = run.store([key(i) for i in range(4)])
+        keys = [key(i) for i in range(4)]
+        result = run.store(keys)
         assert result.success is False
-        assert result.succeeded == frozenset({key(0), key(1)})
-        assert not tier.path_of(key(2)).exists() and not tier.path_of(key(3)).exists()
+        # A job's blocks are written in parallel: which two fit is not fixed, but exactly two do.
+        stored = result.succeeded or frozenset()
+        assert len(stored) == 2
+        lost = [k for k in keys if k not in stored]
+        assert not any(tier.path_of(k).exists() for k in lost)
         assert temp_files(tier) == []
-        assert [tier.lookup(key(i), run.req) for i in range(4)] == [lr.HIT, lr.HIT, lr.MISS, lr.MISS]
+        assert [tier.lookup(k, run.req) for k in keys] == [lr.HIT if k in stored else lr.MISS for k in keys]
         ops.room = None
         ops.fsync_fails = True  # an fsync error is a failed store (the pages may be lost)
         assert run.store([key(5)]).success is False
         assert not tier.path_of(key(5)).exists() and temp_files(tier) == []
         ops.fsync_fails = False
-        assert run.store([key(2), key(3)]).success
+        assert run.store(lost).success
         ops.eio_reads = True
-        _, right, wrong = run.load([key(0)])
+        _, right, wrong = run.load([keys[0]])
         assert (right, wrong) == (set(), set())
         ops.eio_reads = False
-        _, right, _ = run.load([key(1), key(2), key(3)])
-        assert right == {key(1), key(2), key(3)}
+        _, right, _ = run.load(keys[1:])
+        assert right == set(keys[1:])
     finally:
         tier.shutdown()
 
