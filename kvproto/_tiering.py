@@ -430,7 +430,7 @@ class TieringManager:
             by_request.setdefault(rid, []).append(key)
         for rid, group in by_request.items():
             for index in range(len(self._secondaries)):
-                pinned = self._pin_for_write_through(group)
+                pinned = self._pin(group, purpose="write-through pin")
                 if not pinned:
                     continue
                 stage = (index, rid)
@@ -466,7 +466,12 @@ class TieringManager:
             owners.append((key, rid))
         return owners
 
-    def _pin_for_write_through(self, keys: list[OffloadKey]) -> list[tuple[OffloadKey, int]]:
+    def _pin(self, keys: list[OffloadKey], *, purpose: str | None) -> list[tuple[OffloadKey, int]]:
+        """Pin ``keys`` in the primary under the manager's own context: the batch, else key by key.
+
+        A key that cannot be pinned is left out; with a ``purpose`` its failure is a logged and
+        counted tier error (MGR-10), without one it is expected (a key not READY) and silent.
+        """
         primary = self._primary
         try:
             slots = primary.prepare_load(keys, self._pin_context)
@@ -477,8 +482,9 @@ class TieringManager:
         for key in keys:
             try:
                 (slot,) = primary.prepare_load((key,), self._pin_context)
-            except Exception as exc:  # noqa: BLE001 - this key is not written through
-                self._tier_error(primary.name, "prepare_load (write-through pin)", exc)
+            except Exception as exc:  # noqa: BLE001 - this key is not pinned
+                if purpose is not None:
+                    self._tier_error(primary.name, f"prepare_load ({purpose})", exc)
                 continue
             pinned.append((key, slot))
         return pinned
@@ -698,18 +704,7 @@ class TieringManager:
     def _hold(self, keys: list[OffloadKey]) -> None:
         """Pin just-promoted blocks for ``promotion_hold_steps`` steps (MGR-9); a key the primary
         does not hold READY (its completion was refused) is simply not held."""
-        primary = self._primary
-        try:
-            primary.prepare_load(keys, self._pin_context)
-            held = keys
-        except Exception:  # noqa: BLE001 - pin what can be pinned, key by key
-            held = []
-            for key in keys:
-                try:
-                    primary.prepare_load((key,), self._pin_context)
-                except Exception:  # noqa: BLE001 - not READY: nothing to protect
-                    continue
-                held.append(key)
+        held = [key for key, _ in self._pin(keys, purpose=None)]
         if held:
             self._held.append((self._step + self._hold_steps, held))
 
