@@ -1065,6 +1065,8 @@ class _Simulation:
                     for key in event.keys:
                         resident.discard(key)
                         origin.pop(key, None)
+                case _ as other:
+                    unreachable(other, where=f"event kind of tier {event.tier!r}")
         # Bounded even for a primary whose events are not complete.
         cap = 4 * self.num_slots
         while len(origin) > cap:

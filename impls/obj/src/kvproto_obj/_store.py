@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from obstore.store import AzureStore, GCSStore, LocalStore, MemoryStore, S3Store
 
+from kvproto import unreachable
 from kvproto.errors import ConfigurationError
 
 from kvproto_obj._config import ObjTierConfig
@@ -46,7 +47,8 @@ def make_store(config: ObjTierConfig) -> ObjectStore:
             case "memory":
                 return MemoryStore()
             case "local":
-                assert config.root is not None  # the config's validator guarantees it
+                if config.root is None:  # the config's validator refuses this; never a bare assert
+                    raise ConfigurationError("a 'local' object store needs root")
                 return LocalStore(config.root)
             case "s3":
                 s3: S3Config = {}
@@ -67,6 +69,8 @@ def make_store(config: ObjTierConfig) -> ObjectStore:
                 return AzureStore(
                     config.bucket, client_options=client_options(config), retry_config=retry_config(config)
                 )
+            case _ as other:
+                unreachable(other, where="ObjTierConfig.kind")
     except Exception as exc:  # obstore raises its own errors for bad settings or missing credentials
         raise ConfigurationError(
             f"cannot build the {config.kind!r} object store (bucket={config.bucket!r}, "
