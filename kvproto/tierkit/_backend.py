@@ -1,0 +1,184 @@
+"""The storage seam of :class:`~kvproto.tierkit.BlobTier`: a backend is a secondary tier's I/O, nothing else.
+
+A backend stores opaque *blobs* under names the engine chooses. It knows
+nothing of keys, slots, jobs, envelopes, verdicts or budgets: the engine
+owns the naming (``<namespace>/<aa>/<bb>/<digest>.kvb``, so the filesystem
+and object-store tiers stay interoperable), the :mod:`kvproto.envelope`
+around each block, verification, and every piece of tier state
+(TIERKIT-1).
+
+Two flavours, the same methods:
+
+* :class:`BlobBackend`: plain methods, called on the engine's worker threads
+  (files: ``pwritev``/``preadv`` straight from and into the slot row).
+* :class:`AsyncBlobBackend`: coroutines, run on one event loop the engine
+  keeps in a background thread (obstore and other asyncio clients).
+
+Errors. ``FileNotFoundError`` from :meth:`~BlobBackend.read_into` means "no
+such blob": the block is gone. Every other exception from any method is a
+*transient* failure (EIO, EMFILE, a timeout, a refused connection): the
+operation failed, the blob may well still be there, and the engine never
+reports it removed (TIERKIT-3).
+
+Names are ``/``-separated relative paths of ASCII letters, digits, ``.``,
+``-`` and ``_``; a backend maps them onto its storage (a directory tree, an
+object-key prefix) however it likes, one blob per name.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from kvproto._keys import OffloadKey
+
+__all__ = ["AsyncBlobBackend", "BlobBackend", "JobAdmission", "Published"]
+
+
+class Published(enum.Enum):
+    """What :meth:`BlobBackend.publish` did (create-if-absent)."""
+
+    CREATED = "created"
+    """This call made the blob: it holds exactly the parts given."""
+    EXISTED = "existed"
+    """A blob of that name was already there (the first writer won): nothing was written. Its
+    bytes are whatever the first writer wrote, or a damaged leftover: the engine verifies on load."""
+
+
+class BlobBackend(Protocol):
+    """Synchronous blob storage; every method runs on an engine worker thread, never the scheduler's.
+
+    Methods may be called concurrently from several threads, for different
+    names and for the same name.
+    """
+
+    def prepare(self, namespace: str) -> None:
+        """Make ``namespace`` ready for use (directories, orphan sweeps); called once, before any other I/O.
+
+        Runs on the engine's housekeeping thread at start-up (and again after
+        :meth:`clear`). May be slow. An exception is logged; the tier still
+        starts (its I/O will fail and be reported as failed jobs).
+        """
+        ...
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """Store the concatenation of ``parts`` (``size`` bytes in all) as blob ``name``, create-if-absent.
+
+        Atomic: readers see either no blob or the complete one, never a
+        prefix. If a blob ``name`` already exists (of any content) nothing is
+        written and :attr:`Published.EXISTED` is returned; never overwrite a
+        complete blob (where the storage cannot refuse, overwriting a blob
+        with the same bytes is allowed: blobs are content-addressed). Raise
+        on failure (disk full, I/O error): the engine fails that key.
+        ``parts`` are views of caller memory (a slot row): read them during
+        the call only.
+        """
+        ...
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """Fill ``buffers`` in order from the start of blob ``name``; return the blob's total size in bytes.
+
+        Reads ``min(size, sum of buffer lengths)`` bytes; a buffer the blob
+        is too short to reach keeps its old contents (the engine compares the
+        returned size with the envelope's). Raise ``FileNotFoundError`` if
+        there is no such blob; any other exception is transient. Buffers
+        may be empty (read nothing, return the size: the restart scan reads
+        a header only). The last buffer is usually a slot row: read straight
+        into it (``preadv``, O_DIRECT where aligned), avoid copies.
+        """
+        ...
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        """Each blob's size in bytes, or ``None`` if absent or unreadable; one answer per name, in order.
+
+        The existence check of shared mode (a batch per end-of-step hook, off
+        the scheduler's thread). Raise only if the whole batch failed (every
+        key then answers MISS for now).
+        """
+        ...
+
+    def delete(self, name: str) -> None:
+        """Delete blob ``name``; a missing blob is not an error. Raise on failure (it is logged)."""
+        ...
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        """Every blob under ``namespace + "/"`` as ``(name, size)``, in any order (the restart scan).
+
+        Names returned are full names (they start with ``namespace + "/"``),
+        usable with :meth:`read_into` and :meth:`delete`. Blobs written while
+        the listing runs may or may not be listed. Temporary files of
+        unfinished publishes must not be listed.
+        """
+        ...
+
+    def clear(self, namespace: str) -> None:
+        """Delete every blob under ``namespace + "/"`` (``reset_cache``); may finish in the background.
+
+        Called on the scheduler's thread with no job in flight: return
+        quickly (rename aside, then delete in the background, as the
+        filesystem backend does). Blobs published after the call returns are
+        kept.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release resources (threads, connections); called once at the tier's shutdown, after its jobs."""
+        ...
+
+
+class AsyncBlobBackend(Protocol):
+    """The asyncio flavour of :class:`BlobBackend`: the same methods and promises, as coroutines.
+
+    Every coroutine runs on the one event loop the engine keeps in a
+    background thread; :meth:`clear` and :meth:`close` are awaited there too
+    (bounded by the engine's timeouts).
+    """
+
+    async def prepare(self, namespace: str) -> None:
+        """As :meth:`BlobBackend.prepare`."""
+        ...
+
+    async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """As :meth:`BlobBackend.publish` (create-if-absent; :attr:`Published.EXISTED` if already there)."""
+        ...
+
+    async def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """As :meth:`BlobBackend.read_into` (``FileNotFoundError``: gone; anything else: transient)."""
+        ...
+
+    async def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        """As :meth:`BlobBackend.sizes` (batch the requests concurrently)."""
+        ...
+
+    async def delete(self, name: str) -> None:
+        """As :meth:`BlobBackend.delete`."""
+        ...
+
+    def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
+        """As :meth:`BlobBackend.list_blobs` (an async iterator)."""
+        ...
+
+    async def clear(self, namespace: str) -> None:
+        """As :meth:`BlobBackend.clear`."""
+        ...
+
+    async def close(self) -> None:
+        """As :meth:`BlobBackend.close`."""
+        ...
+
+
+@runtime_checkable
+class JobAdmission(Protocol):
+    """Optional: a backend (sync or async) that may refuse keys of a job before any I/O (TIERKIT-4).
+
+    The engine asks once per submitted job, on the scheduler's thread; the
+    refused keys fail for that job without I/O (a refused load is a
+    transient failure: no REMOVED event). Uses: a circuit breaker while the
+    storage is down, back-pressure, and the fault-injection wrappers of
+    :mod:`kvproto.testing` (``fail_next_jobs``, ``fail_keys``). Must be cheap.
+    """
+
+    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
+        """The keys of this job (a store if ``store``, else a load) to fail without I/O; usually empty."""
+        ...
