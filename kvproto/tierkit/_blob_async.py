@@ -1,0 +1,100 @@
+"""Running an :class:`~kvproto.tierkit.AsyncBlobBackend` for the engine: one event loop in a background thread.
+
+:class:`LoopBackend` presents an asynchronous backend as a synchronous
+:class:`~kvproto.tierkit.BlobBackend`: each call posts its coroutine to the
+loop and waits (on an engine worker thread, never the scheduler's), bounded
+by ``op_timeout_s``. The engine's worker threads bound the operations in
+flight, so the loop never holds more than ``read_threads + write_threads``
+requests plus one existence batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Iterator, Sequence
+from typing import TypeVar
+
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, Published
+
+__all__ = ["LoopBackend", "is_async_backend"]
+
+_T = TypeVar("_T")
+
+
+def is_async_backend(backend: BlobBackend | AsyncBlobBackend) -> bool:
+    """True if ``backend``'s ``publish`` is a coroutine function (the asynchronous flavour)."""
+    return inspect.iscoroutinefunction(getattr(backend, "publish", None))
+
+
+class LoopBackend:
+    """A synchronous face over an asynchronous backend (its coroutines run on a private loop thread)."""
+
+    def __init__(self, inner: AsyncBlobBackend, *, name: str, op_timeout_s: float | None) -> None:
+        self.inner = inner
+        self._timeout = op_timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"kvproto-{name}-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _call(self, coro: Awaitable[_T], *, bounded_by_timeout: bool = True) -> _T:
+        timeout = self._timeout if bounded_by_timeout else None
+
+        async def bounded() -> _T:
+            if timeout is None:
+                return await coro
+            async with asyncio.timeout(timeout):
+                return await coro
+
+        if self._loop.is_closed():
+            raise ConnectionError("the backend's event loop is closed")
+        return asyncio.run_coroutine_threadsafe(bounded(), self._loop).result()
+
+    def prepare(self, namespace: str) -> None:
+        """As :meth:`BlobBackend.prepare`."""
+        self._call(self.inner.prepare(namespace))
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """As :meth:`BlobBackend.publish`."""
+        return self._call(self.inner.publish(name, parts, size))
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """As :meth:`BlobBackend.read_into`."""
+        return self._call(self.inner.read_into(name, buffers))
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        """As :meth:`BlobBackend.sizes`."""
+        return self._call(self.inner.sizes(names))
+
+    def delete(self, name: str) -> None:
+        """As :meth:`BlobBackend.delete`."""
+        self._call(self.inner.delete(name))
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        """As :meth:`BlobBackend.list_blobs`: the listing is gathered on the loop, then yielded."""
+
+        async def gather() -> list[tuple[str, int]]:
+            return [item async for item in self.inner.list_blobs(namespace)]
+
+        yield from self._call(gather(), bounded_by_timeout=False)  # long; the scan runs in the background
+
+    def clear(self, namespace: str) -> None:
+        """As :meth:`BlobBackend.clear`."""
+        self._call(self.inner.clear(namespace))
+
+    def close(self) -> None:
+        """Close the inner backend, then stop and close the loop. Idempotent."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self.inner.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10.0)
+            if not self._thread.is_alive():
+                self._loop.close()

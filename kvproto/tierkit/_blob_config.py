@@ -1,0 +1,94 @@
+"""``BlobTierConfig`` (what the engine needs to know) and ``BlobTierStats`` (its counters)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["BlobTierConfig", "BlobTierStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class BlobTierConfig:
+    """How :class:`~kvproto.tierkit.BlobTier` runs over its backend (TIERKIT-1).
+
+    * ``shared``: other instances write the same storage. Lookups of keys
+      this instance did not store or load go through batched existence
+      checks (:class:`kvproto.AsyncProbe` over the backend's ``sizes``).
+      Private (the default): an in-memory index of every block, rebuilt by a
+      restart scan; lookups never do I/O.
+    * ``layout``: the integrator's layout fingerprint; with the block size
+      and the envelope version it makes the namespace (:mod:`kvproto.envelope`).
+    * ``max_bytes``: byte budget over whole blobs (header included): least
+      recently used blocks are deleted beyond it. ``None``: no eviction.
+    * ``read_threads`` / ``write_threads``: worker threads of loads and
+      stores (a job's keys run in parallel on them); for an asynchronous
+      backend, the bound on its operations in flight of each kind.
+    * ``probe_deadline_steps``, ``probe_min_interval_s``: an existence check
+      unanswered after this many end-of-step hooks answers MISS; hooks closer
+      together than the interval count as one.
+    * ``recent_keys``: shared mode: how many keys stored or loaded here are
+      remembered as present without asking the backend.
+    * ``trust_index_on_store``: a store of a key the index holds is skipped
+      (reported done, no I/O): for backends where a write costs a round trip.
+    * ``op_timeout_s``: asynchronous backends: each operation is cancelled
+      after this long and fails as a transient error. ``None``: no bound.
+    * ``persistent``: blocks outlive the instance (the ``persistence``
+      capability); False for storage that dies with the process.
+    """
+
+    shared: bool = False
+    layout: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
+    max_bytes: int | None = None
+    read_threads: int = 4
+    write_threads: int = 4
+    probe_deadline_steps: int = 8
+    probe_min_interval_s: float = 0.002
+    recent_keys: int = 65_536
+    trust_index_on_store: bool = False
+    op_timeout_s: float | None = None
+    persistent: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse bad values with a :class:`ConfigurationError` naming each field (TIERKIT-1)."""
+        bad: list[str] = []
+        for name in ("read_threads", "write_threads", "probe_deadline_steps", "recent_keys"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                bad.append(f"{name} must be an int >= 1, got {value!r}")
+        if self.max_bytes is not None and (type(self.max_bytes) is not int or self.max_bytes < 1):
+            bad.append(f"max_bytes must be None or an int >= 1, got {self.max_bytes!r}")
+        interval: object = self.probe_min_interval_s  # checked at run time: callers may pass anything
+        if not isinstance(interval, int | float) or not 0 <= interval <= 1.0:
+            bad.append(f"probe_min_interval_s must be within [0, 1], got {interval!r}")
+        timeout: object = self.op_timeout_s
+        if timeout is not None and (not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0):
+            bad.append(f"op_timeout_s must be None or a finite number > 0, got {timeout!r}")
+        if bad:
+            raise ConfigurationError("invalid BlobTierConfig: " + "; ".join(bad))
+
+
+@dataclass
+class BlobTierStats:
+    """Counters, for operators and tests (read them from the scheduler's thread)."""
+
+    stored_blocks: int = 0
+    loaded_blocks: int = 0
+    failed_stores: int = 0
+    failed_loads: int = 0
+    skipped_stores: int = 0  # already there (published by someone else, or known to the index)
+    transient_load_errors: int = 0
+    damaged_removed: int = 0
+    foreign_left: int = 0
+    evicted_blocks: int = 0
+    scanned_blocks: int = 0
+    refused_keys: int = 0  # failed without I/O by the backend's JobAdmission
+    lost_races: int = 0  # stores that found a block a concurrent deletion then removed (TIERKIT-2)
+    probe_errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Every counter by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,79 @@
+"""Jobs of :class:`~kvproto.tierkit.BlobTier`: a job's keys fan out over a bounded worker pool.
+
+A job of many blocks uses every thread of its pool (the manager sends one
+job per request and step); it ends when its last key does. The result is a
+:class:`JobOutcome` the scheduler's thread applies when it reports the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from kvproto._jobs import TransferJob
+from kvproto._keys import OffloadKey
+from kvproto.tierkit._blob_ops import KeyVerdict
+
+__all__ = ["JobOutcome", "KeyRun", "failed_outcome", "run_job"]
+
+_log = logging.getLogger("kvproto.tierkit")
+
+KeyRun = Callable[[OffloadKey, int], tuple[KeyVerdict, int]]
+"""One key's operation: ``(key, slot) -> (verdict, tick)`` (a :class:`~kvproto.tierkit._blob_ops.BlobOps` method)."""
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """Each key's verdict and tick, in the job's order; ``since``: the tick when the job was submitted."""
+
+    job: TransferJob
+    since: int
+    verdicts: list[tuple[KeyVerdict, int]]
+
+
+def failed_outcome(job: TransferJob, since: int, verdict: KeyVerdict) -> Future[JobOutcome]:
+    """A finished future where every key of ``job`` ended with ``verdict`` (refused, or after shutdown)."""
+    done: Future[JobOutcome] = Future()
+    done.set_result(JobOutcome(job, since, [(verdict, since)] * len(job.keys)))
+    return done
+
+
+def run_job(
+    job: TransferJob,
+    since: int,
+    pool: ThreadPoolExecutor,
+    run_key: KeyRun,
+    refused: frozenset[OffloadKey],
+    *,
+    tier_name: str,
+) -> Future[JobOutcome]:
+    """Start ``job``'s keys (except ``refused``: :attr:`KeyVerdict.REFUSED`, no I/O) on ``pool``."""
+    failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
+    verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
+    todo = [i for i, key in enumerate(job.keys) if key not in refused]
+    done: Future[JobOutcome] = Future()
+    if not todo:
+        done.set_result(JobOutcome(job, since, verdicts))
+        return done
+    remaining = [len(todo)]
+    guard = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            verdict = run_key(job.keys[i], job.slots[i])
+        except Exception:  # a bug in a backend wrapper or the engine: that key fails, the job still ends
+            _log.warning("BlobTier %r: job %d raised on key %d; it fails", tier_name, job.job_id, i, exc_info=True)
+            verdict = (failed, since)
+        with guard:
+            verdicts[i] = verdict
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            done.set_result(JobOutcome(job, since, verdicts))
+
+    for i in todo:  # the tier never calls this after shutting its pools down
+        pool.submit(one, i)
+    return done

@@ -1,0 +1,200 @@
+"""The scheduler side of :class:`~kvproto.tierkit.BlobTier`: which keys are there, and what vouches for them.
+
+The index maps each key believed stored to the *tick* of the last operation
+that vouched for it (a store that created or found the blob, a load that
+verified it), least recently used first. Deletions the engine makes (damaged
+blobs, evictions) and blobs a load found missing are ticks too. A key stays
+in the index only while something vouched for it after the last deletion
+seen: this closes the damaged-load / skipped-store race (TIERKIT-2).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+
+from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
+from kvproto._keys import OffloadKey
+
+__all__ = ["Ledger"]
+
+
+class Ledger:
+    """Index, pins, stores in flight, deletions they must hear of, doomed blobs, bounded events.
+
+    Every method takes :attr:`lock`; the workers call :meth:`note_deleted`
+    only, everything else runs on the scheduler's thread.
+    """
+
+    def __init__(self, tier_name: str, blob_bytes: int, *, recent_keys: int | None) -> None:
+        self.lock = threading.Lock()
+        self.index: OrderedDict[OffloadKey, int] = OrderedDict()
+        self.pins: dict[OffloadKey, int] = {}  # keys of loads in flight (never evicted)
+        self.storing: dict[OffloadKey, int] = {}  # keys of stores in flight (never evicted)
+        self.deleted: dict[OffloadKey, int] = {}  # last deletion seen while a store of the key was in flight
+        self.doomed: dict[OffloadKey, int] = {}  # evicted, blob not deleted yet -> ticket
+        self.events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)  # TIERKIT-3: bounded
+        self._name = tier_name
+        self._blob_bytes = blob_bytes
+        self._recent = recent_keys
+        self._ticket = 0
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the indexed blobs (every blob is one envelope long)."""
+        return len(self.index) * self._blob_bytes
+
+    def emit(self, kind: EventKind, keys: Sequence[OffloadKey]) -> None:
+        """Queue an event (the oldest untaken events are dropped beyond MAX_PENDING_EVENTS)."""
+        if keys:
+            with self.lock:
+                self.events.append(OffloadingEvent(kind, tuple(keys), self._name))
+
+    def take_events(self) -> list[OffloadingEvent]:
+        """Every queued event, oldest first; the queue is emptied."""
+        with self.lock:
+            events = list(self.events)
+            self.events.clear()
+        return events
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def begin_store(self, keys: Iterable[OffloadKey]) -> None:
+        """A store of ``keys`` starts: never evict them meanwhile; a pending eviction of them is cancelled."""
+        with self.lock:
+            for key in keys:
+                self.storing[key] = self.storing.get(key, 0) + 1
+                self.doomed.pop(key, None)
+
+    def begin_load(self, keys: Iterable[OffloadKey]) -> None:
+        """A load of ``keys`` starts: never evict them meanwhile."""
+        with self.lock:
+            for key in keys:
+                self.pins[key] = self.pins.get(key, 0) + 1
+
+    def note_deleted(self, key: OffloadKey, tick: int) -> None:
+        """A blob of ``key`` was deleted (or found missing) at ``tick``: a store in flight that found it
+        before then must not vouch for it (TIERKIT-2). Any thread."""
+        with self.lock:
+            if key in self.storing and self.deleted.get(key, 0) < tick:
+                self.deleted[key] = tick
+
+    def end_store(self, results: Sequence[tuple[OffloadKey, int | None]]) -> tuple[list[OffloadKey], int]:
+        """A store ended: ``(key, tick)`` per key, ``None`` for a failed key. Returns the keys that vouch
+        (now indexed) and how many stores lost the race with a deletion (not indexed, they fail)."""
+        ok: list[OffloadKey] = []
+        lost = 0
+        with self.lock:
+            for key, tick in results:
+                if tick is not None and self.deleted.get(key, 0) > tick:
+                    tick = None  # found a blob that a deletion then removed: it is not there
+                    lost += 1
+                left = self.storing[key] - 1
+                if left:
+                    self.storing[key] = left
+                else:
+                    del self.storing[key]
+                    self.deleted.pop(key, None)
+                if tick is not None:
+                    self._vouch(key, tick)
+                    ok.append(key)
+            self._trim()
+        return ok, lost
+
+    def end_load(self, keys: Iterable[OffloadKey]) -> None:
+        """A load of ``keys`` ended: unpin them."""
+        with self.lock:
+            for key in keys:
+                left = self.pins[key] - 1
+                if left:
+                    self.pins[key] = left
+                else:
+                    del self.pins[key]
+
+    def vouch(self, keys: Iterable[tuple[OffloadKey, int]]) -> None:
+        """``(key, tick)``: verified present at ``tick`` (a load, a scan); most recently used."""
+        with self.lock:
+            for key, tick in keys:
+                self._vouch(key, tick)
+            self._trim()
+
+    def lose(self, keys: Iterable[tuple[OffloadKey, int]], *, gone: bool) -> list[OffloadKey]:
+        """``(key, tick)``: a load found the key unusable at ``tick``. Drop each key nothing vouched for
+        since; ``gone`` (missing, deleted): also tell stores in flight. Returns the dropped keys."""
+        dropped: list[OffloadKey] = []
+        with self.lock:
+            for key, tick in keys:
+                if gone and key in self.storing and self.deleted.get(key, 0) < tick:
+                    self.deleted[key] = tick
+                stamp = self.index.get(key)
+                if stamp is not None and stamp < tick:
+                    del self.index[key]
+                    dropped.append(key)
+        return dropped
+
+    def _vouch(self, key: OffloadKey, tick: int) -> None:
+        index = self.index
+        old = index.get(key)
+        index[key] = tick if old is None or old < tick else old
+        index.move_to_end(key)
+
+    def _trim(self) -> None:
+        if self._recent is not None:
+            while len(self.index) > self._recent:
+                self.index.popitem(last=False)
+
+    # -- budget, scan, reset -----------------------------------------------------------------
+
+    def evict(self, budget: int) -> list[tuple[OffloadKey, int]]:
+        """Drop least recently used keys (never pinned or being stored) until within ``budget`` bytes;
+        returns ``(key, ticket)`` of each, to delete later unless stored again meanwhile."""
+        victims: list[tuple[OffloadKey, int]] = []
+        with self.lock:
+            excess = -(-(self.used_bytes - budget) // self._blob_bytes)
+            if excess <= 0:
+                return victims
+            for key in self.index:
+                if len(victims) >= excess:
+                    break
+                if key in self.pins or key in self.storing:
+                    continue
+                self._ticket += 1
+                victims.append((key, self._ticket))
+            for key, ticket in victims:
+                del self.index[key]
+                self.doomed[key] = ticket
+            if victims:
+                self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self._name))
+        return victims
+
+    def still_doomed(self, key: OffloadKey, ticket: int) -> bool:
+        """True (and forgets the ticket) if ``key`` was not stored again since its eviction."""
+        with self.lock:
+            if self.doomed.get(key) != ticket:
+                return False
+            del self.doomed[key]
+            return True
+
+    def add_scanned(self, keys: Iterable[OffloadKey]) -> int:
+        """Keys a restart scan found on storage: indexed as the least recently used; returns how many."""
+        added = 0
+        with self.lock:
+            for key in keys:
+                if key in self.index or key in self.doomed:
+                    continue
+                self.index[key] = 0  # vouched for by nothing newer than any deletion
+                self.index.move_to_end(key, last=False)
+                added += 1
+        return added
+
+    def clear(self) -> tuple[OffloadKey, ...]:
+        """Forget every key (``reset_cache``; no job in flight); returns the keys that were indexed."""
+        with self.lock:
+            keys = tuple(self.index)
+            self.index.clear()
+            self.doomed.clear()
+            self.deleted.clear()
+            if keys:
+                self.events.append(OffloadingEvent(EventKind.REMOVED, keys, self._name))
+        return keys

@@ -1,0 +1,157 @@
+"""The worker side of :class:`~kvproto.tierkit.BlobTier`: one key's store or load over a backend.
+
+Everything here runs on the engine's worker threads. A key's operation ends
+in a :class:`KeyVerdict` and a *tick*: a number from one process-wide
+counter taken at a point that orders it against deletions (TIERKIT-2).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+
+from kvproto import envelope as env
+from kvproto._keys import OffloadKey
+from kvproto._results import unreachable
+from kvproto.tierkit._backend import BlobBackend, Published
+
+__all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
+
+_log = logging.getLogger("kvproto.tierkit")
+
+SUFFIX = ".kvb"
+"""The suffix of every block's blob name."""
+
+
+def blob_name(namespace_hex: str, key: bytes) -> str:
+    """``<namespace>/<aa>/<bb>/<digest>.kvb``: the name of ``key``'s blob (the fs and obj tiers' layout)."""
+    digest = env.key_digest(key)
+    return f"{namespace_hex}/{digest[:2]}/{digest[2:4]}/{digest}{SUFFIX}"
+
+
+class KeyVerdict(enum.Enum):
+    """How one key of a job ended."""
+
+    CREATED = "created"  # store: this job published the blob; tick taken after
+    EXISTED = "existed"  # store: already there (or known to the index); tick taken BEFORE looking
+    FAILED = "failed"  # store: the backend raised
+    LOADED = "loaded"  # load: verified bytes are in the slot row
+    GONE = "gone"  # load: no such blob
+    DAMAGED = "damaged"  # load: failed verification and was deleted; tick taken after the deletion
+    FOREIGN = "foreign"  # load: another layout's or algorithm's blob at this name; left alone
+    TRANSIENT = "transient"  # load: the read raised (EIO, EMFILE, timeout): the blob may still be there
+    REFUSED = "refused"  # either: the backend's JobAdmission refused it; no I/O
+
+
+class _Scratch(threading.local):
+    def __init__(self) -> None:
+        self.head = memoryview(bytearray(env.HEADER_BYTES))
+
+
+class BlobOps:
+    """One key's store or load: envelope, backend call, verification (TIERKIT-1)."""
+
+    def __init__(
+        self,
+        backend: BlobBackend,
+        *,
+        tier_name: str,
+        namespace: bytes,
+        block_bytes: int,
+        row: Callable[[int], memoryview],
+        ticks: itertools.count[int],
+        deleted: Callable[[OffloadKey, int], None],
+        count: Callable[[str], None],
+    ) -> None:
+        self.backend = backend
+        self.namespace = namespace
+        self.namespace_hex = namespace.hex()
+        self.block_bytes = block_bytes
+        self.blob_bytes = env.HEADER_BYTES + block_bytes
+        self._tier = tier_name
+        self._row = row
+        self._ticks = ticks
+        self._deleted = deleted
+        self._count = count
+        self._scratch = _Scratch()
+
+    def name_of(self, key: bytes) -> str:
+        """The blob name of ``key`` in this namespace."""
+        return blob_name(self.namespace_hex, key)
+
+    def tick(self) -> int:
+        """The next tick (thread-safe: ``itertools.count`` is atomic)."""
+        return next(self._ticks)
+
+    def store(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        """Publish slot row ``slot`` as ``key``'s envelope, create-if-absent."""
+        before = next(self._ticks)
+        row = self._row(slot)
+        header = env.encode_header(key, row, self.namespace)
+        try:
+            published = self.backend.publish(self.name_of(key), (memoryview(header), row), self.blob_bytes)
+        except Exception as exc:
+            _log.warning("BlobTier %r: store of %s failed: %s: %s", self._tier, key.hex()[:16], type(exc).__name__,
+                         _short(exc))
+            return KeyVerdict.FAILED, before
+        match published:
+            case Published.CREATED:
+                return KeyVerdict.CREATED, next(self._ticks)
+            case Published.EXISTED:
+                return KeyVerdict.EXISTED, before
+            case _ as other:
+                unreachable(other, where="BlobBackend.publish")
+
+    def load(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        """Read ``key``'s blob into slot row ``slot`` and verify it; delete it if damaged (TIERKIT-2, TIERKIT-3)."""
+        name = self.name_of(key)
+        head = self._scratch.head
+        row = self._row(slot)
+        try:
+            size = self.backend.read_into(name, (head, row))
+        except FileNotFoundError:
+            return KeyVerdict.GONE, next(self._ticks)
+        except Exception as exc:
+            _log.warning("BlobTier %r: reading %s failed (transient): %s: %s", self._tier, name, type(exc).__name__,
+                         _short(exc))
+            return KeyVerdict.TRANSIENT, next(self._ticks)
+        try:
+            if size < env.HEADER_BYTES:
+                raise env.EnvelopeError("length", f"blob holds {size} bytes, shorter than a header")
+            header = env.verify_header(head, key=key, namespace=self.namespace, payload_len=self.block_bytes)
+            if size != self.blob_bytes:
+                raise env.EnvelopeError("length", f"blob holds {size} bytes, expected {self.blob_bytes}")
+            env.verify_payload(header, row)
+        except env.EnvelopeError as exc:
+            if exc.field in ("namespace", "algorithm"):
+                _log.warning("BlobTier %r: %s holds %s; leaving it alone (a configuration mismatch)",
+                             self._tier, name, exc)
+                self._count("foreign_left")
+                return KeyVerdict.FOREIGN, next(self._ticks)
+            _log.warning("BlobTier %r: %s failed verification (%s); deleting it", self._tier, name, exc)
+            return KeyVerdict.DAMAGED, self.delete(key, damaged=True)
+        return KeyVerdict.LOADED, next(self._ticks)
+
+    def delete(self, key: OffloadKey, *, damaged: bool) -> int:
+        """Delete ``key``'s blob, then tell the engine (with the tick after) so a store that found it
+        a moment ago does not vouch for it (TIERKIT-2). Returns that tick."""
+        name = self.name_of(key)
+        try:
+            self.backend.delete(name)
+        except Exception as exc:
+            _log.warning("BlobTier %r: could not delete %s: %s: %s", self._tier, name, type(exc).__name__, _short(exc))
+        else:
+            if damaged:
+                self._count("damaged_removed")
+        tick = next(self._ticks)
+        self._deleted(key, tick)
+        return tick
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an error (object stores' messages carry long dumps)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

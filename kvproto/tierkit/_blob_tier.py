@@ -1,0 +1,465 @@
+"""``BlobTier``: a complete secondary tier over a :class:`~kvproto.tierkit.BlobBackend` (TIERKIT-1..TIERKIT-4).
+
+The backend stores and reads blobs; everything else is here, once: the
+naming and the :mod:`kvproto.envelope` around each block, jobs over bounded
+worker pools, existence verdicts (a private index rebuilt by a restart scan,
+or :class:`kvproto.AsyncProbe` in shared mode), events (at most
+``MAX_PENDING_EVENTS`` untaken), the byte budget with LRU eviction, shutdown
+and reset, partial results.
+
+Threads: the scheduler's (every protocol method; no I/O except
+``reset_cache``), a write pool and a read pool (jobs), one housekeeping
+thread (start-up scan, deletions of evicted blocks), the probe's worker in
+shared mode, and for an asynchronous backend its event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from kvproto import envelope as env
+from kvproto import members as lr
+from kvproto._async_probe import AsyncProbe
+from kvproto._capabilities import Capabilities
+from kvproto._events import EventKind, OffloadingEvent
+from kvproto._jobs import JobResult, TransferJob
+from kvproto._keys import OffloadKey
+from kvproto._requests import ReqContext
+from kvproto._results import LookupResult, unreachable
+from kvproto.errors import ConfigurationError, InvalidArgumentError
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission
+from kvproto.tierkit._blob_async import LoopBackend, is_async_backend
+from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
+from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job
+from kvproto.tierkit._blob_ledger import Ledger
+from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
+from kvproto.tierkit._blob_scan import restart_scan
+
+__all__ = ["BlobTier"]
+
+_log = logging.getLogger("kvproto.tierkit")
+
+
+class BlobTier:
+    """A :class:`kvproto.SecondaryTier` over ``backend``, reading and writing rows of ``buffer``.
+
+    ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous
+    2-D ``memoryview`` of format ``"B"``, one row per slot); its row length
+    is the block size. ``backend`` is a :class:`BlobBackend` or an
+    :class:`AsyncBlobBackend`; if it also offers :class:`JobAdmission`, every
+    job asks it which keys to refuse. ``stats``: a counters object to fill
+    (a subclass with the backend's own counters), else a new one.
+    """
+
+    def __init__(
+        self,
+        backend: BlobBackend | AsyncBlobBackend,
+        buffer: memoryview,
+        config: BlobTierConfig | None = None,
+        *,
+        name: str = "blob",
+        stats: BlobTierStats | None = None,
+    ) -> None:
+        config = BlobTierConfig() if config is None else config
+        if not isinstance(config, BlobTierConfig):
+            raise ConfigurationError(f"BlobTier {name!r}: config must be a BlobTierConfig, got {type(config).__name__}")
+        if not isinstance(buffer, memoryview):
+            raise ConfigurationError(f"BlobTier {name!r}: buffer must be a memoryview, got {type(buffer).__name__}")
+        shape = buffer.shape or ()
+        if len(shape) != 2 or buffer.format != "B" or buffer.readonly or not buffer.c_contiguous or shape[1] < 1:
+            raise ConfigurationError(
+                f"BlobTier {name!r}: buffer must be a writable, C-contiguous 2-D memoryview of format 'B', "
+                f"got shape={shape} format={buffer.format!r} readonly={buffer.readonly}"
+            )
+        self._name = name
+        self.config = config
+        self._num_slots: int = shape[0]
+        self._block_bytes: int = shape[1]
+        self._flat = buffer.cast("B")
+        self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
+        self.namespace = env.namespace_id(self.manifest)
+        self._admission = backend if isinstance(backend, JobAdmission) else None
+        sync: BlobBackend
+        if is_async_backend(backend):
+            sync = LoopBackend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
+        else:
+            sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
+        self.backend = sync
+        self.stats = BlobTierStats() if stats is None else stats
+        self._stats_lock = threading.Lock()
+        self._shared = config.shared
+        self._ledger = Ledger(name, env.HEADER_BYTES + self._block_bytes,
+                              recent_keys=config.recent_keys if config.shared else None)
+        self._index = self._ledger.index  # the hot path reads it directly
+        self._ops = BlobOps(
+            sync, tier_name=name, namespace=self.namespace, block_bytes=self._block_bytes, row=self._row,
+            ticks=itertools.count(1), deleted=self._ledger.note_deleted, count=self._count,
+        )
+        self._lock = threading.Lock()  # running jobs, closed, generation
+        self._running: dict[int, Future[JobOutcome]] = {}
+        self._closed = False
+        self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
+        self._scan_done = threading.Event()
+        self._stop = threading.Event()
+        self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix=f"kvproto-{name}-w")
+        self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
+        self._house = ThreadPoolExecutor(1, thread_name_prefix=f"kvproto-{name}-house")
+        self._probe_tick = 0.0
+        self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps)
+        self.capabilities = Capabilities(
+            async_lookup=True,
+            max_retry_steps=config.probe_deadline_steps,
+            persistence=config.persistent,
+            eviction=config.max_bytes is not None,
+            sharing=config.shared,
+            partial_jobs=True,
+            reasons={
+                "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
+                **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
+                **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
+                **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
+            },
+        )
+        self._house.submit(self._start_up, self._generation)
+
+    # -- SecondaryTier ---------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name given at construction, used in events and logs."""
+        return self._name
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """HIT for an indexed key; otherwise MISS (private, after the scan) or the probe's verdict (TIER-4).
+
+        Never does I/O; never HIT_PENDING. A key stays indexed only while a
+        store or load vouched for it after the last deletion seen (TIERKIT-2).
+        """
+        complete = not self._shared and self._scan_done.is_set()  # read first: the scan may add the key now
+        if key in self._index:
+            return lr.HIT
+        if complete:
+            return lr.MISS
+        return self._probe.lookup(key, req_context)
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        """``[lookup(k, req_context) for k in keys]`` (TIER-17)."""
+        return [self.lookup(k, req_context) for k in keys]
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        """Mark indexed ``keys`` recently used (TIER-5)."""
+        with self._ledger.lock:
+            index = self._index
+            for key in keys:
+                if key in index:
+                    index.move_to_end(key)
+
+    def submit_store(self, job: TransferJob) -> None:
+        """Start publishing rows ``job.slots`` on the write pool; the rows are read there (TIER-10)."""
+        self._validate(job, promotion=False)
+        self._ledger.begin_store(job.keys)
+        self._start(job, store=True)
+
+    def submit_load(self, job: TransferJob) -> None:
+        """Start reading and verifying blobs into rows ``job.slots`` on the read pool (TIER-10)."""
+        self._validate(job, promotion=True)
+        self._ledger.begin_load(job.keys)
+        self._start(job, store=False)
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        """Report finished jobs once each, applying their effects to the index and verdicts (TIER-11)."""
+        with self._lock:
+            done = [job_id for job_id, f in self._running.items() if f.done()]
+            futures = [self._running.pop(job_id) for job_id in done]
+        results = [self._apply(f.result()) for f in futures]
+        if results:
+            self._enforce_budget()
+        return results
+
+    # -- TierLifecycle -------------------------------------------------------------------------
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """Drop the request's references to existence verdicts (TIER-12, AP-4)."""
+        self._probe.on_request_finished(req_context)
+
+    def on_step_end(self) -> None:
+        """Post queued existence checks, apply answers, expire deadlines, keep the byte budget (TIER-13).
+
+        Hooks closer together than ``probe_min_interval_s`` count as one for
+        the existence checks.
+        """
+        now = time.monotonic()
+        if now - self._probe_tick >= self.config.probe_min_interval_s:
+            self._probe_tick = now
+            self._probe.on_step_end()
+        self._enforce_budget()
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        """STORED / REMOVED events since the last call; at most MAX_PENDING_EVENTS are kept (TIER-14, TIERKIT-3)."""
+        return self._ledger.take_events()
+
+    def has_pending_work(self) -> bool:
+        """True while a submitted job is unreported (TIER-15)."""
+        with self._lock:
+            return bool(self._running)
+
+    def reset_cache(self) -> bool:
+        """Forget and delete every block of this namespace; False while a job is unreported (TIER-16).
+
+        In shared mode this removes the other instances' blocks too (their
+        loads fail, then MISS).
+        """
+        with self._lock:
+            if self._running:
+                return False
+            self._generation += 1
+            generation = self._generation
+        self._ledger.clear()
+        self._probe.reset()
+        try:
+            self.backend.clear(self._ops.namespace_hex)
+        except Exception as exc:
+            _log.warning("BlobTier %r: clearing the storage failed: %s", self._name, exc)
+        try:
+            self._house.submit(self._prepare, generation)
+        except RuntimeError:
+            pass  # shut down: nothing more will be stored
+        if not self._shared:
+            self._scan_done.set()  # nothing left to find
+        return True
+
+    def shutdown(self) -> None:
+        """Finish the jobs in flight (results stay reportable once), stop every thread (TIER-16). Idempotent."""
+        with self._lock:
+            already = self._closed
+            self._closed = True
+        self._stop.set()
+        self._writers.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+        self._house.shutdown(wait=True)
+        self._probe.shutdown()
+        if not already:
+            try:
+                self.backend.close()
+            except Exception as exc:
+                _log.warning("BlobTier %r: closing the backend failed: %s", self._name, exc)
+
+    # -- operator surface --------------------------------------------------------------------
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the start-up preparation and scan are done (tests, tools; never the scheduler)."""
+        return self._scan_done.wait(timeout)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until every job is finished and every queued deletion ran (tests, tools)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                running = list(self._running.values())
+            if all(f.done() for f in running):
+                try:
+                    self._house.submit(lambda: None).result(max(0.0, deadline - time.monotonic()))
+                except RuntimeError:
+                    return True  # shut down: nothing queued any more
+                except Exception:
+                    return False
+                return True
+            time.sleep(0.001)
+        return False
+
+    def name_of(self, key: OffloadKey) -> str:
+        """The backend name of ``key``'s blob (``<namespace>/<aa>/<bb>/<digest>.kvb``)."""
+        return self._ops.name_of(key)
+
+    def indexed_keys(self) -> frozenset[OffloadKey]:
+        """The keys the index holds right now."""
+        with self._ledger.lock:
+            return frozenset(self._index)
+
+    def vouch_for(self, keys: Iterable[OffloadKey]) -> None:
+        """Index ``keys`` as present now, as a restart scan would (tests and tools seeding blobs)."""
+        tick = self._ops.tick()
+        self._ledger.vouch([(k, tick) for k in keys])
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the indexed blobs (what ``max_bytes`` limits)."""
+        return self._ledger.used_bytes
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _row(self, slot: int) -> memoryview:
+        size = self._block_bytes
+        return self._flat[slot * size : (slot + 1) * size]
+
+    def _count(self, counter: str, n: int = 1) -> None:
+        with self._stats_lock:
+            setattr(self.stats, counter, getattr(self.stats, counter) + n)
+
+    def _validate(self, job: TransferJob, *, promotion: bool) -> None:
+        if not isinstance(job, TransferJob):
+            raise InvalidArgumentError(f"BlobTier {self._name!r}: expected a TransferJob, got {type(job).__name__}")
+        if job.promotion is not promotion:
+            method = "submit_load" if promotion else "submit_store"
+            raise InvalidArgumentError(
+                f"BlobTier {self._name!r}: {method} got job {job.job_id} with promotion={job.promotion}"
+            )
+        for slot in job.slots:
+            if type(slot) is not int or not 0 <= slot < self._num_slots:
+                raise InvalidArgumentError(
+                    f"BlobTier {self._name!r}: job {job.job_id} names slot {slot!r}, buffer has {self._num_slots} slots"
+                )
+        for key in job.keys:
+            checked: object = key
+            if not isinstance(checked, bytes) or not checked or len(checked) > env.MAX_KEY_BYTES:
+                raise InvalidArgumentError(f"BlobTier {self._name!r}: job {job.job_id} has an invalid key {key!r:.40}")
+        with self._lock:
+            if job.job_id in self._running:
+                raise InvalidArgumentError(f"BlobTier {self._name!r}: job id {job.job_id} is already in flight")
+
+    def _start(self, job: TransferJob, *, store: bool) -> None:
+        since = self._ops.tick()
+        refused: frozenset[OffloadKey] = frozenset()
+        if self._admission is not None:
+            try:
+                refused = frozenset(self._admission.refuse(job.keys, store=store))
+            except Exception:
+                _log.warning("BlobTier %r: JobAdmission.refuse raised; job %d fails", self._name, job.job_id,
+                             exc_info=True)
+                refused = frozenset(job.keys)
+            self._count("refused_keys", sum(1 for k in job.keys if k in refused))
+        with self._lock:
+            if self._closed:
+                future = failed_outcome(job, since, KeyVerdict.REFUSED)
+            elif store:
+                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name)
+            else:
+                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name)
+            self._running[job.job_id] = future
+
+    def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        if self.config.trust_index_on_store and key in self._index:
+            self._count("skipped_stores")
+            return KeyVerdict.EXISTED, self._ops.tick()
+        verdict = self._ops.store(key, slot)
+        if verdict[0] is KeyVerdict.EXISTED:
+            self._count("skipped_stores")
+        return verdict
+
+    def _apply(self, out: JobOutcome) -> JobResult:
+        job = out.job
+        ledger = self._ledger
+        if job.promotion:
+            ledger.end_load(job.keys)
+            loaded: list[tuple[OffloadKey, int]] = []
+            gone: list[tuple[OffloadKey, int]] = []
+            transient: list[tuple[OffloadKey, int]] = []
+            for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
+                match verdict:
+                    case KeyVerdict.LOADED:
+                        loaded.append((key, tick))
+                    case KeyVerdict.GONE | KeyVerdict.DAMAGED | KeyVerdict.FOREIGN:
+                        gone.append((key, tick))
+                    case KeyVerdict.TRANSIENT | KeyVerdict.REFUSED | KeyVerdict.FAILED:
+                        transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
+                    case KeyVerdict.CREATED | KeyVerdict.EXISTED:
+                        raise InvalidArgumentError(f"BlobTier {self._name!r}: a load ended with {verdict}")
+                    case _ as other:
+                        unreachable(other, where="BlobTier._apply (load)")
+            if loaded:
+                ledger.vouch(loaded)
+            removed = ledger.lose(gone, gone=True)
+            ledger.lose(transient, gone=False)
+            ledger.emit(EventKind.REMOVED, removed)
+            failed = [k for k, _ in gone] + [k for k, _ in transient]
+            if failed:
+                self._probe.mark_miss(failed)
+            ok = [k for k, _ in loaded]
+            with self._stats_lock:
+                self.stats.loaded_blocks += len(ok)
+                self.stats.failed_loads += len(failed)
+                self.stats.transient_load_errors += len(transient)
+        else:
+            results = [
+                (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
+                for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True)
+            ]
+            ok, lost = ledger.end_store(results)
+            ledger.emit(EventKind.STORED, ok)
+            if ok:
+                self._probe.mark_hit(ok)
+            with self._stats_lock:
+                self.stats.stored_blocks += len(ok)
+                self.stats.failed_stores += len(job.keys) - len(ok)
+                self.stats.lost_races += lost
+        if len(ok) == len(job.keys):
+            return JobResult(job.job_id, True)
+        return JobResult(job.job_id, False, frozenset(ok) if ok else None)
+
+    def _enforce_budget(self) -> None:
+        """Evict least recently used blocks beyond ``max_bytes``; never one being loaded or stored."""
+        budget = self.config.max_bytes
+        if budget is None or self._ledger.used_bytes <= budget:
+            return
+        victims = self._ledger.evict(budget)
+        if not victims:
+            return
+        self._count("evicted_blocks", len(victims))
+        self._probe.mark_miss([k for k, _ in victims])
+        try:
+            self._house.submit(self._delete_doomed, victims)
+        except RuntimeError:
+            pass  # shut down: the blobs stay (a later instance may use or evict them)
+
+    def _delete_doomed(self, victims: list[tuple[OffloadKey, int]]) -> None:
+        for key, ticket in victims:
+            if self._ledger.still_doomed(key, ticket):
+                self._ops.delete(key, damaged=False)
+
+    def _exists(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
+        """The probe's check (its worker thread): keys whose blob is one envelope long."""
+        try:
+            sizes = self.backend.sizes([self._ops.name_of(k) for k in keys])
+        except Exception as exc:
+            self._count("probe_errors")
+            _log.warning("BlobTier %r: an existence check of %d keys failed (MISS for now): %s",
+                         self._name, len(keys), exc)
+            return []
+        want = self._ops.blob_bytes
+        return [k for k, size in zip(keys, sizes, strict=True) if size == want]
+
+    def _prepare(self, generation: int) -> None:
+        """Housekeeping thread: let the backend prepare the namespace; write its manifest."""
+        with self._lock:
+            if generation != self._generation:
+                return
+        ns = self._ops.namespace_hex
+        self.backend.prepare(ns)
+        body = (json.dumps(self.manifest, sort_keys=True, indent=2) + "\n").encode()
+        self.backend.publish(f"{ns}/manifest.json", (memoryview(body),), len(body))
+
+    def _start_up(self, generation: int) -> None:
+        """Housekeeping thread: prepare, then (private mode) the restart scan (TIERKIT-1)."""
+        try:
+            self._prepare(generation)
+            if not self._shared:
+                restart_scan(self._ops, lambda keys: self._add_scanned(keys, generation), self._stop,
+                             tier_name=self._name, count=self._count)
+        except Exception:
+            _log.warning("BlobTier %r: start-up failed; unknown keys answer MISS", self._name, exc_info=True)
+        finally:
+            self._scan_done.set()
+
+    def _add_scanned(self, keys: list[OffloadKey], generation: int) -> bool:
+        with self._lock:
+            if generation != self._generation:
+                return False
+            added = self._ledger.add_scanned(keys)
+        self._count("scanned_blocks", added)
+        return True
