@@ -15,7 +15,8 @@ or from the command line: ``kvproto conform my_pkg.my_mod:make_tier``.
 The public submodules: :mod:`kvproto.testing.stateful` (the state machines,
 to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
 for keys, blocks and job sequences, for an author's own ``@given`` tests),
-:mod:`kvproto.testing.faults` (fault-injection wrappers over any tier),
+:mod:`kvproto.testing.faults` (fault-injection wrappers over any tier;
+:class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`),
 :mod:`kvproto.testing.scans` and :mod:`kvproto.testing.plugin`.
 
 Importing this package imports pytest and Hypothesis; ``import kvproto``
@@ -28,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvproto.testing._backend_faults import FaultyBackend, ForwardingBackend, OpFault
     from kvproto.testing._checks import CheckInfo, check, checks_of
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
@@ -45,8 +47,11 @@ __all__ = [
     "CheckInfo",
     "ConformanceFailure",
     "DifferentialStateMachine",
+    "FaultyBackend",
+    "ForwardingBackend",
     "KitLimits",
     "KitProfile",
+    "OpFault",
     "PrimaryDriver",
     "PrimaryStateMachine",
     "PrimaryTierFactory",
@@ -69,6 +74,9 @@ __all__ = [
 # Where each public name lives; loaded on first use, so that the pytest plugin
 # (kvproto.testing.plugin, imported at every pytest start-up) stays light.
 _WHERE = {
+    "FaultyBackend": "_backend_faults",
+    "ForwardingBackend": "_backend_faults",
+    "OpFault": "_backend_faults",
     "MEMORY_HOOKS": "_reference",
     "PROFILES": "_settings",
     "KitLimits": "_settings",

@@ -360,14 +360,17 @@ class BlobTier:
             loaded: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
             transient: list[tuple[OffloadKey, int]] = []
+            refused: list[OffloadKey] = []
             for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
                 match verdict:
                     case KeyVerdict.LOADED:
                         loaded.append((key, tick))
                     case KeyVerdict.GONE | KeyVerdict.DAMAGED | KeyVerdict.FOREIGN:
                         gone.append((key, tick))
-                    case KeyVerdict.TRANSIENT | KeyVerdict.REFUSED | KeyVerdict.FAILED:
+                    case KeyVerdict.TRANSIENT | KeyVerdict.FAILED:
                         transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
+                    case KeyVerdict.REFUSED:
+                        refused.append(key)  # no I/O was tried: what the index knows stands
                     case KeyVerdict.CREATED | KeyVerdict.EXISTED:
                         raise InvalidArgumentError(f"BlobTier {self._name!r}: a load ended with {verdict}")
                     case _ as other:
@@ -380,6 +383,7 @@ class BlobTier:
             failed = [k for k, _ in gone] + [k for k, _ in transient]
             if failed:
                 self._probe.mark_miss(failed)
+            failed += refused
             ok = [k for k, _ in loaded]
             with self._stats_lock:
                 self.stats.loaded_blocks += len(ok)

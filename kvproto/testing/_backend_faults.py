@@ -1,0 +1,212 @@
+"""Fault injection below a :class:`~kvproto.tierkit.BlobTier`: wrappers of a :class:`~kvproto.tierkit.BlobBackend`.
+
+The shipped tiers carry no test knobs in their job paths: a test (or the
+conformance kit, through a spec's hooks) builds the tier over a
+:class:`FaultyBackend` and arms it. Job-level faults go through the
+engine's :class:`~kvproto.tierkit.JobAdmission` seam, with the kit's exact
+semantics (KIT-5): :meth:`FaultyBackend.fail_next_jobs` SETS the count of
+the next jobs that fail whole, :meth:`FaultyBackend.fail_keys` ADDS keys
+every later job fails for. Operation-level faults (errors, latency, short
+reads) act on backend calls by name.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from kvproto._keys import OffloadKey
+from kvproto.errors import InvalidArgumentError
+from kvproto.tierkit import BlobBackend, JobAdmission, Published
+
+__all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
+
+_OPS = ("publish", "read_into", "sizes", "delete", "list_blobs", "clear")
+
+
+class ForwardingBackend:
+    """Forwards every :class:`BlobBackend` method (and ``refuse``) to ``inner``; override what you change.
+
+    The base of backend wrappers: faults, latency, tracing, metrics.
+    """
+
+    def __init__(self, inner: BlobBackend) -> None:
+        self.inner = inner
+
+    def prepare(self, namespace: str) -> None:
+        """Forwarded."""
+        self.inner.prepare(namespace)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """Forwarded."""
+        return self.inner.publish(name, parts, size)
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """Forwarded."""
+        return self.inner.read_into(name, buffers)
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        """Forwarded."""
+        return self.inner.sizes(names)
+
+    def delete(self, name: str) -> None:
+        """Forwarded."""
+        self.inner.delete(name)
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        """Forwarded."""
+        return self.inner.list_blobs(namespace)
+
+    def clear(self, namespace: str) -> None:
+        """Forwarded."""
+        self.inner.clear(namespace)
+
+    def close(self) -> None:
+        """Forwarded."""
+        self.inner.close()
+
+    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
+        """The inner backend's refusals, if it has :class:`JobAdmission`; else none."""
+        inner = self.inner
+        if isinstance(inner, JobAdmission):
+            return inner.refuse(keys, store=store)
+        return frozenset()
+
+
+@dataclass
+class OpFault:
+    """One armed operation fault: the next ``count`` calls of ``op`` (whose name contains ``match``)
+    sleep ``delay_s``, then raise ``OSError(error)`` if ``error`` is set; otherwise the call goes
+    through, then sleeps ``delay_after_s`` (a slow reply), and (``read_into``) reports ``short`` bytes
+    fewer than the blob holds (a truncated blob)."""
+
+    op: str
+    count: int = 1
+    match: str = ""
+    delay_s: float = 0.0
+    error: int | None = errno.EIO
+    short: int = 0
+    delay_after_s: float = 0.0
+
+
+class FaultyBackend(ForwardingBackend):
+    """A :class:`ForwardingBackend` that fails jobs, keys and operations on demand (tests, the kit).
+
+    Thread-safe: arm it from the test's thread while the tier's workers run.
+    """
+
+    def __init__(self, inner: BlobBackend) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self._fail_next = 0
+        self._fail_keys: set[OffloadKey] = set()
+        self._faults: list[OpFault] = []
+        self.refused_jobs = 0
+        self.injected = 0  # operation faults that fired
+
+    # -- arming ---------------------------------------------------------------------------
+
+    def fail_next_jobs(self, n: int) -> None:
+        """The next ``n`` jobs submitted fail whole, without I/O; SETS the count (0 disarms) (KIT-5)."""
+        if type(n) is not int or n < 0:
+            raise InvalidArgumentError(f"fail_next_jobs: n must be an int >= 0, got {n!r}")
+        with self._lock:
+            self._fail_next = n
+
+    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
+        """Every later job fails for ``keys`` (and for nothing else), without I/O; ADDS to the set (KIT-5)."""
+        with self._lock:
+            self._fail_keys.update(keys)
+
+    def arm(self, fault: OpFault) -> None:
+        """Arm an operation fault (see :class:`OpFault`)."""
+        if fault.op not in _OPS:
+            raise InvalidArgumentError(f"FaultyBackend.arm: op must be one of {_OPS}, got {fault.op!r}")
+        if type(fault.count) is not int or fault.count < 1:
+            raise InvalidArgumentError(f"FaultyBackend.arm: count must be an int >= 1, got {fault.count!r}")
+        with self._lock:
+            self._faults.append(fault)
+
+    def disarm(self) -> None:
+        """Forget every armed job, key and operation fault."""
+        with self._lock:
+            self._fail_next = 0
+            self._fail_keys.clear()
+            self._faults.clear()
+
+    # -- the seams ------------------------------------------------------------------------
+
+    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
+        """All keys while a ``fail_next_jobs`` count is left (one job each), else the failing keys."""
+        with self._lock:
+            if self._fail_next > 0:
+                self._fail_next -= 1
+                self.refused_jobs += 1
+                return frozenset(keys)
+            failing = self._fail_keys.intersection(keys) if self._fail_keys else set()
+        if failing:
+            return frozenset(failing) | super().refuse(keys, store=store)
+        return super().refuse(keys, store=store)
+
+    def _take(self, op: str, name: str) -> OpFault | None:
+        with self._lock:
+            for i, fault in enumerate(self._faults):
+                if fault.op == op and fault.match in name:
+                    fault.count -= 1
+                    if fault.count <= 0:
+                        del self._faults[i]
+                    self.injected += 1
+                    return fault
+        return None
+
+    def _before(self, op: str, name: str) -> OpFault | None:
+        fault = self._take(op, name)
+        if fault is None:
+            return None
+        if fault.delay_s:
+            time.sleep(fault.delay_s)
+        if fault.error is not None:
+            raise OSError(fault.error, f"injected by FaultyBackend ({op} {name})")
+        return fault
+
+    @staticmethod
+    def _after(fault: OpFault | None) -> None:
+        if fault is not None and fault.delay_after_s:
+            time.sleep(fault.delay_after_s)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """Forwarded, within an armed ``publish`` fault."""
+        fault = self._before("publish", name)
+        published = super().publish(name, parts, size)
+        self._after(fault)
+        return published
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """Forwarded, within an armed ``read_into`` fault; a ``short`` fault reports a truncated blob."""
+        fault = self._before("read_into", name)
+        size = super().read_into(name, buffers)
+        self._after(fault)
+        return max(0, size - fault.short) if fault is not None else size
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        """Forwarded, after an armed ``sizes`` fault (matched against the first name)."""
+        self._before("sizes", names[0] if names else "")
+        return super().sizes(names)
+
+    def delete(self, name: str) -> None:
+        """Forwarded, after an armed ``delete`` fault."""
+        self._before("delete", name)
+        super().delete(name)
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        """Forwarded, after an armed ``list_blobs`` fault."""
+        self._before("list_blobs", namespace)
+        return super().list_blobs(namespace)
+
+    def clear(self, namespace: str) -> None:
+        """Forwarded, after an armed ``clear`` fault."""
+        self._before("clear", namespace)
+        super().clear(namespace)
