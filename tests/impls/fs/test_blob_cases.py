@@ -50,6 +50,6 @@ class TestFileBackend(BlobBackendCases):
 
         def stored(tier: BlobTier, k: OffloadKey) -> bool:
             assert isinstance(tier, fs.FsTier)
-            return tier.path_of(k).exists()
+            return bool(tier.path_of(k).exists())
 
         return BlobEnv(build, damage, stored)
