@@ -185,10 +185,10 @@ def test_job_steps_over_a_threaded_tier_write_nothing_before_the_hook(tmp_path: 
     job = store_job(buf, [1, 2], [0, 1])
     tier.submit_store(job)
     time.sleep(0.02)
-    assert tier.get_finished_jobs() == [] and list(root.iterdir()) == []
+    assert tier.get_finished_jobs() == [] and list(root.rglob("*.kvb")) == []
     tier.on_step_end()
     assert drain(tier, [job])[job.job_id].success is True
-    assert sorted(p.name for p in root.iterdir()) == sorted(k(i).hex() for i in (1, 2))
+    assert len(list(root.rglob("*.kvb"))) == 2  # one file per block, under the engine's names
     load = load_job(buf, [2], [7])
     tier.submit_load(load)
     time.sleep(0.02)
@@ -232,8 +232,9 @@ def test_wall_clock_latency_starts_when_the_job_is_due(buf: memoryview) -> None:
 def test_wall_clock_latency_starts_no_thread(tmp_path: Path, buf: memoryview) -> None:
     """Real time, over FileTier: the job takes at least latency_s, the wrapper starts no thread, and
     after shutdown no thread is left (the FileTier worker is joined)."""
+    inner = _file_tier_class()(buf, tmp_path / "files")  # BlobTier starts its housekeeping thread here
     before = set(threading.enumerate())
-    tier = LatencySecondary(_file_tier_class()(buf, tmp_path / "files"), job_latency_s=0.03)
+    tier = LatencySecondary(inner, job_latency_s=0.03)
     job = store_job(buf, [1], [0])
     started = time.monotonic()
     tier.submit_store(job)
@@ -243,7 +244,7 @@ def test_wall_clock_latency_starts_no_thread(tmp_path: Path, buf: memoryview) ->
     assert result.success is True
     assert time.monotonic() - started >= 0.03
     tier.shutdown()
-    assert [t for t in threading.enumerate() if t not in before] == []
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
 
 
 def test_shutdown_fails_held_jobs_and_later_jobs_go_straight_to_the_inner_tier(buf: memoryview) -> None:
@@ -399,6 +400,7 @@ def test_unarmed_faulty_tier_is_the_inner_tier(inner: SecondaryTier, buf: memory
 def test_faulty_capabilities_are_the_inner_tiers(tmp_path: Path, buf: memoryview) -> None:
     over_file = FaultySecondary(_file_tier_class()(buf, tmp_path / "files"))
     assert over_file.capabilities.persistence is True and over_file.capabilities.partial_jobs is False
+    over_file.shutdown()  # FileTier (a BlobTier) runs a start-up scan on its own thread
     assert FaultySecondary(MemoryTier(buf)).capabilities == MemoryTier(buf).capabilities
 
 
@@ -926,7 +928,7 @@ class TestFaultyFileTierUnarmed(SecondaryTierTests):
         _faulty(tier).corrupt_on_read(keys, detect=True)
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        root: Path = _faulty(tier).inner._root  # FileTier's own directory
+        root: Path = _faulty(tier).inner.root  # FileTier's own directory
         return FaultySecondary(_file_tier_class()(buffer, root), buffer=buffer)
 
 
