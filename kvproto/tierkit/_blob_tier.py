@@ -130,7 +130,10 @@ class BlobTier:
         self._starter = threading.Thread(
             target=self._start_up, args=(self._generation,), name=f"kvproto-{name}-start", daemon=True
         )
-        self._starter.start()
+        if config.start_in_background:
+            self._starter.start()
+        else:
+            self._start_up(self._generation)
 
     # -- SecondaryTier ---------------------------------------------------------------------
 
@@ -246,7 +249,8 @@ class BlobTier:
         self._stop.set()
         self._writers.shutdown(wait=True)
         self._readers.shutdown(wait=True)
-        self._starter.join()
+        if self._starter.is_alive():
+            self._starter.join()
         with self._lock:
             house = self._house
         if house is not None:
@@ -271,7 +275,8 @@ class BlobTier:
             with self._lock:
                 running = list(self._running.values())
             if all(f.done() for f in running):
-                self._starter.join(max(0.0, deadline - time.monotonic()))
+                if self._starter.is_alive():
+                    self._starter.join(max(0.0, deadline - time.monotonic()))
                 try:
                     self._housekeeping().submit(lambda: None).result(max(0.0, deadline - time.monotonic()))
                 except RuntimeError:

@@ -70,7 +70,8 @@ class FileTier(BlobTier):
     def __init__(self, buffer: memoryview, root: Path, *, name: str = "example-file") -> None:
         self.root = root
         backend: BlobBackend = DirBackend(root)
-        super().__init__(backend, buffer, BlobTierConfig(read_threads=1, write_threads=1, partial_jobs=False), name=name)
+        config = BlobTierConfig(read_threads=1, write_threads=1, partial_jobs=False, start_in_background=False)
+        super().__init__(backend, buffer, config, name=name)
 
 
 def conformance_spec() -> TierSpec:
