@@ -17,9 +17,8 @@ import pytest
 
 from kvproto import EventKind, JobResult, OffloadKey, ReqContext, TransferJob, make_key
 from kvproto import members as lr
-from kvproto._events import MAX_PENDING_EVENTS
 from kvproto.testing import FaultyBackend, OpFault
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, MemoryBackend
 
 BLOCK = 256
 SLOTS = 16
