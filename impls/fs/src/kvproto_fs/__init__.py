@@ -1,8 +1,11 @@
 """The reference filesystem tier of kvproto: one checksummed, atomically published file per block.
 
-* :class:`FsTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below).
+* :class:`FsTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below): a
+  :class:`kvproto.tierkit.BlobTier` over :class:`FileBackend`.
 * :class:`FsTierConfig` is its pydantic configuration.
-* :class:`FileOps` is the seam for fault injection (disk full, I/O errors, crashes).
+* :class:`FileBackend` is its storage I/O, a :class:`kvproto.tierkit.BlobBackend` (files under a root).
+* :class:`FileOps` is the seam for system-call faults (disk full, I/O errors, crashes); faults of
+  whole jobs or keys go below the tier: ``FsTier(..., wrap=kvproto.testing.FaultyBackend)``.
 * :func:`conformance_spec` is the ``fs`` entry point of ``kvproto.tiers``.
 
 Blocks are stored as :mod:`kvproto.envelope` envelopes. Clauses: kvproto's
@@ -13,12 +16,13 @@ from __future__ import annotations
 
 from kvproto import BatchLookup, SecondaryTier
 
+from kvproto_fs._backend import FileBackend
 from kvproto_fs._config import FsTierConfig, LayoutValue
 from kvproto_fs._conformance import conformance_spec
 from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier, FsTierStats
 
-__all__ = ["FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec"]
+__all__ = ["FileBackend", "FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec"]
 
 
 def _conforms(tier: FsTier) -> SecondaryTier:
