@@ -111,7 +111,9 @@ class TieringManager:
             *((r.name, r.tier) for r in self._records),
         )
         self._transfers = Transfers(primary, self._records, self._config, self.stats, self._guard)
-        self._promoting = self._transfers.promoting  # the same dict: read on the lookup path
+        # The transfers' own dicts, read and staged into on the lookup path.
+        self._promoting = self._transfers.promoting
+        self._staged_loads = self._transfers.staged_loads
         # Stores prepared through the manager and not yet completed: key -> request id, and per
         # request, its prepared keys and whether it finished (MGR-5, MGR-7).
         self._store_owner: dict[OffloadKey, str] = {}
@@ -241,7 +243,15 @@ class TieringManager:
         if out is None or key not in out.keys_to_store:
             return lr.MISS  # no slot can be reserved (MGR-2)
         slot = out.slots[out.keys_to_store.index(key)]
-        self._transfers.stage_load(index, key, slot, req_context.req_id)
+        # Staged here rather than through a Transfers method: this runs once per promoted key.
+        self._promoting[key] = index
+        stage = (index, req_context.req_id)
+        staged = self._staged_loads.get(stage)
+        if staged is None:
+            self._staged_loads[stage] = [(key, slot)]
+        else:
+            staged.append((key, slot))
+        self.stats.promotions_started += 1
         return lr.RETRY
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:

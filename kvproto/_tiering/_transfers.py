@@ -56,6 +56,7 @@ class Transfers:
         self.next_job = 0
         # key -> secondary index, for every promotion reserved and not yet ended.
         self.promoting: dict[OffloadKey, int] = {}
+        # Promotions, staged by the manager's lookup (reservation made), and write-throughs (pinned).
         self.staged_loads: dict[_StageKey, list[_Pair]] = {}
         self.staged_stores: dict[_StageKey, list[_Pair]] = {}
         # Blocks just promoted, pinned by the manager until a step (MGR-9): (release step, keys).
@@ -68,17 +69,6 @@ class Transfers:
     def has_work(self) -> bool:
         """True while a job is staged or in flight (TIER-15)."""
         return bool(self.staged_loads or self.staged_stores) or any(r.jobs for r in self.records)
-
-    def stage_load(self, index: int, key: OffloadKey, slot: int, rid: str) -> None:
-        """Stage the promotion of ``key`` from tier ``index`` into its reserved ``slot`` (MGR-3)."""
-        self.promoting[key] = index
-        stage = (index, rid)
-        staged = self.staged_loads.get(stage)
-        if staged is None:
-            self.staged_loads[stage] = [(key, slot)]
-        else:
-            staged.append((key, slot))
-        self.stats.promotions_started += 1
 
     def stage_write_throughs(self, owners: Sequence[tuple[OffloadKey, str]]) -> None:
         """Pin each stored key once per secondary and stage its write-through there (MGR-6)."""
