@@ -43,17 +43,11 @@ class Transfers:
         stats: TieringStats,
         guard: TierGuard,
     ) -> None:
-        self.primary = primary
-        self.records = records
-        self.stats = stats
-        self.guard = guard
-        self.negative_steps = config.negative_verdict_steps
-        self.deadline_steps = config.job_deadline_steps
-        self.hold_steps = config.promotion_hold_steps
-        self.max_tracked = config.max_tracked_keys
-        self.step = 0
-        self.closed = False
-        self.next_job = 0
+        self.primary, self.records, self.config = primary, records, config
+        self.stats, self.guard = stats, guard
+        self.step = 0  # steps ended so far (on_step_end)
+        self.closed = False  # shut down: no promotion starts or is held any more
+        self.next_job = 0  # the last job id given
         # key -> secondary index, for every promotion reserved and not yet ended.
         self.promoting: dict[OffloadKey, int] = {}
         # Promotions, staged by the manager's lookup (reservation made), and write-throughs (pinned).
@@ -207,7 +201,7 @@ class Transfers:
             if failed:
                 self.stats.promotions_failed += len(failed)
                 self._add_negative(record, failed)
-            if done and self.hold_steps and not self.closed:
+            if done and self.config.promotion_hold_steps and not self.closed:
                 self._hold(done)
             promoting = self.promoting
             for key in job.keys:
@@ -256,15 +250,15 @@ class Transfers:
 
     def _add_negative(self, record: SecondaryRecord, keys: Iterable[OffloadKey]) -> None:
         """Negative verdicts for ``keys`` in ``record``'s tier until ``negative_verdict_steps`` from now (MGR-9)."""
-        mark(record.negative, keys, self.step + self.negative_steps)  # the map stays in expiry order
-        cap_entries(record.negative, self.max_tracked, self.stats)
+        mark(record.negative, keys, self.step + self.config.negative_verdict_steps)  # the map stays in expiry order
+        cap_entries(record.negative, self.config.max_tracked_keys, self.stats)
 
     def _hold(self, keys: list[OffloadKey]) -> None:
         """Pin just-promoted blocks for ``promotion_hold_steps`` steps (MGR-9); a key the primary
         does not hold READY (its completion was refused) is simply not held."""
         held = [key for key, _ in self.pin(keys, purpose=None)]
         if held:
-            self.held.append((self.step + self.hold_steps, held))
+            self.held.append((self.step + self.config.promotion_hold_steps, held))
 
     def release_held(self, *, until: int | None = None) -> None:
         """Release the manager's pins on promoted blocks due by step ``until`` (all if None) (MGR-9)."""
@@ -280,7 +274,7 @@ class Transfers:
         self.release_held(until=step)
         for record in self.records:
             record.expire_negatives(step)
-        oldest = step - self.deadline_steps
+        oldest = step - self.config.job_deadline_steps
         for record in self.records:
             for job in record.overdue(oldest):
                 self._end_by_deadline(record, job)
@@ -290,10 +284,10 @@ class Transfers:
         _log.warning(
             "tier %r: job %d (%s of %d keys) not reported in %d steps; ended by the manager",
             record.name, job.job_id, "promotion" if job.promotion else "write-through",
-            len(job.keys), self.deadline_steps,
+            len(job.keys), self.config.job_deadline_steps,
         )
         record.abandoned[job.job_id] = job
-        cap_entries(record.abandoned, self.max_tracked, self.stats)
+        cap_entries(record.abandoned, self.config.max_tracked_keys, self.stats)
         if job.promotion:
             # The load may still land in its slots: they stay reserved in the primary, never
             # completed by us; the keys may be stored and promoted again.
@@ -304,7 +298,7 @@ class Transfers:
             return
         self.stats.write_throughs_timed_out += len(job.keys)
         mark(record.distrusted, job.keys, None)
-        cap_entries(record.distrusted, self.max_tracked, self.stats)
+        cap_entries(record.distrusted, self.config.max_tracked_keys, self.stats)
         primary = self.primary
         self.guard.call(
             primary.name, "complete_load (write-through past its deadline)", primary.complete_load, job.keys
