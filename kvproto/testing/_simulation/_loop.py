@@ -29,10 +29,10 @@ from dataclasses import asdict
 
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
+from kvproto._results import unreachable
 from kvproto._tiering import TieringConfig, TieringManager
 from kvproto.errors import ConfigurationError
 from kvproto.scan import Decision, Defer, Hits, maximal_prefix_lookup, sliding_window_lookup
-from kvproto._results import unreachable
 from kvproto.testing._simulation._config import RAISE_METHODS, SimConfig
 from kvproto.testing._simulation._fault_driver import _FaultDriver
 from kvproto.testing._simulation._observe import Asker, Residency, counting_kvproto_logs, rss_bytes
