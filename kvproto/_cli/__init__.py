@@ -50,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="kvproto",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="Run 'kvproto COMMAND --help' for a command's options.",
+        description=__doc__.replace("``", "") if __doc__ else None,  # every subcommand, described
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kvproto {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -278,7 +278,9 @@ class TieringManager:
         if self._promoting:
             keys = [k for k in keys if k not in self._promoting]
         primary = self._primary
-        out = self._guard.call(primary.name, "prepare_store", primary.prepare_store, keys, req_context, misuse_raises=True)
+        out = self._guard.call(
+            primary.name, "prepare_store", primary.prepare_store, keys, req_context, misuse_raises=True
+        )
         if out is FAILED:
             return None  # a failing primary stores nothing (MGR-10)
         if out is not None and out.keys_to_store and self._records:
@@ -312,7 +314,9 @@ class TieringManager:
                         key=key,
                     )
         primary = self._primary
-        done = self._guard.call(primary.name, "complete_store", primary.complete_store, batch, success, misuse_raises=True)
+        done = self._guard.call(
+            primary.name, "complete_store", primary.complete_store, batch, success, misuse_raises=True
+        )
         if done is FAILED:  # nothing is written through (MGR-10)
             self._finish_requests(self._forget_owners(batch)[1])
             return
@@ -332,9 +336,9 @@ class TieringManager:
         finished: list[ReqContext] = []
         store_owner, requests = self._store_owner, self._requests
         for key in keys:
-            rid = store_owner.pop(key, None)
-            if rid is None:
+            if key not in store_owner:
                 continue
+            rid = store_owner.pop(key)
             request = requests.get(rid)
             if request is not None:
                 request.stores.discard(key)

@@ -392,8 +392,9 @@ class _Simulation:
         primary = self.primary
         pin_count = getattr(primary, "pin_count", None)
         if callable(pin_count):
-            report.leaked_pins = sum(int(pin_count(k)) for k in self.residency.resident)
-            report.leaked_pins_note = f"pin_count over the {len(self.residency.resident)} blocks resident in the primary"
+            resident = self.residency.resident
+            report.leaked_pins = sum(int(pin_count(k)) for k in resident)
+            report.leaked_pins_note = f"pin_count over the {len(resident)} blocks resident in the primary"
         else:
             report.leaked_pins = None
             report.leaked_pins_note = f"not checked: primary {primary.name!r} has no pin_count"
