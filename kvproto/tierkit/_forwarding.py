@@ -102,6 +102,11 @@ class _Forwarding(Generic[_T]):
                 raise AttributeError(f"{self!r} declares no capabilities: its inner tier declares none")
             return found
 
+        @capabilities.setter
+        def capabilities(self, value: Capabilities) -> None:
+            """Declare ``value`` instead (a wrapper may be told what to declare, as any tier)."""
+            self._capabilities = value
+
     @property
     def name(self) -> str:
         """``inner``'s name (events carry it)."""

@@ -230,6 +230,12 @@ def test_a_subclass_declares_capabilities_through_the_hook() -> None:
     assert not hasattr(LatencySecondary(_Recording()), "capabilities")
 
 
+def test_capabilities_can_be_set_as_on_any_tier() -> None:
+    tier = ForwardingSecondary(_Recording())
+    tier.capabilities = Capabilities(persistence=True)
+    assert tier.capabilities.persistence is True and declared_capabilities(tier) == Capabilities(persistence=True)
+
+
 def test_repr_names_the_wrapper_and_inner() -> None:
     inner = _Recording()
     assert repr(ForwardingSecondary(inner)) == f"ForwardingSecondary({inner!r})"
