@@ -17,9 +17,9 @@ from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import short_key
-from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
+from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]

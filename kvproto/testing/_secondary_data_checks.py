@@ -16,8 +16,8 @@ from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, tricky_keys
 from kvproto.testing._driver import TrackedContext, short_key
-from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryRole, load_right_after_hit, store_slots
 
 __all__ = ["SecondaryDataChecks"]

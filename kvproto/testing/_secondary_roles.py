@@ -19,8 +19,8 @@ from kvproto._requests import ReqContext
 from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import make_buffer
 from kvproto.testing._driver import short_key
-from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 
 __all__ = ["SecondaryRole", "SecondaryTierFactory", "load_right_after_hit", "load_slots", "store_slots"]
