@@ -48,7 +48,7 @@ class FaultyPrimary(RaisingWrapper[_P], ForwardingPrimary[_P]):
     (LR-4), so it cannot "find out later"; delaying ``complete_store``
     (HIT_PENDING for longer) is the primary's kind of latency.
 
-    ``capabilities`` are ``inner``'s; ``lookup_many`` exists only when
+    ``capabilities`` are ``inner``'s (absent where it declares none); ``lookup_many`` exists only when
     ``inner`` offers it.
     """
 

@@ -86,7 +86,7 @@ class FaultySecondary(RaisingWrapper[_S], ForwardingSecondary[_S]):
     One report fault per job: dropped before late before twice; only the
     counter used is decremented. Counts SET (0 disarms).
 
-    ``capabilities`` are ``inner``'s (no knob changes what the tier declares:
+    ``capabilities`` are ``inner``'s, absent where it declares none (no knob changes what the tier declares:
     ``fail_keys`` gives partial results only where ``inner`` declares
     ``partial_jobs``). ``lookup_many`` exists only when ``inner`` offers it.
     ``name``, ``take_events`` and the rest are ``inner``'s. State is kept only
