@@ -950,18 +950,10 @@ class TestFaultyFileTierUnarmed(SecondaryTierTests):
 
 
 class TestFaultyPrimaryUnarmed(PrimaryTierTests):
-    """FaultyPrimary over the reference CPU tier, unarmed, still conforms (it only hides ready_keys)."""
+    """FaultyPrimary over the reference CPU tier, unarmed, still conforms (it only hides ready_keys),
+    on the capabilities it mirrors from the tier (KIT-4)."""
 
     kit_profile = "fast"
-    capabilities = Capabilities(
-        eviction=True,
-        reasons={
-            "async_lookup": "a primary tier never answers RETRY",
-            "persistence": "host memory",
-            "sharing": "one process's buffer",
-            "partial_jobs": "stores complete per call",
-        },
-    )
 
     @pytest.fixture
     def tier_factory(self) -> Callable[[], PrimaryTier]:
