@@ -5,7 +5,8 @@ Every name a user writes is exported here: the four-valued
 structural tier protocols, the scans, the tiering manager, :class:`AsyncProbe`
 and the in-memory reference tiers. The public submodules are
 :mod:`kvproto.errors`, :mod:`kvproto.members`, :mod:`kvproto.scan` and
-:mod:`kvproto.testing` (the conformance kit); every other module is private.
+:mod:`kvproto.testing` (the conformance kit), :mod:`kvproto.tierkit` (building blocks for tiers
+and tier wrappers); every other module is private.
 The normative text is ``spec/CONTRACT.md``.
 """
 
