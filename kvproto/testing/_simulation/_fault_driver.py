@@ -8,18 +8,15 @@ them in the report's :class:`FaultCounts`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
-from kvproto._capabilities import Capabilities
-from kvproto._events import OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
-from kvproto._requests import ReqContext
-from kvproto._results import LookupResult
 from kvproto.testing._simulation._report import FaultCounts
 from kvproto.testing._simulation._workload import FLIP
 from kvproto.testing.faults import FaultySecondary
+from kvproto.tierkit import ForwardingSecondary
 
 __all__ = ["_FaultDriver"]  # kept under its old name: the forwarding-bases rebase looks for it
 
@@ -39,11 +36,11 @@ class _OneShotRaise:
         return RuntimeError(f"kvproto simulate: injected failure in {driver.name}.{self._method}")
 
 
-class _FaultDriver:
+class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
     """Arms a FaultySecondary's knobs for the simulator and sees which ones took effect.
 
-    It satisfies :class:`~kvproto.SecondaryTier` and forwards every call to
-    ``faulty``, seeing each job as the manager submits it. Its state is
+    A :class:`~kvproto.tierkit.ForwardingSecondary` over ``faulty``: it sees
+    each job as the manager submits it and each result as it is reported. Its state is
     bounded by the jobs in flight and by ``_ARMED_CAP`` armed keys.
     """
 
@@ -59,7 +56,7 @@ class _FaultDriver:
         counts: FaultCounts,
         delayed: bool,
     ) -> None:
-        self.faulty = faulty
+        super().__init__(faulty)
         self._flat = flat
         self._block_bytes = block_bytes
         self._expected = expected
@@ -70,7 +67,6 @@ class _FaultDriver:
         self._armed: OrderedDict[OffloadKey, None] = OrderedDict()  # keys armed for a detected corruption
         self._loads: dict[int, TransferJob] = {}  # promotion jobs holding an armed key
         self.raise_armed: set[str] = set()
-        self.capabilities: Capabilities = faulty.capabilities
 
     # -- arming (called by the simulator) ---------------------------------------------------
 
@@ -101,33 +97,28 @@ class _FaultDriver:
         self.raise_armed.clear()
         self._armed.clear()
 
-    # -- SecondaryTier -------------------------------------------------------------------
+    # -- SecondaryTier: what the driver sees; everything else forwards (ForwardingSecondary) ----
 
     @property
-    def name(self) -> str:
-        return self.faulty.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self.faulty.lookup(key, req_context)
-
-    def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self.faulty.touch(keys)
+    def faulty(self) -> FaultySecondary[SecondaryTier]:
+        """The fault wrapper the driver arms (its ``inner``)."""
+        return self.inner
 
     def submit_store(self, job: TransferJob) -> None:
-        self._submit(job, self.faulty.submit_store)
+        self._submit(job, self.inner.submit_store)
 
     def submit_load(self, job: TransferJob) -> None:
-        self._submit(job, self.faulty.submit_load)
+        self._submit(job, self.inner.submit_load)
 
     def _submit(self, job: TransferJob, submit: Callable[[TransferJob], None]) -> None:
         if self._delayed:
             self.counts.jobs_delayed += 1
         if self.fail_pending:
-            self.faulty.fail_next_jobs(1)
+            self.inner.fail_next_jobs(1)
             try:
                 submit(job)
             finally:
-                self.faulty.fail_next_jobs(0)  # unused if the submit raised: armed again next job
+                self.inner.fail_next_jobs(0)  # unused if the submit raised: armed again next job
             self.fail_pending = False
             self._fail_jobs.add(job.job_id)
             return
@@ -136,7 +127,7 @@ class _FaultDriver:
             self._loads[job.job_id] = job
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
-        results = self.faulty.get_finished_jobs()
+        results = self.inner.get_finished_jobs()
         for result in results:
             if result.job_id in self._fail_jobs:
                 self._fail_jobs.discard(result.job_id)
@@ -160,22 +151,3 @@ class _FaultDriver:
                 self.counts.corrupt_undetected += 1
             else:
                 self.counts.corrupt_detected += 1
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self.faulty.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self.faulty.on_step_end()
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return self.faulty.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self.faulty.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self.faulty.reset_cache()
-
-    def shutdown(self) -> None:
-        self.faulty.shutdown()
-
