@@ -30,6 +30,7 @@ PUBLIC_MODULES = {
     "kvproto.testing.scans",
     "kvproto.testing.stateful",
     "kvproto.testing.strategies",
+    "kvproto.tierkit",
 }
 
 

@@ -355,7 +355,7 @@ def test_key_can_be_stored_again_after_its_late_completion() -> None:
     ("call", "words"),
     [
         (lambda tier: tier.prepare_store("xyz", REQ), "single str"),
-        (lambda tier: tier.prepare_store([b"ok", 7], REQ), "key 1 is 7"),
+        (lambda tier: tier.prepare_store([b"ok", 7], REQ), "key #1 is 7"),
         (lambda tier: tier.prepare_load(key(1), REQ), "single bytes"),
         (lambda tier: tier.complete_store(keys(1), "no"), "success must be a bool"),
     ],

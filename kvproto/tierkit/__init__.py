@@ -1,0 +1,31 @@
+"""Tier building blocks: what every tier needs, so that a tier is its storage I/O plus configuration.
+
+Composition, not a required base class: the tier protocols (:class:`kvproto.PrimaryTier`,
+:class:`kvproto.SecondaryTier`) stay structural, and a tier built from scratch is as valid as one
+built from these pieces.
+
+Primary tiers:
+
+* :class:`SlotTable`: the primary tier's state machine (slots, :class:`BlockState`, counted pins,
+  all-or-nothing ``prepare_store``, pending deadline and quarantine, bounded events, the live
+  ``ready_keys`` view); a subclass adds a buffer and is a primary tier (TIER-3..TIER-17, CPU-3..CPU-10).
+* :class:`EvictionPolicy` with :class:`LruPolicy` and :class:`ArcPolicy` (CPU-6).
+"""
+
+from __future__ import annotations
+
+# primary tiers
+from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
+from kvproto.tierkit._slots import BlockState, SlotStats, SlotTable
+
+__all__ = [
+    # primary tiers
+    "ArcPolicy",
+    "BlockState",
+    "EvictionPolicy",
+    "LruPolicy",
+    "PolicyName",
+    "SlotStats",
+    "SlotTable",
+    "make_policy",
+]
