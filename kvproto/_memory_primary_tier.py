@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kvproto._capabilities import Capabilities
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit._slots import BlockState, SlotTable
+from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotTable
 
 if TYPE_CHECKING:
     from kvproto._protocols import BatchLookup, PrimaryTier, ReadyKeys
@@ -65,15 +64,7 @@ class MemoryPrimaryTier(SlotTable):
             ) from exc
         self._flat = memoryview(data)
         self._buffer = self._flat.cast("B", (num_slots, block_bytes))
-        self.capabilities = Capabilities(
-            eviction=True,
-            reasons={
-                "async_lookup": "a primary tier never answers RETRY",
-                "persistence": "in-memory by design",
-                "sharing": "one process's buffer",
-                "partial_jobs": "stores complete per call",
-            },
-        )
+        self.capabilities = HOST_PRIMARY_CAPABILITIES
 
     @property
     def buffer(self) -> memoryview:

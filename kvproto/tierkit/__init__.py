@@ -10,16 +10,18 @@ Primary tiers:
   all-or-nothing ``prepare_store``, pending deadline and quarantine, bounded events, the live
   ``ready_keys`` view); a subclass adds a buffer and is a primary tier (TIER-3..TIER-17, CPU-3..CPU-10).
 * :class:`EvictionPolicy` with :class:`LruPolicy` and :class:`ArcPolicy` (CPU-6).
+* ``HOST_PRIMARY_CAPABILITIES``: what such a primary over one process's host memory declares.
 """
 
 from __future__ import annotations
 
 # primary tiers
 from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
-from kvproto.tierkit._slots import BlockState, SlotStats, SlotTable
+from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
 
 __all__ = [
     # primary tiers
+    "HOST_PRIMARY_CAPABILITIES",
     "ArcPolicy",
     "BlockState",
     "EvictionPolicy",

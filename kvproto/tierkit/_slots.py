@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import cast
 
 import kvproto.members as lr
+from kvproto._capabilities import Capabilities
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
 from kvproto._keys import OffloadKey
@@ -32,7 +33,7 @@ from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError, InvalidArgumentError, InvalidKeyError, TierMisuseError
 from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName
 
-__all__ = ["BlockState", "SlotStats", "SlotTable"]
+__all__ = ["HOST_PRIMARY_CAPABILITIES", "BlockState", "SlotStats", "SlotTable"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -68,6 +69,18 @@ class _Writing:
 
 
 _NOTHING_TO_STORE = PrepareStoreOutput((), ())
+
+#: What a primary tier on a SlotTable over one process's host memory declares (KIT-2): it evicts,
+#: never answers RETRY, keeps nothing across restarts and completes each store per call.
+HOST_PRIMARY_CAPABILITIES = Capabilities(
+    eviction=True,
+    reasons={
+        "async_lookup": "a primary tier never answers RETRY",
+        "persistence": "host memory",
+        "sharing": "one process's buffer",
+        "partial_jobs": "stores complete per call",
+    },
+)
 
 
 class SlotTable:

@@ -12,23 +12,16 @@ import math
 
 import pytest
 
-from kvproto import Capabilities, MemoryPrimaryTier
+from kvproto import MemoryPrimaryTier
 from kvproto.errors import ConfigurationError, KvprotoError
 from kvproto.testing import PrimaryTierFactory, PrimaryTierTests
+from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 
 # ---------------------------------------------------------------- the conformance kit
 
-# The same capabilities the reference cpu TierSpec declares (kvproto/testing/_reference.py).
-CPU_SPEC_CAPABILITIES = Capabilities(
-    eviction=True,
-    reasons={
-        "async_lookup": "a primary tier never answers RETRY",
-        "persistence": "host memory",
-        "sharing": "one process's buffer",
-        "partial_jobs": "stores complete per call",
-    },
-)
+# The same capabilities the reference cpu TierSpec declares (kvproto_cpu.conformance_spec()).
+CPU_SPEC_CAPABILITIES = HOST_PRIMARY_CAPABILITIES
 
 
 class TestMemoryPrimaryTierConformance(PrimaryTierTests):

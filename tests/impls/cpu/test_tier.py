@@ -28,6 +28,11 @@ def test_block_states_are_kvprotos() -> None:
     assert kvproto_cpu.LruPolicy is kvproto.tierkit.LruPolicy and kvproto_cpu.ArcPolicy is kvproto.tierkit.ArcPolicy
 
 
+def test_declares_the_host_primary_capabilities() -> None:
+    """The conformance spec declares what kvproto.MemoryPrimaryTier does: the same state machine, host memory."""
+    assert kvproto_cpu.conformance_spec().capabilities == kvproto.tierkit.HOST_PRIMARY_CAPABILITIES
+
+
 def test_buffer_is_writable_2d_bytes_view_sharing_the_tensor() -> None:
     tier, _ = make_tier(num_slots=3, block_bytes=8)
     view = tier.buffer
