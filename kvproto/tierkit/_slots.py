@@ -21,7 +21,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import cast
 
 import kvproto.members as lr
 from kvproto._capabilities import Capabilities
@@ -30,15 +29,13 @@ from kvproto._jobs import PrepareStoreOutput
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
-from kvproto.errors import ConfigurationError, InvalidArgumentError, InvalidKeyError, TierMisuseError
-from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName
+from kvproto.errors import InvalidArgumentError, TierMisuseError
+from kvproto.tierkit._eviction import EvictionPolicy, PolicyName
+from kvproto.tierkit._slot_checks import check_config, check_not_a_single_key, key_batch, make_policy_of
 
 __all__ = ["HOST_PRIMARY_CAPABILITIES", "BlockState", "SlotStats", "SlotTable"]
 
 _log = logging.getLogger("kvproto.tierkit")
-
-# A single key passed where a batch is expected iterates as characters or ints.
-_NOT_A_BATCH = (str, bytes, bytearray, memoryview)
 
 
 class BlockState(enum.Enum):
@@ -69,6 +66,7 @@ class _Writing:
 
 
 _NOTHING_TO_STORE = PrepareStoreOutput((), ())
+_NEVER = float("inf")  # the due time of a write when there is no deadline
 
 #: What a primary tier on a SlotTable over one process's host memory declares (KIT-2): it evicts,
 #: never answers RETRY, keeps nothing across restarts and completes each store per call.
@@ -138,14 +136,14 @@ class SlotTable:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         owner = type(self).__name__
-        _check_config(owner, num_slots, pending_deadline_s, name, clock)
+        check_config(owner, num_slots, pending_deadline_s, name, clock)
         self._name = name
         self._num_slots = num_slots
         self._deadline = None if pending_deadline_s is None else float(pending_deadline_s)
         # None: no deadline at all, so a WRITING lookup never reads the clock.
-        self._due_after = None if pending_deadline_s is None or pending_deadline_s == float("inf") else float(pending_deadline_s)
+        self._due_after = None if pending_deadline_s is None or pending_deadline_s == _NEVER else float(pending_deadline_s)
         self._clock = clock
-        self._policy = _policy(owner, policy, num_slots)
+        self._policy = make_policy_of(owner, policy, num_slots)
         # pop() hands out the lowest free slot first, so a fresh table gives consecutive runs.
         self._free: list[int] = list(range(num_slots - 1, -1, -1))
         self._ready: dict[OffloadKey, int] = {}  # READY and PINNED keys -> slot; cleared, never rebound (MGR-15)
@@ -262,7 +260,7 @@ class SlotTable:
         A single key (``bytes``) or a ``str`` passed as ``keys`` raises
         :class:`~kvproto.errors.InvalidArgumentError`.
         """
-        _check_not_a_single_key(self._name, "lookup_many", keys)
+        check_not_a_single_key(self._name, "lookup_many", keys)
         lookup = self.lookup
         return [lookup(key, req_context) for key in keys]
 
@@ -272,7 +270,7 @@ class SlotTable:
         Never blocks. A single key (``bytes``) or a ``str`` passed as ``keys``
         raises :class:`~kvproto.errors.InvalidArgumentError`.
         """
-        _check_not_a_single_key(self._name, "touch", keys)
+        check_not_a_single_key(self._name, "touch", keys)
         ready = self._ready
         touch = self._policy.touch
         for key in keys:
@@ -299,7 +297,7 @@ class SlotTable:
         raises :class:`~kvproto.errors.InvalidArgumentError` before anything
         changes.
         """
-        batch = _batch(self._name, "prepare_store", keys)
+        batch = key_batch(self._name, "prepare_store", keys)
         if self._closed:
             return None
         ready, writing, quarantine, free = self._ready, self._writing, self._quarantine, self._free
@@ -310,7 +308,8 @@ class SlotTable:
                 return _NOTHING_TO_STORE
             slot = free.pop()
             now = self._clock()
-            writing[key] = _Writing(slot, now, self._due(now))
+            after = self._due_after
+            writing[key] = _Writing(slot, now, _NEVER if after is None else now + after)
             return PrepareStoreOutput(batch, (slot,))
         # A dict keeps the first occurrence of each key in order: repeats need no second slot.
         to_store: dict[OffloadKey, None] = {}
@@ -327,7 +326,7 @@ class SlotTable:
                 return None
             evicted = self._drop(victims)
         now = self._clock()
-        due = self._due(now)
+        due = _NEVER if self._due_after is None else now + self._due_after
         # Ascending slots give a data plane long runs of consecutive slots to copy at once.
         slots = free[-count:]
         del free[-count:]
@@ -359,7 +358,7 @@ class SlotTable:
             raise InvalidArgumentError(
                 f"{self._name}: complete_store(success={flag!r}): success must be a bool, got {type(flag).__name__}"
             )
-        batch = _batch(self._name, "complete_store", keys)
+        batch = key_batch(self._name, "complete_store", keys)
         ready, writing, quarantine, free = self._ready, self._writing, self._quarantine, self._free
         for key in batch:
             if key not in writing and key not in ready and key not in quarantine:
@@ -399,7 +398,7 @@ class SlotTable:
         and a non-``bytes`` key or a single key or ``str`` passed as ``keys``
         :class:`~kvproto.errors.InvalidArgumentError`, before any pin is taken.
         """
-        batch = _batch(self._name, "prepare_load", keys)
+        batch = key_batch(self._name, "prepare_load", keys)
         ready = self._ready
         slots: list[int] = []
         for key in batch:
@@ -424,7 +423,7 @@ class SlotTable:
         :class:`~kvproto.errors.InvalidArgumentError`, before any pin is
         released; pin counts never go negative.
         """
-        counts = Counter(_batch(self._name, "complete_load", keys))
+        counts = Counter(key_batch(self._name, "complete_load", keys))
         pins = self._pins
         for key, count in counts.items():
             held = pins.get(key, 0)
@@ -461,7 +460,7 @@ class SlotTable:
         dropped. For a tier that must give memory back outside a store.
         """
         ready, pins = self._ready, self._pins
-        return self._drop(dict.fromkeys(k for k in _batch(self._name, "evict", keys) if k in ready and k not in pins))
+        return self._drop(dict.fromkeys(k for k in key_batch(self._name, "evict", keys) if k in ready and k not in pins))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -529,9 +528,6 @@ class SlotTable:
 
     # ------------------------------------------------------------------ internals
 
-    def _due(self, now: float) -> float:
-        return float("inf") if self._due_after is None else now + self._due_after
-
     def _drop(self, victims: Iterable[OffloadKey]) -> tuple[OffloadKey, ...]:
         """Free the slots of READY ``victims`` (the caller checked them); one REMOVED event."""
         dropped = tuple(victims)
@@ -552,55 +548,3 @@ class SlotTable:
             "%s: store of key %r still WRITING after %.3f s; failed, slot %d quarantined until its completion arrives",
             self._name, key, now - pending.started, pending.slot,
         )
-
-
-def _check_config(owner: str, num_slots: object, pending_deadline_s: object, name: object, clock: object) -> None:
-    """Raise ConfigurationError naming the first bad argument."""
-    if type(num_slots) is not int or num_slots < 1:
-        raise ConfigurationError(f"{owner}: num_slots must be an int >= 1, got {num_slots!r}")
-    if pending_deadline_s is not None and (
-        type(pending_deadline_s) not in (int, float) or not cast(float, pending_deadline_s) > 0.0  # NaN fails too
-    ):
-        raise ConfigurationError(
-            f"{owner}: pending_deadline_s must be None or a number > 0, got {pending_deadline_s!r}"
-        )
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"{owner}: name must be a non-empty str, got {name!r}")
-    if not callable(clock):
-        raise ConfigurationError(f"{owner}: clock must be callable, got {clock!r}")
-
-
-def _policy(owner: str, policy: object, num_slots: int) -> EvictionPolicy:
-    """The policy named by ``policy``, or ``policy`` itself if it has an EvictionPolicy's methods (CPU-6)."""
-    if policy == "lru":
-        return LruPolicy()
-    if policy == "arc":
-        return ArcPolicy(num_slots)
-    if not isinstance(policy, str) and all(callable(getattr(policy, m, None)) for m in _POLICY_METHODS):
-        return cast(EvictionPolicy, policy)
-    raise ConfigurationError(f"{owner}: policy must be 'lru', 'arc' or an EvictionPolicy, got {policy!r}")
-
-
-_POLICY_METHODS = ("admit", "touch", "evict", "remove", "clear", "select_victims")
-
-
-def _check_not_a_single_key(tier: str, method: str, keys: object) -> None:
-    if isinstance(keys, _NOT_A_BATCH):
-        raise InvalidArgumentError(
-            f"{tier}: {method} takes a sequence of keys, got a single {type(keys).__name__} {keys!r}; pass one key as [key]"
-        )
-
-
-def _batch(tier: str, method: str, keys: Iterable[object]) -> tuple[OffloadKey, ...]:
-    """``keys`` read once, as a tuple, each checked to be ``bytes``; InvalidKeyError naming the culprit."""
-    given: object = keys
-    if type(given) is tuple and len(given) == 1 and type(given[0]) is bytes:
-        return cast(tuple[OffloadKey, ...], given)  # the common single-key call, already checked
-    _check_not_a_single_key(tier, method, given)
-    batch = tuple(keys)
-    for position, key in enumerate(batch):
-        if not isinstance(key, bytes):
-            raise InvalidKeyError(
-                f"{tier}: {method}: key #{position} is {key!r} of type {type(key).__name__}, not bytes"
-            )
-    return cast(tuple[OffloadKey, ...], batch)
