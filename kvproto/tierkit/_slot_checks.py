@@ -61,7 +61,7 @@ def key_batch(tier: str, method: str, keys: Iterable[object]) -> tuple[OffloadKe
     """``keys`` read once, as a tuple, each checked to be ``bytes``; InvalidKeyError naming the culprit."""
     given: object = keys
     if type(given) is tuple and len(given) == 1 and type(given[0]) is bytes:
-        return cast(tuple[OffloadKey, ...], given)  # the common single-key call, already checked
+        return given  # the common single-key call, already checked (no cast: this is the promotion path)
     check_not_a_single_key(tier, method, given)
     batch = tuple(keys)
     for position, key in enumerate(batch):

@@ -20,6 +20,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 from types import MappingProxyType
 
 import kvproto.members as lr
@@ -58,11 +59,9 @@ class SlotStats:
     late_completions: int = 0
 
 
-@dataclass(slots=True)
-class _Writing:
-    slot: int
-    started: float
-    due: float  # started + pending_deadline_s; expired once the clock is past it
+# A WRITING key's (slot, due): due is the clock time after which the write is expired (started +
+# pending_deadline_s), infinity without a deadline. A plain tuple: the store path makes one per key.
+_Writing: TypeAlias = tuple[int, float]
 
 
 _NOTHING_TO_STORE = PrepareStoreOutput((), ())
@@ -222,7 +221,7 @@ class SlotTable:
         if slot is not None:
             return slot
         writing = self._writing.get(key)
-        return None if writing is None else writing.slot
+        return None if writing is None else writing[0]
 
     def check_slot(self, slot: int) -> int:
         """Return ``slot`` if it is a slot index of this table, else raise TierMisuseError (CPU-10)."""
@@ -249,7 +248,7 @@ class SlotTable:
         if self._due_after is None:
             return lr.HIT_PENDING
         now = self._clock()
-        if now <= writing.due:
+        if now <= writing[1]:
             return lr.HIT_PENDING
         self._expire(key, writing, now)
         return lr.MISS
@@ -307,9 +306,8 @@ class SlotTable:
             if key in ready or key in writing or key in quarantine:
                 return _NOTHING_TO_STORE
             slot = free.pop()
-            now = self._clock()
             after = self._due_after
-            writing[key] = _Writing(slot, now, _NEVER if after is None else now + after)
+            writing[key] = (slot, _NEVER if after is None else self._clock() + after)
             return PrepareStoreOutput(batch, (slot,))
         # A dict keeps the first occurrence of each key in order: repeats need no second slot.
         to_store: dict[OffloadKey, None] = {}
@@ -325,15 +323,14 @@ class SlotTable:
             if victims is None:
                 return None
             evicted = self._drop(victims)
-        now = self._clock()
-        due = _NEVER if self._due_after is None else now + self._due_after
+        due = _NEVER if self._due_after is None else self._clock() + self._due_after
         # Ascending slots give a data plane long runs of consecutive slots to copy at once.
         slots = free[-count:]
         del free[-count:]
         slots.sort()
         stored = tuple(to_store)
         for key, slot in zip(stored, slots, strict=True):
-            writing[key] = _Writing(slot, now, due)
+            writing[key] = (slot, due)
         return PrepareStoreOutput(stored, tuple(slots), evicted)
 
     def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
@@ -369,11 +366,11 @@ class SlotTable:
             pending = writing.pop(key, None)
             if pending is not None:
                 if success:
-                    ready[key] = pending.slot
+                    ready[key] = pending[0]
                     admit(key)
                     stored.append(key)
                 else:
-                    free.append(pending.slot)
+                    free.append(pending[0])
                     self.stats.stores_failed += 1
                 continue
             slot = quarantine.pop(key, None)
@@ -479,7 +476,7 @@ class SlotTable:
         writing = self._writing
         while writing:
             key, pending = next(iter(writing.items()))
-            if now <= pending.due:
+            if now <= pending[1]:
                 break
             self._expire(key, pending, now)
 
@@ -541,10 +538,12 @@ class SlotTable:
         return dropped
 
     def _expire(self, key: OffloadKey, pending: _Writing, now: float) -> None:
+        slot, due = pending
         del self._writing[key]
-        self._quarantine[key] = pending.slot
+        self._quarantine[key] = slot
         self.stats.expired_writes += 1
+        late = "" if self._due_after is None else f" {now - due + self._due_after:.3f} s after it started"
         _log.warning(
-            "%s: store of key %r still WRITING after %.3f s; failed, slot %d quarantined until its completion arrives",
-            self._name, key, now - pending.started, pending.slot,
+            "%s: store of key %r still WRITING%s; failed, slot %d quarantined until its completion arrives",
+            self._name, key, late, slot,
         )
