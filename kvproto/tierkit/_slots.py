@@ -20,8 +20,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
 from types import MappingProxyType
+from typing import TypeAlias
 
 import kvproto.members as lr
 from kvproto._capabilities import Capabilities
@@ -119,8 +119,10 @@ class SlotTable:
 
     Hooks for a subclass: :meth:`select_victims` (which READY blocks a store
     evicts), :meth:`evict` (drop READY blocks now), :attr:`ready_slots` and
-    :attr:`pins` (read-only live views of the slots and the pin counts). Events are bounded: at most
-    ``MAX_PENDING_EVENTS`` (65,536) untaken, the oldest dropped (MGR-18).
+    :attr:`pins` (read-only live views of the slots and the pin counts).
+    Events are bounded: at most ``MAX_PENDING_EVENTS`` (65,536) untaken, the
+    oldest dropped (MGR-18). ``stats`` counts stores, failures, evictions,
+    expired writes and late completions.
 
     Not thread-safe: call it from one thread (the scheduler's).
     """
@@ -189,7 +191,8 @@ class SlotTable:
     def ready_keys(self) -> Container[OffloadKey]:
         """Live view of exactly the keys ``lookup`` answers HIT for (READY or PINNED) (MGR-15, CPU-3).
 
-        The same container for the table's life, updated in place.
+        A view of the one dict the table keeps for its life, updated in place
+        (cleared on reset, never rebound), so a view taken once stays right.
         """
         return self._ready.keys()
 
