@@ -1,14 +1,43 @@
-"""Tier building blocks: what every tier and tier wrapper needs, by composition (issue 16).
+"""Tier building blocks: what every tier needs, so that a tier is its storage I/O plus configuration.
 
-The protocols stay structural: nothing here is a required base class.
+Composition, not a required base class: the tier protocols (:class:`kvproto.PrimaryTier`,
+:class:`kvproto.SecondaryTier`) stay structural, and a tier built from scratch is as valid as one
+built from these pieces.
+
+Primary tiers:
+
+* :class:`SlotTable`: the primary tier's state machine (slots, :class:`BlockState`, counted pins,
+  all-or-nothing ``prepare_store``, pending deadline and quarantine, bounded events, the live
+  ``ready_keys`` view); a subclass adds a buffer and is a primary tier (TIER-3..TIER-17, CPU-3..CPU-10).
+* :class:`EvictionPolicy` with :class:`LruPolicy` and :class:`ArcPolicy` (CPU-6).
+* ``HOST_PRIMARY_CAPABILITIES``: what such a primary over one process's host memory declares.
+
+Wrappers:
+
+* :class:`ForwardingSecondary` and :class:`ForwardingPrimary`: forward every call to ``inner``;
+  a wrapper (latency, faults, metrics) overrides only what it changes (KIT-15).
 """
 
 from __future__ import annotations
+
+# primary tiers
+from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
+from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
 
 # wrappers
 from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
 
 __all__ = [
+    # primary tiers
+    "HOST_PRIMARY_CAPABILITIES",
+    "ArcPolicy",
+    "BlockState",
+    "EvictionPolicy",
+    "LruPolicy",
+    "PolicyName",
+    "SlotStats",
+    "SlotTable",
+    "make_policy",
     # wrappers
     "ForwardingPrimary",
     "ForwardingSecondary",
