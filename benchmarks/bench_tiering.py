@@ -5,8 +5,8 @@ primary tier, with two (empty) secondary MemoryTiers configured below it. The
 same scan runs over ``manager.lookup`` and over ``cpu.lookup``; ratio =
 manager ns per key / bare primary ns per key; target <= 1.5. The manager
 answers primary HITs through the CPU tier's ``ready_keys`` view when it has
-one (MGR-15); the figures also show each path forced on (a subclass adding
-the view) and off (a subclass hiding it).
+one (MGR-15); the ``generic_*`` figures show the path without it (a subclass
+hiding the view: one primary ``lookup`` call per key).
 
 Also reported, per key: the promotion path (a scan that starts a promotion
 for every key from the second secondary tier, plus the two end-of-step hooks

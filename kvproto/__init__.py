@@ -4,9 +4,9 @@ Every name a user writes is exported here: the four-valued
 :class:`LookupResult`, offload keys, the request, job and event values, the
 structural tier protocols, the scans, the tiering manager, :class:`AsyncProbe`
 and the in-memory reference tiers. The public submodules are
-:mod:`kvproto.errors`, :mod:`kvproto.members`, :mod:`kvproto.scan` and
-:mod:`kvproto.testing` (the conformance kit) and :mod:`kvproto.tierkit` (building
-blocks for tiers); every other module is private.
+:mod:`kvproto.errors`, :mod:`kvproto.members`, :mod:`kvproto.scan`,
+:mod:`kvproto.testing` (the conformance kit) and :mod:`kvproto.tierkit` (tier
+building blocks); every other module is private.
 The normative text is ``spec/CONTRACT.md``.
 """
 

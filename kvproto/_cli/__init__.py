@@ -1,7 +1,18 @@
-"""The ``kvproto`` command line: ``conform``, ``typecheck``, ``verify``, ``bench``.
+"""The ``kvproto`` command line: conform, typecheck, verify, bench and simulate.
 
-Each subcommand lives in its own module and is imported only when used, so
-``kvproto --help`` stays fast and the contract never imports torch.
+* ``kvproto conform [TIER ...]``: run the conformance kit against installed or
+  given tiers, clause by clause (KIT-*); ``--explain CHECK`` says what a check does.
+* ``kvproto typecheck TARGET``: strict mypy proves a tier class satisfies its protocol (KIT-12).
+* ``kvproto verify``: check ``kvproto.scan``, or an engine's own scans, against
+  the specification with CrossHair and Hypothesis (SCAN-1..SCAN-12).
+* ``kvproto bench [NAME ...]``: run the benchmarks side by side and print their
+  ratios (from a source checkout).
+* ``kvproto simulate``: drive an engine-like loop over a tier stack through a
+  TieringManager, with faults, and check nothing wrong is served (MGR-16).
+
+Each subcommand lives in its own module (``kvproto._cli.<name>``) and is
+imported only when used, so ``kvproto --help`` stays fast and the contract
+never imports torch. ``kvproto NAME --help`` describes a subcommand's options.
 """
 
 from __future__ import annotations
@@ -19,10 +30,10 @@ __all__ = ["main"]
 #   add_arguments(parser: argparse.ArgumentParser) -> None
 #   run(args: argparse.Namespace) -> int
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "verify": ("kvproto._cli.verify", "check the scans against the spec (CrossHair + Hypothesis)"),
-    "bench": ("kvproto._cli.bench", "run benchmarks side by side and print their ratios"),
     "conform": ("kvproto._cli.conform", "run the conformance kit against tiers"),
     "typecheck": ("kvproto._cli.typecheck", "check with strict mypy that a tier satisfies its protocol"),
+    "verify": ("kvproto._cli.verify", "check the scans against the spec (CrossHair + Hypothesis)"),
+    "bench": ("kvproto._cli.bench", "run benchmarks side by side and print their ratios"),
     "simulate": ("kvproto._cli.simulate", "drive an engine-like loop over a tier stack, with faults"),
 }
 
@@ -37,13 +48,17 @@ def _load(module: str) -> tuple[Callable[[argparse.ArgumentParser], None], Calla
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvproto`` console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="kvproto", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="kvproto",
+        description=__doc__.replace("``", "") if __doc__ else None,  # every subcommand, described
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"kvproto {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     runner: Callable[[argparse.Namespace], int] | None = None
     for name, (module, help_text) in SUBCOMMANDS.items():
-        sp = sub.add_parser(name, help=help_text)
+        sp = sub.add_parser(name, help=help_text, description=help_text)  # a module may say more
         if name == chosen:
             try:
                 add_arguments, runner = _load(module)

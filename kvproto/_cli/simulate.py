@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvproto._protocols import PrimaryTier, SecondaryTier
-    from kvproto._simulation import FaultPlan, SimReport
+    from kvproto.testing._simulation import FaultPlan, SimReport
 
 __all__ = ["add_arguments", "run"]
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
     import math
 
-    from kvproto._simulation import FaultPlan, FaultSpecError, parse_faults
+    from kvproto.testing._simulation import FaultPlan, FaultSpecError, parse_faults
 
     faults = FaultPlan()
     if args.faults is not None:
@@ -216,7 +216,7 @@ def _simulate(
 ) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kvproto._simulation import SimConfig, SimProgress, run_simulation
+    from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
     from kvproto.errors import ConfigurationError
 
     try:

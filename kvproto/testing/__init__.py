@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from kvproto.testing._backend_faults import FaultyBackend, ForwardingBackend, OpFault
     from kvproto.testing._checks import CheckInfo, check, checks_of
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
-    from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
+    from kvproto.testing._driver import TrackedContext
     from kvproto.testing._failures import ConformanceFailure
     from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
+    from kvproto.testing._primary_driver import PrimaryDriver
     from kvproto.testing._reference import MEMORY_HOOKS
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
+    from kvproto.testing._secondary_driver import SecondaryDriver
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
     from kvproto.testing._tier_spec import TierSpec
     from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
@@ -88,10 +90,10 @@ _WHERE = {
     "DifferentialStateMachine": "stateful",
     "PrimaryStateMachine": "stateful",
     "TierStateMachine": "stateful",
-    "PrimaryDriver": "_driver",
+    "PrimaryDriver": "_primary_driver",
     "PrimaryTierFactory": "_primary",
     "PrimaryTierTests": "_primary",
-    "SecondaryDriver": "_driver",
+    "SecondaryDriver": "_secondary_driver",
     "TrackedContext": "_driver",
     "SecondaryTierFactory": "_secondary",
     "SecondaryTierTests": "_secondary",

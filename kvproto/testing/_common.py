@@ -35,8 +35,10 @@ from kvproto._requests import ReqContext
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import check
 from kvproto.testing._data import key_pool
-from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, TrackedContext
+from kvproto.testing._driver import TrackedContext
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._primary_driver import PrimaryDriver
+from kvproto.testing._secondary_driver import SecondaryDriver
 
 __all__ = ["CLOSED", "Finish", "PendingWorkWords", "TierChecks"]
 

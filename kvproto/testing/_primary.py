@@ -18,8 +18,9 @@ from kvproto.errors import TierMisuseError
 from kvproto.testing._checks import check
 from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
-from kvproto.testing._driver import PrimaryDriver, short_key
+from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._primary_driver import PrimaryDriver
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
 

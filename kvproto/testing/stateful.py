@@ -32,8 +32,10 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import unreachable
 from kvproto.testing._data import key_pool, make_buffer
-from kvproto.testing._driver import PrimaryDriver, SecondaryDriver, resolve_capabilities, short_key
+from kvproto.testing._driver import resolve_capabilities, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._primary_driver import PrimaryDriver
+from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._settings import KitLimits
 from kvproto.testing.strategies import key_lists
 

@@ -1,13 +1,35 @@
-"""Building blocks for tiers (composition, not a required base class: the tier protocols stay structural).
+"""Tier building blocks: what every tier needs, so that a tier is its storage I/O plus configuration.
 
-Secondary tiers: a :class:`BlobBackend` (or :class:`AsyncBlobBackend`) is a
-tier's storage I/O; :class:`BlobTier` turns one into a complete
-:class:`kvproto.SecondaryTier` (jobs, envelope, verdicts, events, budget).
-:class:`MemoryBackend` keeps blobs in a dict (tests, examples).
-:data:`MAX_PENDING_EVENTS`: how many untaken events a tier keeps at most.
+Composition, not a required base class: the tier protocols (:class:`kvproto.PrimaryTier`,
+:class:`kvproto.SecondaryTier`) stay structural, and a tier built from scratch is as valid as one
+built from these pieces.
+
+Primary tiers:
+
+* :class:`SlotTable`: the primary tier's state machine (slots, :class:`BlockState`, counted pins,
+  all-or-nothing ``prepare_store``, pending deadline and quarantine, bounded events, the live
+  ``ready_keys`` view); a subclass adds a buffer and is a primary tier (TIER-3..TIER-17, CPU-3..CPU-10).
+* :class:`EvictionPolicy` with :class:`LruPolicy` and :class:`ArcPolicy` (CPU-6).
+* ``HOST_PRIMARY_CAPABILITIES``: what such a primary over one process's host memory declares.
+
+Secondary tiers:
+
+* :class:`BlobTier` over a :class:`BlobBackend` (or :class:`AsyncBlobBackend`): the backend is a
+  tier's storage I/O (publish create-if-absent, read into the slot row, sizes, delete, list); the
+  engine owns names, the envelope, jobs, verdicts, events (at most :data:`MAX_PENDING_EVENTS`),
+  budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict.
+
+Wrappers:
+
+* :class:`ForwardingSecondary` and :class:`ForwardingPrimary`: forward every call to ``inner``;
+  a wrapper (latency, faults, metrics) overrides only what it changes (KIT-15).
 """
 
 from __future__ import annotations
+
+# primary tiers
+from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
+from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
 
 # secondary tiers
 from kvproto._events import MAX_PENDING_EVENTS
@@ -17,7 +39,20 @@ from kvproto.tierkit._blob_ops import blob_name
 from kvproto.tierkit._blob_tier import BlobTier
 from kvproto.tierkit._memory_backend import MemoryBackend
 
+# wrappers
+from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
+
 __all__ = [
+    # primary tiers
+    "HOST_PRIMARY_CAPABILITIES",
+    "ArcPolicy",
+    "BlockState",
+    "EvictionPolicy",
+    "LruPolicy",
+    "PolicyName",
+    "SlotStats",
+    "SlotTable",
+    "make_policy",
     # secondary tiers
     "MAX_PENDING_EVENTS",
     "AsyncBlobBackend",
@@ -29,4 +64,8 @@ __all__ = [
     "MemoryBackend",
     "Published",
     "blob_name",
+    # wrappers
+    "ForwardingPrimary",
+    "ForwardingSecondary",
+    "declared_capabilities",
 ]

@@ -20,6 +20,7 @@ from kvproto import (
 from kvproto import OffloadKey
 from kvproto import TieringConfig, TieringManager
 from kvproto.testing.faults import LatencySecondary
+from kvproto.tierkit import ForwardingSecondary
 
 BLOCK = 16
 
@@ -126,48 +127,8 @@ def build_stack(
     return Stack(cpu, tiers, manager, clock, secondaries)
 
 
-class ForwardingTier:
+class ForwardingTier(ForwardingSecondary[SecondaryTier]):
     """A SecondaryTier wrapper that passes every call to ``inner``; subclasses override what they watch."""
-
-    def __init__(self, inner: SecondaryTier) -> None:
-        self.inner = inner
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self.inner.lookup(key, req_context)
-
-    def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self.inner.touch(keys)
-
-    def submit_store(self, job: TransferJob) -> None:
-        self.inner.submit_store(job)
-
-    def submit_load(self, job: TransferJob) -> None:
-        self.inner.submit_load(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        return self.inner.get_finished_jobs()
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self.inner.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self.inner.on_step_end()
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return self.inner.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self.inner.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self.inner.reset_cache()
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 class RecordingTier(ForwardingTier):

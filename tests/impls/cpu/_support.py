@@ -3,33 +3,9 @@
 from __future__ import annotations
 
 from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
-from kvproto import OffloadKey, ReqContext, make_key
+from tests.kvproto.tierkit._slots_support import REQ, FakeClock, key, keys
 
 __all__ = ["REQ", "FakeClock", "key", "keys", "load", "make_tier", "store"]
-
-REQ = ReqContext("req-0")
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def key(i: int, group: int = 0) -> OffloadKey:
-    return make_key(i.to_bytes(8, "big"), group)
-
-
-def keys(*ids: int) -> list[OffloadKey]:
-    return [key(i) for i in ids]
-
 
 def make_tier(
     num_slots: int = 4,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -759,8 +759,10 @@ def _primary(cls: type[MemoryPrimaryTier]) -> TierSpec:
 class EvictsOwnInput(MemoryPrimaryTier):
     """Bug: chooses eviction victims among all unpinned READY blocks, its own input keys included."""
 
-    def _select_victims(self, count: int, wanted: frozenset[OffloadKey]) -> list[OffloadKey] | None:
-        return super()._select_victims(count, frozenset())  # the bug: input keys not protected
+    def select_victims(
+        self, count: int, keep: Container[OffloadKey], incoming: Collection[OffloadKey] = ()
+    ) -> list[OffloadKey] | None:
+        return super().select_victims(count, (), incoming)  # the bug: input keys not protected
 
 
 class EvictsBeforeGivingUp(MemoryPrimaryTier):
@@ -768,10 +770,8 @@ class EvictsBeforeGivingUp(MemoryPrimaryTier):
 
     def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
         out = super().prepare_store(keys, req_context)
-        if out is None:
-            for key in list(self._ready):  # the bug: makes what room it can, then gives up
-                if self.pin_count(key) == 0 and key not in keys:
-                    self._free.append(self._ready.pop(key))
+        if out is None:  # the bug: makes what room it can, then gives up
+            self.evict([k for k in self.ready_slots if k not in keys])
         return out
 
 
@@ -782,9 +782,7 @@ class FailedStoreDropsReady(MemoryPrimaryTier):
         batch = list(keys)
         super().complete_store(batch, success)
         if not success:
-            for key in batch:  # the bug
-                if key in self._ready and self.pin_count(key) == 0:
-                    self._free.append(self._ready.pop(key))
+            self.evict(batch)  # the bug: the READY, unpinned keys of the batch go too
 
 
 class PinsNotCounted(MemoryPrimaryTier):
@@ -800,7 +798,8 @@ class ResetIgnoresPins(MemoryPrimaryTier):
     """Bug: reset_cache refuses only while a store is in flight; pinned blocks are dropped under their loads."""
 
     def reset_cache(self) -> bool:
-        self._pins.clear()  # the bug
+        for key, count in list(self.pins.items()):  # the bug: releases the pins of loads in flight
+            self.complete_load([key] * count)
         return super().reset_cache()
 
 
@@ -809,7 +808,7 @@ class StaleReadyKeys(MemoryPrimaryTier):
 
     @property
     def ready_keys(self) -> frozenset[OffloadKey]:
-        return frozenset(self._ready)  # the bug
+        return frozenset(self.ready_slots)  # the bug
 
 
 class BufferCopy(MemoryPrimaryTier):

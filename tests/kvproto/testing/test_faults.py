@@ -36,6 +36,7 @@ from kvproto.testing import block_for, make_buffer, row
 from kvproto.testing import SecondaryDriver
 from kvproto.testing import ConformanceFailure
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary, LatencySecondary
+from kvproto.tierkit import ForwardingSecondary
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
@@ -400,6 +401,24 @@ def test_faulty_capabilities_are_the_inner_tiers(tmp_path: Path, buf: memoryview
     over_file = FaultySecondary(_file_tier_class()(buf, tmp_path / "files"))
     assert over_file.capabilities.persistence is True and over_file.capabilities.partial_jobs is False
     assert FaultySecondary(MemoryTier(buf)).capabilities == MemoryTier(buf).capabilities
+
+
+class _Undeclared(ForwardingSecondary[MemoryTier]):
+    """A MemoryTier that declares no capabilities (the attribute is absent, KIT-4)."""
+
+    def _wrap_capabilities(self, inner: Capabilities | None) -> Capabilities | None:
+        return None
+
+
+def test_wrappers_declare_capabilities_only_where_the_inner_tier_does(buf: memoryview) -> None:
+    """TIER-18: a wrapper mirrors its inner tier's declaration; it invents none, except that lookup
+    latency declares async_lookup (its RETRYs need the bound) over any tier."""
+    bare = _Undeclared(MemoryTier(buf))
+    assert not hasattr(bare, "capabilities")
+    assert not hasattr(FaultySecondary(bare), "capabilities")
+    assert not hasattr(LatencySecondary(bare, job_steps=2), "capabilities")
+    gated = LatencySecondary(bare, lookup_steps=2)
+    assert gated.capabilities == Capabilities(async_lookup=True, max_retry_steps=2)
 
 
 def test_fail_next_jobs_sets_the_count(inner: SecondaryTier, buf: memoryview) -> None:
@@ -931,18 +950,10 @@ class TestFaultyFileTierUnarmed(SecondaryTierTests):
 
 
 class TestFaultyPrimaryUnarmed(PrimaryTierTests):
-    """FaultyPrimary over the reference CPU tier, unarmed, still conforms (it only hides ready_keys)."""
+    """FaultyPrimary over the reference CPU tier, unarmed, still conforms (it only hides ready_keys),
+    on the capabilities it mirrors from the tier (KIT-4)."""
 
     kit_profile = "fast"
-    capabilities = Capabilities(
-        eviction=True,
-        reasons={
-            "async_lookup": "a primary tier never answers RETRY",
-            "persistence": "host memory",
-            "sharing": "one process's buffer",
-            "partial_jobs": "stores complete per call",
-        },
-    )
 
     @pytest.fixture
     def tier_factory(self) -> Callable[[], PrimaryTier]:

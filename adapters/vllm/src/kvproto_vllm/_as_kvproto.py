@@ -79,17 +79,14 @@ class _Requests:
         return self._live.pop(req_id, None)
 
 
-class VllmSecondaryTier:
-    """A vLLM ``SecondaryTierManager`` as a :class:`kvproto.SecondaryTier` (the inner tier must be
-    built over the same primary buffer the kvproto jobs name slots of)."""
+class _VllmTier:
+    """What both wrappers translate the same way: ``name``, ``lookup``, ``touch``, the request
+    contexts and ``on_request_finished``, and ``take_events``. ``inner`` is the vLLM object."""
 
-    def __init__(self, inner: vtier.SecondaryTierManager, *, name: str, capabilities: Capabilities) -> None:
-        self.inner = inner
-        self.capabilities = capabilities
+    def __init__(self, inner: vtier.SecondaryTierManager | CPUOffloadingManager, *, name: str) -> None:
+        self._vllm = inner
         self._name = name
         self._requests = _Requests(inner.on_new_request, "kvproto-vllm-adapter")
-        self._unreported: set[int] = set()
-        self._closed = False
 
     @property
     def name(self) -> str:
@@ -97,11 +94,36 @@ class VllmSecondaryTier:
         return self._name
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        """vLLM's answer, translated member for member (a HIT_PENDING reaches the kit as such)."""
-        return from_vllm_result(self.inner.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
+        """vLLM's answer, translated member for member (a HIT_PENDING or RETRY reaches the kit as
+        such: the kit judges whether the role may answer it, LR-3, LR-4)."""
+        return from_vllm_result(self._vllm.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self.inner.touch(to_vllm_keys(keys), self._requests.own)
+        """vLLM's ``touch``, under the wrapper's own request context (TIER-5)."""
+        self._vllm.touch(to_vllm_keys(keys), self._requests.own)
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        """vLLM's ``on_request_finished`` for a request it was announced (TIER-12)."""
+        found = self._requests.finish(req_context.req_id)
+        if found is not None:
+            self._vllm.on_request_finished(found)
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        """vLLM's events, translated; those kvproto has no kind for are left out (TIER-14)."""
+        events = (from_vllm_event(e, self._name) for e in self._vllm.take_events())
+        return [e for e in events if e is not None]
+
+
+class VllmSecondaryTier(_VllmTier):
+    """A vLLM ``SecondaryTierManager`` as a :class:`kvproto.SecondaryTier` (the inner tier must be
+    built over the same primary buffer the kvproto jobs name slots of)."""
+
+    def __init__(self, inner: vtier.SecondaryTierManager, *, name: str, capabilities: Capabilities) -> None:
+        super().__init__(inner, name=name)
+        self.inner = inner
+        self.capabilities = capabilities
+        self._unreported: set[int] = set()
+        self._closed = False
 
     def _job(self, job: TransferJob) -> vtier.TransferJob:
         req = self._requests.own if job.req_id is None else self._requests.get(job.req_id, None)
@@ -131,18 +153,9 @@ class VllmSecondaryTier:
             out.append(JobResult(result.job_id, result.success, succeeded))
         return out
 
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        found = self._requests.finish(req_context.req_id)
-        if found is not None:
-            self.inner.on_request_finished(found)
-
     def on_step_end(self) -> None:
         """vLLM's end-of-step hook, ``on_schedule_end``, with an empty schedule."""
         self.inner.on_schedule_end(_NO_SCHEDULE)
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        events = (from_vllm_event(e, self._name) for e in self.inner.take_events())
-        return [e for e in events if e is not None]
 
     def has_pending_work(self) -> bool:
         """True while a submitted job is unreported (counted here: vLLM's manager counts for its tiers)."""
@@ -159,32 +172,22 @@ class VllmSecondaryTier:
             self.inner.shutdown()
 
 
-class VllmPrimaryTier:
+class VllmPrimaryTier(_VllmTier):
     """vLLM's ``CPUOffloadingManager`` as a :class:`kvproto.PrimaryTier` over ``num_slots`` rows of
     ``block_bytes`` bytes (vLLM's chunk id ``c`` is row ``c``)."""
 
     def __init__(self, inner: CPUOffloadingManager, *, num_slots: int, block_bytes: int, name: str) -> None:
+        super().__init__(inner, name=name)
         self.inner = inner
-        self._name = name
         self._buffer = memoryview(bytearray(num_slots * block_bytes)).cast("B", [num_slots, block_bytes])
-        self._requests = _Requests(inner.on_new_request, "kvproto-vllm-adapter")
         self._writing: Counter[OffloadKey] = Counter()
         self._pins: Counter[OffloadKey] = Counter()
         self._closed = False
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
     def buffer(self) -> memoryview:
+        """The wrapper's own slot buffer; vLLM's chunk ids are its rows (TIER-3)."""
         return self._buffer
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return from_vllm_result(self.inner.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
-
-    def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self.inner.touch(to_vllm_keys(keys), self._requests.own)
 
     def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
         """vLLM's ``prepare_store``; its chunk ids are the slots, as they are."""
@@ -223,17 +226,8 @@ class VllmPrimaryTier:
         self._pins.subtract(done)
         self._pins = +self._pins
 
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        found = self._requests.finish(req_context.req_id)
-        if found is not None:
-            self.inner.on_request_finished(found)
-
     def on_step_end(self) -> None:
         """Nothing: vLLM's CPU manager has no end-of-step hook."""
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        events = (from_vllm_event(e, self._name) for e in self.inner.take_events())
-        return [e for e in events if e is not None]
 
     def has_pending_work(self) -> bool:
         """True while a prepared store is not completed or a load's pin is held (TIER-15; counted

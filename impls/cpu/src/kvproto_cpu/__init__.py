@@ -2,7 +2,8 @@
 
 * :class:`CpuTier` satisfies :class:`kvproto.PrimaryTier` (checked by mypy below).
 * :class:`CpuTierConfig` is its pydantic configuration.
-* :class:`LruPolicy` and :class:`ArcPolicy` implement :class:`EvictionPolicy`.
+* :class:`LruPolicy` and :class:`ArcPolicy` implement :class:`EvictionPolicy`; they, :class:`BlockState`
+  and the state machine (:class:`kvproto.tierkit.SlotTable`) are kvproto.tierkit's, re-exported here.
 * :class:`CpuTransferHandler` moves blocks between a device KV cache and the
   tier's slots as non-blocking jobs (CUDA stream and events, or a worker
   thread on CPU tensors).
@@ -14,11 +15,11 @@ Clauses: kvproto's ``spec/CONTRACT.md``, section "CPU: the reference CPU primary
 from __future__ import annotations
 
 from kvproto import PrimaryTier
+from kvproto.tierkit import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 
 from kvproto_cpu._buffer import SlotBuffer, allocate_slot_buffer
 from kvproto_cpu._config import CpuTierConfig
 from kvproto_cpu._conformance import conformance_spec
-from kvproto_cpu._policy import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 from kvproto_cpu._tier import BlockState, CpuTier, CpuTierStats
 from kvproto_cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutcome
 

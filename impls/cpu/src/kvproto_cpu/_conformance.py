@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvproto import Capabilities
 from kvproto.testing import TierSpec
+from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 from kvproto_cpu._config import CpuTierConfig
 from kvproto_cpu._tier import CpuTier
@@ -21,15 +21,7 @@ def conformance_spec() -> TierSpec:
         "cpu",
         "primary",
         _build,
-        capabilities=Capabilities(
-            eviction=True,
-            reasons={
-                "async_lookup": "a primary tier never answers RETRY",
-                "persistence": "host memory",
-                "sharing": "one process's buffer",
-                "partial_jobs": "stores complete per call",
-            },
-        ),
+        capabilities=HOST_PRIMARY_CAPABILITIES,
         tier_class=CpuTier,
         description="kvproto_cpu.CpuTier(CpuTierConfig(num_slots=32, block_bytes=64, pin_memory='off'))",
     )

@@ -1,6 +1,6 @@
-"""Eviction policies for the CPU tier: one small protocol, LRU and ARC (CPU-6).
+"""Eviction policies for a :class:`~kvproto.tierkit.SlotTable`: one small protocol, LRU and ARC (CPU-6).
 
-A policy only orders the READY blocks; the tier decides what may be evicted
+A policy only orders the READY blocks; the slot table decides what may be evicted
 (never a pinned block, never a key of the store being prepared) and passes
 that as ``evictable`` to :meth:`EvictionPolicy.select_victims`, which must not
 change any state, so a store that cannot get enough victims changes nothing.
@@ -13,10 +13,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Literal, Protocol
 
-from kvproto import OffloadKey, unreachable
+from kvproto._keys import OffloadKey
+from kvproto._results import unreachable
 from kvproto.errors import ConfigurationError
 
-__all__ = ["ArcPolicy", "EvictionPolicy", "LruPolicy", "make_policy"]
+__all__ = ["ArcPolicy", "EvictionPolicy", "LruPolicy", "PolicyName", "make_policy"]
 
 
 class EvictionPolicy(Protocol):
@@ -213,7 +214,10 @@ class ArcPolicy:
                 break
 
 
-def make_policy(name: Literal["lru", "arc"], capacity: int) -> EvictionPolicy:
+PolicyName = Literal["lru", "arc"]
+
+
+def make_policy(name: PolicyName, capacity: int) -> EvictionPolicy:
     """The policy ``name`` over ``capacity`` slots (CPU-6)."""
     match name:
         case "lru":

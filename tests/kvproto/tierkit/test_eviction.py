@@ -1,4 +1,4 @@
-"""LRU and ARC against their defining behaviour (CPU-6)."""
+"""kvproto.tierkit's eviction policies, LRU and ARC, against their defining behaviour (CPU-6)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvproto_cpu import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 from kvproto import OffloadKey
+from kvproto.tierkit import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 
-from tests.impls.cpu._support import key
+from tests.kvproto.tierkit._slots_support import key
 
 
 def request(policy: EvictionPolicy, resident: list[OffloadKey], k: OffloadKey, capacity: int) -> None:

@@ -1,0 +1,76 @@
+"""The tiering manager's settings (:class:`TieringConfig`) and counters (:class:`TieringStats`) (MGR-2, MGR-9, MGR-17).
+
+Every limit here keeps one of the manager's own maps bounded or one of its
+deferrals finite (MGR-18).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["TieringConfig", "TieringStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class TieringConfig:
+    """How the manager behaves (MGR-2, MGR-9).
+
+    * ``strict``: a tier answer the contract forbids (a secondary's
+      HIT_PENDING, the primary's RETRY, a value that is not a LookupResult)
+      raises :class:`~kvproto.errors.ContractViolation`; otherwise it is
+      handled as MISS and counted in :attr:`TieringStats.contract_violations`.
+    * ``negative_verdict_steps``: after a failed promotion from a tier, the
+      manager answers that tier's lookups of the key with MISS for this many
+      steps, or until a write-through stores the key there again (MGR-9).
+    * ``job_deadline_steps``: a job a secondary has not reported this many
+      steps after its submission is ended by the manager (MGR-17): a
+      write-through releases its pin, and the key is not promoted from that
+      tier until a later write-through succeeds there (the tier may have read
+      the slot after its reuse); a promotion is abandoned: its key may be
+      stored and promoted again, while its primary slot stays reserved in the
+      primary (the late load may still land in it). A late report is counted.
+    * ``promotion_hold_steps``: a block a promotion just made readable is
+      pinned by the manager for this many steps, so another request's
+      promotions cannot evict it before its own request's next scan loads it
+      (MGR-9: without it, two requests whose prefixes together exceed the
+      primary evict each other's promotions for ever). 0 turns it off.
+    * ``max_tracked_keys``: the most keys any per-key map of the manager holds
+      (negative verdicts and distrusted keys per tier, abandoned jobs); the
+      oldest entries go first (MGR-18).
+    """
+
+    strict: bool = False
+    negative_verdict_steps: int = 64
+    job_deadline_steps: int = 1024
+    promotion_hold_steps: int = 2
+    max_tracked_keys: int = 65_536
+
+    def __post_init__(self) -> None:
+        if type(self.strict) is not bool:
+            raise ConfigurationError(f"TieringConfig.strict must be a bool, got {self.strict!r}")
+        for name, low in (
+            ("negative_verdict_steps", 1), ("job_deadline_steps", 1), ("promotion_hold_steps", 0), ("max_tracked_keys", 1)
+        ):
+            value: object = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise ConfigurationError(f"TieringConfig.{name} must be an int >= {low}, got {value!r}")
+
+
+@dataclass(slots=True)
+class TieringStats:
+    """Counters an operator or a test can read (``TieringManager.stats``)."""
+
+    promotions_started: int = 0
+    promotions_failed: int = 0  # keys
+    promotion_jobs: int = 0
+    write_through_jobs: int = 0
+    write_throughs_failed: int = 0  # keys
+    contract_violations: int = 0
+    tier_errors: int = 0
+    negative_verdict_misses: int = 0
+    write_throughs_timed_out: int = 0  # jobs ended by job_deadline_steps
+    promotions_timed_out: int = 0  # jobs abandoned by job_deadline_steps
+    late_reports: int = 0  # reports of jobs already ended by their deadline
+    tracked_keys_dropped: int = 0  # entries dropped to keep max_tracked_keys

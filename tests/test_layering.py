@@ -1,0 +1,112 @@
+"""The house reads top-down: no import runs back up from the contract to the tools built on it.
+
+Checked by AST over the sources (every import, at any depth, type-only ones included):
+
+* the contract's core (``kvproto/*.py`` but ``__main__``, its private packages such as
+  ``kvproto/_tiering/``, ``kvproto.scan``, ``errors``, ``members``, ``envelope``) and
+  ``kvproto.tierkit`` never import ``kvproto.testing`` (the kit, the fault wrappers, the simulator)
+  nor ``kvproto._cli`` (the command line);
+* the kit never imports the command line;
+* a reference tier (``impls/*``) imports ``kvproto.testing`` only from its ``_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KVPROTO = ROOT / "kvproto"
+
+TOOLS = ("kvproto.testing", "kvproto._cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Every module ``source`` (the text of ``module``) imports, relative imports resolved; for
+    ``from X import name`` both ``X`` and ``X.name`` (``name`` may be a submodule)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _reaches(imported: set[str], targets: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in imported if any(m == t or m.startswith(t + ".") for t in targets))
+
+
+def _violations(paths: list[Path], targets: tuple[str, ...]) -> dict[str, list[str]]:
+    bad: dict[str, list[str]] = {}
+    for path in paths:
+        module = _module_name(path)
+        hits = _reaches(imported_modules(path.read_text(), module, is_package=path.name == "__init__.py"), targets)
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    return bad
+
+
+def _core_files() -> list[Path]:
+    tools = {KVPROTO / "testing", KVPROTO / "_cli"}
+    files = [p for p in KVPROTO.rglob("*.py") if not any(t in p.parents for t in tools)]
+    return sorted(p for p in files if p != KVPROTO / "__main__.py")  # __main__ is the command line's door
+
+
+def test_the_core_and_the_tierkit_never_import_the_kit_or_the_command_line() -> None:
+    files = _core_files()
+    assert KVPROTO / "scan.py" in files and KVPROTO / "__init__.py" in files
+    assert any(p.parent == KVPROTO / "_tiering" for p in files)
+    assert _violations(files, TOOLS) == {}
+
+
+def test_the_tierkit_never_imports_the_kit_or_the_command_line() -> None:
+    kit = KVPROTO / "tierkit"
+    if not kit.is_dir():
+        pytest.skip("kvproto/tierkit is not on this branch yet (it is covered by the core check once it is)")
+    assert _violations(sorted(kit.rglob("*.py")), TOOLS) == {}
+
+
+def test_the_kit_never_imports_the_command_line() -> None:
+    files = sorted((KVPROTO / "testing").rglob("*.py"))
+    assert KVPROTO / "testing" / "_simulation" / "_loop.py" in files
+    assert _violations(files, ("kvproto._cli",)) == {}
+
+
+def test_reference_tiers_import_the_kit_only_for_their_conformance_specs() -> None:
+    files = sorted((ROOT / "impls").glob("*/src/*/**/*.py"))
+    assert files, "no reference tier sources found"
+    others = [p for p in files if p.name != "_conformance.py"]
+    assert _violations(others, ("kvproto.testing",)) == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "expected"),
+    [
+        ("import kvproto.testing.faults", "kvproto._x", ["kvproto.testing.faults"]),
+        ("from kvproto.testing import faults", "kvproto._x", ["kvproto.testing", "kvproto.testing.faults"]),
+        ("def f():\n    from kvproto._cli import main", "kvproto.scan", ["kvproto._cli", "kvproto._cli.main"]),
+        ("from ..testing import faults", "kvproto._tiering._manager", ["kvproto.testing", "kvproto.testing.faults"]),
+        ("from . import _guard", "kvproto._tiering._manager", []),
+        ("import kvproto.testingx", "kvproto._x", []),
+    ],
+)
+def test_the_scan_sees_every_kind_of_import(source: str, module: str, expected: list[str]) -> None:
+    assert _reaches(imported_modules(source, module), TOOLS) == expected
