@@ -27,20 +27,15 @@ Wrappers:
 
 from __future__ import annotations
 
-# primary tiers
-from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
-from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
-
-# secondary tiers
 from kvproto._events import MAX_PENDING_EVENTS
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
 from kvproto.tierkit._blob_tier import BlobTier
-from kvproto.tierkit._memory_backend import MemoryBackend
-
-# wrappers
+from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
 from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
+from kvproto.tierkit._memory_backend import MemoryBackend
+from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
 
 __all__ = [
     # primary tiers

@@ -54,14 +54,16 @@ class Runner:
 
     def store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> JobResult:
         slots = list(range(len(keys))) if slots is None else list(slots)
-        for k, s in zip(keys, slots):
+        for k, s in zip(keys, slots, strict=True):
             self.flat[s * self.block : (s + 1) * self.block] = block_of(k, self.block)
         job = TransferJob(self.next_id, tuple(keys), tuple(slots), False)
         self.next_id += 1
         self.tier.submit_store(job)
         return self._wait(job.job_id)
 
-    def load(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> tuple[JobResult, set[OffloadKey], set[OffloadKey]]:
+    def load(
+        self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None
+    ) -> tuple[JobResult, set[OffloadKey], set[OffloadKey]]:
         """(result, keys loaded with the right bytes, keys reported done with WRONG bytes)."""
         slots = list(range(len(keys))) if slots is None else list(slots)
         for s in slots:
@@ -71,7 +73,7 @@ class Runner:
         self.tier.submit_load(job)
         result = self._wait(job.job_id)
         done = result.succeeded_keys(job)
-        right = {k for k, s in zip(keys, slots) if k in done and self.row(s) == block_of(k, self.block)}
+        right = {k for k, s in zip(keys, slots, strict=True) if k in done and self.row(s) == block_of(k, self.block)}
         wrong = {k for k in done if k not in right}
         return result, right, wrong
 

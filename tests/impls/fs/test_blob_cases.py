@@ -15,6 +15,7 @@ from kvproto import OffloadKey
 from kvproto import envelope as env
 from kvproto.testing import FaultyBackend
 from kvproto.tierkit import BlobTier, BlobTierConfig
+
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")

@@ -11,6 +11,7 @@ import pytest
 
 from kvproto import OffloadKey, SecondaryTier
 from kvproto.testing import FaultyBackend, SecondaryTierTests
+
 from tests.cli import kvproto_cli as main
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")

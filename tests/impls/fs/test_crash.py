@@ -111,7 +111,7 @@ def test_kill_minus_nine_at_random_moments_never_serves_wrong_bytes(tmp_path: Pa
     wrong_total = orphans_total = served = swept_total = previous = 0
     for r in range(rounds):
         tag = b"round%d" % r
-        pid = _fork(lambda: _writer(tmp_path, r + 1, None, block=BIG, tag=tag))
+        pid = _fork(lambda r=r, tag=tag: _writer(tmp_path, r + 1, None, block=BIG, tag=tag))
         time.sleep(rng.uniform(0.010, 0.150))
         _kill(pid)
         right, wrong, swept, orphans = _audit(tmp_path, BIG, [key(i, tag) for i in range(4000)])
@@ -136,7 +136,7 @@ def test_kill_minus_nine_at_named_points(tmp_path: Path, point: str) -> None:
     rounds = 10
     swept = 0
     for r in range(rounds):
-        pid = _fork(lambda: _writer(tmp_path, 100 + r, _KillAt(point, nth=1 + r % 3)))
+        pid = _fork(lambda r=r: _writer(tmp_path, 100 + r, _KillAt(point, nth=1 + r % 3)))
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         tier, run = open_tier(tmp_path, temp_grace_s=0.0)

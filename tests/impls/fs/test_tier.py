@@ -19,7 +19,6 @@ from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto_fs import FileOps, FsTier, FsTierConfig
 from tests.impls.fs._support import BLOCK, block_of, key, make_buffer, open_tier, temp_files
 
-
 # -- FS-1: configuration -----------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from kvproto import OffloadKey, SecondaryTier
 from kvproto import envelope as env
 from kvproto.testing import FaultyBackend, SecondaryTierTests
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
+
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvproto import EventKind, JobResult, OffloadKey, ReqContext, TransferJob, make_key
+from kvproto import EventKind, JobResult, OffloadingEvent, OffloadKey, ReqContext, TransferJob, make_key
 from kvproto import members as lr
 from kvproto.testing import FaultyBackend, OpFault
 from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, MemoryBackend
@@ -75,13 +75,8 @@ def _fill(tier: BlobTier, slot: int, k: OffloadKey) -> None:
     flat[slot * BLOCK : (slot + 1) * BLOCK] = (k * (BLOCK // len(k) + 1))[:BLOCK]
 
 
-def _removed(events: Sequence[object]) -> set[OffloadKey]:
-    out: set[OffloadKey] = set()
-    for e in events:
-        kind, keys = getattr(e, "kind"), getattr(e, "keys")
-        if kind is EventKind.REMOVED:
-            out.update(keys)
-    return out
+def _removed(events: Sequence[OffloadingEvent]) -> set[OffloadKey]:
+    return {k for e in events if e.kind is EventKind.REMOVED for k in e.keys}
 
 
 class BlobBackendCases:
