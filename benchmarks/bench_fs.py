@@ -6,7 +6,7 @@ back (``submit_store`` / ``submit_load`` / ``get_finished_jobs``), side by
 side in one run with a baseline writing and reading the same bytes with plain
 ``os.pwrite``/``os.pread`` (one file per block, same thread count, O_DIRECT
 when the tier used it too). Ratio = ours / raw GB/s, the worse of store and
-load; target >= 0.8. Figures also give the checksum GB/s of xxh3-64,
+load; target >= 0.85 (issue 16). Figures also give the checksum GB/s of xxh3-64,
 CRC-32C and zlib CRC-32 on 2 MiB blocks, and existence checks per second in
 shared mode for 8,192 keys (lookups answered through AsyncProbe).
 
@@ -207,6 +207,6 @@ def run(quick: bool = False) -> BenchResult:
                 f"{k[9:-5]} {v:.1f}" for k, v in figures.items() if k.startswith("checksum_")
             )
         )
-        return BenchResult("fs", ratio, 0.8, False, summary, figures)
+        return BenchResult("fs", ratio, 0.85, False, summary, figures)
     finally:
         shutil.rmtree(root, ignore_errors=True)
