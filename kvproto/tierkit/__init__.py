@@ -4,12 +4,16 @@ Secondary tiers: a :class:`BlobBackend` (or :class:`AsyncBlobBackend`) is a
 tier's storage I/O; :class:`BlobTier` turns one into a complete
 :class:`kvproto.SecondaryTier` (jobs, envelope, verdicts, events, budget).
 :class:`MemoryBackend` keeps blobs in a dict (tests, examples).
+:class:`LoopBackend` runs an asynchronous backend on its own loop thread and
+presents it as a synchronous one (to put a :class:`BlobBackend` wrapper, such
+as :class:`kvproto.testing.FaultyBackend`, around it).
 """
 
 from __future__ import annotations
 
 # secondary tiers
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
+from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
 from kvproto.tierkit._blob_tier import BlobTier
@@ -23,6 +27,7 @@ __all__ = [
     "BlobTierConfig",
     "BlobTierStats",
     "JobAdmission",
+    "LoopBackend",
     "MemoryBackend",
     "Published",
     "blob_name",
