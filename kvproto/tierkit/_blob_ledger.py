@@ -39,6 +39,8 @@ class Ledger:
         self._blob_bytes = blob_bytes
         self._recent = recent_keys
         self._ticket = 0
+        self.scanning = False  # while a restart scan runs, losses are remembered for it:
+        self.lost_at: dict[OffloadKey, int] = {}  # key -> last deletion or loss seen during the scan
 
     @property
     def used_bytes(self) -> int:
@@ -79,6 +81,8 @@ class Ledger:
         with self.lock:
             if key in self.storing and self.deleted.get(key, 0) < tick:
                 self.deleted[key] = tick
+            if self.scanning:
+                self.lost_at[key] = max(tick, self.lost_at.get(key, 0))
 
     def end_store(self, results: Sequence[tuple[OffloadKey, int | None]]) -> tuple[list[OffloadKey], int]:
         """A store ended: ``(key, tick)`` per key, ``None`` for a failed key. Returns the keys that vouch
@@ -121,12 +125,15 @@ class Ledger:
 
     def lose(self, keys: Iterable[tuple[OffloadKey, int]], *, gone: bool) -> list[OffloadKey]:
         """``(key, tick)``: a load found the key unusable at ``tick``. Drop each key nothing vouched for
-        since; ``gone`` (missing, deleted): also tell stores in flight. Returns the dropped keys."""
+        since; ``gone`` (missing or deleted): a restart scan running must not add it back either.
+        (Stores in flight hear of the engine's own deletions through :meth:`note_deleted`; a blob found
+        missing is no evidence against a store that found it: another writer may have made it.)
+        Returns the dropped keys."""
         dropped: list[OffloadKey] = []
         with self.lock:
             for key, tick in keys:
-                if gone and key in self.storing and self.deleted.get(key, 0) < tick:
-                    self.deleted[key] = tick
+                if gone and self.scanning:
+                    self.lost_at[key] = max(tick, self.lost_at.get(key, 0))
                 stamp = self.index.get(key)
                 if stamp is not None and stamp < tick:
                     del self.index[key]
@@ -176,17 +183,24 @@ class Ledger:
             del self.doomed[key]
             return True
 
-    def add_scanned(self, keys: Iterable[OffloadKey]) -> int:
-        """Keys a restart scan found on storage: indexed as the least recently used; returns how many."""
+    def add_scanned(self, keys: Iterable[tuple[OffloadKey, int]]) -> int:
+        """``(key, tick)``: a restart scan found the key's blob at ``tick``; indexed as the least recently
+        used unless a deletion or loss of it was seen since. Returns how many were added."""
         added = 0
         with self.lock:
-            for key in keys:
-                if key in self.index or key in self.doomed:
+            for key, tick in keys:
+                if key in self.index or key in self.doomed or self.lost_at.get(key, 0) > tick:
                     continue
                 self.index[key] = 0  # vouched for by nothing newer than any deletion
                 self.index.move_to_end(key, last=False)
                 added += 1
         return added
+
+    def scan(self, running: bool) -> None:
+        """A restart scan starts (True) or ends (False); losses are remembered only meanwhile."""
+        with self.lock:
+            self.scanning = running
+            self.lost_at.clear()
 
     def clear(self) -> tuple[OffloadKey, ...]:
         """Forget every key (``reset_cache``; no job in flight); returns the keys that were indexed."""

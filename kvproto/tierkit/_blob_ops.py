@@ -39,7 +39,7 @@ class KeyVerdict(enum.Enum):
     EXISTED = "existed"  # store: already there (or known to the index); tick taken BEFORE looking
     FAILED = "failed"  # store: the backend raised
     LOADED = "loaded"  # load: verified bytes are in the slot row
-    GONE = "gone"  # load: no such blob
+    GONE = "gone"  # load: no such blob; tick taken BEFORE looking
     DAMAGED = "damaged"  # load: failed verification and was deleted; tick taken after the deletion
     FOREIGN = "foreign"  # load: another layout's or algorithm's blob at this name; left alone
     TRANSIENT = "transient"  # load: the read raised (EIO, EMFILE, timeout): the blob may still be there
@@ -110,10 +110,11 @@ class BlobOps:
         name = self.name_of(key)
         head = self._scratch.head
         row = self._row(slot)
+        before = next(self._ticks)
         try:
             size = self.backend.read_into(name, (head, row))
         except FileNotFoundError:
-            return KeyVerdict.GONE, next(self._ticks)
+            return KeyVerdict.GONE, before  # absent at some point after this tick: a store vouching later wins
         except Exception as exc:
             _log.warning("BlobTier %r: reading %s failed (transient): %s: %s", self._tier, name, type(exc).__name__,
                          _short(exc))

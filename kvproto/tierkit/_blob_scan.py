@@ -25,7 +25,7 @@ _BATCH = 256
 
 def restart_scan(
     ops: BlobOps,
-    add: Callable[[list[OffloadKey]], bool],
+    add: Callable[[list[tuple[OffloadKey, int]]], bool],
     stop: threading.Event,
     *,
     tier_name: str,
@@ -35,15 +35,16 @@ def restart_scan(
     stop: a reset made the scan stale). Returns early once ``stop`` is set (shutdown)."""
     backend = ops.backend
     head = memoryview(bytearray(env.HEADER_BYTES))
-    batch: list[OffloadKey] = []
+    batch: list[tuple[OffloadKey, int]] = []
     for name, _size in backend.list_blobs(ops.namespace_hex):
         if stop.is_set():
             return
         if not name.endswith(SUFFIX):
             continue
+        tick = ops.tick()  # before the read: a deletion after it wins
         key = _check(ops, name, head, tier_name=tier_name, count=count)
         if key is not None:
-            batch.append(key)
+            batch.append((key, tick))
         if len(batch) >= _BATCH:
             if not add(batch):
                 return

@@ -78,7 +78,7 @@ class BlobTier:
                 f"got shape={shape} format={buffer.format!r} readonly={buffer.readonly}"
             )
         self._name = name
-        self.config = config
+        self.blob_config = config
         self._num_slots: int = shape[0]
         self._block_bytes: int = shape[1]
         self._flat = buffer.cast("B")
@@ -195,7 +195,7 @@ class BlobTier:
         the existence checks.
         """
         now = time.monotonic()
-        if now - self._probe_tick >= self.config.probe_min_interval_s:
+        if now - self._probe_tick >= self.blob_config.probe_min_interval_s:
             self._probe_tick = now
             self._probe.on_step_end()
         self._enforce_budget()
@@ -344,7 +344,7 @@ class BlobTier:
             self._running[job.job_id] = future
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        if self.config.trust_index_on_store and key in self._index:
+        if self.blob_config.trust_index_on_store and key in self._index:
             self._count("skipped_stores")
             return KeyVerdict.EXISTED, self._ops.tick()
         verdict = self._ops.store(key, slot)
@@ -408,7 +408,7 @@ class BlobTier:
 
     def _enforce_budget(self) -> None:
         """Evict least recently used blocks beyond ``max_bytes``; never one being loaded or stored."""
-        budget = self.config.max_bytes
+        budget = self.blob_config.max_bytes
         if budget is None or self._ledger.used_bytes <= budget:
             return
         victims = self._ledger.evict(budget)
@@ -453,14 +453,16 @@ class BlobTier:
         try:
             self._prepare(generation)
             if not self._shared:
+                self._ledger.scan(True)
                 restart_scan(self._ops, lambda keys: self._add_scanned(keys, generation), self._stop,
                              tier_name=self._name, count=self._count)
         except Exception:
             _log.warning("BlobTier %r: start-up failed; unknown keys answer MISS", self._name, exc_info=True)
         finally:
+            self._ledger.scan(False)
             self._scan_done.set()
 
-    def _add_scanned(self, keys: list[OffloadKey], generation: int) -> bool:
+    def _add_scanned(self, keys: list[tuple[OffloadKey, int]], generation: int) -> bool:
         with self._lock:
             if generation != self._generation:
                 return False

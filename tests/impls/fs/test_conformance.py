@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
-from kvproto.testing import SecondaryTierTests
+from kvproto.testing import FaultyBackend, SecondaryTierTests
 from tests.cli import kvproto_cli as main
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")
@@ -33,7 +33,9 @@ class TestPrivateFsTier(SecondaryTierTests):
         def build(buffer: memoryview) -> SecondaryTier:
             root = tmp_path / f"tier-{next(count)}"
             root.mkdir()
-            tier: SecondaryTier = fs.FsTier(buffer, fs.FsTierConfig(root=root, read_threads=2, write_threads=2))
+            tier: SecondaryTier = fs.FsTier(
+                buffer, fs.FsTierConfig(root=root, read_threads=2, write_threads=2), wrap=FaultyBackend
+            )
             return tier
 
         return build

@@ -178,7 +178,7 @@ def test_file_of_another_namespace_is_a_miss_and_left_alone(tmp_path: Path) -> N
         path.parent.mkdir(parents=True)
         other_ns = env.namespace_id(env.namespace_manifest(BLOCK, {"model": "other"}))
         path.write_bytes(env.encode(key(1), block_of(key(1)), other_ns))
-        tier._remember([key(1)], loaded=False)  # as if the scan had believed it
+        tier.vouch_for([key(1)])  # as if the scan had believed it
         _, right, wrong = run.load([key(1)])
         assert (right, wrong) == (set(), set())
         assert path.exists(), "a namespace mismatch points at a configuration error: the file stays"
@@ -323,11 +323,11 @@ def test_a_block_being_loaded_is_never_evicted(tmp_path: Path) -> None:
     tier, run = open_tier(tmp_path, max_bytes=2 * file_bytes)
     try:
         assert run.store([key(0), key(1)]).success
-        tier._pins[key(0)] = 1  # as if a load of it were in flight
+        tier._ledger.pins[key(0)] = 1  # as if a load of it were in flight
         assert run.store([key(2)], [5]).success
         tier.wait_idle()
         assert key(0) in tier.indexed_keys() and key(1) not in tier.indexed_keys()
-        del tier._pins[key(0)]
+        del tier._ledger.pins[key(0)]
     finally:
         tier.shutdown()
 

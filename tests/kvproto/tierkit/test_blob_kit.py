@@ -31,7 +31,7 @@ class _MemoryBlobKit(SecondaryTierTests):
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         blob, _, memory = _parts(tier)
-        return BlobTier(FaultyBackend(memory), buffer, blob.config, name=blob.name)
+        return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
 
     def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
         blob, _, memory = _parts(tier)

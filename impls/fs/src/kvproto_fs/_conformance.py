@@ -12,7 +12,8 @@ from typing import Any
 
 from kvproto import OffloadKey
 from kvproto import envelope as env
-from kvproto.testing import TierSpec
+from kvproto.errors import ConfigurationError
+from kvproto.testing import FaultyBackend, TierSpec
 
 from kvproto_fs._config import FsTierConfig
 from kvproto_fs._tier import FsTier
@@ -35,7 +36,7 @@ def fresh_root() -> Path:
 
 
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
-    return FsTier(buffer, tier.config, name=tier.name)
+    return FsTier(buffer, tier.config, name=tier.name, wrap=FaultyBackend)
 
 
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
@@ -50,15 +51,22 @@ def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
     path = tier.path_of(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(env.encode(key, data, tier.namespace))
-    tier._remember([key], loaded=False)  # the scan would find it; the kit wants it at once
+    tier.vouch_for([key])  # the scan would find it; the kit wants it at once
+
+
+def _faulty(tier: FsTier) -> FaultyBackend:
+    backend = tier.backend
+    if not isinstance(backend, FaultyBackend):
+        raise ConfigurationError(f"FsTier {tier.name!r}: the kit's fault hooks need FsTier(..., wrap=FaultyBackend)")
+    return backend
 
 
 def _fail_next_jobs(tier: FsTier, n: int) -> None:
-    tier.fail_next_jobs(n)
+    _faulty(tier).fail_next_jobs(n)
 
 
 def _fail_keys(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
-    tier.fail_keys(keys)
+    _faulty(tier).fail_keys(keys)
 
 
 def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
@@ -84,7 +92,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_keys": _fail_keys,
     "corrupt_on_read": _corrupt_on_read,
 }
-"""The kit's backdoor hooks for FsTier (KIT-5)."""
+"""The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 
 
 def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> TierSpec:
@@ -94,7 +102,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
     def build(buffer: memoryview) -> FsTier:
         budget = KIT_BLOCKS_BUDGET * file_bytes if eviction else None
         config = FsTierConfig(root=fresh_root(), shared=shared, max_bytes=budget, read_threads=2, write_threads=2)
-        return FsTier(buffer, config, name=name)
+        return FsTier(buffer, config, name=name, wrap=FaultyBackend)
 
     return TierSpec(
         name,
@@ -104,7 +112,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
         tier_class=FsTier,
         description=(
             f"kvproto_fs.FsTier(buffer, FsTierConfig(root=<fresh temporary directory>, shared={shared}, "
-            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}))"
+            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), wrap=FaultyBackend)"
         ),
     )
 
