@@ -1,5 +1,5 @@
 """ObjTier passes the conformance kit: in memory through its entry point, on a local directory, and on a
-real S3 server over HTTP (moto on loopback) (OBJ-10)."""
+real S3 server over HTTP (moto on loopback, in a child process) (OBJ-10)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
-from kvproto.testing import SecondaryTierTests
+from kvproto.testing import FaultyBackend, SecondaryTierTests
 from tests.cli import kvproto_cli as main
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
-from tests.impls.obj._support import S3Server  # noqa: E402  (after the importorskip)
+from tests.impls.obj._support import S3ServerProcess  # noqa: E402  (after the importorskip)
 
 _prefixes = itertools.count(1)
 
@@ -26,7 +26,8 @@ def _hook(name: str, *args: Any) -> Any:
 
 
 class _ObjHooks(SecondaryTierTests):
-    """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS."""
+    """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS (job faults: a FaultyBackend
+    between the engine and the store, so every tier here is built with ``wrap=FaultyBackend``)."""
 
     kit_profile = "fast"
 
@@ -52,13 +53,15 @@ class _ObjHooks(SecondaryTierTests):
 
 
 class TestObjTierOnS3(_ObjHooks):
-    """Every kit check against moto's S3 server over real HTTP: one fresh prefix per tier built."""
+    """Every kit check against moto's S3 server (in a child process) over real HTTP: one fresh prefix per tier."""
 
     @pytest.fixture
-    def tier_factory(self, s3_server: S3Server, bucket: str) -> Callable[[memoryview], SecondaryTier]:
+    def tier_factory(self, s3_server_process: S3ServerProcess) -> Callable[[memoryview], SecondaryTier]:
+        bucket = s3_server_process.create_bucket(f"kvproto-kit-{next(_prefixes)}")
+
         def build(buffer: memoryview) -> SecondaryTier:
-            config = s3_server.config(bucket, prefix=f"kit-{next(_prefixes)}")
-            tier: SecondaryTier = obj.ObjTier(buffer, config)
+            config = s3_server_process.config(bucket, prefix=f"kit-{next(_prefixes)}")
+            tier: SecondaryTier = obj.ObjTier(buffer, config, wrap=FaultyBackend)
             return tier
 
         return build
@@ -72,7 +75,7 @@ class TestObjTierOnLocalStore(_ObjHooks):
         def build(buffer: memoryview) -> SecondaryTier:
             root = tmp_path / f"tier-{next(_prefixes)}"
             root.mkdir()
-            tier: SecondaryTier = obj.ObjTier(buffer, obj.ObjTierConfig(kind="local", root=root))
+            tier: SecondaryTier = obj.ObjTier(buffer, obj.ObjTierConfig(kind="local", root=root), wrap=FaultyBackend)
             return tier
 
         return build
