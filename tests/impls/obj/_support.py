@@ -71,7 +71,7 @@ class S3Server:
         self.running = True
 
     def config(self, bucket: str, **options: Any) -> ObjTierConfig:
-        return config_for(self.endpoint, bucket, **options)
+        return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
 
 
 _CHILD_SERVER = """
@@ -102,7 +102,7 @@ class S3ServerProcess:
         return name
 
     def config(self, bucket: str, **options: Any) -> ObjTierConfig:
-        return config_for(self.endpoint, bucket, **options)
+        return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
 
     def stop(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.closed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+from collections.abc import Iterator
 
 import obstore
 import pytest
@@ -32,7 +33,15 @@ _names = itertools.count(1)
 
 
 class TestObstoreBackend(BlobBackendCases):
-    """The engine's cases over the obstore backend (a MemoryStore: the cases store 65,546 jobs)."""
+    """The engine's cases over the obstore backend (a MemoryStore: the cases store 65,546 jobs), in shared
+    mode only: the mode ObjTier runs in (private mode's restart scan is the file backend's concern)."""
+
+    @pytest.fixture
+    def tier(self, env: BlobEnv) -> Iterator[tuple[BlobTier, FaultyBackend]]:
+        tier, faulty = env.build(BlobTierConfig(shared=True, read_threads=2, write_threads=2))
+        assert tier.wait_ready(10)
+        yield tier, faulty
+        tier.shutdown()
 
     @pytest.fixture
     def env(self) -> BlobEnv:
