@@ -74,16 +74,12 @@ class S3Server:
         return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
 
 
-_CHILD_SERVER = """
-import logging, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print(server.get_host_and_port()[1], flush=True)
-sys.stdin.read()  # until the parent closes our stdin
-server.stop()
-"""
+_CHILD_SERVER = (  # a moto server on an ephemeral port; it prints the port, serves until stdin closes
+    "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.ERROR)\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "s = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False); s.start()\n"
+    "print(s.get_host_and_port()[1], flush=True); sys.stdin.read(); s.stop()\n"
+)
 
 
 class S3ServerProcess:

@@ -55,12 +55,13 @@ def _seed_block(tier: ObjTier, key: OffloadKey, data: bytes) -> None:
     obstore.put(tier.store, tier.path_of(key), env.encode(key, data, tier.namespace))
 
 
-def _fail_next_jobs(tier: ObjTier, n: int) -> None:
-    faults_of(tier).fail_next_jobs(n)
+def _arm(knob: str) -> Callable[[ObjTier, Any], None]:
+    """The hook that calls the tier's FaultyBackend's ``knob`` (``fail_next_jobs`` or ``fail_keys``)."""
 
+    def hook(tier: ObjTier, arg: Any) -> None:
+        getattr(faults_of(tier), knob)(arg)
 
-def _fail_keys(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
-    faults_of(tier).fail_keys(keys)
+    return hook
 
 
 def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
@@ -79,8 +80,8 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _fail_next_jobs,
-    "fail_keys": _fail_keys,
+    "fail_next_jobs": _arm("fail_next_jobs"),
+    "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""

@@ -55,18 +55,9 @@ class ObjTier(BlobTier):
     the store's backend as a synchronous :class:`~kvproto.tierkit.BlobBackend`.
     """
 
-    def __init__(
-        self,
-        buffer: memoryview,
-        config: ObjTierConfig,
-        *,
-        name: str = "obj",
-        store: ObjectStore | None = None,
-        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
-    ) -> None:
-        if not isinstance(config, ObjTierConfig):
-            raise ConfigurationError(f"ObjTier {name!r}: config must be an ObjTierConfig, got {type(config).__name__}")
-        self.config = config
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
+                 store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None) -> None:
+        self.config = config = _checked(config, name)
         self.store: ObjectStore = make_store(config) if store is None else store
         stats = ObjTierStats()
         self._io = ObstoreBackend(self.store, config, stats, tier_name=name)
@@ -188,6 +179,13 @@ class ObjTier(BlobTier):
             raise ConfigurationError(f"ObjTier {self.name!r}.{knob}: the tier was built without "
                                      "wrap=kvproto.testing.FaultyBackend, which now injects job faults")
         return arm
+
+
+def _checked(config: object, name: str) -> ObjTierConfig:
+    """``config`` if it is an :class:`ObjTierConfig`, else a :class:`ConfigurationError` (OBJ-1)."""
+    if isinstance(config, ObjTierConfig):
+        return config
+    raise ConfigurationError(f"ObjTier {name!r}: config must be an ObjTierConfig, got {type(config).__name__}")
 
 
 def _run_now(coro: Coroutine[Any, Any, _T], timeout: float) -> _T:
