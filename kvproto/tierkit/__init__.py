@@ -4,6 +4,7 @@ Secondary tiers: a :class:`BlobBackend` (or :class:`AsyncBlobBackend`) is a
 tier's storage I/O; :class:`BlobTier` turns one into a complete
 :class:`kvproto.SecondaryTier` (jobs, envelope, verdicts, events, budget).
 :class:`MemoryBackend` keeps blobs in a dict (tests, examples).
+:data:`MAX_PENDING_EVENTS`: how many untaken events a tier keeps at most.
 :class:`LoopBackend` runs an asynchronous backend on its own loop thread and
 presents it as a synchronous one (to put a :class:`BlobBackend` wrapper, such
 as :class:`kvproto.testing.FaultyBackend`, around it).
@@ -12,6 +13,7 @@ as :class:`kvproto.testing.FaultyBackend`, around it).
 from __future__ import annotations
 
 # secondary tiers
+from kvproto._events import MAX_PENDING_EVENTS
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
 from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
@@ -21,6 +23,7 @@ from kvproto.tierkit._memory_backend import MemoryBackend
 
 __all__ = [
     # secondary tiers
+    "MAX_PENDING_EVENTS",
     "AsyncBlobBackend",
     "BlobBackend",
     "BlobTier",

@@ -38,6 +38,12 @@ class BlobTierConfig:
       after this long and fails as a transient error. ``None``: no bound.
     * ``persistent``: blocks outlive the instance (the ``persistence``
       capability); False for storage that dies with the process.
+    * ``partial_jobs``: report the keys of a job that succeeded (the
+      ``partial_jobs`` capability); False: a job with a failed key fails whole
+      and none of its keys is indexed by it.
+    * ``start_in_background``: run the start-up (``prepare``, the manifest,
+      the restart scan) on its own thread, unknown keys answering RETRY
+      meanwhile; False: in the constructor (small storage, examples).
     """
 
     shared: bool = False
@@ -51,6 +57,8 @@ class BlobTierConfig:
     trust_index_on_store: bool = False
     op_timeout_s: float | None = None
     persistent: bool = True
+    partial_jobs: bool = True
+    start_in_background: bool = True
 
     def __post_init__(self) -> None:
         """Refuse bad values with a :class:`ConfigurationError` naming each field (TIERKIT-1)."""

@@ -109,7 +109,7 @@ class BlobTier:
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix=f"kvproto-{name}-w")
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
-        self._house = ThreadPoolExecutor(1, thread_name_prefix=f"kvproto-{name}-house")
+        self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
         self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps)
         self.capabilities = Capabilities(
@@ -118,15 +118,22 @@ class BlobTier:
             persistence=config.persistent,
             eviction=config.max_bytes is not None,
             sharing=config.shared,
-            partial_jobs=True,
+            partial_jobs=config.partial_jobs,
             reasons={
+                **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
                 "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
                 **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
                 **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
                 **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
             },
         )
-        self._house.submit(self._start_up, self._generation)
+        self._starter = threading.Thread(
+            target=self._start_up, args=(self._generation,), name=f"kvproto-{name}-start", daemon=True
+        )
+        if config.start_in_background:
+            self._starter.start()
+        else:
+            self._start_up(self._generation)
 
     # -- SecondaryTier ---------------------------------------------------------------------
 
@@ -227,7 +234,7 @@ class BlobTier:
         except Exception as exc:
             _log.warning("BlobTier %r: clearing the storage failed: %s", self._name, exc)
         try:
-            self._house.submit(self._prepare, generation)
+            self._housekeeping().submit(self._prepare, generation)
         except RuntimeError:
             pass  # shut down: nothing more will be stored
         if not self._shared:
@@ -242,7 +249,12 @@ class BlobTier:
         self._stop.set()
         self._writers.shutdown(wait=True)
         self._readers.shutdown(wait=True)
-        self._house.shutdown(wait=True)
+        if self._starter.is_alive():
+            self._starter.join()
+        with self._lock:
+            house = self._house
+        if house is not None:
+            house.shutdown(wait=True)
         self._probe.shutdown()
         if not already:
             try:
@@ -263,8 +275,10 @@ class BlobTier:
             with self._lock:
                 running = list(self._running.values())
             if all(f.done() for f in running):
+                if self._starter.is_alive():
+                    self._starter.join(max(0.0, deadline - time.monotonic()))
                 try:
-                    self._house.submit(lambda: None).result(max(0.0, deadline - time.monotonic()))
+                    self._housekeeping().submit(lambda: None).result(max(0.0, deadline - time.monotonic()))
                 except RuntimeError:
                     return True  # shut down: nothing queued any more
                 except Exception:
@@ -293,6 +307,15 @@ class BlobTier:
         return self._ledger.used_bytes
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _housekeeping(self) -> ThreadPoolExecutor:
+        """The one housekeeping thread (made at first use); RuntimeError after shutdown."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("shut down")
+            if self._house is None:
+                self._house = ThreadPoolExecutor(1, thread_name_prefix=f"kvproto-{self._name}-house")
+            return self._house
 
     def _row(self, slot: int) -> memoryview:
         size = self._block_bytes
@@ -398,6 +421,8 @@ class BlobTier:
                 (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
                 for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True)
             ]
+            if not self.blob_config.partial_jobs and any(tick is None for _, tick in results):
+                results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
             ok, lost = ledger.end_store(results)
             ledger.emit(EventKind.STORED, ok)
             if ok:
@@ -408,6 +433,8 @@ class BlobTier:
                 self.stats.lost_races += lost
         if len(ok) == len(job.keys):
             return JobResult(job.job_id, True)
+        if not self.blob_config.partial_jobs:
+            return JobResult(job.job_id, False)
         return JobResult(job.job_id, False, frozenset(ok) if ok else None)
 
     def _enforce_budget(self) -> None:
@@ -421,7 +448,7 @@ class BlobTier:
         self._count("evicted_blocks", len(victims))
         self._probe.mark_miss([k for k, _ in victims])
         try:
-            self._house.submit(self._delete_doomed, victims)
+            self._housekeeping().submit(self._delete_doomed, victims)
         except RuntimeError:
             pass  # shut down: the blobs stay (a later instance may use or evict them)
 

@@ -20,14 +20,13 @@ from kvproto import EventKind, OffloadKey, ReqContext
 from kvproto import envelope as env
 from kvproto import members as lr
 from kvproto.testing import FaultyBackend, OpFault
-from kvproto.tierkit import BlobTier, BlobTierConfig, LoopBackend
+from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, LoopBackend
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
 from kvproto_obj import ObjTier, ObjTierConfig, ObjTierStats, ObstoreBackend, faults_of  # noqa: E402
 from tests.impls.obj._support import block_of, key, open_tier  # noqa: E402
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv  # noqa: E402
 
-MAX_PENDING_EVENTS = 65_536
 
 _names = itertools.count(1)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
+from kvproto.envelope import HEADER_BYTES
 from tests.cli import kvproto_cli as main
 from kvproto.testing import SecondaryTierTests
 
@@ -29,13 +30,14 @@ class TestExampleFileTier(SecondaryTierTests):
         return lambda buffer: example.FileTier(buffer, tmp_path / f"tier-{next(count)}")
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        root: Path = tier._root  # type: ignore[attr-defined]  # our own tier's field
-        reopened: SecondaryTier = example.FileTier(buffer, root)
+        assert isinstance(tier, example.FileTier)
+        reopened: SecondaryTier = example.FileTier(buffer, tier.root)
         return reopened
 
     def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
-        path: Path = tier._root / key.hex()  # type: ignore[attr-defined]  # our own tier's field
-        return path.read_bytes()[4:] if path.exists() else None
+        assert isinstance(tier, example.FileTier)
+        path: Path = tier.root / tier.name_of(key)
+        return path.read_bytes()[HEADER_BYTES:] if path.exists() else None
 
 
 def test_conform_and_typecheck_pass_through_the_entry_point(tmp_path: Path) -> None:

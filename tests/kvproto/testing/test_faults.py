@@ -185,10 +185,10 @@ def test_job_steps_over_a_threaded_tier_write_nothing_before_the_hook(tmp_path: 
     job = store_job(buf, [1, 2], [0, 1])
     tier.submit_store(job)
     time.sleep(0.02)
-    assert tier.get_finished_jobs() == [] and list(root.iterdir()) == []
+    assert tier.get_finished_jobs() == [] and list(root.rglob("*.kvb")) == []
     tier.on_step_end()
     assert drain(tier, [job])[job.job_id].success is True
-    assert sorted(p.name for p in root.iterdir()) == sorted(k(i).hex() for i in (1, 2))
+    assert len(list(root.rglob("*.kvb"))) == 2  # one file per block, under the engine's names
     load = load_job(buf, [2], [7])
     tier.submit_load(load)
     time.sleep(0.02)
@@ -926,7 +926,7 @@ class TestFaultyFileTierUnarmed(SecondaryTierTests):
         _faulty(tier).corrupt_on_read(keys, detect=True)
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        root: Path = _faulty(tier).inner._root  # FileTier's own directory
+        root: Path = _faulty(tier).inner.root  # FileTier's own directory
         return FaultySecondary(_file_tier_class()(buffer, root), buffer=buffer)
 
 
