@@ -94,3 +94,35 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert set(outcomes.values()) == {"passed"}, outcomes
     assert outcomes["test_sharing_between_instances"] == "passed"
     assert outcomes["test_persistence_across_instances"] == "passed"
+
+
+def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> None:
+    """Job faults arm the FaultyBackend a tier is built over (KIT-5); ObjTier.fail_next_jobs/fail_keys still
+    work on such a tier, with a DeprecationWarning, and name the way to build one otherwise."""
+    from kvproto import ReqContext, TransferJob
+    from kvproto.errors import ConfigurationError
+
+    from tests.impls.obj._support import Runner, key, make_buffer
+
+    buffer = make_buffer()
+    tier = obj.ObjTier(buffer, obj.ObjTierConfig(), wrap=FaultyBackend)
+    plain = obj.ObjTier(make_buffer(), obj.ObjTierConfig())
+    try:
+        run = Runner(tier, buffer)
+        assert isinstance(obj.faults_of(tier), FaultyBackend)
+        obj.faults_of(tier).fail_next_jobs(1)
+        assert not run.store([key(1)]).success
+        with pytest.warns(DeprecationWarning, match="faults_of"):
+            tier.fail_keys([key(2)])
+        result = run.store([key(2), key(3)], [1, 2])
+        assert result.succeeded == frozenset({key(3)})
+        with pytest.warns(DeprecationWarning), pytest.raises(ConfigurationError, match="wrap="):
+            plain.fail_next_jobs(1)
+        with pytest.raises(ConfigurationError, match="wrap=FaultyBackend"):
+            obj.faults_of(plain)
+        plain.submit_store(TransferJob(9, (key(4),), (0,), False))
+        assert plain.wait_idle(10) and [r.success for r in plain.get_finished_jobs()] == [True]
+        assert plain.lookup(key(4), ReqContext("r")).name == "HIT"
+    finally:
+        tier.shutdown()
+        plain.shutdown()

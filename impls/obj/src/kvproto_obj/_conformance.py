@@ -19,6 +19,7 @@ from obstore.store import MemoryStore
 
 from kvproto import OffloadKey
 from kvproto import envelope as env
+from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
 from kvproto_obj._config import ObjTierConfig
@@ -39,7 +40,7 @@ def faults_of(tier: ObjTier) -> FaultyBackend:
     """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
     backend = tier.backend
     if not isinstance(backend, FaultyBackend):
-        raise TypeError(f"ObjTier {tier.name!r} was built without wrap=FaultyBackend: no faults can be injected")
+        raise ConfigurationError(f"ObjTier {tier.name!r} was built without wrap=FaultyBackend: no faults can be injected")
     return backend
 
 
