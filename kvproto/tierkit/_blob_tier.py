@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from kvproto import envelope as env
@@ -54,7 +54,10 @@ class BlobTier:
     is the block size. ``backend`` is a :class:`BlobBackend` or an
     :class:`AsyncBlobBackend`; if it also offers :class:`JobAdmission`, every
     job asks it which keys to refuse. ``stats``: a counters object to fill
-    (a subclass with the backend's own counters), else a new one.
+    (a subclass with the backend's own counters), else a new one. ``wrap``
+    wraps the (synchronous face of the) backend below the tier, e.g.
+    :class:`kvproto.testing.FaultyBackend` for fault injection, for either
+    flavour: :attr:`backend` is the wrapped one.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class BlobTier:
         *,
         name: str = "blob",
         stats: BlobTierStats | None = None,
+        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
     ) -> None:
         config = BlobTierConfig() if config is None else config
         if not isinstance(config, BlobTierConfig):
@@ -84,12 +88,18 @@ class BlobTier:
         self._flat = buffer.cast("B")
         self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
         self.namespace = env.namespace_id(self.manifest)
-        self._admission = backend if isinstance(backend, JobAdmission) else None
         sync: BlobBackend
         if is_async_backend(backend):
             sync = LoopBackend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
+            admission = backend if isinstance(backend, JobAdmission) else None
         else:
             sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
+            admission = None
+        if wrap is not None:
+            sync = wrap(sync)
+        if isinstance(sync, JobAdmission):
+            admission = sync
+        self._admission = admission
         self.backend = sync
         self.stats = BlobTierStats() if stats is None else stats
         self._stats_lock = threading.Lock()

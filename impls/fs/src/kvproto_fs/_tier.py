@@ -91,14 +91,13 @@ class FsTier(BlobTier):
             config.root, durability=config.durability, direct=self._direct, temp_grace_s=config.temp_grace_s,
             ops=ops, name=name, count=lambda counter, n: self._count(counter, n),
         )
-        backend: BlobBackend = self.files if wrap is None else wrap(self.files)
         engine = BlobTierConfig(
             shared=config.shared, layout=config.layout, max_bytes=config.max_bytes,
             read_threads=config.read_threads, write_threads=config.write_threads,
             probe_deadline_steps=config.probe_deadline_steps, probe_min_interval_s=config.probe_min_interval_s,
             recent_keys=config.recent_keys,
         )
-        super().__init__(backend, buffer, engine, name=name, stats=stats)
+        super().__init__(self.files, buffer, engine, name=name, stats=stats, wrap=wrap)
         self.stats: FsTierStats = stats
 
     # -- operator surface --------------------------------------------------------------------
