@@ -5,9 +5,6 @@ tier's storage I/O; :class:`BlobTier` turns one into a complete
 :class:`kvproto.SecondaryTier` (jobs, envelope, verdicts, events, budget).
 :class:`MemoryBackend` keeps blobs in a dict (tests, examples).
 :data:`MAX_PENDING_EVENTS`: how many untaken events a tier keeps at most.
-:class:`LoopBackend` runs an asynchronous backend on its own loop thread and
-presents it as a synchronous one (to put a :class:`BlobBackend` wrapper, such
-as :class:`kvproto.testing.FaultyBackend`, around it).
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ from __future__ import annotations
 # secondary tiers
 from kvproto._events import MAX_PENDING_EVENTS
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
-from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
 from kvproto.tierkit._blob_tier import BlobTier
@@ -30,7 +26,6 @@ __all__ = [
     "BlobTierConfig",
     "BlobTierStats",
     "JobAdmission",
-    "LoopBackend",
     "MemoryBackend",
     "Published",
     "blob_name",

@@ -20,7 +20,7 @@ from kvproto import EventKind, OffloadKey, ReqContext
 from kvproto import envelope as env
 from kvproto import members as lr
 from kvproto.testing import FaultyBackend, OpFault
-from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, LoopBackend
+from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
 from kvproto_obj import ObjTier, ObjTierConfig, ObjTierStats, ObstoreBackend, faults_of  # noqa: E402
@@ -51,9 +51,10 @@ class TestObstoreBackend(BlobBackendCases):
             store = MemoryStore()
             name = f"obj-{next(_names)}"
             io = ObstoreBackend(store, ObjTierConfig(prefix=prefix), ObjTierStats(), tier_name=name)
-            faulty = FaultyBackend(LoopBackend(io, name=name, op_timeout_s=10.0))
             buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
-            tier = BlobTier(faulty, buffer, config, name=name)
+            tier = BlobTier(io, buffer, config, name=name, wrap=FaultyBackend)  # the engine's loop thread runs io
+            faulty = tier.backend
+            assert isinstance(faulty, FaultyBackend)
             stores[id(tier)] = store
             return tier, faulty
 

@@ -8,8 +8,8 @@ to a directory is an FsTier root and the other way round.
 
 The engine (:class:`~kvproto.tierkit.BlobTier`, shared mode) owns jobs,
 verification, verdicts, events and shutdown; :class:`ObstoreBackend` makes
-the requests, on one event loop in a background thread
-(:class:`~kvproto.tierkit.LoopBackend`). Lookups never do I/O: keys this
+the requests, on the one event loop the engine keeps for an asynchronous
+backend in a background thread. Lookups never do I/O: keys this
 instance stored or loaded answer HIT, others go through batched HEADs.
 """
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kvproto import Capabilities, OffloadKey
 from kvproto import envelope as env
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, LoopBackend
+from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
 
 from kvproto_obj._backend import ObstoreBackend, short_error
 from kvproto_obj._config import ObjTierConfig
@@ -51,8 +51,8 @@ class ObjTier(BlobTier):
     given, is the obstore store to use instead of the one ``config``
     describes (several tiers sharing one in-process MemoryStore; tests).
     ``wrap``, when given, is put between the engine and the object store
-    (a :class:`kvproto.testing.FaultyBackend`, tracing, metrics): it gets
-    the store's backend as a synchronous :class:`~kvproto.tierkit.BlobBackend`.
+    (a :class:`kvproto.testing.FaultyBackend`, tracing, metrics): the engine
+    hands it the store's backend as a synchronous :class:`~kvproto.tierkit.BlobBackend`.
     """
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
@@ -63,30 +63,26 @@ class ObjTier(BlobTier):
         self._io = ObstoreBackend(self.store, config, stats, tier_name=name)
         if config.check_on_start:
             self._check_store(buffer, name)
-        loop = LoopBackend(self._io, name=name, op_timeout_s=config.job_timeout_s + 1.0)
-        backend: BlobBackend = loop if wrap is None else wrap(loop)
         persistent = config.kind != "memory" or store is not None
-        try:
-            super().__init__(
-                backend,
-                buffer,
-                BlobTierConfig(
-                    shared=True,  # other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7)
-                    layout=config.layout,
-                    read_threads=config.max_concurrency,
-                    write_threads=config.max_concurrency,
-                    probe_deadline_steps=config.probe_deadline_steps,
-                    probe_min_interval_s=config.probe_min_interval_s,
-                    recent_keys=config.recent_keys,
-                    trust_index_on_store=True,  # a key stored or loaded here is not uploaded again (OBJ-4)
-                    persistent=persistent,
-                ),
-                name=name,
-                stats=stats,
-            )
-        except BaseException:
-            loop.close()
-            raise
+        super().__init__(
+            self._io,
+            buffer,
+            BlobTierConfig(
+                shared=True,  # other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7)
+                layout=config.layout,
+                read_threads=config.max_concurrency,
+                write_threads=config.max_concurrency,
+                probe_deadline_steps=config.probe_deadline_steps,
+                probe_min_interval_s=config.probe_min_interval_s,
+                recent_keys=config.recent_keys,
+                trust_index_on_store=True,  # a key stored or loaded here is not uploaded again (OBJ-4)
+                persistent=persistent,
+                op_timeout_s=config.job_timeout_s + 1.0,  # a bound above the backend's own (job_timeout_s)
+            ),
+            name=name,
+            stats=stats,
+            wrap=wrap,
+        )
         self.stats: ObjTierStats = stats
         self.base = self._io.path(self.namespace.hex())
         self.capabilities = Capabilities(
