@@ -377,9 +377,13 @@ class BlobTier:
             self._running[job.job_id] = future
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        if self.blob_config.trust_index_on_store and key in self._index:
-            self._count("skipped_stores")
-            return KeyVerdict.EXISTED, self._ops.tick()
+        if self.blob_config.trust_index_on_store and key not in self._ledger.pins:
+            # Trust what vouched for the key, as of when it did: a deletion seen since then wins (TIERKIT-2).
+            # Never while a load of it runs: that load may be deleting the blob (damaged) right now.
+            stamp = self._index.get(key)
+            if stamp is not None:
+                self._count("skipped_stores")
+                return KeyVerdict.EXISTED, stamp
         verdict = self._ops.store(key, slot)
         if verdict[0] is KeyVerdict.EXISTED:
             self._count("skipped_stores")

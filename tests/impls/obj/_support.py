@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -69,14 +71,54 @@ class S3Server:
         self.running = True
 
     def config(self, bucket: str, **options: Any) -> ObjTierConfig:
-        """A config for ``bucket`` on this server: short timeouts and few retries (tests)."""
-        settings: dict[str, Any] = dict(
-            kind="s3", bucket=bucket, endpoint=self.endpoint, region=REGION, allow_http=True,
-            max_retries=1, retry_timeout_s=1.0, connect_timeout_s=0.5, request_timeout_s=5.0,
-            job_timeout_s=10.0, max_concurrency=8, probe_concurrency=16, **CREDENTIALS,
-        )
-        settings.update(options)
-        return ObjTierConfig(**settings)
+        return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
+
+
+_CHILD_SERVER = (  # a moto server on an ephemeral port; it prints the port, serves until stdin closes
+    "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.ERROR)\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "s = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False); s.start()\n"
+    "print(s.get_host_and_port()[1], flush=True); sys.stdin.read(); s.stop()\n"
+)
+
+
+class S3ServerProcess:
+    """moto's S3 server in a child process: its request threads are not this process's threads (the kit's
+    shutdown check counts every thread started while a tier runs as the tier's)."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _CHILD_SERVER], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        self.endpoint = f"http://127.0.0.1:{int(self._proc.stdout.readline())}"
+
+    def create_bucket(self, name: str) -> str:
+        boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket=name)
+        return name
+
+    def config(self, bucket: str, **options: Any) -> ObjTierConfig:
+        return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
+
+    def stop(self) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def config_for(endpoint: str, bucket: str, **options: Any) -> ObjTierConfig:
+    """A config for ``bucket`` on the server at ``endpoint``: short timeouts and few retries (tests)."""
+    settings: dict[str, Any] = dict(
+        kind="s3", bucket=bucket, endpoint=endpoint, region=REGION, allow_http=True,
+        max_retries=1, retry_timeout_s=1.0, connect_timeout_s=0.5, request_timeout_s=5.0,
+        job_timeout_s=10.0, max_concurrency=8, probe_concurrency=16, **CREDENTIALS,
+    )
+    settings.update(options)
+    return ObjTierConfig(**settings)
 
 
 def make_buffer(slots: int = SLOTS, block: int = BLOCK) -> memoryview:
@@ -102,6 +144,7 @@ class Runner:
         self.block = buffer.shape[1] if buffer.shape else 0
         self.next_id = 1
         self.jobs: dict[int, TransferJob] = {}
+        self.results: dict[int, JobResult] = {}
         self.req = ReqContext("test")
         self.steps = 0
 
@@ -109,14 +152,31 @@ class Runner:
         return bytes(self.flat[slot * self.block : (slot + 1) * self.block])
 
     def wait(self, job_id: int, timeout: float = 20.0) -> JobResult:
+        """The result of job ``job_id`` (results of other jobs reported meanwhile are kept for their wait)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if job_id in self.results:
+                return self.results.pop(job_id)
             self.tier.on_step_end()
             for result in self.tier.get_finished_jobs():
-                if result.job_id == job_id:
-                    return result
-            time.sleep(0.0005)
+                self.results[result.job_id] = result
+            if job_id not in self.results:
+                time.sleep(0.0005)
         raise AssertionError(f"job {job_id} not reported within {timeout} s")
+
+    def submit_job(self, keys: Sequence[OffloadKey], slots: Sequence[int], *, promotion: bool) -> int:
+        """Submit a job over rows as they are (no filling, no clearing); its id."""
+        job = TransferJob(self.next_id, tuple(keys), tuple(slots), promotion)
+        self.next_id += 1
+        self.jobs[job.job_id] = job
+        (self.tier.submit_load if promotion else self.tier.submit_store)(job)
+        return job.job_id
+
+    def submit_load_job(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> int:
+        """Clear rows ``slots`` and submit a load of ``keys`` into them; its id."""
+        for s in slots:
+            self.flat[s * self.block : (s + 1) * self.block] = bytes(self.block)
+        return self.submit_job(keys, slots, promotion=True)
 
     def submit_store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> int:
         slots = list(range(len(keys))) if slots is None else list(slots)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from tests.impls.obj._support import S3Server
+    from tests.impls.obj._support import S3Server, S3ServerProcess
 
 
 def _server() -> S3Server:
@@ -49,6 +49,20 @@ def bucket(s3_server: S3Server) -> str:
 def own_s3_server() -> Iterator[S3Server]:
     """A server of this test's own, which the test may stop and restart."""
     server = _server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server_process() -> Iterator[S3ServerProcess]:
+    """One loopback S3 server in a child process for the session (the conformance kit's runs: its
+    shutdown check counts every thread of this process started while a tier runs)."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed: pip install -e '.[dev]' (./dev does it)")
+    from tests.impls.obj._support import S3ServerProcess
+
+    server = S3ServerProcess()
     try:
         yield server
     finally:

@@ -1,5 +1,5 @@
 """ObjTier passes the conformance kit: in memory through its entry point, on a local directory, and on a
-real S3 server over HTTP (moto on loopback) (OBJ-10)."""
+real S3 server over HTTP (moto on loopback, in a child process) (OBJ-10)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
-from kvproto.testing import SecondaryTierTests
+from kvproto.testing import FaultyBackend, SecondaryTierTests
 from tests.cli import kvproto_cli as main
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
-from tests.impls.obj._support import S3Server  # noqa: E402  (after the importorskip)
+from tests.impls.obj._support import S3ServerProcess  # noqa: E402  (after the importorskip)
 
 _prefixes = itertools.count(1)
 
@@ -26,7 +26,8 @@ def _hook(name: str, *args: Any) -> Any:
 
 
 class _ObjHooks(SecondaryTierTests):
-    """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS."""
+    """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS (job faults: a FaultyBackend
+    between the engine and the store, so every tier here is built with ``wrap=FaultyBackend``)."""
 
     kit_profile = "fast"
 
@@ -52,13 +53,15 @@ class _ObjHooks(SecondaryTierTests):
 
 
 class TestObjTierOnS3(_ObjHooks):
-    """Every kit check against moto's S3 server over real HTTP: one fresh prefix per tier built."""
+    """Every kit check against moto's S3 server (in a child process) over real HTTP: one fresh prefix per tier."""
 
     @pytest.fixture
-    def tier_factory(self, s3_server: S3Server, bucket: str) -> Callable[[memoryview], SecondaryTier]:
+    def tier_factory(self, s3_server_process: S3ServerProcess) -> Callable[[memoryview], SecondaryTier]:
+        bucket = s3_server_process.create_bucket(f"kvproto-kit-{next(_prefixes)}")
+
         def build(buffer: memoryview) -> SecondaryTier:
-            config = s3_server.config(bucket, prefix=f"kit-{next(_prefixes)}")
-            tier: SecondaryTier = obj.ObjTier(buffer, config)
+            config = s3_server_process.config(bucket, prefix=f"kit-{next(_prefixes)}")
+            tier: SecondaryTier = obj.ObjTier(buffer, config, wrap=FaultyBackend)
             return tier
 
         return build
@@ -72,7 +75,7 @@ class TestObjTierOnLocalStore(_ObjHooks):
         def build(buffer: memoryview) -> SecondaryTier:
             root = tmp_path / f"tier-{next(_prefixes)}"
             root.mkdir()
-            tier: SecondaryTier = obj.ObjTier(buffer, obj.ObjTierConfig(kind="local", root=root))
+            tier: SecondaryTier = obj.ObjTier(buffer, obj.ObjTierConfig(kind="local", root=root), wrap=FaultyBackend)
             return tier
 
         return build
@@ -91,3 +94,35 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert set(outcomes.values()) == {"passed"}, outcomes
     assert outcomes["test_sharing_between_instances"] == "passed"
     assert outcomes["test_persistence_across_instances"] == "passed"
+
+
+def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> None:
+    """Job faults arm the FaultyBackend a tier is built over (KIT-5); ObjTier.fail_next_jobs/fail_keys still
+    work on such a tier, with a DeprecationWarning, and name the way to build one otherwise."""
+    from kvproto import ReqContext, TransferJob
+    from kvproto.errors import ConfigurationError
+
+    from tests.impls.obj._support import Runner, key, make_buffer
+
+    buffer = make_buffer()
+    tier = obj.ObjTier(buffer, obj.ObjTierConfig(), wrap=FaultyBackend)
+    plain = obj.ObjTier(make_buffer(), obj.ObjTierConfig())
+    try:
+        run = Runner(tier, buffer)
+        assert isinstance(obj.faults_of(tier), FaultyBackend)
+        obj.faults_of(tier).fail_next_jobs(1)
+        assert not run.store([key(1)]).success
+        with pytest.warns(DeprecationWarning, match="faults_of"):
+            tier.fail_keys([key(2)])
+        result = run.store([key(2), key(3)], [1, 2])
+        assert result.succeeded == frozenset({key(3)})
+        with pytest.warns(DeprecationWarning), pytest.raises(ConfigurationError, match="wrap="):
+            plain.fail_next_jobs(1)
+        with pytest.raises(ConfigurationError, match="wrap=FaultyBackend"):
+            obj.faults_of(plain)
+        plain.submit_store(TransferJob(9, (key(4),), (0,), False))
+        assert plain.wait_idle(10) and [r.success for r in plain.get_finished_jobs()] == [True]
+        assert plain.lookup(key(4), ReqContext("r")).name == "HIT"
+    finally:
+        tier.shutdown()
+        plain.shutdown()

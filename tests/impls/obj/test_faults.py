@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from kvproto import envelope as env
-from kvproto import OffloadKey, make_key
+from kvproto import EventKind, OffloadKey, make_key
 from kvproto.errors import ConfigurationError
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
@@ -48,9 +48,11 @@ def test_server_stopped_mid_run_jobs_fail_in_time_lookups_miss_and_the_tier_reco
         down = run.store([key(20)], [12])
         assert not down.success and down.succeeded is None
         assert time.monotonic() - t0 < config.job_timeout_s + 1.0
-        # ...a load of stored blocks fails, and serves nothing...
+        # ...a load of stored blocks fails, serves nothing, and never reports them removed (TIERKIT-3)...
+        tier.take_events()
         result, right, wrong = run.load(stored[:2], [14, 15])
         assert not result.success and not right and not wrong
+        assert not [e for e in tier.take_events() if e.kind is EventKind.REMOVED]
         # ...and lookups (of keys it stored, and others) end in MISS within the declared steps.
         answers = run.resolve([*stored[:2], key(20), key(21)])
         assert set(answers.values()) == {"MISS"}

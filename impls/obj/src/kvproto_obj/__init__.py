@@ -1,6 +1,8 @@
 """The reference object-store tier of kvproto: one verified envelope object per block, on obstore.
 
-* :class:`ObjTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below).
+* :class:`ObjTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below):
+  a :class:`kvproto.tierkit.BlobTier` over :class:`ObstoreBackend`, the
+  store's I/O (an :class:`kvproto.tierkit.AsyncBlobBackend`).
 * :class:`ObjTierConfig` is its pydantic configuration; :func:`make_store`
   builds the obstore store it names (S3 and compatibles, GCS, Azure Blob, a
   local directory, memory) with retries and timeouts chosen for a cache.
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 from kvproto import BatchLookup, SecondaryTier
 
+from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import LayoutValue, ObjTierConfig, StoreKind
-from kvproto_obj._conformance import OBJ_HOOKS, conformance_spec, obj_spec
+from kvproto_obj._conformance import OBJ_HOOKS, conformance_spec, faults_of, obj_spec
+from kvproto_obj._stats import ObjTierStats
 from kvproto_obj._store import make_store
-from kvproto_obj._tier import ObjTier, ObjTierStats
+from kvproto_obj._tier import ObjTier
 
 __all__ = [
     "OBJ_HOOKS",
@@ -27,8 +31,10 @@ __all__ = [
     "ObjTier",
     "ObjTierConfig",
     "ObjTierStats",
+    "ObstoreBackend",
     "StoreKind",
     "conformance_spec",
+    "faults_of",
     "make_store",
     "obj_spec",
 ]

@@ -96,24 +96,20 @@ class ObjTierConfig(BaseModel):
 
     def __init__(self, **data: Any) -> None:
         """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (OBJ-1)."""
-        if isinstance(data.get("root"), str):
-            data["root"] = Path(data["root"])
-        if isinstance(data.get("secret_access_key"), str):
-            data["secret_access_key"] = SecretStr(data["secret_access_key"])
+        for field, kind in (("root", Path), ("secret_access_key", SecretStr)):
+            if isinstance(data.get(field), str):
+                data[field] = kind(data[field])
         try:
             super().__init__(**data)
         except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ConfigurationError(f"invalid ObjTierConfig: {problems}") from exc
+            raise ConfigurationError(f"invalid ObjTierConfig: {_problems(exc)}") from exc
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> ObjTierConfig:
         """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (OBJ-1)."""
-        if not isinstance(data, Mapping):
-            raise ConfigurationError(f"ObjTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
-        return cls(**{str(k): v for k, v in data.items()})
+        if isinstance(data, Mapping):
+            return cls(**{str(k): v for k, v in data.items()})
+        raise ConfigurationError(f"ObjTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
 
     @field_validator("prefix")
     @classmethod
@@ -150,3 +146,8 @@ class ObjTierConfig(BaseModel):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number of seconds")
         return self
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    """Every field pydantic refused, with why, on one line."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors())

@@ -1,6 +1,8 @@
 """The ``obj`` entry point of the ``kvproto.tiers`` group: what ``kvproto conform obj`` checks (KIT-9, OBJ-10).
 
-The embedded default needs no server: each tier gets a fresh obstore
+Job faults (``fail_next_jobs``, ``fail_keys``) go through a
+:class:`kvproto.testing.FaultyBackend` between the engine and the store,
+never through the tier's job paths. The embedded default needs no server: each tier gets a fresh obstore
 ``MemoryStore``, which the ``reopen`` hook shares with the second instance
 (persistence and sharing between live instances, as two engines share one
 bucket). :func:`obj_spec` builds the same spec over any store factory: the
@@ -17,7 +19,8 @@ from obstore.store import MemoryStore
 
 from kvproto import OffloadKey
 from kvproto import envelope as env
-from kvproto.testing import TierSpec
+from kvproto.errors import ConfigurationError
+from kvproto.testing import FaultyBackend, TierSpec
 
 from kvproto_obj._config import ObjTierConfig
 from kvproto_obj._tier import ObjTier
@@ -25,12 +28,20 @@ from kvproto_obj._tier import ObjTier
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
-__all__ = ["OBJ_HOOKS", "conformance_spec", "obj_spec"]
+__all__ = ["OBJ_HOOKS", "conformance_spec", "faults_of", "obj_spec"]
 
 
 def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix (a second engine on the same bucket)."""
-    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store)
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend)
+
+
+def faults_of(tier: ObjTier) -> FaultyBackend:
+    """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
+    backend = tier.backend
+    if not isinstance(backend, FaultyBackend):
+        raise ConfigurationError(f"ObjTier {tier.name!r} was built without wrap=FaultyBackend: no faults can be injected")
+    return backend
 
 
 def _read_block(tier: ObjTier, key: OffloadKey) -> bytes | None:
@@ -45,12 +56,13 @@ def _seed_block(tier: ObjTier, key: OffloadKey, data: bytes) -> None:
     obstore.put(tier.store, tier.path_of(key), env.encode(key, data, tier.namespace))
 
 
-def _fail_next_jobs(tier: ObjTier, n: int) -> None:
-    tier.fail_next_jobs(n)
+def _arm(knob: str) -> Callable[[ObjTier, Any], None]:
+    """The hook that calls the tier's FaultyBackend's ``knob`` (``fail_next_jobs`` or ``fail_keys``)."""
 
+    def hook(tier: ObjTier, arg: Any) -> None:
+        getattr(faults_of(tier), knob)(arg)
 
-def _fail_keys(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
-    tier.fail_keys(keys)
+    return hook
 
 
 def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
@@ -69,11 +81,11 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _fail_next_jobs,
-    "fail_keys": _fail_keys,
+    "fail_next_jobs": _arm("fail_next_jobs"),
+    "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
 }
-"""The kit's backdoor hooks for ObjTier (KIT-5)."""
+"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
 
 
 def obj_spec(
@@ -83,11 +95,14 @@ def obj_spec(
     config: ObjTierConfig | None = None,
     description: str = "",
 ) -> TierSpec:
-    """ObjTier over a fresh store per tier (``make_store()``), all capabilities but eviction declared."""
+    """ObjTier over a fresh store per tier (``make_store()``), all capabilities but eviction declared.
+
+    Each tier is built with ``wrap=FaultyBackend``: the kit's job faults act below the engine (KIT-5).
+    """
     cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
-        return ObjTier(buffer, cfg, name=name, store=make_store())
+        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend)
 
     return TierSpec(
         name,

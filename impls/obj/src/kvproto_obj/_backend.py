@@ -1,0 +1,193 @@
+"""``ObstoreBackend``: the object-store tier's storage I/O, an :class:`kvproto.tierkit.AsyncBlobBackend` on obstore.
+
+Blob ``name`` lives at object ``<prefix>/<name>``. Every request is one
+obstore call on the event loop the engine keeps for the backend (OBJ-3..OBJ-6,
+OBJ-8): PUT create-if-absent (``If-None-Match: *``), one GET copied into the
+caller's buffers, HEADs batched with ``asyncio.gather``, DELETE, LIST. GETs
+and PUTs in flight are bounded by ``max_concurrency`` together, HEADs by
+``probe_concurrency``; each request is bounded by ``job_timeout_s`` (on top
+of obstore's own retry and timeout settings), an existence batch by
+``probe_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+from kvproto.tierkit import Published
+
+from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._stats import ObjTierStats
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+__all__ = ["ObstoreBackend", "short_error"]
+
+_log = logging.getLogger("kvproto_obj")
+
+_T = TypeVar("_T")
+
+_BLOCK_SUFFIX = ".kvb"
+_LIST_CHUNK = 1000
+
+
+class ObstoreBackend:
+    """Blobs as objects of one obstore store under ``config.prefix`` (OBJ-2..OBJ-9).
+
+    Counters go to ``stats`` (``uploads``, ``already_present``,
+    ``timed_out_jobs``, ``probe_errors``) and :attr:`existence_batches`.
+    """
+
+    def __init__(self, store: ObjectStore, config: ObjTierConfig, stats: ObjTierStats, *, tier_name: str) -> None:
+        self.store = store
+        self._prefix = f"{config.prefix}/" if config.prefix else ""
+        self._mode: Literal["create", "overwrite"] = "create" if config.conditional_put else "overwrite"
+        self._timeout = config.job_timeout_s
+        self._probe_timeout = config.probe_timeout_s
+        self._io = asyncio.Semaphore(config.max_concurrency)  # GETs and PUTs together (OBJ-4)
+        self._heads = asyncio.Semaphore(config.probe_concurrency)
+        self._stats = stats
+        self._tier = tier_name
+        self.existence_batches = 0
+
+    def path(self, name: str) -> str:
+        """The object path of blob ``name``."""
+        return self._prefix + name
+
+    async def _bounded(self, request: Awaitable[_T]) -> _T:
+        """``request`` within ``job_timeout_s`` (a black-holed endpoint must not hold a job for minutes, OBJ-8)."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await request
+        except TimeoutError:
+            self._stats.timed_out_jobs += 1
+            raise
+
+    # -- AsyncBlobBackend ------------------------------------------------------------------
+
+    async def prepare(self, namespace: str) -> None:
+        """Nothing to prepare: objects need no directories (the engine writes the manifest)."""
+
+    async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """One single-part PUT of the joined parts, create-if-absent (OBJ-3).
+
+        "Already exists" is :attr:`Published.EXISTED` and leaves the object as
+        it is; a conflicting conditional write (409 on some providers) is
+        EXISTED if a HEAD then shows an object of ``size`` bytes. Without
+        ``conditional_put`` (or where the store refuses conditional writes)
+        a plain overwrite: safe, blobs are content-addressed and verified on load.
+        """
+        path = self.path(name)
+        block = name.endswith(_BLOCK_SUFFIX)
+        body = list(parts)  # obstore joins them: the one copy of the row into the request body (OBJ-4)
+        async with self._io:
+            try:
+                await self._bounded(obstore.put_async(self.store, path, body, mode=self._mode, use_multipart=False))
+            except AlreadyExistsError:
+                return self._existed(block)
+            except PreconditionError:
+                meta = await self._bounded(obstore.head_async(self.store, path))  # raises: the store fails
+                if meta["size"] != size:
+                    raise
+                return self._existed(block)
+            except (NotSupportedError, NotImplementedError):
+                if self._mode == "overwrite":
+                    raise
+                _log.warning("ObjTier %r: the store refuses conditional writes; overwriting %s", self._tier, path)
+                await self._bounded(obstore.put_async(self.store, path, body, use_multipart=False))
+        if block:
+            self._stats.uploads += 1
+        return Published.CREATED
+
+    def _existed(self, block: bool) -> Published:
+        if block:
+            self._stats.already_present += 1
+        return Published.EXISTED
+
+    async def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """One GET; its bytes are copied into ``buffers`` in order (the one copy into the slot row, OBJ-6).
+
+        A missing object raises ``FileNotFoundError`` (obstore's own); any
+        other error is transient.
+        """
+        async with self._io:
+            result = await self._bounded(obstore.get_async(self.store, self.path(name)))
+            data = memoryview(await self._bounded(result.bytes_async()))
+        offset = 0
+        total = data.nbytes
+        for buf in buffers:
+            n = min(buf.nbytes, total - offset)
+            if n <= 0:
+                break
+            buf[:n] = data[offset : offset + n]
+            offset += n
+        return total
+
+    async def sizes(self, names: Sequence[str]) -> list[int | None]:
+        """Concurrent HEADs (at most ``probe_concurrency``), the batch within ``probe_timeout_s`` (OBJ-5).
+
+        A 404 or a failed HEAD answers ``None``; raises only when every HEAD failed.
+        """
+        self.existence_batches += 1
+
+        async def one(name: str) -> int | None | BaseException:
+            async with self._heads:
+                try:
+                    return (await obstore.head_async(self.store, self.path(name)))["size"]
+                except FileNotFoundError:
+                    return None
+                except Exception as exc:
+                    return exc
+
+        async with asyncio.timeout(self._probe_timeout):
+            answers = await asyncio.gather(*(one(n) for n in names))
+        errors = [a for a in answers if isinstance(a, BaseException)]
+        if errors:
+            self._stats.probe_errors += len(errors)
+            _log.warning("ObjTier %r: %d of %d existence checks failed (answered MISS): %s",
+                         self._tier, len(errors), len(names), short_error(errors[0]))
+            if len(errors) == len(names):
+                raise errors[0]
+        return [a if isinstance(a, int) else None for a in answers]
+
+    async def delete(self, name: str) -> None:
+        """DELETE the object; a missing one is not an error."""
+        try:
+            await self._bounded(obstore.delete_async(self.store, self.path(name)))
+        except FileNotFoundError:
+            pass
+
+    async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
+        """Every object under ``<prefix>/<namespace>/`` as ``(blob name, size)``."""
+        cut = len(self._prefix)
+        async for chunk in obstore.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
+            for meta in chunk:
+                yield meta["path"][cut:], meta["size"]
+
+    async def clear(self, namespace: str) -> None:
+        """Delete every block object of ``namespace`` (not its manifest), within ``job_timeout_s`` (OBJ-9)."""
+        manifest = self.path(f"{namespace}/manifest.json")
+
+        async def run() -> None:
+            async for chunk in obstore.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
+                paths = [meta["path"] for meta in chunk if meta["path"] != manifest]
+                if paths:
+                    await obstore.delete_async(self.store, paths)
+
+        await self._bounded(run())
+
+    async def close(self) -> None:
+        """Nothing to release: obstore's connection pools go with the store object."""
+
+
+def short_error(exc: BaseException) -> str:
+    """The first line of an error (obstore's messages carry a long debug dump)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
