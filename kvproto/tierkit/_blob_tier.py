@@ -116,6 +116,7 @@ class BlobTier:
         self._closed = False
         self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
         self._scan_done = threading.Event()
+        self._complete = False  # private mode and the scan is over: the index is the whole answer (hot path)
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix=f"kvproto-{name}-w")
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
@@ -158,11 +159,10 @@ class BlobTier:
         Never does I/O; never HIT_PENDING. A key stays indexed only while a
         store or load vouched for it after the last deletion seen (TIERKIT-2).
         """
-        complete = not self._shared and self._scan_done.is_set()  # read first: the scan may add the key now
         if key in self._index:
             return lr.HIT
-        if complete:
-            return lr.MISS
+        if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
+            return lr.HIT if key in self._index else lr.MISS
         return self._probe.lookup(key, req_context)
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
@@ -249,6 +249,7 @@ class BlobTier:
             pass  # shut down: nothing more will be stored
         if not self._shared:
             self._scan_done.set()  # nothing left to find
+            self._complete = True
         return True
 
     def shutdown(self) -> None:
@@ -502,6 +503,7 @@ class BlobTier:
         finally:
             self._ledger.scan(False)
             self._scan_done.set()
+            self._complete = not self._shared
 
     def _add_scanned(self, keys: list[tuple[OffloadKey, int]], generation: int) -> bool:
         with self._lock:
