@@ -42,10 +42,17 @@ class TestExampleFileTier(SecondaryTierTests):
 
 def test_conform_and_typecheck_pass_through_the_entry_point(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    assert main(["conform", "example-file", "--profile", "fast", "--json", str(report)]) == 0
+    assert main(["conform", "example", "--profile", "fast", "--json", str(report)]) == 0
     (tier,) = json.loads(report.read_text())["tiers"]
     assert tier["typecheck"]["passed"] is True
     assert tier["capabilities"]["persistence"] is True
     by_name = {c["check"]: c["outcome"] for c in tier["checks"]}
     assert by_name["test_persistence_across_instances"] == "passed"
     assert by_name["test_corrupt_block_fails_load"] == "passed"
+
+
+def test_the_first_entry_point_name_still_conforms(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    assert main(["conform", "example-file", "--profile", "fast", "--no-typecheck", "--json", str(report)]) == 0
+    (tier,) = json.loads(report.read_text())["tiers"]
+    assert tier["passed"] is True
