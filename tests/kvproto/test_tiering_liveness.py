@@ -13,21 +13,23 @@ from collections.abc import Sequence
 import pytest
 
 from kvproto import (
+    AsyncProbe,
     Defer,
     Hits,
-    make_key,
     JobResult,
     LookupResult,
     MemoryTier,
     OffloadingEvent,
+    OffloadKey,
     ReqContext,
+    TieringConfig,
+    TieringManager,
     TransferJob,
+    make_key,
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto import OffloadKey
-from kvproto import AsyncProbe
-from kvproto import TieringConfig, TieringManager
+
 from tests.kvproto.tiering_stack import RaisingTier, Stack, block, build_stack, key
 
 R1 = ReqContext("r1")
@@ -256,7 +258,7 @@ def test_window_scan_terminates_over_failing_promotions(stacks: list[Stack]) -> 
     tier.fail_keys([key(4)])
     m = s.manager
     keys = [key(i) for i in range(6)]
-    for step in range(STEP_BOUND):
+    for _ in range(STEP_BOUND):
         decision = sliding_window_lookup(lambda k: m.lookup(k, R1), keys, 2)
         if isinstance(decision, Hits):
             break

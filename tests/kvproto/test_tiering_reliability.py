@@ -22,6 +22,7 @@ from kvproto import (
 )
 from kvproto.errors import ConfigurationError, ContractViolation, InvalidArgumentError, TierError
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary
+
 from tests.kvproto.tiering_stack import BLOCK, ForwardingTier, block, key
 
 R1 = ReqContext("r1")

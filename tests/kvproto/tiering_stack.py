@@ -12,13 +12,14 @@ from kvproto import (
     MemoryPrimaryTier,
     MemoryTier,
     OffloadingEvent,
+    OffloadKey,
     ReqContext,
     SecondaryTier,
+    TieringConfig,
+    TieringManager,
     TransferJob,
     make_key,
 )
-from kvproto import OffloadKey
-from kvproto import TieringConfig, TieringManager
 from kvproto.testing.faults import LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 
@@ -94,7 +95,7 @@ class Stack:
         out = manager.prepare_store([k], req)
         if out is None:
             return False
-        for kk, slot in zip(out.keys_to_store, out.slots):
+        for kk, slot in zip(out.keys_to_store, out.slots, strict=True):
             self.cpu.slot_view(slot)[:] = data
             assert kk == k
         manager.complete_store(out.keys_to_store, success)
@@ -121,7 +122,7 @@ def build_stack(
     )
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(len(latencies))]
     secondaries: list[SecondaryTier] = [
-        LatencySecondary(tier, **latency) if latency else tier for tier, latency in zip(tiers, latencies)
+        LatencySecondary(tier, **latency) if latency else tier for tier, latency in zip(tiers, latencies, strict=True)
     ]
     manager = TieringManager(cpu, secondaries, config=config)
     return Stack(cpu, tiers, manager, clock, secondaries)

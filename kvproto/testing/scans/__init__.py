@@ -43,12 +43,12 @@ from kvproto.testing.scans._checks import (
     show_decision,
     standard_checks,
 )
-from kvproto.testing.scans._crosshair_targets import prefix_run, window_run
+from kvproto.testing.scans._crosshair_targets import prefix_entry, prefix_run, window_entry, window_run
 from kvproto.testing.scans._inputs import EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, ScanRun, WindowScan
-from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 from kvproto.testing.scans._properties import Property, PropertyFailure, scan_properties
 from kvproto.testing.scans._reference import maximal_prefix_lookup as reference_prefix_scan
 from kvproto.testing.scans._reference import sliding_window_lookup as reference_window_scan
+from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 
 __all__ = [
     "COUNTEREXAMPLES",
@@ -75,6 +75,7 @@ __all__ = [
     "exhaustive_window",
     "key_of",
     "legacy_conflation",
+    "prefix_entry",
     "prefix_run",
     "reference_prefix_scan",
     "reference_window_scan",
@@ -85,5 +86,6 @@ __all__ = [
     "show_decision",
     "standard_checks",
     "target_checks",
+    "window_entry",
     "window_run",
 ]

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from kvproto import scan
 from kvproto._results import LookupResult, unreachable
 from kvproto.scan import Decision, Defer, Hits
 from kvproto.testing.scans._inputs import LEGACY_ANSWER

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
 from kvproto import members as lr
 
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
 from tests.impls.cpu._support import REQ, key, keys, load, store
 
 pytestmark = [

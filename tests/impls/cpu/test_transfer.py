@@ -7,11 +7,11 @@ import contextlib
 import pytest
 import torch
 
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
 from kvproto import EventKind
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
 from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store
 
 NUM_BLOCKS = 12

@@ -16,18 +16,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvproto import (
+    Capabilities,
     JobResult,
     LookupResult,
+    MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
+    PrepareStoreOutput,
     ReqContext,
     TransferJob,
+    unreachable,
 )
-from kvproto import Capabilities, MemoryPrimaryTier, PrepareStoreOutput
 from kvproto import members as lr
-from kvproto import unreachable
-from kvproto.testing import KitLimits, TierSpec
-from kvproto.testing import MEMORY_HOOKS
+from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
@@ -877,8 +878,12 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:hit_before_store_finished": Expected("test_no_hit_before_store_finished", "TIER-4", "before the store finished"),
     f"{_HERE}:hit_after_failed_store": Expected("test_no_hit_after_failed_store", "TIER-4", "after its store job failed"),
     f"{_HERE}:lost_write": Expected("test_hit_after_successful_store", "TIER-10", "the write was lost"),
-    f"{_HERE}:bytes_of_another_key": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"),
-    f"{_HERE}:load_into_wrong_slot": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"),
+    f"{_HERE}:bytes_of_another_key": Expected(
+        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"
+    ),
+    f"{_HERE}:load_into_wrong_slot": Expected(
+        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"
+    ),
     f"{_HERE}:retry_never_resolves": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
     f"{_HERE}:job_reported_twice": Expected("test_each_job_reported_exactly_once", "TIER-11", "reported finished twice"),
     f"{_HERE}:job_never_reported": Expected("test_each_job_reported_exactly_once", "TIER-11", "never reported"),
@@ -886,7 +891,9 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:legacy_bool_lookup": Expected("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult"),
     f"{_HERE}:hit_pending_from_secondary": Expected("test_never_answers_hit_pending", "LR-3", "HIT_PENDING"),
     f"{_HERE}:leaked_pin": Expected("test_complete_load_releases_pin", "TIER-9", "pins leaked"),
-    f"{_HERE}:reads_slot_after_report": Expected("test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"),
+    f"{_HERE}:reads_slot_after_report": Expected(
+        "test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"
+    ),
     f"{_HERE}:shutdown_drops_queued_jobs": Expected("test_shutdown_reports_queued_work", "TIER-16", "never reported"),
     f"{_HERE}:request_state_leak": Expected("test_request_state_does_not_grow", "TIER-12", "finished requests"),
     f"{_HERE}:pending_work_ignores_loads": Expected("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight"),
@@ -899,14 +906,18 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:needs_one_step_more": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
     f"{_HERE}:slow_step_end": Expected("test_step_end_does_not_block", "TIER-13", "on_step_end blocked"),
     f"{_HERE}:slow_remote_lookup": Expected("test_lookup_does_not_block", "TIER-4", "blocked"),
-    f"{_HERE}:partial_reported_as_success": Expected("test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"),
+    f"{_HERE}:partial_reported_as_success": Expected(
+        "test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"
+    ),
     f"{_HERE}:evicts_own_input": Expected("test_prepare_store_never_evicts_its_own_input", "TIER-6", "its own input keys"),
     f"{_HERE}:evicts_before_giving_up": Expected("test_prepare_store_short_of_room_changes_nothing", "TIER-6", "evict nothing"),
     f"{_HERE}:failed_store_drops_ready": Expected("test_failed_store_leaves_ready_keys", "TIER-7", "it was READY in"),
     f"{_HERE}:pins_not_counted": Expected("test_two_pins_released_once_stay_protected", "TIER-8", "pins must be counted"),
     f"{_HERE}:reset_ignores_pins": Expected("test_reset_cache_with_pins_held", "TIER-16", "with a pin held"),
     f"{_HERE}:stale_ready_keys": Expected("test_ready_keys_agrees_with_lookup", "TIER-17", "live view"),
-    f"{_HERE}:old_generation_tier": Expected("test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"),
+    f"{_HERE}:old_generation_tier": Expected(
+        "test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"
+    ),
     f"{_HERE}:buffer_copy": Expected("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy"),
     f"{_HERE}:primary_answers_retry": Expected("test_never_answers_retry", "LR-4", "answered RETRY"),
 }

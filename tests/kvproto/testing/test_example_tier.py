@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier
-from tests.cli import kvproto_cli as main
 from kvproto.testing import SecondaryTierTests
+
+from tests.cli import kvproto_cli as main
 
 example = pytest.importorskip(
     "kvproto_example_tier",
