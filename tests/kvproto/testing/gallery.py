@@ -387,12 +387,12 @@ class RequestStateLeak(MemoryTier):
         super().submit_load(job)
 
 
-class PendingWorkIgnoresLoads(MemoryTier):
-    """Bug: jobs run at the next step (as real I/O would), but has_pending_work counts only the
-    queued stores, not the queued loads."""
+class _RunsJobsAtStepEnd(MemoryTier):
+    """Honest base: queues every job and runs it at the next step end (as real I/O would), counts the
+    queued jobs as pending work and refuses a reset while any is queued."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="pending-work-ignores-loads")
+    def __init__(self, buffer: memoryview, name: str) -> None:
+        super().__init__(buffer, name=name)
         self._queued: list[TransferJob] = []
 
     def submit_store(self, job: TransferJob) -> None:
@@ -402,15 +402,20 @@ class PendingWorkIgnoresLoads(MemoryTier):
         self._queued.append(job)
 
     def on_step_end(self) -> None:
+        self._run_due()
+
+    def _run_due(self) -> list[TransferJob]:
+        """Run the queued jobs; returns them."""
         due, self._queued = self._queued, []
         for job in due:
             if job.promotion:
                 super().submit_load(job)
             else:
                 super().submit_store(job)
+        return due
 
     def has_pending_work(self) -> bool:
-        return any(not job.promotion for job in self._queued) or super().has_pending_work()  # the bug
+        return bool(self._queued) or super().has_pending_work()
 
     def reset_cache(self) -> bool:
         return False if self._queued else super().reset_cache()
@@ -418,6 +423,17 @@ class PendingWorkIgnoresLoads(MemoryTier):
     def shutdown(self) -> None:
         self.on_step_end()
         super().shutdown()
+
+
+class PendingWorkIgnoresLoads(_RunsJobsAtStepEnd):
+    """Bug: jobs run at the next step (as real I/O would), but has_pending_work counts only the
+    queued stores, not the queued loads."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="pending-work-ignores-loads")
+
+    def has_pending_work(self) -> bool:
+        return any(not job.promotion for job in self._queued) or MemoryTier.has_pending_work(self)  # the bug
 
 
 class BatchLookupBypassesGate(LatencySecondary[MemoryTier]):
@@ -514,39 +530,16 @@ class NeedsOneStepMore(LatencySecondary[MemoryTier]):
         super().on_step_end()
 
 
-class SlowStepEnd(MemoryTier):
+class SlowStepEnd(_RunsJobsAtStepEnd):
     """Bug: on_step_end runs the step's jobs and waits 15 ms for their I/O (fsync) instead of
     leaving them to a worker."""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(buffer, name="slow-step-end")
-        self._queued: list[TransferJob] = []
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._queued.append(job)
-
-    def submit_load(self, job: TransferJob) -> None:
-        self._queued.append(job)
 
     def on_step_end(self) -> None:
-        due, self._queued = self._queued, []
-        for job in due:
-            if job.promotion:
-                super().submit_load(job)
-            else:
-                super().submit_store(job)
-        if due:
+        if self._run_due():
             time.sleep(0.015)  # the bug: waits for the I/O
-
-    def has_pending_work(self) -> bool:
-        return bool(self._queued) or super().has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return False if self._queued else super().reset_cache()
-
-    def shutdown(self) -> None:
-        self.on_step_end()
-        super().shutdown()
 
 
 class SlowRemoteLookup(MemoryTier):
