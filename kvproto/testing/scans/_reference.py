@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import InvalidArgumentError
+from kvproto.errors import ContractViolation, InvalidArgumentError  # noqa: F401 - ContractViolation is named by the raises: contracts
 from kvproto.scan import Decision, Defer, Hits
 from kvproto.testing.scans._inputs import (
     CheckedRun,
