@@ -13,7 +13,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
@@ -80,18 +80,11 @@ class CheckOutcome:
         return self.outcome in ("passed", "skipped", "xfailed", "xpassed")
 
     def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict of this outcome."""
-        return {
-            "check": self.check,
-            "clause": self.clause,
-            "violated_clause": self.violated,
-            "summary": self.summary,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "details": self.details,
-            "duration_s": round(self.duration_s, 4),
-            "hypothesis": self.hypothesis,
-        }
+        """A JSON-ready dict of this outcome: every field, ``violated`` as ``violated_clause``."""
+        data = asdict(self)
+        data["violated_clause"] = data.pop("violated")
+        data["duration_s"] = round(self.duration_s, 4)
+        return data
 
 
 @dataclass
