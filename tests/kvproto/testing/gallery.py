@@ -31,6 +31,8 @@ from kvproto import members as lr
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
+from tests.kvproto.testing.delegating import MemoryDelegate
+
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
 
@@ -568,47 +570,15 @@ class PartialReportedAsSuccess(MemoryTier):
         ]
 
 
-class OldGenerationTier:
+class OldGenerationTier(MemoryDelegate):
     """Bug: written against an older generation of the protocol: everything delegates to a
     MemoryTier, but it has no ``touch``."""
 
     def __init__(self, buffer: memoryview) -> None:
-        self.inner = MemoryTier(buffer, name="old-generation-tier")
-        self.capabilities = self.inner.capabilities
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self.inner.lookup(key, req_context)
-
-    def submit_store(self, job: TransferJob) -> None:
-        self.inner.submit_store(job)
+        super().__init__(buffer, name="old-generation-tier")
 
     def submit_load(self, job: TransferJob) -> None:
         self.inner.submit_load(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        return self.inner.get_finished_jobs()
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self.inner.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self.inner.on_step_end()
-
-    def take_events(self) -> Sequence[Any]:
-        return self.inner.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self.inner.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self.inner.reset_cache()
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 def _secondary(cls: type[MemoryTier]) -> TierSpec:
