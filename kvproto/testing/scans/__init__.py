@@ -8,7 +8,9 @@ reference definitions, the way ``kvproto verify`` checks ``kvproto.scan``:
   and lookup calls compared with the reference;
 * :func:`scan_properties` / :func:`run_property`: the Hypothesis properties;
 * :func:`crosshair_check` / :func:`crosshair_diff`: CrossHair, in a
-  subprocess (needs ``crosshair-tool``: ``pip install 'kvproto[verify]'``).
+  subprocess (needs ``crosshair-tool``: ``pip install 'kvproto[verify]'``);
+  :func:`prefix_entry` / :func:`window_entry` build the plain-int entry points
+  ``crosshair diffbehavior`` compares (from :func:`prefix_run` / :func:`window_run`).
 
 :func:`standard_checks` lists them all with ``kvproto verify``'s budgets.
 
