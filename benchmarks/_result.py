@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["BenchResult"]
 
@@ -28,12 +28,5 @@ class BenchResult:
         return self.ratio <= self.target if self.lower_is_better else self.ratio >= self.target
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "ratio": self.ratio,
-            "target": self.target,
-            "lower_is_better": self.lower_is_better,
-            "passed": self.passed,
-            "summary": self.summary,
-            "figures": dict(self.figures),
-        }
+        """Every field (``figures`` copied), plus the verdict ``passed``."""
+        return {**asdict(self), "passed": self.passed}

@@ -25,9 +25,10 @@ from collections.abc import Callable
 
 import torch
 
+from kvproto import OffloadKey, ReqContext, make_key
+
 from benchmarks._result import BenchResult
 from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler
-from kvproto import OffloadKey, ReqContext, make_key
 
 LAYERS = 32
 LAYER_BLOCK_SHAPE = (2, 16, 8, 128)  # K and V, tokens, KV heads, head dim (bf16)

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks._result import BenchResult
 from kvproto import OffloadKey, ReqContext, TransferJob, make_key
 from kvproto import members as lr
+
+from benchmarks._result import BenchResult
 from kvproto_fs import FsTier, FsTierConfig
 
 BLOCK_BYTES = 2 << 20

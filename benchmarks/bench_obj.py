@@ -30,10 +30,11 @@ import subprocess
 import sys
 import time
 
-from benchmarks._result import BenchResult
 from kvproto import OffloadKey, ReqContext, TransferJob, make_key
 from kvproto import envelope as env
 from kvproto import members as lr
+
+from benchmarks._result import BenchResult
 
 BLOCK_BYTES = 2 << 20
 CONCURRENCY = 16

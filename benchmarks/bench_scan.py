@@ -15,9 +15,9 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from kvproto import LookupResult, OffloadKey, make_key, maximal_prefix_lookup, sliding_window_lookup
+
 from benchmarks._result import BenchResult
-from kvproto import LookupResult, make_key, maximal_prefix_lookup, sliding_window_lookup
-from kvproto import OffloadKey
 
 N_KEYS = 8192
 WINDOW = 16
@@ -105,8 +105,37 @@ def _paired_ns(
         else:
             typed_ns.append(max(per_call(typed, reps) - loop, 1.0))
             legacy_ns.append(max(per_call(legacy, reps) - loop, 1.0))
-    ratio = statistics.median(t / l for t, l in zip(typed_ns, legacy_ns))
+    ratio = statistics.median(t / leg for t, leg in zip(typed_ns, legacy_ns, strict=True))
     return typed_ns, legacy_ns, ratio
+
+
+def _runs(
+    scan: str,
+    keys: Sequence[OffloadKey],
+    typed_get: Callable[[OffloadKey], LookupResult],
+    legacy_get: Callable[[OffloadKey], bool | None],
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The typed and the legacy run of ``scan`` ("prefix" or "window") over ``keys``."""
+    if scan == "prefix":
+        return (lambda: maximal_prefix_lookup(typed_get, keys), lambda: legacy_prefix(legacy_get, keys))
+    return (
+        lambda: sliding_window_lookup(typed_get, keys, WINDOW),
+        lambda: legacy_window(legacy_get, keys, WINDOW),
+    )
+
+
+def _lookups(scan: str, keys: Sequence[OffloadKey], typed_get: Callable[[OffloadKey], LookupResult]) -> int:
+    """How many lookups ``scan`` makes over ``keys`` (the same for both shapes, by construction of the workloads)."""
+    calls = 0
+
+    def counting(k: OffloadKey) -> LookupResult:
+        nonlocal calls
+        calls += 1
+        return typed_get(k)
+
+    typed, _ = _runs(scan, keys, counting, lambda k: None)
+    typed()
+    return calls
 
 
 def run(quick: bool = False) -> BenchResult:
@@ -115,28 +144,11 @@ def run(quick: bool = False) -> BenchResult:
     figures: dict[str, float] = {}
     worst = 0.0
     for wname, answers in _workloads().items():
-        typed_map = dict(zip(keys, answers))
+        typed_map = dict(zip(keys, answers, strict=True))
         legacy_map = {k: _LEGACY[a] for k, a in typed_map.items()}
-        typed_get = typed_map.__getitem__
-        legacy_get = legacy_map.__getitem__
-        # Count lookups made (identical for both shapes by construction of the workloads).
-        calls: list[int] = []
-
-        def counting(k: OffloadKey) -> LookupResult:
-            calls.append(1)
-            return typed_map[k]
-
         for scan in ("prefix", "window"):
-            calls.clear()
-            if scan == "prefix":
-                maximal_prefix_lookup(counting, keys)
-                typed: Callable[[], object] = lambda: maximal_prefix_lookup(typed_get, keys)
-                legacy: Callable[[], object] = lambda: legacy_prefix(legacy_get, keys)
-            else:
-                sliding_window_lookup(counting, keys, WINDOW)
-                typed = lambda: sliding_window_lookup(typed_get, keys, WINDOW)
-                legacy = lambda: legacy_window(legacy_get, keys, WINDOW)
-            n = len(calls)
+            typed, legacy = _runs(scan, keys, typed_map.__getitem__, legacy_map.__getitem__)
+            n = _lookups(scan, keys, typed_map.__getitem__)
             t_calls, l_calls, ratio = _paired_ns(typed, legacy, samples)
             worst = max(worst, ratio)
             # The headline is the median of paired ratios; the per-side medians and bests

@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, TypeVar
 
+from kvproto import LookupResult, MemoryTier, OffloadKey, ReqContext, TieringManager, make_key, maximal_prefix_lookup
+
 from benchmarks._result import BenchResult
-from kvproto import LookupResult, MemoryTier, ReqContext, make_key, maximal_prefix_lookup
-from kvproto import OffloadKey
-from kvproto import TieringManager
 
 if TYPE_CHECKING:
     from kvproto_cpu import CpuTier
@@ -64,12 +63,13 @@ def _scan_ratio(
         cpu.complete_store(out.keys_to_store, True)
         manager_lookup = manager.lookup
         cpu_lookup = cpu.lookup
-        through_manager: Callable[[], object] = lambda: maximal_prefix_lookup(
-            lambda k: manager_lookup(k, req), keys
-        )
-        bare: Callable[[], object] = lambda: maximal_prefix_lookup(
-            lambda k: cpu_lookup(k, req), keys
-        )
+
+        def through_manager() -> object:
+            return maximal_prefix_lookup(lambda k: manager_lookup(k, req), keys)
+
+        def bare() -> object:
+            return maximal_prefix_lookup(lambda k: cpu_lookup(k, req), keys)
+
         m_ns = float("inf")
         b_ns = float("inf")
         for _ in range(5):  # interleave so drift in machine speed hits both alike

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kvproto import members as lr
-from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
+from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError
 
@@ -336,7 +336,7 @@ class AsyncProbe:
     def _apply(self, outcome: _BatchOutcome) -> None:
         entries = self._entries
         found = outcome.found
-        for key, gen in zip(outcome.batch.keys, outcome.batch.gens):
+        for key, gen in zip(outcome.batch.keys, outcome.batch.gens, strict=True):
             entry = entries.get(key)
             if entry is None or entry.gen != gen or entry.result is not lr.RETRY:
                 continue  # stale (dropped and asked again) or already marked (AP-3, AP-7)

@@ -14,8 +14,8 @@ from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
-from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
+from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
@@ -330,7 +330,7 @@ class MemoryTier:
         events, self._events = self._events, deque()
         flat = self._flat
         size = self._block_bytes
-        for key, slot in zip(job.keys, job.slots):
+        for key, slot in zip(job.keys, job.slots, strict=True):
             if key in self._fail_keys:
                 continue
             self._put(key, bytes(flat[slot * size : (slot + 1) * size]))
@@ -347,7 +347,7 @@ class MemoryTier:
         bad: list[OffloadKey] = []
         flat = self._flat
         size = self._block_bytes
-        for key, slot in zip(job.keys, job.slots):
+        for key, slot in zip(job.keys, job.slots, strict=True):
             found = self._store.get(key)
             if found is None or key in self._fail_keys:
                 continue

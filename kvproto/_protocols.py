@@ -11,8 +11,8 @@ from typing import Protocol, runtime_checkable
 
 from kvproto._events import OffloadingEvent
 from kvproto._jobs import JobResult, PrepareStoreOutput, TransferJob
-from kvproto._requests import ReqContext
 from kvproto._keys import OffloadKey
+from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 
 __all__ = [

@@ -7,32 +7,21 @@ comparison must find the difference, or it proves nothing.
 
 from __future__ import annotations
 
-from kvproto.testing.scans import ScanRun, prefix_run, window_run
+import functools
+
+from kvproto.testing.scans import prefix_entry, prefix_run, window_entry, window_run
+
 from spec import mutants
 
 __all__ = ["mutant_prefix_stops_at_retry", "mutant_window_defers_on_any_pending"]
 
-
-def mutant_prefix_stops_at_retry(
-    length: int, c0: int, c1: int, c2: int, c3: int, c4: int, c5: int, c6: int, c7: int
-) -> ScanRun:
-    """A wrong prefix scan that stops at the first RETRY (breaks SCAN-2)."""
-    return prefix_run(mutants.prefix_stops_at_retry, length, (c0, c1, c2, c3, c4, c5, c6, c7))
-
-
-def mutant_window_defers_on_any_pending(
-    length: int,
-    window: int,
-    extra: int,
-    c0: int,
-    c1: int,
-    c2: int,
-    c3: int,
-    c4: int,
-    c5: int,
-    c6: int,
-    c7: int,
-) -> ScanRun:
-    """A wrong window scan that defers on a HIT_PENDING outside the chosen window (breaks SCAN-8)."""
-    codes = (c0, c1, c2, c3, c4, c5, c6, c7)
-    return window_run(mutants.window_defers_on_any_pending, length, window, extra, codes)
+mutant_prefix_stops_at_retry = prefix_entry(
+    "mutant_prefix_stops_at_retry",
+    "A wrong prefix scan that stops at the first RETRY (breaks SCAN-2).",
+    functools.partial(prefix_run, mutants.prefix_stops_at_retry),
+)
+mutant_window_defers_on_any_pending = window_entry(
+    "mutant_window_defers_on_any_pending",
+    "A wrong window scan that defers on a HIT_PENDING outside the chosen window (breaks SCAN-8).",
+    functools.partial(window_run, mutants.window_defers_on_any_pending),
+)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvproto.testing._tier_spec import TierSpec
     from kvproto._cli.mypy_check import TypecheckResult
+    from kvproto.testing._tier_spec import TierSpec
 
 __all__ = ["add_arguments", "kit_missing", "run"]
 
@@ -143,14 +143,14 @@ def kit_missing(command: str) -> str | None:
 
 def _explain(console: Console, args: argparse.Namespace, specs: list[TierSpec]) -> int:
     """``--explain CHECK``: print what the check does and how to run it in the author's pytest."""
-    from kvproto.errors import KvprotoError
     from kvproto._cli.explain import explain, find_check, known_checks
+    from kvproto.errors import KvprotoError
 
     check: str = args.explain
     targets: list[tuple[str | None, TierSpec | None]] = (
         [(t, spec) for t, spec in zip(args.targets, specs, strict=True)] or [(None, None)]
     )
-    for target, spec in targets:
+    for _, spec in targets:
         kind = None if spec is None else spec.kind
         if not find_check(check, kind):
             import difflib
@@ -201,11 +201,10 @@ def _run(console: Console, args: argparse.Namespace) -> int:
         TimeElapsedColumn,
     )
 
-    from kvproto.errors import KvprotoError
     from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
     from kvproto._cli.runner import CheckOutcome, TierReport, planned_checks, run_kit
     from kvproto._cli.targets import TierUnavailable, reference_tiers, resolve_target
-    from kvproto._cli.mypy_check import TypecheckResult
+    from kvproto.errors import KvprotoError
 
     if args.list:
         return _list(console)

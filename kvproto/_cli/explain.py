@@ -13,6 +13,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from kvproto._cli.targets import _required_positional, import_target, installed_tiers, one_line
 from kvproto.errors import ConfigurationError
 from kvproto.testing._base import KitBase
 from kvproto.testing._checks import CheckInfo, checks_of
@@ -20,7 +21,6 @@ from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._tier_spec import TierKind, TierSpec, shut_down_probe
-from kvproto._cli.targets import _required_positional, import_target, installed_tiers, one_line
 
 __all__ = ["Source", "explain", "find_check", "source_of"]
 
@@ -183,7 +183,8 @@ def snippet(kind: TierKind, info: CheckInfo, source: Source | None, spec: TierSp
     for hook in missing:
         lines, _ = _hook_method(base, hook, "...  # reach into your tier's storage")
         comment = f"    # {info.name} needs the backdoor hook {hook}(); without it the check skips:"
-        body += ["", comment, *(f"    # {line.strip()}" if i == 0 else f"    #     {line.strip()}" for i, line in enumerate(lines))]
+        commented = (f"    # {line.strip()}" if i == 0 else f"    #     {line.strip()}" for i, line in enumerate(lines))
+        body += ["", comment, *commented]
     extra = sorted({_IMPORTS[n] for n in used if n in _IMPORTS})
     stdlib = _merged([line for line in extra if line.startswith("from collections")])
     kvproto_lines = _merged([line for line in extra if line.startswith("from kvproto ")])

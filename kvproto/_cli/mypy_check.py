@@ -138,7 +138,10 @@ def _snippet(cls: type, proto_name: ProtocolName) -> tuple[str, dict[int, str]]:
     lines: dict[int, str] = {}
     parts = [text]
     for name, stub in _members(proto):
-        parts.append(f"\n\nclass _Member_{name}(Protocol):\n{stub}\n\n\ndef _check_{name}(tier: {annotation}) -> _Member_{name}:\n    return tier\n")
+        parts.append(
+            f"\n\nclass _Member_{name}(Protocol):\n{stub}\n\n\n"
+            f"def _check_{name}(tier: {annotation}) -> _Member_{name}:\n    return tier\n"
+        )
     parts.append(
         f"\n\ndef _check_whole(tier: {annotation}) -> {proto.__name__}:\n    return tier\n"
     )
@@ -264,7 +267,16 @@ class PendingTypecheck:
         try:
             if self._proc is not None:
                 stdout, stderr = self._proc.communicate()
-                _finish(self.result, self.cls, stdout, stderr, self._proc.returncode, self._snippet, self._lines, self._module_file)
+                _finish(
+                    self.result,
+                    self.cls,
+                    stdout,
+                    stderr,
+                    self._proc.returncode,
+                    self._snippet,
+                    self._lines,
+                    self._module_file,
+                )
             return self.result
         finally:
             self._tmp.cleanup()

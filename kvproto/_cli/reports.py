@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kvproto.errors import InvalidArgumentError
-from kvproto._cli.runner import TierReport
 from kvproto._cli.mypy_check import TypecheckResult
+from kvproto._cli.runner import TierReport
+from kvproto.errors import InvalidArgumentError
 from kvproto.testing._steps import STEPS_HEADING
 
 __all__ = ["render_summary", "render_tier", "to_json", "write_json", "write_junit"]

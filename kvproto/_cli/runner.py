@@ -13,12 +13,13 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
 
 from kvproto._capabilities import Capabilities
+from kvproto._cli.targets import build_test_class
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._checks import checks_of
 from kvproto.testing._driver import resolve_capabilities
@@ -26,7 +27,6 @@ from kvproto.testing._failures import ConformanceFailure, clause_of
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
-from kvproto._cli.targets import build_test_class
 from kvproto.testing._tier_spec import TierSpec, shut_down_probe
 
 __all__ = ["CheckOutcome", "Interrupted", "TierReport", "kit_base", "planned_checks", "protocol_check", "run_kit"]
@@ -80,18 +80,11 @@ class CheckOutcome:
         return self.outcome in ("passed", "skipped", "xfailed", "xpassed")
 
     def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict of this outcome."""
-        return {
-            "check": self.check,
-            "clause": self.clause,
-            "violated_clause": self.violated,
-            "summary": self.summary,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "details": self.details,
-            "duration_s": round(self.duration_s, 4),
-            "hypothesis": self.hypothesis,
-        }
+        """A JSON-ready dict of this outcome: every field, ``violated`` as ``violated_clause``."""
+        data = asdict(self)
+        data["violated_clause"] = data.pop("violated")
+        data["duration_s"] = round(self.duration_s, 4)
+        return data
 
 
 @dataclass
@@ -159,7 +152,8 @@ class _Collector:
             if steps and STEPS_HEADING not in message:
                 message = "\n".join([message, *steps])
             notes = [n for n in notes if n not in steps]
-            report.user_properties.append(("kvproto_message", f"{type(error).__name__}: {message}" if clause is None else message))
+            shown = f"{type(error).__name__}: {message}" if clause is None else message
+            report.user_properties.append(("kvproto_message", shown))
             if clause is not None:
                 report.user_properties.append(("kvproto_violated", clause))
             if notes:

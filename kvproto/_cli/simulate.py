@@ -216,8 +216,8 @@ def _simulate(
 ) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
     from kvproto.errors import ConfigurationError
+    from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
 
     try:
         config = SimConfig(**config_kwargs)  # type: ignore[arg-type]  # values checked by _parse

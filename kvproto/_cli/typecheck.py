@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from rich.console import Console
 
-    from kvproto.errors import KvprotoError
     from kvproto._cli.mypy_check import claimed_protocol, typecheck_class
+    from kvproto.errors import KvprotoError
 
     console = Console()
     try:

@@ -312,7 +312,8 @@ def _take_into(out: list[object], get_finished_jobs: Callable[[], Iterable[objec
 
 
 def _pin_batch(primary: PrimaryTier, keys: list[OffloadKey], context: ReqContext) -> list[_Pair]:
-    return list(zip(keys, primary.prepare_load(keys, context)))
+    # Not strict: a primary answering fewer slots than keys pins only those (behaviour kept as it was).
+    return list(zip(keys, primary.prepare_load(keys, context), strict=False))
 
 
 def _pin_one(primary: PrimaryTier, key: OffloadKey, context: ReqContext) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+import kvproto.members as lr
 from kvproto._async_probe import AsyncProbe
 from kvproto._capabilities import Capabilities
 from kvproto._jobs import JobResult, TransferJob
@@ -20,7 +21,6 @@ from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import ConfigurationError, ContractViolation, InvalidArgumentError
-import kvproto.members as lr
 from kvproto.testing._fault_rules import check_count, check_job, fault_log
 from kvproto.tierkit._forwarding import ForwardingSecondary
 

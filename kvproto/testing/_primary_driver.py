@@ -12,9 +12,9 @@ from kvproto._protocols import PrimaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto.testing._data import block_for, row
+from kvproto.testing._driver import TierDriver, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
-from kvproto.testing._driver import TierDriver, short_key
 
 __all__ = ["PrimaryDriver"]
 

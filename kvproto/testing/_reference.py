@@ -74,26 +74,30 @@ def memory() -> TierSpec:
     )
 
 
+def _latent_memory_spec(
+    name: str, steps: int, *, latency_s: float = 0.0, capacity_blocks: int | None = None
+) -> TierSpec:
+    """A MemoryTier (``latency_s``, ``capacity_blocks`` passed on) behind a LatencySecondary whose jobs
+    and lookups take ``steps`` steps."""
+    knobs = {"latency_s": latency_s, "capacity_blocks": capacity_blocks}
+    shown = ", ".join(f"{knob}={value!r}" for knob, value in knobs.items() if value)
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        inner = MemoryTier(buffer, name=name, latency_s=latency_s, capacity_blocks=capacity_blocks)
+        return LatencySecondary(inner, job_steps=steps, lookup_steps=steps)
+
+    latency = f"job_steps={steps}, lookup_steps={steps}"
+    return _memory_spec(name, build, f"LatencySecondary(kvproto.MemoryTier(buffer, {shown}), {latency})")
+
+
 def memory_async() -> TierSpec:
     """MemoryTier whose jobs and lookups take two steps, with a capacity that evicts."""
-    return _memory_spec(
-        "memory-async",
-        lambda buffer: LatencySecondary(
-            MemoryTier(buffer, name="memory-async", capacity_blocks=48), job_steps=2, lookup_steps=2
-        ),
-        "LatencySecondary(kvproto.MemoryTier(buffer, capacity_blocks=48), job_steps=2, lookup_steps=2)",
-    )
+    return _latent_memory_spec("memory-async", 2, capacity_blocks=48)
 
 
 def memory_threaded() -> TierSpec:
     """MemoryTier whose jobs finish on worker threads a couple of milliseconds after their step."""
-    return _memory_spec(
-        "memory-threaded",
-        lambda buffer: LatencySecondary(
-            MemoryTier(buffer, name="memory-threaded", latency_s=0.002), job_steps=1, lookup_steps=1
-        ),
-        "LatencySecondary(kvproto.MemoryTier(buffer, latency_s=0.002), job_steps=1, lookup_steps=1)",
-    )
+    return _latent_memory_spec("memory-threaded", 1, latency_s=0.002)
 
 
 def memory_primary() -> TierSpec:

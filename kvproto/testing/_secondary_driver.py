@@ -14,9 +14,9 @@ from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto.testing._data import block_for, row, sentinel_for
+from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short_key, voluntary_switches
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
-from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short_key, voluntary_switches
 
 __all__ = ["SecondaryDriver"]
 

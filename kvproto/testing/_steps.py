@@ -240,7 +240,9 @@ def _describe(call: _Call) -> str:
                 return f"{text} -> [{', '.join(_value(r) for r in result)}]"
         case "prepare_store":
             if isinstance(result, PrepareStoreOutput):
-                moves = ", ".join(f"{short_key(k)} -> slot {s}" for k, s in zip(result.keys_to_store, result.slots))
+                # Not strict: the trace shows what a tier under test answered, mismatched lengths included.
+                pairs = zip(result.keys_to_store, result.slots, strict=False)
+                moves = ", ".join(f"{short_key(k)} -> slot {s}" for k, s in pairs)
                 evicted = f"; evicted {_keys(result.evicted)}" if result.evicted else ""
                 return f"{text} -> [{moves}]{evicted}"
         case "take_events":

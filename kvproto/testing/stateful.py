@@ -270,7 +270,7 @@ class TierStateMachine(RuleBasedStateMachine):
             # Settle first (no draw depends on it, so Hypothesis replays the same choices).
             self.driver.settle()
             self._absorb()
-            hook: Callable[[SecondaryTier, int], None] = getattr(tests, "fail_next_jobs")
+            hook: Callable[[SecondaryTier, int], None] = getattr(tests, "fail_next_jobs")  # noqa: B009 - optional hook, checked by has_hook
             hook(self.driver.tier, 1)
             self.fail_armed = True
 

@@ -71,14 +71,14 @@ class _Forwarding(Generic[_T]):
         self._batch = offered if isinstance(offered, BatchLookup) else None
         if self._batch is not None:
             if cls._lookup_many is not _Forwarding._lookup_many:
-                setattr(self, "lookup_many", self._lookup_many)
+                setattr(self, "lookup_many", self._lookup_many)  # noqa: B010 - set per instance, undeclared, so the class does not claim the ability to type checkers
                 answers_as_inner = False
             elif answers_as_inner:
-                setattr(self, "lookup_many", self._batch.lookup_many)  # no extra call on the hot path
+                setattr(self, "lookup_many", self._batch.lookup_many)  # noqa: B010 - as above; no extra call on the hot path
             else:  # lookup_many answers as lookup does (TIER-17): a changed lookup is never bypassed
-                setattr(self, "lookup_many", self._each)
+                setattr(self, "lookup_many", self._each)  # noqa: B010 - as above
         if answers_as_inner and isinstance(offered, ReadyKeys):
-            setattr(self, "ready_keys", offered.ready_keys)  # the live view, true of our answers (MGR-15)
+            setattr(self, "ready_keys", offered.ready_keys)  # noqa: B010 - as above; the live view (MGR-15)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._inner!r})"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
+
+from kvproto import AsyncProbe, MemoryTier
 
 if TYPE_CHECKING:  # tiering_stack is imported only by the tests that use it
     from tests.kvproto.tiering_stack import Stack
@@ -26,10 +28,33 @@ def no_thread_leak() -> Iterator[None]:
     assert not leaked, f"threads left running: {leaked}"
 
 
+class _ShutsDown(Protocol):
+    def shutdown(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_ShutsDown)
+
+
+def _shut_down_after(made: list[_S]) -> Iterator[list[_S]]:
+    """Hand ``made`` to the test, then shut down everything the test put in it."""
+    yield made
+    for thing in made:
+        thing.shutdown()
+
+
 @pytest.fixture
 def stacks() -> Iterator[list[Stack]]:
     """Stacks a test builds (``tiering_stack.build_stack``), each shut down after the test."""
-    made: list[Stack] = []
-    yield made
-    for s in made:
-        s.shutdown()
+    yield from _shut_down_after([])
+
+
+@pytest.fixture
+def probes() -> Iterator[list[AsyncProbe]]:
+    """AsyncProbes a test builds, each shut down after the test."""
+    yield from _shut_down_after([])
+
+
+@pytest.fixture
+def tiers() -> Iterator[list[MemoryTier]]:
+    """MemoryTiers a test builds, each shut down after the test."""
+    yield from _shut_down_after([])

@@ -5,13 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
-from kvproto import LookupResult, ReqContext, make_key
-from kvproto import OffloadKey
-from kvproto import AsyncProbe
+from kvproto import AsyncProbe, LookupResult, OffloadKey, ReqContext, make_key
 from kvproto.errors import ConfigurationError
 
 R1 = ReqContext("r1")
@@ -37,14 +35,6 @@ class Checker:
             self.gate.wait()
         self.batches.append(tuple(keys))
         return [k for k in keys if k in self.stored]
-
-
-@pytest.fixture
-def probes() -> Iterator[list[AsyncProbe]]:
-    made: list[AsyncProbe] = []
-    yield made
-    for p in made:
-        p.shutdown()
 
 
 def make(probes: list[AsyncProbe], checker: Checker, **kwargs: object) -> AsyncProbe:

@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from kvproto import JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob, make_key
-from kvproto import EventKind
+from kvproto import EventKind, JobResult, OffloadingEvent, PrepareStoreOutput, ReqContext, TransferJob, make_key
 from kvproto.errors import InvalidArgumentError
 
 K1, K2, K3 = (make_key(bytes([i]), 0) for i in (1, 2, 3))
@@ -59,7 +58,7 @@ def test_job_result_succeeded_keys() -> None:
 
 def test_values_are_frozen_and_slotted() -> None:
     for cls in (TransferJob, JobResult, PrepareStoreOutput, OffloadingEvent):
-        assert getattr(cls, "__dataclass_params__").frozen, cls
+        assert getattr(cls, "__dataclass_params__").frozen, cls  # noqa: B009 - not in the typeshed stubs
         assert "__slots__" in cls.__dict__, cls
     event = OffloadingEvent(EventKind.STORED, (K1,), "cpu")
     assert event.kind is EventKind.STORED

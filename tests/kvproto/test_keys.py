@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvproto import make_key, split_key
-from kvproto import MAX_GROUP
+from kvproto import MAX_GROUP, make_key, split_key
 from kvproto.errors import InvalidArgumentError, InvalidKeyError
 
 

@@ -17,7 +17,6 @@ from kvproto.errors import ConfigurationError, KvprotoError
 from kvproto.testing import PrimaryTierFactory, PrimaryTierTests
 from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
-
 # ---------------------------------------------------------------- the conformance kit
 
 # The same capabilities the reference cpu TierSpec declares (kvproto_cpu.conformance_spec()).

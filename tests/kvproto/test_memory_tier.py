@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,12 +11,12 @@ from kvproto import (
     JobResult,
     LookupResult,
     MemoryTier,
+    OffloadKey,
     ReqContext,
     SecondaryTier,
     TransferJob,
     make_key,
 )
-from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.testing.faults import LatencySecondary
 
@@ -49,14 +48,6 @@ def fill(buf: memoryview, slot: int, value: int) -> bytes:
 @pytest.fixture
 def buf() -> memoryview:
     return new_buffer()
-
-
-@pytest.fixture
-def tiers() -> Iterator[list[MemoryTier]]:
-    made: list[MemoryTier] = []
-    yield made
-    for t in made:
-        t.shutdown()
 
 
 def test_satisfies_secondary_tier_protocol(buf: memoryview) -> None:

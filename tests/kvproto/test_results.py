@@ -21,7 +21,7 @@ def test_lookup_result_is_a_plain_enum_of_four() -> None:
 
 def test_members_module_holds_the_same_objects() -> None:
     assert (lr.MISS, lr.HIT, lr.HIT_PENDING, lr.RETRY) == tuple(LookupResult)
-    assert all(a is b for a, b in zip((lr.MISS, lr.HIT, lr.HIT_PENDING, lr.RETRY), LookupResult))
+    assert all(a is b for a, b in zip((lr.MISS, lr.HIT, lr.HIT_PENDING, lr.RETRY), LookupResult, strict=True))
 
 
 @pytest.mark.parametrize("pending", [LookupResult.HIT_PENDING, LookupResult.RETRY])

@@ -12,12 +12,14 @@ from kvproto import (
     Hits,
     LookupResult,
     OffloadingManager,
+    OffloadKey,
     ReqContext,
+    TieringConfig,
+    TieringManager,
     maximal_prefix_lookup,
 )
-from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, ContractViolation, TierMisuseError
-from kvproto import TieringConfig, TieringManager
+
 from tests.kvproto.tiering_stack import (
     BLOCK,
     RecordingTier,
@@ -385,6 +387,7 @@ def test_tier_errors_are_logged_with_the_tier_name(
 def test_ready_keys_fast_path_answers_like_the_primary(stacks: list[Stack]) -> None:
     """MGR-15: with a ReadyKeys view, primary HITs skip the lookup call; other answers are unchanged."""
     from kvproto import MemoryPrimaryTier, MemoryTier, ReadyKeys
+
     from tests.kvproto.tiering_stack import FakeClock
 
     cpu = MemoryPrimaryTier(num_slots=2, block_bytes=BLOCK, clock=FakeClock())

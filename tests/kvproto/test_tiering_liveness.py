@@ -13,22 +13,21 @@ from collections.abc import Sequence
 import pytest
 
 from kvproto import (
+    AsyncProbe,
     Defer,
     Hits,
-    make_key,
-    JobResult,
     LookupResult,
     MemoryTier,
-    OffloadingEvent,
+    OffloadKey,
     ReqContext,
-    TransferJob,
+    TieringConfig,
+    TieringManager,
+    make_key,
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto import OffloadKey
-from kvproto import AsyncProbe
-from kvproto import TieringConfig, TieringManager
-from tests.kvproto.tiering_stack import RaisingTier, Stack, block, build_stack, key
+
+from tests.kvproto.tiering_stack import ClaimsEverythingFailsLoads, RaisingTier, Stack, block, build_stack, key
 
 R1 = ReqContext("r1")
 STEP_BOUND = 100
@@ -51,56 +50,11 @@ def steps_until_decided(
     pytest.fail(f"the scan was still deferred after {STEP_BOUND} steps")
 
 
-class AlwaysHitFailingLoads:
-    """A third-party tier without an AsyncProbe: claims every key, fails every load."""
-
-    name = "liar"
-
-    def __init__(self) -> None:
-        self.finished: list[JobResult] = []
-        self.loads = 0
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return LookupResult.HIT
-
-    def touch(self, keys: object) -> None:
-        pass
-
-    def submit_store(self, job: TransferJob) -> None:
-        self.finished.append(JobResult(job.job_id, True))
-
-    def submit_load(self, job: TransferJob) -> None:
-        self.loads += 1
-        self.finished.append(JobResult(job.job_id, False))
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        done, self.finished = self.finished, []
-        return done
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        pass
-
-    def on_step_end(self) -> None:
-        pass
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return []
-
-    def has_pending_work(self) -> bool:
-        return bool(self.finished)
-
-    def reset_cache(self) -> bool:
-        return True
-
-    def shutdown(self) -> None:
-        pass
-
-
 def test_failed_promotion_is_not_repeated_every_step(stacks: list[Stack]) -> None:
     """MGR-9: a failed promotion leaves a negative verdict, so a lying tier cannot livelock the scan."""
     s = build_stack(latencies=())
     stacks.append(s)
-    liar = AlwaysHitFailingLoads()
+    liar = ClaimsEverythingFailsLoads()
     m = TieringManager(s.cpu, [liar], config=TieringConfig(negative_verdict_steps=50))
     s.extra_managers.append(m)
     taken, decision = steps_until_decided(m, [key(1), key(2)])
@@ -155,7 +109,7 @@ def test_probe_deadline_ends_a_hung_existence_check(stacks: list[Stack]) -> None
 
     probe = AsyncProbe(hung_check, name="hung", deadline_steps=4)
 
-    class HungLookupTier(AlwaysHitFailingLoads):
+    class HungLookupTier(ClaimsEverythingFailsLoads):
         name = "hung"
 
         def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -256,7 +210,7 @@ def test_window_scan_terminates_over_failing_promotions(stacks: list[Stack]) -> 
     tier.fail_keys([key(4)])
     m = s.manager
     keys = [key(i) for i in range(6)]
-    for step in range(STEP_BOUND):
+    for _ in range(STEP_BOUND):
         decision = sliding_window_lookup(lambda k: m.lookup(k, R1), keys, 2)
         if isinstance(decision, Hits):
             break

@@ -12,7 +12,6 @@ from kvproto import (
     LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
-    OffloadingEvent,
     OffloadKey,
     ReqContext,
     TieringConfig,
@@ -22,7 +21,8 @@ from kvproto import (
 )
 from kvproto.errors import ConfigurationError, ContractViolation, InvalidArgumentError, TierError
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary
-from tests.kvproto.tiering_stack import BLOCK, ForwardingTier, block, key
+
+from tests.kvproto.tiering_stack import BLOCK, ClaimsEverythingFailsLoads, ForwardingTier, block, key
 
 R1 = ReqContext("r1")
 
@@ -176,55 +176,12 @@ def test_a_promotion_never_reported_is_abandoned_and_the_key_comes_back() -> Non
 # ------------------------------------------------------------------------------- bounded state (MGR-18)
 
 
-class ClaimsEverythingFailsLoads:
-    """A secondary that answers HIT for every key and fails every load: one failed promotion per key."""
-
-    name = "liar"
-
-    def __init__(self) -> None:
-        self._done: list[JobResult] = []
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return LookupResult.HIT
-
-    def touch(self, keys: object) -> None:
-        pass
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._done.append(JobResult(job.job_id, False))
-
-    def submit_load(self, job: TransferJob) -> None:
-        self._done.append(JobResult(job.job_id, False))
-
-    def get_finished_jobs(self) -> list[JobResult]:
-        done, self._done = self._done, []
-        return done
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        pass
-
-    def on_step_end(self) -> None:
-        pass
-
-    def take_events(self) -> list[OffloadingEvent]:
-        return []
-
-    def has_pending_work(self) -> bool:
-        return bool(self._done)
-
-    def reset_cache(self) -> bool:
-        return True
-
-    def shutdown(self) -> None:
-        pass
-
-
 def test_a_million_failed_promotions_leave_bounded_state() -> None:
     """MGR-18: 1,000,000 one-off failed promotions; every map of the manager stays within its bound."""
     per_step = 10_000
     primary = MemoryPrimaryTier(num_slots=per_step, block_bytes=1)
     manager = TieringManager(
-        primary, [ClaimsEverythingFailsLoads()],
+        primary, [ClaimsEverythingFailsLoads(stores_succeed=False)],
         config=TieringConfig(negative_verdict_steps=8, max_tracked_keys=50_000),
     )
     peak: dict[str, int] = {}

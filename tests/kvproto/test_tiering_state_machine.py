@@ -30,19 +30,21 @@ from kvproto import (
     LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
+    OffloadKey,
     ReqContext,
+    TieringConfig,
+    TieringManager,
     TransferJob,
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto import OffloadKey
-from kvproto import TieringConfig, TieringManager
 from kvproto.testing.faults import LatencySecondary
+
 from tests.kvproto.tiering_stack import (
     BLOCK,
-    PrimaryWithoutReadyKeys,
     FakeClock,
     ForwardingTier,
+    PrimaryWithoutReadyKeys,
     RaisingTier,
     block,
     key,
@@ -131,7 +133,7 @@ class TieringStack(RuleBasedStateMachine):
             assert self.manager.lookup(k, REQS[0]) is LookupResult.HIT, k
         slots = self.manager.prepare_load(covered, REQS[0])
         try:
-            for k, slot in zip(covered, slots):
+            for k, slot in zip(covered, slots, strict=True):
                 got = bytes(self.cpu.slot_view(slot))
                 assert got == block(int.from_bytes(k[:4], "big")), f"wrong bytes for {k!r}"
         finally:
@@ -169,7 +171,7 @@ class TieringStack(RuleBasedStateMachine):
         out = self.manager.prepare_store([key(i) for i in ids], req)
         if out is None:
             return
-        for k, slot in zip(out.keys_to_store, out.slots):
+        for k, slot in zip(out.keys_to_store, out.slots, strict=True):
             self.cpu.slot_view(slot)[:] = block(int.from_bytes(k[:4], "big"))
         if outcome == "pending":
             self.writing.extend(out.keys_to_store)

@@ -12,13 +12,14 @@ from kvproto import (
     MemoryPrimaryTier,
     MemoryTier,
     OffloadingEvent,
+    OffloadKey,
     ReqContext,
     SecondaryTier,
+    TieringConfig,
+    TieringManager,
     TransferJob,
     make_key,
 )
-from kvproto import OffloadKey
-from kvproto import TieringConfig, TieringManager
 from kvproto.testing.faults import LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 
@@ -94,7 +95,7 @@ class Stack:
         out = manager.prepare_store([k], req)
         if out is None:
             return False
-        for kk, slot in zip(out.keys_to_store, out.slots):
+        for kk, slot in zip(out.keys_to_store, out.slots, strict=True):
             self.cpu.slot_view(slot)[:] = data
             assert kk == k
         manager.complete_store(out.keys_to_store, success)
@@ -121,7 +122,7 @@ def build_stack(
     )
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(len(latencies))]
     secondaries: list[SecondaryTier] = [
-        LatencySecondary(tier, **latency) if latency else tier for tier, latency in zip(tiers, latencies)
+        LatencySecondary(tier, **latency) if latency else tier for tier, latency in zip(tiers, latencies, strict=True)
     ]
     manager = TieringManager(cpu, secondaries, config=config)
     return Stack(cpu, tiers, manager, clock, secondaries)
@@ -211,3 +212,51 @@ class RaisingTier:
     def shutdown(self) -> None:
         self.inner.shutdown()
         self._maybe_raise("shutdown")
+
+
+class ClaimsEverythingFailsLoads:
+    """A third-party secondary without an AsyncProbe: answers HIT for every key and fails every load
+    (one failed promotion per key); its stores succeed or fail as ``stores_succeed`` says. ``loads``
+    counts the loads submitted."""
+
+    name = "liar"
+
+    def __init__(self, *, stores_succeed: bool = True) -> None:
+        self.finished: list[JobResult] = []
+        self.loads = 0
+        self.stores_succeed = stores_succeed
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return LookupResult.HIT
+
+    def touch(self, keys: object) -> None:
+        pass
+
+    def submit_store(self, job: TransferJob) -> None:
+        self.finished.append(JobResult(job.job_id, self.stores_succeed))
+
+    def submit_load(self, job: TransferJob) -> None:
+        self.loads += 1
+        self.finished.append(JobResult(job.job_id, False))
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        done, self.finished = self.finished, []
+        return done
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        pass
+
+    def on_step_end(self) -> None:
+        pass
+
+    def take_events(self) -> Sequence[OffloadingEvent]:
+        return []
+
+    def has_pending_work(self) -> bool:
+        return bool(self.finished)
+
+    def reset_cache(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass

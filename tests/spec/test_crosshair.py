@@ -35,7 +35,7 @@ def crosshair_results() -> dict[str, CheckResult]:
             clauses="SCAN-8",
         ),
     ]
-    return {c.name: r for c, r in zip(checks, run_checks(checks, crosshair_parallel=2))}
+    return {c.name: r for c, r in zip(checks, run_checks(checks, crosshair_parallel=2), strict=True)}
 
 
 @pytest.mark.parametrize(

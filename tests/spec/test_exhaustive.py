@@ -4,8 +4,9 @@ initial windows none, w, w+1, w+2."""
 
 from __future__ import annotations
 
-from spec import mutants
 from kvproto.testing.scans import exhaustive_prefix, exhaustive_window
+
+from spec import mutants
 
 
 def test_prefix_scan_equals_reference_on_every_sequence() -> None:

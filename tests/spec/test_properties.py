@@ -11,9 +11,9 @@ import pytest
 from hypothesis import settings
 
 from kvproto.scan import maximal_prefix_lookup, sliding_window_lookup
+from kvproto.testing.scans import Property, run_property, scan_properties
+
 from spec import mutants
-from kvproto.testing.scans import run_property
-from kvproto.testing.scans import Property, scan_properties
 
 _PROPS = {p.name: p for p in scan_properties(maximal_prefix_lookup, sliding_window_lookup)}
 _MUTANT_PROPS = {

@@ -257,7 +257,6 @@ class _Simulation:
             finally:
                 self.manager.complete_load(keys)
         served = report.blocks_served
-        primary = self.primary.name
         for key in keys:
             source = self.residency.served_by(key)
             served[source] = served.get(source, 0) + 1

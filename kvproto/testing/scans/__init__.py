@@ -8,7 +8,9 @@ reference definitions, the way ``kvproto verify`` checks ``kvproto.scan``:
   and lookup calls compared with the reference;
 * :func:`scan_properties` / :func:`run_property`: the Hypothesis properties;
 * :func:`crosshair_check` / :func:`crosshair_diff`: CrossHair, in a
-  subprocess (needs ``crosshair-tool``: ``pip install 'kvproto[verify]'``).
+  subprocess (needs ``crosshair-tool``: ``pip install 'kvproto[verify]'``);
+  :func:`prefix_entry` / :func:`window_entry` build the plain-int entry points
+  ``crosshair diffbehavior`` compares (from :func:`prefix_run` / :func:`window_run`).
 
 :func:`standard_checks` lists them all with ``kvproto verify``'s budgets.
 
@@ -43,12 +45,12 @@ from kvproto.testing.scans._checks import (
     show_decision,
     standard_checks,
 )
-from kvproto.testing.scans._crosshair_targets import prefix_run, window_run
+from kvproto.testing.scans._crosshair_targets import prefix_entry, prefix_run, window_entry, window_run
 from kvproto.testing.scans._inputs import EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, ScanRun, WindowScan
-from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 from kvproto.testing.scans._properties import Property, PropertyFailure, scan_properties
 from kvproto.testing.scans._reference import maximal_prefix_lookup as reference_prefix_scan
 from kvproto.testing.scans._reference import sliding_window_lookup as reference_window_scan
+from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 
 __all__ = [
     "COUNTEREXAMPLES",
@@ -75,6 +77,7 @@ __all__ = [
     "exhaustive_window",
     "key_of",
     "legacy_conflation",
+    "prefix_entry",
     "prefix_run",
     "reference_prefix_scan",
     "reference_window_scan",
@@ -85,5 +88,6 @@ __all__ = [
     "show_decision",
     "standard_checks",
     "target_checks",
+    "window_entry",
     "window_run",
 ]

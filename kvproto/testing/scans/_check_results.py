@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TypeAlias
 
-from kvproto import scan
 from kvproto._results import LookupResult, unreachable
 from kvproto.scan import Decision, Defer, Hits
 from kvproto.testing.scans._inputs import LEGACY_ANSWER
@@ -32,17 +31,11 @@ class CheckResult:
     informational: bool = False
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "check": self.check,
-            "clauses": self.clauses,
-            "explored": self.explored,
-            "unit": self.unit,
-            "passed": self.passed,
-            "informational": self.informational,
-            "seconds": round(self.seconds, 3),
-            "detail": self.detail,
-            "counterexamples": [c.to_json() for c in self.counterexamples],
-        }
+        """Every field, ``seconds`` rounded to ms and each counterexample as its own JSON."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["seconds"] = round(self.seconds, 3)
+        data["counterexamples"] = [c.to_json() for c in self.counterexamples]
+        return data
 
 
 @dataclass(frozen=True, slots=True)

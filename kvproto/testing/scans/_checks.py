@@ -84,7 +84,8 @@ def run_property(prop: Property, *, max_examples: int | None = None) -> CheckRes
     try:
         test()
     except Exception as exc:  # a failed property: report it, with its minimal example
-        # Hypothesis attaches the falsifying example as a note; its explanation (the lines only failing cases ran) follows it: left out.
+        # Hypothesis attaches the falsifying example as a note; its explanation (the lines only failing
+        # cases ran) follows it: left out.
         notes: list[str] = []
         for note in map(str, getattr(exc, "__notes__", ())):
             if note.startswith("Explanation:"):

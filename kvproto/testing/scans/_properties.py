@@ -1,8 +1,8 @@
 """Hypothesis properties of the scans, one per invariant of CONTRACT.md section SCAN.
 
 :func:`scan_properties` builds the properties for a given pair of scan
-implementations (``kvproto.scan`` normally; a deliberately wrong scan, such as the mutants in the source tree's ``spec/mutants.py``
-to show a property can fail). Each property is a ``@given`` function that
+implementations (``kvproto.scan`` normally; a deliberately wrong scan, such as the mutants in the
+source tree's ``spec/mutants.py`` to show a property can fail). Each property is a ``@given`` function that
 takes no arguments when called; it runs under the Hypothesis settings in
 force (the test suite's ``ci`` profile: derandomized, 2,000 examples) unless
 :func:`run_property` applies others. A property that fails raises

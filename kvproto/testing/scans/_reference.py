@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import ContractViolation, InvalidArgumentError
+from kvproto.errors import ContractViolation, InvalidArgumentError  # noqa: F401 - ContractViolation is named by the raises: contracts
 from kvproto.scan import Decision, Defer, Hits
 from kvproto.testing.scans._inputs import (
     CheckedRun,
@@ -322,7 +322,7 @@ def check_window(
     pre: -1 <= extra <= 2
     raises: ContractViolation
     post: window_invariants_hold(__return__.answers, window, None if extra < 0 else window + extra, __return__.decision, __return__.calls)
-    """
+    """  # noqa: E501 - a CrossHair condition is one line (an indented next line would be another condition)
     codes = (c0, c1, c2, c3, c4, c5, c6, c7)
     answers = LazyAnswers(lambda p: decode(codes[p]), explored_length(length))
     w = pick(window, (2, 1, 3), 4)

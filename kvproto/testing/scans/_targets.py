@@ -48,7 +48,7 @@ from kvproto.testing.scans._checks import (
     run_property,
     show_decision,
 )
-from kvproto.testing.scans._inputs import ANSWERS, EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, WindowScan
+from kvproto.testing.scans._inputs import ANSWERS, EXPRESSIBLE, LEGACY_ANSWER
 from kvproto.testing.scans._properties import Property, scan_properties
 from kvproto.testing.scans._reference import maximal_prefix_lookup as _ref_prefix
 from kvproto.testing.scans._reference import sliding_window_lookup as _ref_window

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kvproto import MemoryTier, OffloadKey, SecondaryTier
-from kvproto_fs import FsTier, FsTierConfig
 from vllm.v1.kv_offload import base as vbase
 from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
 from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
 from vllm.v1.kv_offload.tiering.manager import CPUPrimaryTierOffloadingManager, TieringOffloadingManager
 
+from kvproto import MemoryTier, OffloadKey, SecondaryTier
+
+from kvproto_fs import FsTier, FsTierConfig
 from kvproto_vllm import KvprotoTier
 from kvproto_vllm._conformance import KitOffloadingSpec
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
+
 from kvproto import Capabilities, TransferJob
 from kvproto.testing import key_pool, make_buffer
-from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 
 from kvproto_vllm import VllmSecondaryTier
 from kvproto_vllm._conformance import KitOffloadingSpec

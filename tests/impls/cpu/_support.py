@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
+import torch
+
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, TransferOutcome
 from tests.kvproto.tierkit._slots_support import REQ, FakeClock, key, keys
 
-__all__ = ["REQ", "FakeClock", "key", "keys", "load", "make_tier", "store"]
+__all__ = ["REQ", "FakeClock", "key", "keys", "load", "make_tier", "store", "store_wipe_load"]
 
 def make_tier(
     num_slots: int = 4,
@@ -42,3 +44,22 @@ def load(
     slots = tier.prepare_load(keys(*ids), REQ)
     handler.submit_load(keys(*ids), slots, targets)
     return handler.wait()
+
+
+def store_wipe_load(
+    tier: CpuTier, handler: CpuTransferHandler, cache: list[torch.Tensor], blocks: list[int], shift: int
+) -> tuple[list[torch.Tensor], list[int], list[int], list[TransferOutcome]]:
+    """Store device ``blocks`` as keys 0..n-1 (each must end READY), zero the device ``cache``, then load
+    the keys into the blocks ``shift`` further on (modulo the cache's blocks).
+
+    Returns the cache as it was before the wipe, the target blocks, the key ids and the load's outcomes.
+    """
+    original = [layer.clone() for layer in cache]
+    ids = list(range(len(blocks)))
+    store(tier, handler, ids, blocks)
+    assert all(tier.state(k) is BlockState.READY for k in keys(*ids))
+    for layer in cache:
+        layer.zero_()
+    num_blocks = cache[0].shape[0]
+    targets = [(b + shift) % num_blocks for b in blocks]
+    return original, targets, ids, load(tier, handler, ids, targets)

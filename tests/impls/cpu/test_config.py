@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from kvproto_cpu import CpuTier, CpuTierConfig
 from kvproto.errors import ConfigurationError, KvprotoError
+
+from kvproto_cpu import CpuTier, CpuTierConfig
 
 
 def test_defaults_and_slot_count() -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler
 from kvproto import members as lr
 
-from tests.impls.cpu._support import REQ, key, keys, load, store
+from kvproto_cpu import CpuTier, CpuTierConfig, CpuTransferHandler
+from tests.impls.cpu._support import REQ, key, keys, store, store_wipe_load
 
 pytestmark = [
     pytest.mark.cuda,
@@ -67,14 +67,7 @@ def test_slot_bytes_are_the_device_layers_back_to_back() -> None:
 )
 def test_round_trip_across_layers(blocks: list[int], pin: str) -> None:
     tier, cache, handler = make(pin=pin)
-    original = [layer.clone() for layer in cache]
-    ids = list(range(len(blocks)))
-    store(tier, handler, ids, blocks)
-    assert all(tier.state(k) is BlockState.READY for k in keys(*ids))
-    for layer in cache:
-        layer.zero_()
-    targets = [(b + 11) % NUM_BLOCKS for b in blocks]
-    outcomes = load(tier, handler, ids, targets)
+    original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 11)
     assert [o.success for o in outcomes] == [True]
     torch.cuda.synchronize()
     for before, after in zip(original, cache, strict=True):

@@ -12,10 +12,10 @@ import torch
 
 import kvproto
 import kvproto.tierkit
-import kvproto_cpu
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig
 from kvproto.errors import ConfigurationError
 
+import kvproto_cpu
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig
 from tests.impls.cpu._support import REQ, key, keys, make_tier
 
 

@@ -7,12 +7,12 @@ import contextlib
 import pytest
 import torch
 
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
 from kvproto import EventKind
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
-from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store
+from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout
+from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store, store_wipe_load
 
 NUM_BLOCKS = 12
 LAYERS = 3
@@ -63,14 +63,7 @@ def test_single_tensor_cache_is_one_layer() -> None:
 )
 def test_round_trip_moves_exactly_the_bytes(blocks: list[int]) -> None:
     tier, cache, handler = setup()
-    original = [layer.clone() for layer in cache]
-    ids = list(range(len(blocks)))
-    store(tier, handler, ids, blocks)
-    assert all(tier.state(k) is BlockState.READY for k in keys(*ids))
-    for layer in cache:
-        layer.zero_()
-    targets = [(b + 5) % NUM_BLOCKS for b in blocks]  # load into other device blocks
-    outcomes = load(tier, handler, ids, targets)
+    original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 5)  # into other blocks
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
     for before, after in zip(original, cache, strict=True):
         assert torch.equal(after[targets], before[blocks])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from kvproto import LookupResult, MemoryTier, ReqContext, TieringManager, make_key
+
 from kvproto_cpu import CpuTier, CpuTierConfig
 
 BLOCK = 16

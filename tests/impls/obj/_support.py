@@ -180,7 +180,7 @@ class Runner:
 
     def submit_store(self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None) -> int:
         slots = list(range(len(keys))) if slots is None else list(slots)
-        for k, s in zip(keys, slots):
+        for k, s in zip(keys, slots, strict=True):
             self.flat[s * self.block : (s + 1) * self.block] = block_of(k, self.block)
         job = TransferJob(self.next_id, tuple(keys), tuple(slots), False)
         self.next_id += 1
@@ -203,7 +203,7 @@ class Runner:
         self.tier.submit_load(job)
         result = self.wait(job.job_id)
         done = result.succeeded_keys(job)
-        right = {k for k, s in zip(keys, slots) if k in done and self.row(s) == block_of(k, self.block)}
+        right = {k for k, s in zip(keys, slots, strict=True) if k in done and self.row(s) == block_of(k, self.block)}
         wrong = {k for k in done if k not in right}
         return result, right, wrong
 

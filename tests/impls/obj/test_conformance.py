@@ -13,6 +13,7 @@ import pytest
 
 from kvproto import OffloadKey, SecondaryTier
 from kvproto.testing import FaultyBackend, SecondaryTierTests
+
 from tests.cli import kvproto_cli as main
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvproto import envelope as env
 from kvproto import EventKind, OffloadKey, make_key
+from kvproto import envelope as env
 from kvproto.errors import ConfigurationError
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")

@@ -27,7 +27,6 @@ from kvproto_obj import ObjTier, ObjTierConfig, ObjTierStats, ObstoreBackend, fa
 from tests.impls.obj._support import block_of, key, open_tier  # noqa: E402
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv  # noqa: E402
 
-
 _names = itertools.count(1)
 
 

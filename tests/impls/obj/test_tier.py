@@ -174,7 +174,7 @@ def test_racing_creators_on_one_key_all_succeed_and_one_object_wins(s3_server: S
     tiers = [open_tier(s3_server.config(bucket)) for _ in range(4)]
     try:
         ids = [run.submit_store([key(9)]) for _, run in tiers]
-        assert all(run.wait(i).success for (_, run), i in zip(tiers, ids))
+        assert all(run.wait(i).success for (_, run), i in zip(tiers, ids, strict=True))
         uploads = sum(t.stats.uploads for t, _ in tiers)
         present = sum(t.stats.already_present for t, _ in tiers)
         assert uploads >= 1 and uploads + present == 4

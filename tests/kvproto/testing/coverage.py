@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kvproto.testing import PrimaryTierTests, SecondaryTierTests, checks_of
+
 from tests.kvproto.testing.gallery import GALLERY
 
 ROOT = Path(__file__).resolve().parents[3]

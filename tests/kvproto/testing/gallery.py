@@ -16,19 +16,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvproto import (
+    Capabilities,
     JobResult,
     LookupResult,
+    MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
+    PrepareStoreOutput,
     ReqContext,
     TransferJob,
+    unreachable,
 )
-from kvproto import Capabilities, MemoryPrimaryTier, PrepareStoreOutput
 from kvproto import members as lr
-from kvproto import unreachable
-from kvproto.testing import KitLimits, TierSpec
-from kvproto.testing import MEMORY_HOOKS
+from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
+
+from tests.kvproto.testing.delegating import MemoryDelegate
 
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
@@ -386,12 +389,12 @@ class RequestStateLeak(MemoryTier):
         super().submit_load(job)
 
 
-class PendingWorkIgnoresLoads(MemoryTier):
-    """Bug: jobs run at the next step (as real I/O would), but has_pending_work counts only the
-    queued stores, not the queued loads."""
+class _RunsJobsAtStepEnd(MemoryTier):
+    """Honest base: queues every job and runs it at the next step end (as real I/O would), counts the
+    queued jobs as pending work and refuses a reset while any is queued."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="pending-work-ignores-loads")
+    def __init__(self, buffer: memoryview, name: str) -> None:
+        super().__init__(buffer, name=name)
         self._queued: list[TransferJob] = []
 
     def submit_store(self, job: TransferJob) -> None:
@@ -401,15 +404,20 @@ class PendingWorkIgnoresLoads(MemoryTier):
         self._queued.append(job)
 
     def on_step_end(self) -> None:
+        self._run_due()
+
+    def _run_due(self) -> list[TransferJob]:
+        """Run the queued jobs; returns them."""
         due, self._queued = self._queued, []
         for job in due:
             if job.promotion:
                 super().submit_load(job)
             else:
                 super().submit_store(job)
+        return due
 
     def has_pending_work(self) -> bool:
-        return any(not job.promotion for job in self._queued) or super().has_pending_work()  # the bug
+        return bool(self._queued) or super().has_pending_work()
 
     def reset_cache(self) -> bool:
         return False if self._queued else super().reset_cache()
@@ -417,6 +425,17 @@ class PendingWorkIgnoresLoads(MemoryTier):
     def shutdown(self) -> None:
         self.on_step_end()
         super().shutdown()
+
+
+class PendingWorkIgnoresLoads(_RunsJobsAtStepEnd):
+    """Bug: jobs run at the next step (as real I/O would), but has_pending_work counts only the
+    queued stores, not the queued loads."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="pending-work-ignores-loads")
+
+    def has_pending_work(self) -> bool:
+        return any(not job.promotion for job in self._queued) or MemoryTier.has_pending_work(self)  # the bug
 
 
 class BatchLookupBypassesGate(LatencySecondary[MemoryTier]):
@@ -513,39 +532,16 @@ class NeedsOneStepMore(LatencySecondary[MemoryTier]):
         super().on_step_end()
 
 
-class SlowStepEnd(MemoryTier):
+class SlowStepEnd(_RunsJobsAtStepEnd):
     """Bug: on_step_end runs the step's jobs and waits 15 ms for their I/O (fsync) instead of
     leaving them to a worker."""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(buffer, name="slow-step-end")
-        self._queued: list[TransferJob] = []
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._queued.append(job)
-
-    def submit_load(self, job: TransferJob) -> None:
-        self._queued.append(job)
 
     def on_step_end(self) -> None:
-        due, self._queued = self._queued, []
-        for job in due:
-            if job.promotion:
-                super().submit_load(job)
-            else:
-                super().submit_store(job)
-        if due:
+        if self._run_due():
             time.sleep(0.015)  # the bug: waits for the I/O
-
-    def has_pending_work(self) -> bool:
-        return bool(self._queued) or super().has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return False if self._queued else super().reset_cache()
-
-    def shutdown(self) -> None:
-        self.on_step_end()
-        super().shutdown()
 
 
 class SlowRemoteLookup(MemoryTier):
@@ -574,47 +570,15 @@ class PartialReportedAsSuccess(MemoryTier):
         ]
 
 
-class OldGenerationTier:
+class OldGenerationTier(MemoryDelegate):
     """Bug: written against an older generation of the protocol: everything delegates to a
     MemoryTier, but it has no ``touch``."""
 
     def __init__(self, buffer: memoryview) -> None:
-        self.inner = MemoryTier(buffer, name="old-generation-tier")
-        self.capabilities = self.inner.capabilities
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self.inner.lookup(key, req_context)
-
-    def submit_store(self, job: TransferJob) -> None:
-        self.inner.submit_store(job)
+        super().__init__(buffer, name="old-generation-tier")
 
     def submit_load(self, job: TransferJob) -> None:
         self.inner.submit_load(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        return self.inner.get_finished_jobs()
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self.inner.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self.inner.on_step_end()
-
-    def take_events(self) -> Sequence[Any]:
-        return self.inner.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self.inner.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self.inner.reset_cache()
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 def _secondary(cls: type[MemoryTier]) -> TierSpec:
@@ -877,8 +841,12 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:hit_before_store_finished": Expected("test_no_hit_before_store_finished", "TIER-4", "before the store finished"),
     f"{_HERE}:hit_after_failed_store": Expected("test_no_hit_after_failed_store", "TIER-4", "after its store job failed"),
     f"{_HERE}:lost_write": Expected("test_hit_after_successful_store", "TIER-10", "the write was lost"),
-    f"{_HERE}:bytes_of_another_key": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"),
-    f"{_HERE}:load_into_wrong_slot": Expected("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"),
+    f"{_HERE}:bytes_of_another_key": Expected(
+        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"
+    ),
+    f"{_HERE}:load_into_wrong_slot": Expected(
+        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"
+    ),
     f"{_HERE}:retry_never_resolves": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
     f"{_HERE}:job_reported_twice": Expected("test_each_job_reported_exactly_once", "TIER-11", "reported finished twice"),
     f"{_HERE}:job_never_reported": Expected("test_each_job_reported_exactly_once", "TIER-11", "never reported"),
@@ -886,7 +854,9 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:legacy_bool_lookup": Expected("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult"),
     f"{_HERE}:hit_pending_from_secondary": Expected("test_never_answers_hit_pending", "LR-3", "HIT_PENDING"),
     f"{_HERE}:leaked_pin": Expected("test_complete_load_releases_pin", "TIER-9", "pins leaked"),
-    f"{_HERE}:reads_slot_after_report": Expected("test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"),
+    f"{_HERE}:reads_slot_after_report": Expected(
+        "test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"
+    ),
     f"{_HERE}:shutdown_drops_queued_jobs": Expected("test_shutdown_reports_queued_work", "TIER-16", "never reported"),
     f"{_HERE}:request_state_leak": Expected("test_request_state_does_not_grow", "TIER-12", "finished requests"),
     f"{_HERE}:pending_work_ignores_loads": Expected("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight"),
@@ -899,14 +869,18 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:needs_one_step_more": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
     f"{_HERE}:slow_step_end": Expected("test_step_end_does_not_block", "TIER-13", "on_step_end blocked"),
     f"{_HERE}:slow_remote_lookup": Expected("test_lookup_does_not_block", "TIER-4", "blocked"),
-    f"{_HERE}:partial_reported_as_success": Expected("test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"),
+    f"{_HERE}:partial_reported_as_success": Expected(
+        "test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"
+    ),
     f"{_HERE}:evicts_own_input": Expected("test_prepare_store_never_evicts_its_own_input", "TIER-6", "its own input keys"),
     f"{_HERE}:evicts_before_giving_up": Expected("test_prepare_store_short_of_room_changes_nothing", "TIER-6", "evict nothing"),
     f"{_HERE}:failed_store_drops_ready": Expected("test_failed_store_leaves_ready_keys", "TIER-7", "it was READY in"),
     f"{_HERE}:pins_not_counted": Expected("test_two_pins_released_once_stay_protected", "TIER-8", "pins must be counted"),
     f"{_HERE}:reset_ignores_pins": Expected("test_reset_cache_with_pins_held", "TIER-16", "with a pin held"),
     f"{_HERE}:stale_ready_keys": Expected("test_ready_keys_agrees_with_lookup", "TIER-17", "live view"),
-    f"{_HERE}:old_generation_tier": Expected("test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"),
+    f"{_HERE}:old_generation_tier": Expected(
+        "test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"
+    ),
     f"{_HERE}:buffer_copy": Expected("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy"),
     f"{_HERE}:primary_answers_retry": Expected("test_never_answers_retry", "LR-4", "answered RETRY"),
 }

@@ -17,13 +17,13 @@ from kvproto import (
     JobResult,
     LookupResult,
     MemoryTier,
-    OffloadingEvent,
     OffloadKey,
     ReqContext,
-    TransferJob,
 )
 from kvproto import members as lr
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
+
+from tests.kvproto.testing.delegating import MemoryDelegate
 
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
 
@@ -33,46 +33,14 @@ def not_a_tier(buffer: memoryview) -> object:
     return object()
 
 
-class NoSubmitLoad:
+class NoSubmitLoad(MemoryDelegate):
     """A MemoryTier in all but one member: it has no ``submit_load``."""
 
     def __init__(self, buffer: memoryview) -> None:
-        self._inner = MemoryTier(buffer, name="no-submit-load")
-        self.capabilities = self._inner.capabilities
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return self._inner.lookup(key, req_context)
+        super().__init__(buffer, name="no-submit-load")
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
-        self._inner.touch(keys)
-
-    def submit_store(self, job: TransferJob) -> None:
-        self._inner.submit_store(job)
-
-    def get_finished_jobs(self) -> Sequence[JobResult]:
-        return self._inner.get_finished_jobs()
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        self._inner.on_request_finished(req_context)
-
-    def on_step_end(self) -> None:
-        self._inner.on_step_end()
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return self._inner.take_events()
-
-    def has_pending_work(self) -> bool:
-        return self._inner.has_pending_work()
-
-    def reset_cache(self) -> bool:
-        return self._inner.reset_cache()
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
+        self.inner.touch(keys)
 
 
 def no_submit_load(buffer: memoryview) -> NoSubmitLoad:

@@ -10,8 +10,9 @@ import pytest
 
 from kvproto import OffloadKey, SecondaryTier
 from kvproto.envelope import HEADER_BYTES
-from tests.cli import kvproto_cli as main
 from kvproto.testing import SecondaryTierTests
+
+from tests.cli import kvproto_cli as main
 
 example = pytest.importorskip(
     "kvproto_example_tier",

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from kvproto import (
-    MemoryPrimaryTier,
     BatchLookup,
     Capabilities,
     JobResult,
     LookupResult,
+    MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
     PrimaryTier,
@@ -31,10 +31,16 @@ from kvproto import (
     make_key,
 )
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.testing import KitLimits, PrimaryTierTests, SecondaryTierTests
-from kvproto.testing import block_for, make_buffer, row
-from kvproto.testing import SecondaryDriver
-from kvproto.testing import ConformanceFailure
+from kvproto.testing import (
+    ConformanceFailure,
+    KitLimits,
+    PrimaryTierTests,
+    SecondaryDriver,
+    SecondaryTierTests,
+    block_for,
+    make_buffer,
+    row,
+)
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary, LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 

@@ -9,6 +9,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvproto import MemoryTier
 from kvproto.testing import ConformanceFailure, DifferentialStateMachine, TierStateMachine
 from kvproto.testing.faults import LatencySecondary
+
 from tests.kvproto.testing.gallery import HitAfterFailedStore, LostWrite
 
 _QUICK = settings(

@@ -3,6 +3,7 @@ something the kit or a hook did; each test fails on the code before its fix (KIT
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import pytest
@@ -117,7 +118,7 @@ def test_the_machine_arms_one_failure_at_a_time() -> None:
     )
     run_state_machine_as_test(machine, settings=quick)
     assert "arm" in log
-    assert all(not (a == b == "arm") for a, b in zip(log, log[1:])), "armed twice with no job in between"
+    assert all(not (a == b == "arm") for a, b in itertools.pairwise(log)), "armed twice with no job in between"
 
 
 class _OverEager(SecondaryTierTests):

@@ -76,7 +76,7 @@ class Harness:
             ok = result.succeeded_keys(job)
             if not job.promotion:
                 self.stored |= ok
-            for key, slot in zip(job.keys, job.slots):
+            for key, slot in zip(job.keys, job.slots, strict=True):
                 if job.promotion and key in ok:
                     assert self.row(slot) == self.blobs[key], f"load of {key!r} wrote other bytes"
         return done

@@ -19,7 +19,22 @@ from kvproto.tierkit import SlotTable
 if TYPE_CHECKING:
     from kvproto_cpu import CpuTier
 
-__all__ = ["CPU_ARC", "CPU_LRU", "FLAVORS", "HAS_TORCH", "LRU_FLAVORS", "MEMORY", "REQ", "FakeClock", "Flavor", "Tier", "answers", "key", "keys", "stored"]
+__all__ = [
+    "CPU_ARC",
+    "CPU_LRU",
+    "FLAVORS",
+    "HAS_TORCH",
+    "LRU_FLAVORS",
+    "MEMORY",
+    "REQ",
+    "FakeClock",
+    "Flavor",
+    "Tier",
+    "answers",
+    "key",
+    "keys",
+    "stored",
+]
 
 REQ = ReqContext("req-0")
 

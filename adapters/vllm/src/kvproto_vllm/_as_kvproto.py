@@ -32,6 +32,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
+from vllm.v1.kv_offload import base as vbase
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+from vllm.v1.kv_offload.tiering import base as vtier
+
 from kvproto import (
     Capabilities,
     JobResult,
@@ -43,9 +47,6 @@ from kvproto import (
     TransferJob,
 )
 from kvproto.errors import TierMisuseError
-from vllm.v1.kv_offload import base as vbase
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-from vllm.v1.kv_offload.tiering import base as vtier
 
 from kvproto_vllm._translate import from_vllm_event, from_vllm_keys, from_vllm_result, to_vllm_keys
 

@@ -44,6 +44,9 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vllm.v1.kv_offload import base as vbase
+from vllm.v1.kv_offload.tiering import base as vtier
+
 from kvproto import (
     JobResult,
     LookupResult,
@@ -55,8 +58,6 @@ from kvproto import (
 )
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError
-from vllm.v1.kv_offload import base as vbase
-from vllm.v1.kv_offload.tiering import base as vtier
 
 from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys
 
@@ -259,7 +260,12 @@ class KvprotoTier(vtier.SecondaryTierManager):
                 return
             now = time.monotonic()
             if self._drain_timeout_s is not None and now - started > self._drain_timeout_s:
-                log.error("kvproto tier %s: jobs %s not reported after %.1f s", self.tier.name, sorted(self._unreported), now - started)
+                log.error(
+                    "kvproto tier %s: jobs %s not reported after %.1f s",
+                    self.tier.name,
+                    sorted(self._unreported),
+                    now - started,
+                )
                 return
             if now - warned > 5.0:
                 warned = now

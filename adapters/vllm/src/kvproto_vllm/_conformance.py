@@ -27,13 +27,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kvproto import Capabilities, OffloadKey
-from kvproto.testing import TierSpec
 from vllm.v1.kv_offload import base as vbase
 from vllm.v1.kv_offload import config as vconfig
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.tiering.example.manager import ExampleSecondaryTierManager
 from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
+
+from kvproto import Capabilities, OffloadKey
+from kvproto.testing import TierSpec
+from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
 
@@ -211,7 +213,10 @@ def _fs_spec(name: str, direct: bool) -> TierSpec:
         hooks=FS_HOOKS,
         expected_failures={"test_reset_cache_forgets_blocks": NO_RESET},
         tier_class=VllmSecondaryTier,
-        description=f"kvproto_vllm.VllmSecondaryTier(vllm FileSystemTierManager(root_dir=<fresh temporary directory>, 2+2 threads, {io}))",
+        description=(
+            "kvproto_vllm.VllmSecondaryTier(vllm FileSystemTierManager("
+            f"root_dir=<fresh temporary directory>, 2+2 threads, {io}))"
+        ),
     )
 
 
@@ -235,15 +240,7 @@ def _cpu_spec(name: str, policy: str) -> TierSpec:
         name,
         "primary",
         build,
-        capabilities=Capabilities(
-            eviction=True,
-            reasons={
-                "async_lookup": "a primary tier never answers RETRY",
-                "persistence": "host memory",
-                "sharing": "one process's buffer",
-                "partial_jobs": "stores complete per call",
-            },
-        ),
+        capabilities=HOST_PRIMARY_CAPABILITIES,
         tier_class=VllmPrimaryTier,
         description=f"kvproto_vllm.VllmPrimaryTier(vllm CPUOffloadingManager(num_chunks=32, cache_policy={policy!r}))",
     )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from vllm.v1.kv_offload import base as vbase
+
 from kvproto import EventKind, LookupResult, OffloadingEvent, OffloadKey, unreachable
 from kvproto import members as lr
-from vllm.v1.kv_offload import base as vbase
 
 __all__ = [
     "from_vllm_event",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import mmap
 import weakref
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
