@@ -635,14 +635,7 @@ def leaked_pin() -> TierSpec:
         def complete_load(self, keys: Iterable[OffloadKey]) -> None:
             """Bug: the pins taken by prepare_load are never released."""
 
-    return TierSpec(
-        "LeakedPin",
-        "primary",
-        lambda: LeakedPin(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True),
-        limits=_QUICK,
-        tier_class=LeakedPin,
-    )
+    return memory_primary_spec(LeakedPin)
 
 
 def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
@@ -713,10 +706,16 @@ def partial_reported_as_success() -> TierSpec:
     return _secondary(PartialReportedAsSuccess)
 
 
-def _primary(cls: type[MemoryPrimaryTier]) -> TierSpec:
+def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK, name: str | None = None) -> TierSpec:
+    """The spec of ``cls`` (a MemoryPrimaryTier with one bug; misfits.py uses it too): 16 slots of
+    32 bytes, eviction on; named ``name``, or the class's name."""
     return TierSpec(
-        cls.__name__, "primary", lambda: cls(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True), limits=_QUICK, tier_class=cls,
+        cls.__name__ if name is None else name,
+        "primary",
+        lambda: cls(num_slots=16, block_bytes=32),
+        capabilities=Capabilities(eviction=True),
+        limits=limits,
+        tier_class=cls,
     )
 
 
@@ -796,35 +795,35 @@ def old_generation_tier() -> TierSpec:
 
 
 def buffer_copy() -> TierSpec:
-    return _primary(BufferCopy)
+    return memory_primary_spec(BufferCopy)
 
 
 def primary_answers_retry() -> TierSpec:
-    return _primary(PrimaryAnswersRetry)
+    return memory_primary_spec(PrimaryAnswersRetry)
 
 
 def evicts_own_input() -> TierSpec:
-    return _primary(EvictsOwnInput)
+    return memory_primary_spec(EvictsOwnInput)
 
 
 def evicts_before_giving_up() -> TierSpec:
-    return _primary(EvictsBeforeGivingUp)
+    return memory_primary_spec(EvictsBeforeGivingUp)
 
 
 def failed_store_drops_ready() -> TierSpec:
-    return _primary(FailedStoreDropsReady)
+    return memory_primary_spec(FailedStoreDropsReady)
 
 
 def pins_not_counted() -> TierSpec:
-    return _primary(PinsNotCounted)
+    return memory_primary_spec(PinsNotCounted)
 
 
 def reset_ignores_pins() -> TierSpec:
-    return _primary(ResetIgnoresPins)
+    return memory_primary_spec(ResetIgnoresPins)
 
 
 def stale_ready_keys() -> TierSpec:
-    return _primary(StaleReadyKeys)
+    return memory_primary_spec(StaleReadyKeys)
 
 
 @dataclass(frozen=True)
