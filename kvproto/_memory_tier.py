@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
+from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
@@ -30,7 +31,7 @@ class _PendingJob:
     fail_all: bool
 
 
-class MemoryTier:
+class MemoryTier(JobFaultHooks):
     """A secondary tier that keeps blocks as ``bytes`` in a dict (MEM-1).
 
     It satisfies :class:`~kvproto.SecondaryTier` structurally, moving bytes
@@ -105,8 +106,7 @@ class MemoryTier:
         self._unreported: set[int] = set()  # job ids submitted and not yet reported
         # Events nobody takes cannot grow without bound: the oldest are dropped (MGR-18).
         self._events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)
-        self._fail_next = 0
-        self._fail_keys: set[OffloadKey] = set()
+        self._job_faults = JobFaults()
         self._corrupt: set[OffloadKey] = set()
         self._closed = False
         self._timers: list[threading.Thread] = []
@@ -213,19 +213,7 @@ class MemoryTier:
             timer.join()
         self._timers = []
 
-    # -- fault injection (MEM-7) ---------------------------------------------------
-
-    def fail_next_jobs(self, n: int) -> None:
-        """Make the next ``n`` submitted jobs fail entirely (no bytes move)."""
-        if type(n) is not int or n < 0:
-            raise InvalidArgumentError(f"fail_next_jobs: n must be an int >= 0, got {n!r}")
-        with self._lock:
-            self._fail_next = n
-
-    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
-        """Make every job touching ``keys`` fail for those keys (a partial JobResult)."""
-        with self._lock:
-            self._fail_keys.update(keys)
+    # -- fault injection (MEM-7): fail_next_jobs and fail_keys come from JobFaultHooks ----
 
     def corrupt_on_read(self, keys: Iterable[OffloadKey]) -> None:
         """Make the next read of each stored block among ``keys`` see flipped bytes (MEM-6).
@@ -287,9 +275,7 @@ class MemoryTier:
                     f"MemoryTier {self._name!r}: job id {job.job_id} is already in flight"
                 )
             self._unreported.add(job.job_id)
-            fail_all = self._fail_next > 0
-            if fail_all:
-                self._fail_next -= 1
+            fail_all = self._job_faults.take_next()
             if self._closed:
                 self._finished.append(JobResult(job.job_id, False))
                 return
@@ -331,7 +317,7 @@ class MemoryTier:
         flat = self._flat
         size = self._block_bytes
         for key, slot in zip(job.keys, job.slots, strict=True):
-            if key in self._fail_keys:
+            if key in self._job_faults.keys:
                 continue
             self._put(key, bytes(flat[slot * size : (slot + 1) * size]))
             self._corrupt.discard(key)
@@ -349,7 +335,7 @@ class MemoryTier:
         size = self._block_bytes
         for key, slot in zip(job.keys, job.slots, strict=True):
             found = self._store.get(key)
-            if found is None or key in self._fail_keys:
+            if found is None or key in self._job_faults.keys:
                 continue
             data, crc = found
             if key in self._corrupt:

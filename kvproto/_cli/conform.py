@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kvproto._cli.mypy_check import TypecheckResult
     from kvproto.testing._tier_spec import TierSpec
 
-__all__ = ["add_arguments", "kit_missing", "run"]
+__all__ = ["add_arguments", "have_kit", "kit_missing", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +131,14 @@ def _typecheck_all(specs: list[TierSpec], into: dict[str, TypecheckResult | None
         into[spec.name] = start_typecheck(cls, protocol=spec.kind, label=spec.name).wait()
 
 
+def have_kit(command: str) -> bool:
+    """Whether the packages the kit needs are installed; if not, prints why ``kvproto COMMAND`` cannot run."""
+    missing = kit_missing(command)
+    if missing is not None:
+        print(missing)
+    return missing is None
+
+
 def kit_missing(command: str) -> str | None:
     """Why ``kvproto COMMAND`` cannot run: a package the kit needs is not installed; None if all are."""
     import importlib.util
@@ -172,9 +180,7 @@ def _explain(console: Console, args: argparse.Namespace, specs: list[TierSpec]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = kit_missing("conform")
-    if missing is not None:
-        print(missing)
+    if not have_kit("conform"):
         return 2
     console = make_console()
     try:
@@ -192,15 +198,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(console: Console, args: argparse.Namespace) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import TaskID
 
+    from kvproto._cli.progress import progress_display
     from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
     from kvproto._cli.runner import CheckOutcome, TierReport, planned_checks, run_kit
     from kvproto._cli.targets import TierUnavailable, reference_tiers, resolve_target
@@ -255,16 +255,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
         # checks overlap the kit's runs (a cold mypy cache over a torch-based tier takes a while).
         checker = threading.Thread(target=_typecheck_all, args=(specs, typechecks), daemon=True)
         checker.start()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[failed]}"),
-        TextColumn("{task.fields[last]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
+    with progress_display(console, "[bold]{task.description}", "failed", "last", count=True) as progress:
         for spec in specs:
             planned = planned_checks(spec)
             if only is not None:

@@ -214,8 +214,7 @@ def _simulate(
     faults: FaultPlan,
     config_kwargs: dict[str, object],
 ) -> int:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from kvproto._cli.progress import progress_display
     from kvproto.errors import ConfigurationError
     from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
 
@@ -228,14 +227,7 @@ def _simulate(
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
     stack = " > ".join([primary.name, *(t.name for t in secondaries)])
-    with Progress(
-        TextColumn("[bold]simulate"),
-        BarColumn(),
-        TextColumn("{task.fields[figures]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
+    with progress_display(console, "[bold]simulate", "figures") as progress:
         task = progress.add_task("simulate", total=1000, figures=stack)
 
         def show(p: SimProgress) -> None:

@@ -43,11 +43,9 @@ def _resolve_class(target: str) -> tuple[type, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvproto._cli.conform import kit_missing
+    from kvproto._cli.conform import have_kit
 
-    missing = kit_missing("typecheck")
-    if missing is not None:
-        print(missing)
+    if not have_kit("typecheck"):
         return 2
     from rich.console import Console
 

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from kvproto._cli.progress import progress_display
 
 if TYPE_CHECKING:
     from kvproto.testing.scans import Check, CheckResult, ScanKind, ScanTarget
@@ -275,15 +276,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_with_progress(console: Console, checks: list[Check]) -> list[CheckResult]:
     from kvproto.testing.scans import run_checks
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
+    with progress_display(console, "{task.description}", "status", spinner=True) as progress:
         overall = progress.add_task("kvproto verify", total=len(checks), status="")
         tasks = {
             c.name: progress.add_task(escape(c.name), total=1, start=False, status="waiting")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._keys import OffloadKey
 from kvproto.errors import InvalidArgumentError
 from kvproto.tierkit import BlobBackend, JobAdmission, Published
@@ -92,7 +93,7 @@ class OpFault:
     delay_after_s: float = 0.0
 
 
-class FaultyBackend(ForwardingBackend):
+class FaultyBackend(JobFaultHooks, ForwardingBackend):
     """A :class:`ForwardingBackend` that fails jobs, keys and operations on demand (tests, the kit).
 
     Thread-safe: arm it from the test's thread while the tier's workers run.
@@ -101,25 +102,12 @@ class FaultyBackend(ForwardingBackend):
     def __init__(self, inner: BlobBackend) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
-        self._fail_next = 0
-        self._fail_keys: set[OffloadKey] = set()
+        self._job_faults = JobFaults()
         self._faults: list[OpFault] = []
         self.refused_jobs = 0
         self.injected = 0  # operation faults that fired
 
-    # -- arming ---------------------------------------------------------------------------
-
-    def fail_next_jobs(self, n: int) -> None:
-        """The next ``n`` jobs submitted fail whole, without I/O; SETS the count (0 disarms) (KIT-5)."""
-        if type(n) is not int or n < 0:
-            raise InvalidArgumentError(f"fail_next_jobs: n must be an int >= 0, got {n!r}")
-        with self._lock:
-            self._fail_next = n
-
-    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
-        """Every later job fails for ``keys`` (and for nothing else), without I/O; ADDS to the set (KIT-5)."""
-        with self._lock:
-            self._fail_keys.update(keys)
+    # -- arming (fail_next_jobs and fail_keys come from JobFaultHooks) ----------------------
 
     def arm(self, fault: OpFault) -> None:
         """Arm an operation fault (see :class:`OpFault`)."""
@@ -133,8 +121,7 @@ class FaultyBackend(ForwardingBackend):
     def disarm(self) -> None:
         """Forget every armed job, key and operation fault."""
         with self._lock:
-            self._fail_next = 0
-            self._fail_keys.clear()
+            self._job_faults.clear()
             self._faults.clear()
 
     # -- the seams ------------------------------------------------------------------------
@@ -142,11 +129,10 @@ class FaultyBackend(ForwardingBackend):
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
         """All keys while a ``fail_next_jobs`` count is left (one job each), else the failing keys."""
         with self._lock:
-            if self._fail_next > 0:
-                self._fail_next -= 1
+            if self._job_faults.take_next():
                 self.refused_jobs += 1
                 return frozenset(keys)
-            failing = self._fail_keys.intersection(keys) if self._fail_keys else set()
+            failing = self._job_faults.keys.intersection(keys) if self._job_faults.keys else set()
         if failing:
             return frozenset(failing) | super().refuse(keys, store=store)
         return super().refuse(keys, store=store)

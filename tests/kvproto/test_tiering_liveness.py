@@ -76,7 +76,7 @@ def test_negative_verdict_expires_and_is_cleared_by_a_store(stacks: list[Stack])
     tier.seed(key(1), block(1))
     tier.fail_keys([key(1)])
     steps_until_decided(m, [key(1)])
-    tier._fail_keys.clear()  # the fault goes away
+    tier._job_faults.keys.clear()  # the fault goes away
     assert m.lookup(key(1), R1) is LookupResult.MISS  # negative verdict still holds
     for _ in range(3):
         m.on_step_end()

@@ -44,6 +44,23 @@ class {name}:
 tier: SecondaryTier = {name}()
 '''
 
+# ``blocks()``, its default branch calling unreachable(); {hit_pending} is the HIT_PENDING case or nothing.
+_BLOCKS = '''
+from kvproto import LookupResult, unreachable
+from kvproto import members as lr
+
+def blocks(result: LookupResult) -> int:
+    match result:
+        case lr.HIT:
+            return 1
+        {hit_pending}case lr.MISS:
+            return 0
+        case lr.RETRY:
+            return 0
+        case _:
+            unreachable(result, where="blocks")
+'''
+
 SNIPPETS = {
     "match_missing_member": '''
         from kvproto import LookupResult
@@ -57,38 +74,8 @@ SNIPPETS = {
                 case LookupResult.RETRY:
                     print("retry")
     ''',
-    "match_missing_member_with_default": '''
-        from kvproto import LookupResult, unreachable
-        from kvproto import members as lr
-
-        def blocks(result: LookupResult) -> int:
-            match result:
-                case lr.HIT:
-                    return 1
-                case lr.MISS:
-                    return 0
-                case lr.RETRY:
-                    return 0
-                case _:
-                    unreachable(result, where="blocks")
-    ''',
-    "match_complete": '''
-        from kvproto import LookupResult, unreachable
-        from kvproto import members as lr
-
-        def blocks(result: LookupResult) -> int:
-            match result:
-                case lr.HIT:
-                    return 1
-                case lr.HIT_PENDING:
-                    return 1
-                case lr.MISS:
-                    return 0
-                case lr.RETRY:
-                    return 0
-                case _:
-                    unreachable(result, where="blocks")
-    ''',
+    "match_missing_member_with_default": _BLOCKS.format(hit_pending=""),
+    "match_complete": _BLOCKS.format(hit_pending="case lr.HIT_PENDING:\n            return 1\n        "),
     "truthy_lookup": '''
         from kvproto import OffloadKey, ReqContext, SecondaryTier
 

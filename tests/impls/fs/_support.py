@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvproto import JobResult, OffloadKey, ReqContext, TransferJob, make_key
@@ -103,6 +104,16 @@ def open_tier(root: Path, buffer: memoryview | None = None, **options: object) -
     tier = FsTier(buf, FsTierConfig(root=root, **options))
     assert tier.wait_ready(10)
     return tier, Runner(tier, buf)
+
+
+@contextmanager
+def opened_tier(root: Path, buffer: memoryview | None = None, **options: object) -> Iterator[tuple[FsTier, Runner]]:
+    """:func:`open_tier` for a ``with`` block; the tier is shut down when the block ends, whatever happens."""
+    tier, run = open_tier(root, buffer, **options)
+    try:
+        yield tier, run
+    finally:
+        tier.shutdown()
 
 
 def temp_files(tier: FsTier) -> list[Path]:

@@ -17,7 +17,7 @@ from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 from kvproto_fs import FileOps, FsTier, FsTierConfig
-from tests.impls.fs._support import BLOCK, block_of, key, make_buffer, open_tier, temp_files
+from tests.impls.fs._support import BLOCK, block_of, key, make_buffer, open_tier, opened_tier, temp_files
 
 # -- FS-1: configuration -----------------------------------------------------------------------
 
@@ -53,22 +53,18 @@ def test_unwritable_root_fails_at_construction(tmp_path: Path) -> None:
 def test_bad_buffers_and_jobs_are_typed_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="buffer"):
         FsTier(memoryview(bytearray(64)), FsTierConfig(root=tmp_path))
-    tier, _ = open_tier(tmp_path)
-    try:
+    with opened_tier(tmp_path) as (tier, _):
         with pytest.raises(InvalidArgumentError, match="slot"):
             tier.submit_store(TransferJob(1, (key(1),), (99,), False))
         with pytest.raises(InvalidArgumentError, match="promotion"):
             tier.submit_load(TransferJob(2, (key(1),), (0,), False))
-    finally:
-        tier.shutdown()
 
 
 # -- FS-2 / FS-3: on-disk layout and publish ------------------------------------------------------------
 
 
 def test_layout_manifest_and_envelope_on_disk(tmp_path: Path) -> None:
-    tier, run = open_tier(tmp_path, layout={"model": "m"})
-    try:
+    with opened_tier(tmp_path, layout={"model": "m"}) as (tier, run):
         assert run.store([key(1), key(2)]).success
         path = tier.path_of(key(1))
         digest = env.key_digest(key(1))
@@ -80,8 +76,6 @@ def test_layout_manifest_and_envelope_on_disk(tmp_path: Path) -> None:
         assert manifest == {"format": env.FORMAT_VERSION, "block_bytes": BLOCK, "layout": {"model": "m"}}
         assert env.namespace_id(manifest) == tier.namespace
         assert temp_files(tier) == []
-    finally:
-        tier.shutdown()
 
 
 def test_different_layouts_never_see_each_other(tmp_path: Path) -> None:
@@ -97,15 +91,12 @@ def test_different_layouts_never_see_each_other(tmp_path: Path) -> None:
 
 
 def test_first_writer_wins_and_a_complete_file_is_never_replaced(tmp_path: Path) -> None:
-    tier, run = open_tier(tmp_path)
-    try:
+    with opened_tier(tmp_path) as (tier, run):
         assert run.store([key(1)]).success
         inode = tier.path_of(key(1)).stat().st_ino
         assert run.store([key(1)]).success  # again: success, same inode
         assert tier.path_of(key(1)).stat().st_ino == inode
         assert temp_files(tier) == []
-    finally:
-        tier.shutdown()
 
 
 def test_orphan_temps_older_than_the_grace_are_swept_at_start(tmp_path: Path) -> None:
@@ -153,8 +144,7 @@ def _damage(tier: FsTier, kind: str, other: FsTier | None = None) -> None:
     "kind", ["payload bit", "header bit", "truncated", "header only", "zero length", "zero filled", "another key", "longer"]
 )
 def test_damaged_file_fails_its_key_is_removed_and_answers_miss(tmp_path: Path, kind: str) -> None:
-    tier, run = open_tier(tmp_path)
-    try:
+    with opened_tier(tmp_path) as (tier, run):
         assert run.store([key(1), key(2)]).success
         _damage(tier, kind)
         assert tier.lookup(key(1), run.req) is lr.HIT  # the index does not know yet
@@ -166,13 +156,10 @@ def test_damaged_file_fails_its_key_is_removed_and_answers_miss(tmp_path: Path, 
         assert not tier.path_of(key(1)).exists()
         removed = [e for e in tier.take_events() if e.kind is EventKind.REMOVED]
         assert [k for e in removed for k in e.keys] == [key(1)]
-    finally:
-        tier.shutdown()
 
 
 def test_file_of_another_namespace_is_a_miss_and_left_alone(tmp_path: Path) -> None:
-    tier, run = open_tier(tmp_path)
-    try:
+    with opened_tier(tmp_path) as (tier, run):
         path = tier.path_of(key(1))
         path.parent.mkdir(parents=True)
         other_ns = env.namespace_id(env.namespace_manifest(BLOCK, {"model": "other"}))
@@ -183,8 +170,6 @@ def test_file_of_another_namespace_is_a_miss_and_left_alone(tmp_path: Path) -> N
         assert path.exists(), "a namespace mismatch points at a configuration error: the file stays"
         assert tier.lookup(key(1), run.req) is lr.MISS
         assert tier.stats.foreign_left == 1
-    finally:
-        tier.shutdown()
 
 
 @pytest.mark.parametrize("kind", ["payload bit", "truncated", "zero length", "another key"])
@@ -299,8 +284,7 @@ def test_disk_full_fails_the_job_publishes_nothing_and_later_jobs_work(tmp_path:
 
 def test_budget_evicts_least_recently_used_with_removed_events(tmp_path: Path) -> None:
     file_bytes = env.HEADER_BYTES + BLOCK
-    tier, run = open_tier(tmp_path, max_bytes=4 * file_bytes)
-    try:
+    with opened_tier(tmp_path, max_bytes=4 * file_bytes) as (tier, run):
         assert run.store([key(i) for i in range(4)]).success
         tier.touch([key(0)])
         list(tier.take_events())
@@ -313,22 +297,17 @@ def test_budget_evicts_least_recently_used_with_removed_events(tmp_path: Path) -
         assert set(events[1].keys) == {key(1), key(2)}
         assert not tier.path_of(key(1)).exists() and tier.path_of(key(0)).exists()
         assert tier.lookup(key(1), run.req) is lr.MISS
-    finally:
-        tier.shutdown()
 
 
 def test_a_block_being_loaded_is_never_evicted(tmp_path: Path) -> None:
     file_bytes = env.HEADER_BYTES + BLOCK
-    tier, run = open_tier(tmp_path, max_bytes=2 * file_bytes)
-    try:
+    with opened_tier(tmp_path, max_bytes=2 * file_bytes) as (tier, run):
         assert run.store([key(0), key(1)]).success
         tier._ledger.pins[key(0)] = 1  # as if a load of it were in flight
         assert run.store([key(2)], [5]).success
         tier.wait_idle()
         assert key(0) in tier.indexed_keys() and key(1) not in tier.indexed_keys()
         del tier._ledger.pins[key(0)]
-    finally:
-        tier.shutdown()
 
 
 # -- FS-5: shared mode ---------------------------------------------------------------------------------
@@ -336,13 +315,10 @@ def test_a_block_being_loaded_is_never_evicted(tmp_path: Path) -> None:
 
 def test_shared_store_is_hit_at_once_even_over_a_cached_miss(tmp_path: Path) -> None:
     """vLLM 0.33's stale MISS: a request holding a negative verdict must see its own store as HIT."""
-    tier, run = open_tier(tmp_path, shared=True)
-    try:
+    with opened_tier(tmp_path, shared=True) as (tier, run):
         assert run.resolve([key(1)]) == {key(1): "MISS"}  # the request now holds a MISS verdict
         assert run.store([key(1)]).success
         assert tier.lookup(key(1), run.req) is lr.HIT
-    finally:
-        tier.shutdown()
 
 
 def test_shared_failed_load_stops_answering_hit(tmp_path: Path) -> None:
@@ -364,16 +340,13 @@ def test_shared_failed_load_stops_answering_hit(tmp_path: Path) -> None:
 
 def test_open_descriptor_survives_eviction_by_another_instance(tmp_path: Path) -> None:
     """Unlinked files stay readable through an open descriptor: a load that opened it still succeeds."""
-    tier, run = open_tier(tmp_path, shared=True)
-    try:
+    with opened_tier(tmp_path, shared=True) as (tier, run):
         assert run.store([key(1)]).success
         fd = os.open(tier.path_of(key(1)), os.O_RDONLY)
         tier.path_of(key(1)).unlink()
         data = os.pread(fd, env.HEADER_BYTES + BLOCK, 0)
         os.close(fd)
         assert bytes(env.verify(data, key=key(1), namespace=tier.namespace)) == block_of(key(1))
-    finally:
-        tier.shutdown()
 
 
 # -- FS-7: O_DIRECT ---------------------------------------------------------------------------------
@@ -383,26 +356,20 @@ def test_unaligned_rows_use_buffered_io_and_aligned_rows_try_direct(tmp_path: Pa
     """The probe is the real row: an unaligned row never gets O_DIRECT (no EINVAL, no failed job)."""
     unaligned = memoryview(bytearray(8 * BLOCK + 1))[1:].cast("B", (8, BLOCK))
     (tmp_path / "a").mkdir()
-    tier, run = open_tier(tmp_path / "a", unaligned)
-    try:
+    with opened_tier(tmp_path / "a", unaligned) as (tier, run):
         assert run.store([key(1)]).success
         assert run.load([key(1)])[1] == {key(1)}
         assert tier.direct_io_counts[0] == 0
-    finally:
-        tier.shutdown()
     import mmap
 
     aligned = memoryview(mmap.mmap(-1, 8 * BLOCK)).cast("B", (8, BLOCK))
     (tmp_path / "b").mkdir()
-    tier, run = open_tier(tmp_path / "b", aligned)
-    try:
+    with opened_tier(tmp_path / "b", aligned) as (tier, run):
         assert run.store([key(1)]).success
         result, right, wrong = run.load([key(1)])
         assert right == {key(1)} and wrong == set()
         direct, buffered = tier.direct_io_counts
         assert direct + buffered == 2  # one store, one load; direct where this filesystem allows it
-    finally:
-        tier.shutdown()
 
 
 class _NoDirect(FileOps):

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from kvproto import (
     Capabilities,
@@ -39,10 +39,13 @@ _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
 
 class _TracksStoresInFlight(MemoryTier):
     """Not a bug: a MemoryTier whose store jobs run at the next step (as a tier doing real I/O would),
-    remembering the keys of each store job until it is reported, for the bugs below."""
+    remembering the keys of each store job until it is reported, for the bugs below: each names
+    itself (``tier_name``) and does its bug in :meth:`lookup_in_flight`."""
 
-    def __init__(self, buffer: memoryview, *, name: str) -> None:
-        super().__init__(buffer, name=name)
+    tier_name: ClassVar[str]
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name=self.tier_name)
         self._flying: dict[int, tuple[OffloadKey, ...]] = {}
         self._next_step: list[TransferJob] = []
 
@@ -72,17 +75,26 @@ class _TracksStoresInFlight(MemoryTier):
     def _store_in_flight(self, key: OffloadKey) -> bool:
         return any(key in keys for keys in self._flying.values())
 
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self._store_in_flight(key):
+            answer = self.lookup_in_flight(key)
+            if answer is not None:
+                return answer
+        return super().lookup(key, req_context)
+
+    def lookup_in_flight(self, key: OffloadKey) -> LookupResult | None:
+        """What a lookup of ``key`` does while its store is in flight: an answer, or ``None`` to
+        answer as the MemoryTier does."""
+        return None
+
 
 class HitBeforeStoreFinished(_TracksStoresInFlight):
     """Bug: answers HIT for a key as soon as its store is submitted, before the job ran."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="hit-before-store-finished")
+    tier_name = "hit-before-store-finished"
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if self._store_in_flight(key):
-            return lr.HIT  # the bug
-        return super().lookup(key, req_context)
+    def lookup_in_flight(self, key: OffloadKey) -> LookupResult | None:
+        return lr.HIT  # the bug
 
 
 class HitAfterFailedStore(MemoryTier):
@@ -204,13 +216,11 @@ class JobNeverReported(MemoryTier):
 class BlockingLookup(_TracksStoresInFlight):
     """Bug: a lookup of a key whose store is in flight waits (sleeps) instead of answering."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="blocking-lookup")
+    tier_name = "blocking-lookup"
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if self._store_in_flight(key):
-            time.sleep(0.15)  # the bug: blocks the scheduler
-        return super().lookup(key, req_context)
+    def lookup_in_flight(self, key: OffloadKey) -> LookupResult | None:
+        time.sleep(0.15)  # the bug: blocks the scheduler
+        return None
 
 
 class LegacyBoolLookup(MemoryTier):
@@ -236,13 +246,10 @@ class LegacyBoolLookup(MemoryTier):
 class HitPendingFromSecondary(_TracksStoresInFlight):
     """Bug: answers HIT_PENDING (the primary's answer) while a store is in flight."""
 
-    def __init__(self, buffer: memoryview) -> None:
-        super().__init__(buffer, name="hit-pending-from-secondary")
+    tier_name = "hit-pending-from-secondary"
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if self._store_in_flight(key):
-            return lr.HIT_PENDING  # the bug
-        return super().lookup(key, req_context)
+    def lookup_in_flight(self, key: OffloadKey) -> LookupResult | None:
+        return lr.HIT_PENDING  # the bug
 
 
 class ReadsSlotAfterReport(MemoryTier):
@@ -635,14 +642,7 @@ def leaked_pin() -> TierSpec:
         def complete_load(self, keys: Iterable[OffloadKey]) -> None:
             """Bug: the pins taken by prepare_load are never released."""
 
-    return TierSpec(
-        "LeakedPin",
-        "primary",
-        lambda: LeakedPin(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True),
-        limits=_QUICK,
-        tier_class=LeakedPin,
-    )
+    return memory_primary_spec(LeakedPin)
 
 
 def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
@@ -713,10 +713,16 @@ def partial_reported_as_success() -> TierSpec:
     return _secondary(PartialReportedAsSuccess)
 
 
-def _primary(cls: type[MemoryPrimaryTier]) -> TierSpec:
+def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK, name: str | None = None) -> TierSpec:
+    """The spec of ``cls`` (a MemoryPrimaryTier with one bug; misfits.py uses it too): 16 slots of
+    32 bytes, eviction on; named ``name``, or the class's name."""
     return TierSpec(
-        cls.__name__, "primary", lambda: cls(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True), limits=_QUICK, tier_class=cls,
+        cls.__name__ if name is None else name,
+        "primary",
+        lambda: cls(num_slots=16, block_bytes=32),
+        capabilities=Capabilities(eviction=True),
+        limits=limits,
+        tier_class=cls,
     )
 
 
@@ -796,35 +802,35 @@ def old_generation_tier() -> TierSpec:
 
 
 def buffer_copy() -> TierSpec:
-    return _primary(BufferCopy)
+    return memory_primary_spec(BufferCopy)
 
 
 def primary_answers_retry() -> TierSpec:
-    return _primary(PrimaryAnswersRetry)
+    return memory_primary_spec(PrimaryAnswersRetry)
 
 
 def evicts_own_input() -> TierSpec:
-    return _primary(EvictsOwnInput)
+    return memory_primary_spec(EvictsOwnInput)
 
 
 def evicts_before_giving_up() -> TierSpec:
-    return _primary(EvictsBeforeGivingUp)
+    return memory_primary_spec(EvictsBeforeGivingUp)
 
 
 def failed_store_drops_ready() -> TierSpec:
-    return _primary(FailedStoreDropsReady)
+    return memory_primary_spec(FailedStoreDropsReady)
 
 
 def pins_not_counted() -> TierSpec:
-    return _primary(PinsNotCounted)
+    return memory_primary_spec(PinsNotCounted)
 
 
 def reset_ignores_pins() -> TierSpec:
-    return _primary(ResetIgnoresPins)
+    return memory_primary_spec(ResetIgnoresPins)
 
 
 def stale_ready_keys() -> TierSpec:
-    return _primary(StaleReadyKeys)
+    return memory_primary_spec(StaleReadyKeys)
 
 
 @dataclass(frozen=True)

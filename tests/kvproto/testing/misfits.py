@@ -24,6 +24,7 @@ from kvproto import members as lr
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 
 from tests.kvproto.testing.delegating import MemoryDelegate
+from tests.kvproto.testing.gallery import memory_primary_spec
 
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3, lookup_budget_s=0.1)
 
@@ -135,7 +136,7 @@ def busy_primary() -> TierSpec:
     """The reference primary tier, except that every third ``prepare_store`` made on any instance
     refuses (``None``), as a tier would whose background writer is busy: its answers to the same
     operations differ from one run to the next."""
-    from kvproto import Capabilities, MemoryPrimaryTier, PrepareStoreOutput
+    from kvproto import MemoryPrimaryTier, PrepareStoreOutput
 
     calls = [0]
     lock = threading.Lock()
@@ -147,11 +148,4 @@ def busy_primary() -> TierSpec:
                 busy = calls[0] % 3 == 0
             return None if busy else super().prepare_store(keys, req_context)
 
-    return TierSpec(
-        "busy-primary",
-        "primary",
-        lambda: Busy(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True),
-        limits=_QUICK,
-        tier_class=Busy,
-    )
+    return memory_primary_spec(Busy, _QUICK, name="busy-primary")

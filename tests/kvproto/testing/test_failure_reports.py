@@ -145,15 +145,21 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+def _conform_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str, source: str
+) -> str:
+    """``kvproto conform TARGET`` where TARGET's module is ``source``: exits 2; returns its one line."""
+    (tmp_path / f"{target.partition(':')[0]}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["conform", target, "--no-typecheck"]) == 2
+    return _one_line(capsys)
+
+
 def test_a_target_raising_at_import_is_a_usage_error_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    (tmp_path / "kvproto_raising_tier.py").write_text(
-        'raise RuntimeError("KVTIER_URL is not set\\nsee the README")\n'
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert main(["conform", "kvproto_raising_tier:make_tier", "--no-typecheck"]) == 2
-    line = _one_line(capsys)
+    source = 'raise RuntimeError("KVTIER_URL is not set\\nsee the README")\n'
+    line = _conform_usage_error(monkeypatch, capsys, tmp_path, "kvproto_raising_tier:make_tier", source)
     assert line == (
         "kvproto conform: kvproto_raising_tier:make_tier: importing 'kvproto_raising_tier' raised "
         "RuntimeError: KVTIER_URL is not set"
@@ -163,12 +169,9 @@ def test_a_target_raising_at_import_is_a_usage_error_in_one_line(
 def test_a_spec_function_raising_is_a_usage_error_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    (tmp_path / "kvproto_raising_spec.py").write_text(
-        "def spec():\n    raise KeyError('endpoint')\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert main(["conform", "kvproto_raising_spec:spec", "--no-typecheck"]) == 2
-    assert _one_line(capsys) == "kvproto conform: kvproto_raising_spec:spec: calling it raised KeyError: 'endpoint'"
+    source = "def spec():\n    raise KeyError('endpoint')\n"
+    line = _conform_usage_error(monkeypatch, capsys, tmp_path, "kvproto_raising_spec:spec", source)
+    assert line == "kvproto conform: kvproto_raising_spec:spec: calling it raised KeyError: 'endpoint'"
 
 
 @pytest.mark.parametrize("option", ["--json", "--junit"])

@@ -71,6 +71,14 @@ def store_job(buf: memoryview, ids: Sequence[int], slots: Sequence[int]) -> Tran
     return TransferJob(next(_job_ids), tuple(k(i) for i in ids), tuple(slots), False)
 
 
+def submit_two_stores(tier: SecondaryTier, buf: memoryview) -> tuple[TransferJob, TransferJob]:
+    """Submit a store of block 1 from slot 0, then one of block 2 from slot 1; returns both jobs."""
+    first, second = store_job(buf, [1], [0]), store_job(buf, [2], [1])
+    tier.submit_store(first)
+    tier.submit_store(second)
+    return first, second
+
+
 def load_job(buf: memoryview, ids: Sequence[int], slots: Sequence[int]) -> TransferJob:
     for slot in slots:
         row(buf, slot)[:] = bytes(BLOCK)
@@ -432,9 +440,7 @@ def test_fail_next_jobs_sets_the_count(inner: SecondaryTier, buf: memoryview) ->
     tier = FaultySecondary(inner)
     tier.fail_next_jobs(2)
     tier.fail_next_jobs(1)
-    jobs = [store_job(buf, [1], [0]), store_job(buf, [2], [1])]
-    for job in jobs:
-        tier.submit_store(job)
+    jobs = list(submit_two_stores(tier, buf))
     results = drain(tier, jobs)
     assert results[jobs[0].job_id] == JobResult(jobs[0].job_id, False)
     assert results[jobs[1].job_id] == JobResult(jobs[1].job_id, True)
@@ -592,9 +598,7 @@ def test_lookup_many_raises_as_lookup_would(buf: memoryview) -> None:
 def test_report_late_holds_the_result_for_extra_steps(inner: SecondaryTier, buf: memoryview) -> None:
     tier = FaultySecondary(inner)
     tier.report_late(1, 3)
-    late, on_time = store_job(buf, [1], [0]), store_job(buf, [2], [1])
-    tier.submit_store(late)
-    tier.submit_store(on_time)
+    late, on_time = submit_two_stores(tier, buf)
     assert set(drain(tier, [on_time])) == {on_time.job_id}
     time.sleep(0.01)
     assert tier.has_pending_work() is True
@@ -624,9 +628,7 @@ def test_report_late_is_released_by_shutdown(buf: memoryview) -> None:
 def test_report_twice_duplicates_the_result_at_the_next_call(inner: SecondaryTier, buf: memoryview) -> None:
     tier = FaultySecondary(inner)
     tier.report_twice(1)
-    twice, once = store_job(buf, [1], [0]), store_job(buf, [2], [1])
-    tier.submit_store(twice)
-    tier.submit_store(once)
+    twice, once = submit_two_stores(tier, buf)
     calls: list[list[JobResult]] = []
     deadline = time.monotonic() + 5.0
     while sum(len(c) for c in calls) < 3:
@@ -645,9 +647,7 @@ def test_report_twice_duplicates_the_result_at_the_next_call(inner: SecondaryTie
 def test_drop_reports_never_reports_the_job(inner: SecondaryTier, buf: memoryview) -> None:
     tier = FaultySecondary(inner)
     tier.drop_reports(1)
-    dropped, kept = store_job(buf, [1], [0]), store_job(buf, [2], [1])
-    tier.submit_store(dropped)
-    tier.submit_store(kept)
+    dropped, kept = submit_two_stores(tier, buf)
     assert set(drain(tier, [kept])) == {kept.job_id}
     for _ in range(5):
         tier.on_step_end()

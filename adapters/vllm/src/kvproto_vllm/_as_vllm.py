@@ -54,12 +54,11 @@ from kvproto import (
     ReqContext,
     SecondaryTier,
     TransferJob,
-    unreachable,
 )
 from kvproto import members as lr
 from kvproto.errors import ConfigurationError
 
-from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys
+from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys, to_vllm_result
 
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
@@ -187,18 +186,10 @@ class KvprotoTier(vtier.SecondaryTierManager):
         if not isinstance(answer, LookupResult):
             log.warning("kvproto tier %s answered %r, not a LookupResult; answering MISS", self.tier.name, answer)
             return vbase.LookupResult.MISS
-        match answer:
-            case lr.HIT:
-                return vbase.LookupResult.HIT
-            case lr.MISS:
-                return vbase.LookupResult.MISS
-            case lr.RETRY:
-                return vbase.LookupResult.RETRY
-            case lr.HIT_PENDING:
-                log.warning("kvproto tier %s answered HIT_PENDING (LR-3); answering MISS", self.tier.name)
-                return vbase.LookupResult.MISS
-            case _ as other:
-                unreachable(other, where="KvprotoTier.lookup")
+        if answer is lr.HIT_PENDING:  # a secondary never answers it (LR-3)
+            log.warning("kvproto tier %s answered HIT_PENDING (LR-3); answering MISS", self.tier.name)
+            return vbase.LookupResult.MISS
+        return to_vllm_result(answer)  # the same member: HIT, MISS or RETRY
 
     def touch(self, keys: Iterable[vbase.OffloadKey], req_context: vbase.ReqContext) -> None:
         self.tier.touch(from_vllm_keys(keys))

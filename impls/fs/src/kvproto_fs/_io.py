@@ -76,11 +76,7 @@ def write_full(ops: FileOps, fd: int, buffers: Sequence[memoryview], offset: int
         if done <= 0:
             raise OSError(errno.ENOSPC, "pwritev wrote nothing")
         offset += done
-        while pending and done >= pending[0].nbytes:
-            done -= pending[0].nbytes
-            pending.pop(0)
-        if pending and done:
-            pending[0] = pending[0][done:]
+        _consume(pending, done)
 
 
 def read_full(ops: FileOps, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
@@ -93,12 +89,17 @@ def read_full(ops: FileOps, fd: int, buffers: Sequence[memoryview], offset: int)
             break
         total += done
         offset += done
-        while pending and done >= pending[0].nbytes:
-            done -= pending[0].nbytes
-            pending.pop(0)
-        if pending and done:
-            pending[0] = pending[0][done:]
+        _consume(pending, done)
     return total
+
+
+def _consume(pending: list[memoryview], done: int) -> None:
+    """Drop the first ``done`` bytes of ``pending`` after a short vectored transfer (whole buffers, then a prefix)."""
+    while pending and done >= pending[0].nbytes:
+        done -= pending[0].nbytes
+        pending.pop(0)
+    if pending and done:
+        pending[0] = pending[0][done:]
 
 
 @dataclass
