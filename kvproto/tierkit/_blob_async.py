@@ -3,9 +3,13 @@
 :class:`LoopBackend` presents an asynchronous backend as a synchronous
 :class:`~kvproto.tierkit.BlobBackend`: each call posts its coroutine to the
 loop and waits (on an engine worker thread, never the scheduler's), bounded
-by ``op_timeout_s``. The engine's worker threads bound the operations in
-flight, so the loop never holds more than ``read_threads + write_threads``
-requests plus one existence batch.
+by ``op_timeout_s``. Jobs do not go through that face: unless the tier
+wraps the backend, each job runs as one task on the loop
+(:func:`~kvproto.tierkit._blob_jobs.run_job_on_loop`), its keys' operations
+awaited there, bounded by semaphores of ``read_threads`` and
+``write_threads``; no worker thread waits on the loop. Either way the loop
+never holds more than ``read_threads + write_threads`` transfer requests plus
+one existence batch and the housekeeping thread's request.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, Published
 
@@ -42,18 +47,25 @@ class LoopBackend:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def _call(self, coro: Awaitable[_T], *, bounded_by_timeout: bool = True) -> _T:
-        timeout = self._timeout if bounded_by_timeout else None
+    async def bounded(self, coro: Awaitable[_T]) -> _T:
+        """Await ``coro`` on the loop within ``op_timeout_s`` (``TimeoutError`` past it: a transient failure)."""
+        if self._timeout is None:
+            return await coro
+        async with asyncio.timeout(self._timeout):
+            return await coro
 
-        async def bounded() -> _T:
-            if timeout is None:
-                return await coro
-            async with asyncio.timeout(timeout):
-                return await coro
-
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> Future[_T]:
+        """Schedule ``coro`` on the loop from another thread; ``ConnectionError`` once the loop is closed."""
         if self._loop.is_closed():
+            coro.close()
             raise ConnectionError("the backend's event loop is closed")
-        return asyncio.run_coroutine_threadsafe(bounded(), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _call(self, coro: Coroutine[Any, Any, _T], *, bounded_by_timeout: bool = True) -> _T:
+        if self._loop.is_closed() or threading.current_thread() is self._thread:
+            coro.close()  # waiting for the loop on the loop's own thread would never end
+            raise ConnectionError("the backend's event loop is closed, or this is its own thread")
+        return self.submit(self.bounded(coro) if bounded_by_timeout else coro).result()
 
     def prepare(self, namespace: str) -> None:
         """As :meth:`BlobBackend.prepare`."""

@@ -1,28 +1,37 @@
-"""Jobs of :class:`~kvproto.tierkit.BlobTier`: a job's keys fan out over a bounded worker pool.
+"""Jobs of :class:`~kvproto.tierkit.BlobTier`: a job's keys fan out over a bounded worker pool, or a loop.
 
 A job of many blocks uses every thread of its pool (the manager sends one
-job per request and step); it ends when its last key does. The result is a
-:class:`JobOutcome` the scheduler's thread applies when it reports the job.
+job per request and step); it ends when its last key does. Over an
+asynchronous backend (not wrapped) a job is one task on the backend's event
+loop instead: its keys' operations are gathered there, at most a
+semaphore's worth in flight (:func:`run_job_on_loop`): no thread hand-off
+per operation. The result is a :class:`JobOutcome` the scheduler's thread
+applies when it reports the job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kvproto._jobs import TransferJob
 from kvproto._keys import OffloadKey
+from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_ops import KeyVerdict
 
-__all__ = ["JobOutcome", "KeyRun", "failed_outcome", "run_job"]
+__all__ = ["AsyncKeyRun", "JobOutcome", "KeyRun", "failed_outcome", "run_job", "run_job_on_loop"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
 KeyRun = Callable[[OffloadKey, int], tuple[KeyVerdict, int]]
 """One key's operation: ``(key, slot) -> (verdict, tick)`` (a :class:`~kvproto.tierkit._blob_ops.BlobOps` method)."""
+
+AsyncKeyRun = Callable[[LoopBackend, OffloadKey, int], Awaitable[tuple[KeyVerdict, int]]]
+"""One key's operation on the loop: ``(io, key, slot) -> (verdict, tick)`` (``BlobOps.store_async``, ``load_async``)."""
 
 
 @dataclass(slots=True)
@@ -77,3 +86,43 @@ def run_job(
     for i in todo:  # the tier never calls this after shutting its pools down
         pool.submit(one, i)
     return done
+
+
+def run_job_on_loop(
+    job: TransferJob,
+    since: int,
+    io: LoopBackend,
+    run_key: AsyncKeyRun,
+    refused: frozenset[OffloadKey],
+    bound: asyncio.Semaphore,
+    *,
+    tier_name: str,
+) -> Future[JobOutcome]:
+    """Start ``job``'s keys (except ``refused``) as one task on ``io``'s loop, ``bound`` operations at a time.
+
+    The future is completed from the loop when the last key ends; a key whose
+    operation raised (a bug: backend errors are verdicts) fails alone.
+    ``ConnectionError`` if the loop is closed.
+    """
+    failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
+    verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
+    todo = [i for i, key in enumerate(job.keys) if key not in refused]
+    if not todo:
+        done: Future[JobOutcome] = Future()
+        done.set_result(JobOutcome(job, since, verdicts))
+        return done
+
+    async def one(i: int) -> None:
+        async with bound:
+            try:
+                verdicts[i] = await run_key(io, job.keys[i], job.slots[i])
+            except Exception:
+                _log.warning("BlobTier %r: job %d raised on key %d; it fails", tier_name, job.job_id, i,
+                             exc_info=True)
+                verdicts[i] = (failed, since)
+
+    async def whole() -> JobOutcome:
+        await asyncio.gather(*(one(i) for i in todo))
+        return JobOutcome(job, since, verdicts)
+
+    return io.submit(whole())

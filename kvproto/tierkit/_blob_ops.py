@@ -1,6 +1,7 @@
 """The worker side of :class:`~kvproto.tierkit.BlobTier`: one key's store or load over a backend.
 
-Everything here runs on the engine's worker threads. A key's operation ends
+Everything here runs on the engine's worker threads, or (the ``*_async``
+methods) on an asynchronous backend's event loop. A key's operation ends
 in a :class:`KeyVerdict` and a *tick*: a number from one process-wide
 counter taken at a point that orders it against deletions (TIERKIT-2).
 """
@@ -17,6 +18,7 @@ from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto._results import unreachable
 from kvproto.tierkit._backend import BlobBackend, Published
+from kvproto.tierkit._blob_async import LoopBackend
 
 __all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
 
@@ -88,15 +90,34 @@ class BlobOps:
 
     def store(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         """Publish slot row ``slot`` as ``key``'s envelope, create-if-absent."""
+        before, name, parts = self._store_args(key, slot)
+        try:
+            published = self.backend.publish(name, parts, self.blob_bytes)
+        except Exception as exc:
+            return self._store_failed(key, exc, before)
+        return self._stored(published, before)
+
+    async def store_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        """:meth:`store` on the backend's event loop (``io.inner``'s coroutine, within ``op_timeout_s``)."""
+        before, name, parts = self._store_args(key, slot)
+        try:
+            published = await io.bounded(io.inner.publish(name, parts, self.blob_bytes))
+        except Exception as exc:
+            return self._store_failed(key, exc, before)
+        return self._stored(published, before)
+
+    def _store_args(self, key: OffloadKey, slot: int) -> tuple[int, str, tuple[memoryview, memoryview]]:
         before = next(self._ticks)
         row = self._row(slot)
         header = env.encode_header(key, row, self.namespace)
-        try:
-            published = self.backend.publish(self.name_of(key), (memoryview(header), row), self.blob_bytes)
-        except Exception as exc:
-            _log.warning("BlobTier %r: store of %s failed: %s: %s", self._tier, key.hex()[:16], type(exc).__name__,
-                         _short(exc))
-            return KeyVerdict.FAILED, before
+        return before, self.name_of(key), (memoryview(header), row)
+
+    def _store_failed(self, key: OffloadKey, exc: Exception, before: int) -> tuple[KeyVerdict, int]:
+        _log.warning("BlobTier %r: store of %s failed: %s: %s", self._tier, key.hex()[:16], type(exc).__name__,
+                     _short(exc))
+        return KeyVerdict.FAILED, before
+
+    def _stored(self, published: Published, before: int) -> tuple[KeyVerdict, int]:
         match published:
             case Published.CREATED:
                 return KeyVerdict.CREATED, next(self._ticks)
@@ -116,9 +137,42 @@ class BlobOps:
         except FileNotFoundError:
             return KeyVerdict.GONE, before  # absent at some point after this tick: a store vouching later wins
         except Exception as exc:
-            _log.warning("BlobTier %r: reading %s failed (transient): %s: %s", self._tier, name, type(exc).__name__,
-                         _short(exc))
-            return KeyVerdict.TRANSIENT, next(self._ticks)
+            return self._read_failed(name, exc)
+        verdict = self._verify(key, name, head, row, size)
+        if verdict is KeyVerdict.DAMAGED:
+            return verdict, self.delete(key, damaged=True)
+        return verdict, next(self._ticks)
+
+    async def load_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        """:meth:`load` on the backend's event loop (each operation within ``op_timeout_s``)."""
+        name = self.name_of(key)
+        head = memoryview(bytearray(env.HEADER_BYTES))  # its own: the loop interleaves many loads on one thread
+        row = self._row(slot)
+        before = next(self._ticks)
+        try:
+            size = await io.bounded(io.inner.read_into(name, (head, row)))
+        except FileNotFoundError:
+            return KeyVerdict.GONE, before
+        except Exception as exc:
+            return self._read_failed(name, exc)
+        verdict = self._verify(key, name, head, row, size)
+        if verdict is KeyVerdict.DAMAGED:
+            try:
+                await io.bounded(io.inner.delete(name))
+            except Exception as exc:
+                self._delete_failed(name, exc)
+            else:
+                self._count("damaged_removed")
+            return verdict, self._note_deleted(key)
+        return verdict, next(self._ticks)
+
+    def _read_failed(self, name: str, exc: Exception) -> tuple[KeyVerdict, int]:
+        _log.warning("BlobTier %r: reading %s failed (transient): %s: %s", self._tier, name, type(exc).__name__,
+                     _short(exc))
+        return KeyVerdict.TRANSIENT, next(self._ticks)
+
+    def _verify(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> KeyVerdict:
+        """LOADED, FOREIGN (left alone), or DAMAGED (the caller deletes it)."""
         try:
             if size < env.HEADER_BYTES:
                 raise env.EnvelopeError("length", f"blob holds {size} bytes, shorter than a header")
@@ -131,10 +185,10 @@ class BlobOps:
                 _log.warning("BlobTier %r: %s holds %s; leaving it alone (a configuration mismatch)",
                              self._tier, name, exc)
                 self._count("foreign_left")
-                return KeyVerdict.FOREIGN, next(self._ticks)
+                return KeyVerdict.FOREIGN
             _log.warning("BlobTier %r: %s failed verification (%s); deleting it", self._tier, name, exc)
-            return KeyVerdict.DAMAGED, self.delete(key, damaged=True)
-        return KeyVerdict.LOADED, next(self._ticks)
+            return KeyVerdict.DAMAGED
+        return KeyVerdict.LOADED
 
     def delete(self, key: OffloadKey, *, damaged: bool) -> int:
         """Delete ``key``'s blob, then tell the engine (with the tick after) so a store that found it
@@ -143,10 +197,16 @@ class BlobOps:
         try:
             self.backend.delete(name)
         except Exception as exc:
-            _log.warning("BlobTier %r: could not delete %s: %s: %s", self._tier, name, type(exc).__name__, _short(exc))
+            self._delete_failed(name, exc)
         else:
             if damaged:
                 self._count("damaged_removed")
+        return self._note_deleted(key)
+
+    def _delete_failed(self, name: str, exc: Exception) -> None:
+        _log.warning("BlobTier %r: could not delete %s: %s: %s", self._tier, name, type(exc).__name__, _short(exc))
+
+    def _note_deleted(self, key: OffloadKey) -> int:
         tick = next(self._ticks)
         self._deleted(key, tick)
         return tick

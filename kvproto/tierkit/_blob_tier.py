@@ -10,11 +10,13 @@ and reset, partial results.
 Threads: the scheduler's (every protocol method; no I/O except
 ``reset_cache``), a write pool and a read pool (jobs), one housekeeping
 thread (start-up scan, deletions of evicted blocks), the probe's worker in
-shared mode, and for an asynchronous backend its event loop.
+shared mode, and for an asynchronous backend its event loop, where its jobs
+run (the pools stay idle) unless ``wrap`` put a synchronous layer between.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -22,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 
 from kvproto import envelope as env
 from kvproto import members as lr
@@ -36,7 +39,7 @@ from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
-from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job
+from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
 from kvproto.tierkit._blob_scan import restart_scan
@@ -57,7 +60,9 @@ class BlobTier:
     (a subclass with the backend's own counters), else a new one. ``wrap``
     wraps the (synchronous face of the) backend below the tier, e.g.
     :class:`kvproto.testing.FaultyBackend` for fault injection, for either
-    flavour: :attr:`backend` is the wrapped one.
+    flavour: :attr:`backend` is the wrapped one. An asynchronous backend's
+    jobs run on its event loop (no worker thread per operation) unless
+    ``wrap`` is given: then on the worker pools, through the wrapper.
     """
 
     def __init__(
@@ -89,14 +94,17 @@ class BlobTier:
         self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
         self.namespace = env.namespace_id(self.manifest)
         sync: BlobBackend
+        self._loop_io: LoopBackend | None = None  # jobs run on its loop (an async backend, not wrapped)
         if is_async_backend(backend):
             sync = LoopBackend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
             admission = backend if isinstance(backend, JobAdmission) else None
+            if wrap is None:
+                self._loop_io = sync
         else:
             sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
             admission = None
         if wrap is not None:
-            sync = wrap(sync)
+            sync = wrap(sync)  # synchronous: jobs run on the pools, each operation waits on the loop
         if isinstance(sync, JobAdmission):
             admission = sync
         self._admission = admission
@@ -118,6 +126,8 @@ class BlobTier:
         self._scan_done = threading.Event()
         self._complete = False  # private mode and the scan is over: the index is the whole answer (hot path)
         self._stop = threading.Event()
+        self._write_bound = asyncio.Semaphore(config.write_threads)  # used on the loop only
+        self._read_bound = asyncio.Semaphore(config.read_threads)
         self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix=f"kvproto-{name}-w")
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
@@ -178,13 +188,13 @@ class BlobTier:
                     index.move_to_end(key)
 
     def submit_store(self, job: TransferJob) -> None:
-        """Start publishing rows ``job.slots`` on the write pool; the rows are read there (TIER-10)."""
+        """Start publishing rows ``job.slots`` on the write pool or the loop; the rows are read there (TIER-10)."""
         self._validate(job, promotion=False)
         self._ledger.begin_store(job.keys)
         self._start(job, store=True)
 
     def submit_load(self, job: TransferJob) -> None:
-        """Start reading and verifying blobs into rows ``job.slots`` on the read pool (TIER-10)."""
+        """Start reading and verifying blobs into rows ``job.slots`` on the read pool or the loop (TIER-10)."""
         self._validate(job, promotion=True)
         self._ledger.begin_load(job.keys)
         self._start(job, store=False)
@@ -260,6 +270,9 @@ class BlobTier:
         self._stop.set()
         self._writers.shutdown(wait=True)
         self._readers.shutdown(wait=True)
+        with self._lock:
+            unreported = list(self._running.values())
+        wait_futures(unreported)  # the jobs on the loop (no job starts any more: _start sees _closed)
         if self._starter.is_alive():
             self._starter.join()
         with self._lock:
@@ -371,6 +384,11 @@ class BlobTier:
         with self._lock:
             if self._closed:
                 future = failed_outcome(job, since, KeyVerdict.REFUSED)
+            elif self._loop_io is not None:
+                future = run_job_on_loop(
+                    job, since, self._loop_io, self._store_key_async if store else self._ops.load_async, refused,
+                    self._write_bound if store else self._read_bound, tier_name=self._name,
+                )
             elif store:
                 future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name)
             else:
@@ -378,6 +396,15 @@ class BlobTier:
             self._running[job.job_id] = future
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        trusted = self._trusted(key)
+        return trusted if trusted is not None else self._counted(self._ops.store(key, slot))
+
+    async def _store_key_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+        trusted = self._trusted(key)
+        return trusted if trusted is not None else self._counted(await self._ops.store_async(io, key, slot))
+
+    def _trusted(self, key: OffloadKey) -> tuple[KeyVerdict, int] | None:
+        """EXISTED as of the index's stamp, if ``trust_index_on_store`` and the index vouches for ``key``."""
         if self.blob_config.trust_index_on_store and key not in self._ledger.pins:
             # Trust what vouched for the key, as of when it did: a deletion seen since then wins (TIERKIT-2).
             # Never while a load of it runs: that load may be deleting the blob (damaged) right now.
@@ -385,7 +412,9 @@ class BlobTier:
             if stamp is not None:
                 self._count("skipped_stores")
                 return KeyVerdict.EXISTED, stamp
-        verdict = self._ops.store(key, slot)
+        return None
+
+    def _counted(self, verdict: tuple[KeyVerdict, int]) -> tuple[KeyVerdict, int]:
         if verdict[0] is KeyVerdict.EXISTED:
             self._count("skipped_stores")
         return verdict

@@ -60,10 +60,18 @@ def _typed(backend: AsyncMemory) -> AsyncBlobBackend:
 
 
 def _memory(tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
-    assert isinstance(tier, BlobTier) and isinstance(tier.backend, FaultyBackend)
-    memory = tier.backend.inner.inner.inner  # type: ignore[attr-defined]  # LoopBackend -> AsyncMemory -> MemoryBackend
+    """The tier, its FaultyBackend and the MemoryBackend: wrapped (FaultyBackend -> LoopBackend -> AsyncMemory
+    -> MemoryBackend) or, with jobs on the loop, inside (LoopBackend -> ThreadedAsync -> FaultyBackend -> ...)."""
+    assert isinstance(tier, BlobTier)
+    if isinstance(tier.backend, FaultyBackend):
+        faulty = tier.backend
+        memory = faulty.inner.inner.inner  # type: ignore[attr-defined]  # LoopBackend -> AsyncMemory -> MemoryBackend
+    else:
+        faulty = tier.backend.inner.inner  # type: ignore[attr-defined]  # LoopBackend -> ThreadedAsync -> FaultyBackend
+        memory = faulty.inner
+    assert isinstance(faulty, FaultyBackend)
     assert isinstance(memory, MemoryBackend)
-    return tier, tier.backend, memory
+    return tier, faulty, memory
 
 
 class TestAsyncMemoryBackend(BlobBackendCases):
