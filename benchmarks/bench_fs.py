@@ -26,8 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvproto import OffloadKey, ReqContext, TransferJob, make_key
-from kvproto import members as lr
+from kvproto import OffloadKey, ReqContext, TransferJob, make_key, members as lr
 
 from benchmarks._result import BenchResult
 from kvproto_fs import FsTier, FsTierConfig

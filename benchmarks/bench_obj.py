@@ -30,9 +30,7 @@ import subprocess
 import sys
 import time
 
-from kvproto import OffloadKey, ReqContext, TransferJob, make_key
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import OffloadKey, ReqContext, TransferJob, envelope as env, make_key, members as lr
 
 from benchmarks._result import BenchResult
 

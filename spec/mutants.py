@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from kvproto import LookupResult, unreachable
-from kvproto import members as lr
+from kvproto import LookupResult, members as lr, unreachable
 from kvproto.scan import Decision, Defer, Hits, sliding_window_lookup
 
 __all__ = ["prefix_stops_at_retry", "window_defers_on_any_pending"]

@@ -90,8 +90,7 @@ class KitLimits:
 
 def hypothesis_settings(profile: KitProfile) -> settings:
     """Hypothesis settings for the kit's state machines under ``profile``."""
-    from hypothesis import HealthCheck, Phase
-    from hypothesis import settings as make_settings
+    from hypothesis import HealthCheck, Phase, settings as make_settings
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate]
     if profile.shrink:

@@ -23,11 +23,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import envelope as env, members as lr
 from kvproto._async_probe import AsyncProbe
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from kvproto import MAX_GROUP, make_key, split_key
 from kvproto.errors import InvalidArgumentError, InvalidKeyError

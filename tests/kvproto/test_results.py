@@ -6,8 +6,7 @@ import enum
 
 import pytest
 
-from kvproto import LookupResult, unreachable
-from kvproto import members as lr
+from kvproto import LookupResult, members as lr, unreachable
 from kvproto.errors import ContractViolation
 
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from hypothesis import settings
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kvproto import (

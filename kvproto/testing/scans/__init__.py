@@ -48,8 +48,10 @@ from kvproto.testing.scans._checks import (
 from kvproto.testing.scans._crosshair_targets import prefix_entry, prefix_run, window_entry, window_run
 from kvproto.testing.scans._inputs import EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, ScanRun, WindowScan
 from kvproto.testing.scans._properties import Property, PropertyFailure, scan_properties
-from kvproto.testing.scans._reference import maximal_prefix_lookup as reference_prefix_scan
-from kvproto.testing.scans._reference import sliding_window_lookup as reference_window_scan
+from kvproto.testing.scans._reference import (
+    maximal_prefix_lookup as reference_prefix_scan,
+    sliding_window_lookup as reference_window_scan,
+)
 from kvproto.testing.scans._targets import ScanKind, ScanTarget, adapt, key_of, scan_target, target_checks
 
 __all__ = [

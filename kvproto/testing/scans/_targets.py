@@ -50,8 +50,7 @@ from kvproto.testing.scans._checks import (
 )
 from kvproto.testing.scans._inputs import ANSWERS, EXPRESSIBLE, LEGACY_ANSWER
 from kvproto.testing.scans._properties import Property, scan_properties
-from kvproto.testing.scans._reference import maximal_prefix_lookup as _ref_prefix
-from kvproto.testing.scans._reference import sliding_window_lookup as _ref_window
+from kvproto.testing.scans._reference import maximal_prefix_lookup as _ref_prefix, sliding_window_lookup as _ref_window
 
 __all__ = [
     "ENV_VARIABLE",

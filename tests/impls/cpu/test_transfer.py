@@ -7,8 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from kvproto import EventKind
-from kvproto import members as lr
+from kvproto import EventKind, members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
 from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvproto import OffloadKey
-from kvproto import envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.testing import FaultyBackend
 from kvproto.tierkit import BlobTier, BlobTierConfig
 

@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier
-from kvproto.testing import FaultyBackend, SecondaryTierTests
+from kvproto import SecondaryTier
+from kvproto.testing import FaultyBackend
 
 from tests.cli import kvproto_cli as main
+from tests.impls._kit_hooks import HookTableTests
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")
 from kvproto_fs._conformance import FS_HOOKS  # noqa: E402  (after the importorskip)
 
 
-def _hook(name: str, *args: Any) -> Any:
-    return FS_HOOKS[name](*args)
-
-
-class TestPrivateFsTier(SecondaryTierTests):
+class TestPrivateFsTier(HookTableTests):
     """Private mode (the default): index answers, start-up scan, no eviction."""
 
     kit_profile = "fast"
+    HOOKS = FS_HOOKS
 
     @pytest.fixture
     def tier_factory(self, tmp_path: Path) -> Callable[[memoryview], SecondaryTier]:
@@ -41,25 +38,6 @@ class TestPrivateFsTier(SecondaryTierTests):
 
         return build
 
-    def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        reopened: SecondaryTier = _hook("reopen", tier, buffer)
-        return reopened
-
-    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
-        got: bytes | None = _hook("read_block", tier, key)
-        return got
-
-    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
-        _hook("seed_block", tier, key, data)
-
-    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
-        _hook("fail_next_jobs", tier, n)
-
-    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _hook("fail_keys", tier, keys)
-
-    def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _hook("corrupt_on_read", tier, keys)
 
 
 def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ import pytest
 from kvproto import OffloadKey
 
 from kvproto_fs import FileOps, FsTier, FsTierConfig
-from tests.impls.fs._support import Runner, key, make_buffer, open_tier, temp_files
+from tests.impls._tier_runner import Runner, key, make_buffer
+from tests.impls.fs._support import open_tier, temp_files
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to run writer processes")
 

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kvproto import EventKind, ReqContext, TransferJob
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import EventKind, ReqContext, TransferJob, envelope as env, members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 from kvproto_fs import FileOps, FsTier, FsTierConfig
-from tests.impls.fs._support import BLOCK, block_of, key, make_buffer, open_tier, opened_tier, temp_files
+from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer
+from tests.impls.fs._support import open_tier, opened_tier, temp_files
 
 # -- FS-1: configuration -----------------------------------------------------------------------
 
@@ -247,7 +246,7 @@ def test_disk_full_fails_the_job_publishes_nothing_and_later_jobs_work(tmp_path:
     ops = _FullDisk()
     buffer = make_buffer()
     tier = FsTier(buffer, FsTierConfig(root=tmp_path, durability="data"), ops=ops)
-    from tests.impls.fs._support import Runner
+    from tests.impls._tier_runner import Runner
 
     run = Runner(tier, buffer)
     try:
@@ -402,7 +401,7 @@ class _NoDirect(FileOps):
 def test_o_direct_refused_at_io_falls_back_to_buffered_per_filesystem(tmp_path: Path) -> None:
     import mmap
 
-    from tests.impls.fs._support import Runner
+    from tests.impls._tier_runner import Runner
 
     aligned = memoryview(mmap.mmap(-1, 8 * BLOCK)).cast("B", (8, BLOCK))
     ops = _NoDirect()

@@ -5,52 +5,31 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier
-from kvproto.testing import FaultyBackend, SecondaryTierTests
+from kvproto import SecondaryTier
+from kvproto.testing import FaultyBackend
 
 from tests.cli import kvproto_cli as main
+from tests.impls._kit_hooks import HookTableTests
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
-from tests.impls.obj._support import S3ServerProcess  # noqa: E402  (after the importorskip)
+from tests.impls.obj._support import S3ServerProcess  # noqa: E402 (after importorskip: the obj tier may be absent)
 
 _prefixes = itertools.count(1)
 
 
-def _hook(name: str, *args: Any) -> Any:
-    return obj.OBJ_HOOKS[name](*args)
 
-
-class _ObjHooks(SecondaryTierTests):
+class _ObjHooks(HookTableTests):
     """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS (job faults: a FaultyBackend
     between the engine and the store, so every tier here is built with ``wrap=FaultyBackend``)."""
 
     kit_profile = "fast"
+    HOOKS = obj.OBJ_HOOKS
 
-    def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        reopened: SecondaryTier = _hook("reopen", tier, buffer)
-        return reopened
-
-    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
-        got: bytes | None = _hook("read_block", tier, key)
-        return got
-
-    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
-        _hook("seed_block", tier, key, data)
-
-    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
-        _hook("fail_next_jobs", tier, n)
-
-    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _hook("fail_keys", tier, keys)
-
-    def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _hook("corrupt_on_read", tier, keys)
 
 
 class TestObjTierOnS3(_ObjHooks):
@@ -103,7 +82,7 @@ def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> No
     from kvproto import ReqContext, TransferJob
     from kvproto.errors import ConfigurationError
 
-    from tests.impls.obj._support import Runner, key, make_buffer
+    from tests.impls._tier_runner import Runner, key, make_buffer
 
     buffer = make_buffer()
     tier = obj.ObjTier(buffer, obj.ObjTierConfig(), wrap=FaultyBackend)

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvproto import EventKind, OffloadKey, make_key
-from kvproto import envelope as env
+from kvproto import EventKind, OffloadKey, envelope as env, make_key
 from kvproto.errors import ConfigurationError
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
-from tests.impls.obj._support import S3Server, block_of, key, make_buffer, open_tier  # noqa: E402
+from tests.impls._tier_runner import block_of, key, make_buffer  # noqa: E402 (after importorskip: the obj tier may be absent)
+from tests.impls.obj._support import S3Server, open_tier  # noqa: E402 (after importorskip: the obj tier may be absent)
 
 # Every end-of-step hook counts for the existence checks (probe_min_interval_s=0), so "within the declared
 # steps" is checked hook for hook.

@@ -16,15 +16,14 @@ import obstore
 import pytest
 from obstore.store import MemoryStore
 
-from kvproto import EventKind, OffloadKey, ReqContext
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import EventKind, OffloadKey, ReqContext, envelope as env, members as lr
 from kvproto.testing import FaultyBackend, OpFault
 from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
 from kvproto_obj import ObjTier, ObjTierConfig, ObjTierStats, ObstoreBackend, faults_of  # noqa: E402
-from tests.impls.obj._support import block_of, key, open_tier  # noqa: E402
+from tests.impls._tier_runner import block_of, key  # noqa: E402 (after importorskip: the obj tier may be absent)
+from tests.impls.obj._support import open_tier  # noqa: E402 (after importorskip: the obj tier may be absent)
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv  # noqa: E402
 
 _names = itertools.count(1)

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvproto import EventKind, ReqContext, TransferJob
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import EventKind, ReqContext, TransferJob, envelope as env, members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
@@ -22,7 +20,8 @@ import obstore  # noqa: E402  (a dependency of kvproto-obj)
 from obstore.store import LocalStore, MemoryStore  # noqa: E402
 
 from kvproto_obj import ObjTier, ObjTierConfig  # noqa: E402
-from tests.impls.obj._support import BLOCK, S3Server, block_of, key, make_buffer, open_tier  # noqa: E402
+from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer, shut_down_after  # noqa: E402 (after importorskip: the obj tier may be absent)
+from tests.impls.obj._support import S3Server, open_tier  # noqa: E402 (after importorskip: the obj tier may be absent)
 
 # -- OBJ-1: configuration ----------------------------------------------------------------------
 
@@ -202,9 +201,10 @@ def test_without_conditional_put_a_damaged_object_is_overwritten(s3_server: S3Se
 
 
 def test_unknown_keys_retry_then_resolve_by_one_batch_of_heads(s3_server: S3Server, bucket: str) -> None:
-    writer, run_w = open_tier(s3_server.config(bucket))
-    reader, run_r = open_tier(s3_server.config(bucket))
-    try:
+    with (
+        shut_down_after(open_tier(s3_server.config(bucket))) as (writer, run_w),
+        shut_down_after(open_tier(s3_server.config(bucket))) as (reader, run_r),
+    ):
         stored = [key(i) for i in range(6)]
         assert run_w.store(stored).success
         asked = [*stored, key(100), key(101)]
@@ -219,9 +219,6 @@ def test_unknown_keys_retry_then_resolve_by_one_batch_of_heads(s3_server: S3Serv
         # The stored keys are HIT in the writer at once, without any check.
         assert [writer.lookup(k, run_w.req) for k in stored] == [lr.HIT] * len(stored)
         assert writer.existence_batches == 0
-    finally:
-        writer.shutdown()
-        reader.shutdown()
 
 
 def test_a_store_is_hit_at_once_even_over_a_cached_miss() -> None:
@@ -320,9 +317,10 @@ def test_object_of_another_namespace_is_a_miss_and_left_alone() -> None:
 
 
 def test_two_instances_share_one_bucket(s3_server: S3Server, bucket: str) -> None:
-    a, run_a = open_tier(s3_server.config(bucket))
-    b, run_b = open_tier(s3_server.config(bucket))
-    try:
+    with (
+        shut_down_after(open_tier(s3_server.config(bucket))) as (a, run_a),
+        shut_down_after(open_tier(s3_server.config(bucket))) as (b, run_b),
+    ):
         assert run_a.store([key(1), key(2)]).success
         assert run_b.resolve([key(1), key(2), key(3)]) == {key(1): "HIT", key(2): "HIT", key(3): "MISS"}
         _, right, wrong = run_b.load([key(1), key(2)], [10, 11])
@@ -333,9 +331,6 @@ def test_two_instances_share_one_bucket(s3_server: S3Server, bucket: str) -> Non
         _, right, wrong = run_a.load([key(3)], [12])
         assert right == {key(3)} and not wrong
         assert a.stats.uploads == 2 and b.stats.uploads == 1
-    finally:
-        a.shutdown()
-        b.shutdown()
 
 
 # -- OBJ-9: reset ---------------------------------------------------------------------------

@@ -25,9 +25,9 @@ from kvproto import (
     PrepareStoreOutput,
     ReqContext,
     TransferJob,
+    members as lr,
     unreachable,
 )
-from kvproto import members as lr
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 

@@ -19,8 +19,8 @@ from kvproto import (
     MemoryTier,
     OffloadKey,
     ReqContext,
+    members as lr,
 )
-from kvproto import members as lr
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 
 from tests.kvproto.testing.delegating import MemoryDelegate

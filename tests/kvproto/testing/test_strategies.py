@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from kvproto import (
     JobResult,
@@ -16,12 +15,11 @@ from kvproto import (
     SecondaryTier,
     TransferJob,
     make_key,
+    members as lr,
     split_key,
     unreachable,
 )
-from kvproto import members as lr
-from kvproto.testing import block_for, key_pool, make_buffer
-from kvproto.testing import strategies as kvst
+from kvproto.testing import block_for, key_pool, make_buffer, strategies as kvst
 from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 16

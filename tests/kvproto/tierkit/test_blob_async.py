@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier
-from kvproto import envelope as env
+from kvproto import OffloadKey, SecondaryTier, envelope as env
 from kvproto.testing import FaultyBackend, SecondaryTierTests
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvproto import EventKind, JobResult, OffloadingEvent, OffloadKey, ReqContext, TransferJob, make_key
-from kvproto import members as lr
+from kvproto import EventKind, JobResult, OffloadingEvent, OffloadKey, ReqContext, TransferJob, make_key, members as lr
 from kvproto.testing import FaultyBackend, OpFault
 from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, MemoryBackend
 

@@ -6,8 +6,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier
-from kvproto import envelope as env
+from kvproto import OffloadKey, SecondaryTier, envelope as env
 from kvproto.testing import FaultyBackend, SecondaryTierTests
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 

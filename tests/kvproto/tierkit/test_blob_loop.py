@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
-from kvproto import EventKind, OffloadKey, ReqContext, SecondaryTier
-from kvproto import envelope as env
-from kvproto import members as lr
+from kvproto import EventKind, OffloadKey, ReqContext, SecondaryTier, envelope as env, members as lr
 from kvproto.testing import FaultyBackend
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kvproto import OffloadKey
 from kvproto.tierkit import ArcPolicy, EvictionPolicy, LruPolicy, make_policy

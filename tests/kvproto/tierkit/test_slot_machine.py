@@ -17,12 +17,10 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from kvproto import BlockState, EventKind, OffloadingEvent, OffloadKey, unreachable
-from kvproto import members as lr
+from kvproto import BlockState, EventKind, OffloadingEvent, OffloadKey, members as lr, unreachable
 from kvproto.errors import TierMisuseError
 
 from tests.kvproto.tierkit._slots_support import CPU_ARC, CPU_LRU, HAS_TORCH, MEMORY, REQ, Flavor, key

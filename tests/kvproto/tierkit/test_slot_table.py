@@ -25,11 +25,10 @@ from kvproto import (
     PrimaryTier,
     ReadyKeys,
     ReqContext,
+    members as lr,
 )
-from kvproto import members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, InvalidKeyError, KvprotoError, TierMisuseError
-from kvproto.tierkit import BlockState as KitBlockState
-from kvproto.tierkit import LruPolicy, SlotStats, SlotTable
+from kvproto.tierkit import BlockState as KitBlockState, LruPolicy, SlotStats, SlotTable
 
 from tests.kvproto.tierkit._slots_support import FLAVORS, LRU_FLAVORS, REQ, Flavor, Tier, answers, key, keys, stored
 

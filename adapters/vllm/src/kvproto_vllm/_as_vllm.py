@@ -54,8 +54,8 @@ from kvproto import (
     ReqContext,
     SecondaryTier,
     TransferJob,
+    members as lr,
 )
-from kvproto import members as lr
 from kvproto.errors import ConfigurationError
 
 from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys, to_vllm_result

@@ -27,8 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from vllm.v1.kv_offload import base as vbase
-from vllm.v1.kv_offload import config as vconfig
+from vllm.v1.kv_offload import base as vbase, config as vconfig
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.tiering.example.manager import ExampleSecondaryTierManager
 from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager

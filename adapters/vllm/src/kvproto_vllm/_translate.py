@@ -11,8 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from vllm.v1.kv_offload import base as vbase
 
-from kvproto import EventKind, LookupResult, OffloadingEvent, OffloadKey, unreachable
-from kvproto import members as lr
+from kvproto import EventKind, LookupResult, OffloadingEvent, OffloadKey, members as lr, unreachable
 
 __all__ = [
     "from_vllm_event",

@@ -10,8 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvproto import OffloadKey
-from kvproto import envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, Published
 
 if TYPE_CHECKING:

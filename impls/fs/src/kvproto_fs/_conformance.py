@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kvproto import OffloadKey
-from kvproto import envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kvproto import OffloadKey
-from kvproto import envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, BlobTierStats
 

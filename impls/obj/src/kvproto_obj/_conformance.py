@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 import obstore
 from obstore.store import MemoryStore
 
-from kvproto import OffloadKey
-from kvproto import envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 

@@ -23,8 +23,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvproto import Capabilities, OffloadKey
-from kvproto import envelope as env
+from kvproto import Capabilities, OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
 
