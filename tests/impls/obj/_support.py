@@ -6,13 +6,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
 from moto.server import ThreadedMotoServer
 
 from kvproto_obj import ObjTier, ObjTierConfig
-from tests.impls._tier_runner import Runner, make_buffer
+from tests.impls._tier_runner import Runner, make_buffer, shut_down_after
 
 REGION = "us-east-1"
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -119,3 +121,10 @@ def open_tier(config: ObjTierConfig, buffer: memoryview | None = None, **kwargs:
     buf = make_buffer() if buffer is None else buffer
     tier = ObjTier(buf, config, **kwargs)
     return tier, Runner(tier, buf)
+
+
+@contextmanager
+def two_instances(config: ObjTierConfig) -> Iterator[tuple[tuple[ObjTier, Runner[ObjTier]], tuple[ObjTier, Runner[ObjTier]]]]:
+    """Two tiers on one bucket, each with its own buffer and runner; both shut down when the block ends."""
+    with shut_down_after(open_tier(config)) as first, shut_down_after(open_tier(config)) as second:
+        yield first, second

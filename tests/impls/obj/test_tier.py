@@ -20,8 +20,8 @@ import obstore  # noqa: E402  (a dependency of kvproto-obj)
 from obstore.store import LocalStore, MemoryStore  # noqa: E402
 
 from kvproto_obj import ObjTier, ObjTierConfig  # noqa: E402
-from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer, shut_down_after  # noqa: E402 (after importorskip: the obj tier may be absent)
-from tests.impls.obj._support import S3Server, open_tier  # noqa: E402 (after importorskip: the obj tier may be absent)
+from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer  # noqa: E402 (after importorskip: the obj tier may be absent)
+from tests.impls.obj._support import S3Server, open_tier, two_instances  # noqa: E402 (after importorskip: the obj tier may be absent)
 
 # -- OBJ-1: configuration ----------------------------------------------------------------------
 
@@ -201,10 +201,7 @@ def test_without_conditional_put_a_damaged_object_is_overwritten(s3_server: S3Se
 
 
 def test_unknown_keys_retry_then_resolve_by_one_batch_of_heads(s3_server: S3Server, bucket: str) -> None:
-    with (
-        shut_down_after(open_tier(s3_server.config(bucket))) as (writer, run_w),
-        shut_down_after(open_tier(s3_server.config(bucket))) as (reader, run_r),
-    ):
+    with two_instances(s3_server.config(bucket)) as ((writer, run_w), (reader, run_r)):
         stored = [key(i) for i in range(6)]
         assert run_w.store(stored).success
         asked = [*stored, key(100), key(101)]
@@ -317,10 +314,7 @@ def test_object_of_another_namespace_is_a_miss_and_left_alone() -> None:
 
 
 def test_two_instances_share_one_bucket(s3_server: S3Server, bucket: str) -> None:
-    with (
-        shut_down_after(open_tier(s3_server.config(bucket))) as (a, run_a),
-        shut_down_after(open_tier(s3_server.config(bucket))) as (b, run_b),
-    ):
+    with two_instances(s3_server.config(bucket)) as ((a, run_a), (b, run_b)):
         assert run_a.store([key(1), key(2)]).success
         assert run_b.resolve([key(1), key(2), key(3)]) == {key(1): "HIT", key(2): "HIT", key(3): "MISS"}
         _, right, wrong = run_b.load([key(1), key(2)], [10, 11])
