@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
@@ -24,6 +25,8 @@ from typing import Any, TypeVar
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, Published
 
 __all__ = ["LoopBackend", "is_async_backend"]
+
+_log = logging.getLogger("kvproto.tierkit")
 
 _T = TypeVar("_T")
 
@@ -106,6 +109,12 @@ class LoopBackend:
         try:
             self._call(self.inner.close())
         finally:
+            # Threads the backend started through the loop's default executor (asyncio.to_thread) are the
+            # tier's threads too: join them before the loop stops (TIER-16).
+            try:
+                asyncio.run_coroutine_threadsafe(self._loop.shutdown_default_executor(), self._loop).result(10.0)
+            except Exception as exc:
+                _log.warning("LoopBackend: joining the loop's executor threads failed: %s", exc)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10.0)
             if not self._thread.is_alive():

@@ -246,3 +246,18 @@ def test_shutdown_waits_for_jobs_on_the_loop_and_stops_it() -> None:
     assert not [t for t in threading.enumerate() if t.name == "kvproto-gate-loop"]
     late = jobs.submit([key(2)], load=False)  # after shutdown: fails without I/O
     assert not jobs.wait(late).success
+
+
+def test_shutdown_joins_the_threads_a_backend_started_through_the_loop() -> None:
+    """A backend awaiting ``asyncio.to_thread`` starts the loop's executor threads: shutdown joins them (TIER-16)."""
+    before = set(threading.enumerate())
+    tier = _loop_tier(BlobTierConfig())
+    jobs = _Jobs(tier)
+    keys = [key(i) for i in range(4)]
+    for slot, k in enumerate(keys):
+        _fill(tier, slot, k)
+    assert jobs.run(keys, load=False).success
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("asyncio_")]
+    assert started  # the backend did use the executor: the check below is not vacuous
+    tier.shutdown()
+    assert not [t.name for t in started if t.is_alive()]
