@@ -18,6 +18,7 @@ from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
+from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 __all__ = ["MemoryTier"]
@@ -66,23 +67,7 @@ class MemoryTier(JobFaultHooks):
         latency_s: float = 0.0,
         capacity_blocks: int | None = None,
     ) -> None:
-        if not isinstance(buffer, memoryview):
-            raise ConfigurationError(
-                f"MemoryTier {name!r}: buffer must be a memoryview, got {type(buffer).__name__}"
-            )
-        shape = buffer.shape or ()
-        if (
-            len(shape) != 2
-            or buffer.format != "B"
-            or buffer.readonly
-            or not buffer.c_contiguous
-            or shape[1] < 1
-        ):
-            raise ConfigurationError(
-                f"MemoryTier {name!r}: buffer must be a writable, C-contiguous 2-D memoryview "
-                f"of format 'B' with rows of at least one byte, got shape={shape} "
-                f"format={buffer.format!r} readonly={buffer.readonly}"
-            )
+        num_slots, block_bytes = slot_buffer_shape(f"MemoryTier {name!r}", buffer)
         if type(latency_s) not in (int, float) or not 0.0 <= latency_s < float("inf"):
             raise ConfigurationError(
                 f"MemoryTier {name!r}: latency_s must be a finite number >= 0, got {latency_s!r}"
@@ -94,8 +79,8 @@ class MemoryTier(JobFaultHooks):
             )
         self._name = name
         self._buffer = buffer
-        self._num_slots: int = shape[0]
-        self._block_bytes: int = shape[1]
+        self._num_slots = num_slots
+        self._block_bytes = block_bytes
         # CPython cannot index rows of a 2-D memoryview; rows are slices of a flat view.
         self._flat = buffer.cast("B")
         self._latency_s = float(latency_s)

@@ -13,6 +13,7 @@ from typing import TypeVar
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
+from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, ContractViolation
 from kvproto.testing._fault_rules import SECONDARY_METHODS, RaiseRule, RaisingWrapper, check_count, check_job
 from kvproto.tierkit._forwarding import ForwardingSecondary
@@ -104,14 +105,8 @@ class FaultySecondary(RaisingWrapper[_S], ForwardingSecondary[_S]):
         self._flat: memoryview | None = None
         self._block_bytes = 0
         if buffer is not None:
-            shape = buffer.shape or ()
-            if len(shape) != 2 or buffer.format != "B" or buffer.readonly or not buffer.c_contiguous:
-                raise ConfigurationError(
-                    f"{owner}: buffer must be the primary's writable, C-contiguous 2-D memoryview of format 'B', "
-                    f"got shape={shape} format={buffer.format!r} readonly={buffer.readonly}"
-                )
+            _, self._block_bytes = slot_buffer_shape(owner, buffer)
             self._flat = buffer.cast("B")
-            self._block_bytes = shape[1]
         super().__init__(inner, owner=owner, methods=SECONDARY_METHODS, raise_from=raise_from)
         declared = self._capabilities
         self._partial = declared is not None and declared.partial_jobs

@@ -28,6 +28,7 @@ Wrappers:
 from __future__ import annotations
 
 from kvproto._events import MAX_PENDING_EVENTS
+from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
@@ -59,6 +60,7 @@ __all__ = [
     "MemoryBackend",
     "Published",
     "blob_name",
+    "slot_buffer_shape",
     # wrappers
     "ForwardingPrimary",
     "ForwardingSecondary",

@@ -33,6 +33,7 @@ from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
+from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend
@@ -76,18 +77,9 @@ class BlobTier:
         config = BlobTierConfig() if config is None else config
         if not isinstance(config, BlobTierConfig):
             raise ConfigurationError(f"BlobTier {name!r}: config must be a BlobTierConfig, got {type(config).__name__}")
-        if not isinstance(buffer, memoryview):
-            raise ConfigurationError(f"BlobTier {name!r}: buffer must be a memoryview, got {type(buffer).__name__}")
-        shape = buffer.shape or ()
-        if len(shape) != 2 or buffer.format != "B" or buffer.readonly or not buffer.c_contiguous or shape[1] < 1:
-            raise ConfigurationError(
-                f"BlobTier {name!r}: buffer must be a writable, C-contiguous 2-D memoryview of format 'B', "
-                f"got shape={shape} format={buffer.format!r} readonly={buffer.readonly}"
-            )
+        self._num_slots, self._block_bytes = slot_buffer_shape(f"BlobTier {name!r}", buffer)
         self._name = name
         self.blob_config = config
-        self._num_slots: int = shape[0]
-        self._block_bytes: int = shape[1]
         self._flat = buffer.cast("B")
         self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
         self.namespace = env.namespace_id(self.manifest)

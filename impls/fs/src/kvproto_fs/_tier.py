@@ -21,7 +21,7 @@ from typing import Protocol
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, BlobTierStats
+from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, BlobTierStats, slot_buffer_shape
 
 from kvproto_fs._backend import TMP_SUFFIX, FileBackend
 from kvproto_fs._config import FsTierConfig
@@ -59,16 +59,10 @@ class FsTier(BlobTier):
     ) -> None:
         if not isinstance(config, FsTierConfig):
             raise ConfigurationError(f"FsTier {name!r}: config must be an FsTierConfig, got {type(config).__name__}")
-        given: object = buffer  # checked at run time: callers may pass anything
-        shape = (buffer.shape or ()) if isinstance(given, memoryview) else ()
-        if len(shape) != 2 or shape[1] < 1:
-            raise ConfigurationError(
-                f"FsTier {name!r}: buffer must be a writable, C-contiguous 2-D memoryview of format 'B', "
-                f"got {type(buffer).__name__} of shape {shape}"
-            )
+        _, block_bytes = slot_buffer_shape(f"FsTier {name!r}", buffer)  # before the manifest: its layout
         self.config = config
         self.root = config.root
-        manifest = env.namespace_manifest(shape[1], config.layout)
+        manifest = env.namespace_manifest(block_bytes, config.layout)
         namespace = env.namespace_id(manifest).hex()
         self.ns_dir = config.root / namespace
         self.tmp_dir = self.ns_dir / "tmp"
