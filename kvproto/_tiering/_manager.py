@@ -21,6 +21,7 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
+from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_view
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
@@ -33,6 +34,7 @@ from kvproto.errors import (
     TierError,
     TierMisuseError,
 )
+from kvproto.scan import Decision
 
 __all__ = ["TieringManager"]
 
@@ -103,6 +105,7 @@ class TieringManager:
         self._ready: Container[OffloadKey] = (
             primary.ready_keys if isinstance(primary, ReadyKeys) else ()
         )
+        self._batch_view = fast_view(self._ready)  # None: the batched scans are the per-key ones (MGR-20)
         self._secondaries: tuple[SecondaryTier, ...] = tuple(secondaries)
         self._records = tuple(SecondaryRecord.of(i, t) for i, t in enumerate(self._secondaries))
         # Every tier with its name, primary first (for the lifecycle calls).
@@ -253,6 +256,31 @@ class TieringManager:
             staged.append((key, slot))
         self.stats.promotions_started += 1
         return lr.RETRY
+
+    def scan_prefix(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> Decision:
+        """``maximal_prefix_lookup(lambda k: self.lookup(k, req_context), keys)`` in one call (MGR-20).
+
+        The same decision, tier calls and side effects as that per-key scan
+        (SCAN-1..SCAN-3); runs of keys the primary's ``ready_keys`` holds are
+        answered in one C pass (MGR-15). A ``req_context`` that is not a
+        :class:`~kvproto.ReqContext`, or one key instead of a sequence, is an
+        :class:`~kvproto.errors.InvalidArgumentError` before any lookup.
+        """
+        _check_context("scan_prefix", req_context)
+        return batched_prefix(self.lookup, self._batch_view, keys, req_context)
+
+    def scan_window(
+        self, keys: Sequence[OffloadKey], req_context: ReqContext, window: int, *, initial_window: int | None = None
+    ) -> Decision:
+        """``sliding_window_lookup(lambda k: self.lookup(k, req_context), keys, window, initial_window=...)``
+        in one call (MGR-20).
+
+        The same decision, tier calls and side effects as that per-key scan
+        (SCAN-5..SCAN-8); bad window arguments raise as it does (SCAN-10), a
+        bad ``req_context`` or ``keys`` as :meth:`scan_prefix` does, before any lookup.
+        """
+        _check_context("scan_window", req_context)
+        return batched_window(self.lookup, self._batch_view, keys, req_context, window, initial_window)
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
         """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-19)."""

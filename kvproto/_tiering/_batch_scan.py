@@ -1,0 +1,177 @@
+"""Batched scans through the manager: a whole prefix or window scan in one call (MGR-20).
+
+:func:`kvproto.maximal_prefix_lookup` and :func:`kvproto.sliding_window_lookup`
+over ``manager.lookup`` call the manager once per key. Where the primary
+offers :class:`~kvproto.ReadyKeys` (MGR-15), every key in its live
+``ready_keys`` view answers HIT from the manager with no call to any tier and
+no change to any state. So a run of such keys can be tested by one C-level
+pass (``all`` over a ``map`` of :func:`operator.contains` on the view, which
+stops at the first key it lacks), and every other key goes through
+``manager.lookup`` itself, at its turn in scan order. Each membership test
+runs at the moment the per-key scan would make it, after every earlier
+lookup (the pass is lazy), so a promotion that evicts a later key from the
+primary is seen exactly as the per-key scan sees it. A test the per-key scan
+would not make (past the window that fills) changes nothing.
+
+Hence the same decision, the same tier calls in the same order, and the same
+side effects (asynchronous checks started for RETRY keys, promotions
+started, per-request references), as the per-key scans over
+``manager.lookup``. Where that cannot be proven (no ReadyKeys view, a view
+of a type not known to accept any hashable, ``keys`` not a list or tuple) the
+batched scans are the per-key scans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Sequence
+from itertools import islice, repeat
+from operator import contains, length_hint
+from typing import Final
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._requests import ReqContext
+from kvproto._results import LookupResult, unreachable
+from kvproto.errors import InvalidArgumentError
+from kvproto.scan import (  # the shared decision values the per-key scans hand out
+    _DEFER_PENDING,
+    _DEFER_RETRY,
+    Decision,
+    _hits,
+    maximal_prefix_lookup,
+    sliding_window_lookup,
+)
+
+__all__ = ["batched_prefix", "batched_window", "fast_view"]
+
+Lookup = Callable[[OffloadKey, ReqContext], LookupResult]
+
+# The containers whose membership test accepts any hashable and has no side effect: the view a
+# SlotTable gives (dict keys), and sets. Anything else takes the per-key scan.
+_FAST_VIEWS: Final[tuple[type, ...]] = (type({}.keys()), set, frozenset, dict)
+
+# The key sequences whose iterators say exactly how many keys are left (a length hint); other
+# iterables take the per-key scans.
+_SEQUENCES: Final[tuple[type, ...]] = (list, tuple)
+
+
+def fast_view(ready: Container[OffloadKey]) -> Container[OffloadKey] | None:
+    """``ready`` if the batched scans may test it in C (a dict-keys view, a set), else None."""
+    return ready if isinstance(ready, _FAST_VIEWS) else None
+
+
+def _check_keys(method: str, keys: object) -> None:
+    if isinstance(keys, (bytes, bytearray, memoryview, str)):
+        raise InvalidArgumentError(
+            f"TieringManager.{method}: keys must be a sequence of keys, got a single {type(keys).__name__} {keys!r:.60}"
+        )
+
+
+def batched_prefix(
+    lookup: Lookup, ready: Container[OffloadKey] | None, keys: Iterable[OffloadKey], req_context: ReqContext
+) -> Decision:
+    """``maximal_prefix_lookup(lambda k: lookup(k, req_context), keys)``, faster (SCAN-1..SCAN-3, MGR-20).
+
+    ``ready`` is the manager's fast view (:func:`fast_view`) or None. Runs of
+    keys in ``ready`` answer HIT in one C pass; every other key is
+    ``lookup(key, req_context)``, in order, stopping at the first MISS.
+    """
+    _check_keys("scan_prefix", keys)
+    if ready is None or not isinstance(keys, (list, tuple)) or type(keys) not in _SEQUENCES:
+        return maximal_prefix_lookup(lambda k: lookup(k, req_context), keys)
+    n = len(keys)
+    # One lazy pass over the whole prefix: each all() resumes after the key the last one stopped
+    # at (a key not in ready), whose index the iterator's length hint gives.
+    it = iter(keys)
+    flags = map(contains, repeat(ready), it)
+    start = 0  # the first key of the current run
+    count = 0
+    cause: LookupResult | None = None
+    while True:
+        if all(flags):
+            count += n - start
+            break
+        pos = n - length_hint(it) - 1  # keys[start:pos] are HIT; keys[pos] is not in ready
+        count += pos - start
+        result = lookup(keys[pos], req_context)
+        match result:
+            case lr.HIT:
+                count += 1
+            case lr.MISS:
+                break
+            case lr.HIT_PENDING:
+                count += 1
+                if cause is None:
+                    cause = result
+            case lr.RETRY:
+                if cause is None:
+                    cause = result
+            case _:
+                unreachable(result, where=f"TieringManager.scan_prefix: lookup of key #{pos}")
+        start = pos + 1
+    if cause is None:
+        return _hits(count)
+    return _DEFER_RETRY if cause is lr.RETRY else _DEFER_PENDING
+
+
+def batched_window(
+    lookup: Lookup,
+    ready: Container[OffloadKey] | None,
+    keys: Sequence[OffloadKey],
+    req_context: ReqContext,
+    window: int,
+    initial_window: int | None,
+) -> Decision:
+    """``sliding_window_lookup(lambda k: lookup(k, req_context), keys, window, initial_window=...)``, faster
+    (SCAN-5..SCAN-8, SCAN-10, MGR-20).
+
+    Bad window arguments raise :class:`~kvproto.errors.InvalidArgumentError`
+    before any lookup, as the per-key scan does.
+    """
+    _check_keys("scan_window", keys)
+    if type(window) is not int or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
+    if initial_window is not None and (type(initial_window) is not int or initial_window < window):
+        raise InvalidArgumentError(f"initial_window must be an int >= {window}, got {initial_window!r}")
+    if ready is None or type(keys) not in _SEQUENCES:
+        return sliding_window_lookup(
+            lambda k: lookup(k, req_context), keys, window, initial_window=initial_window
+        )
+    required = window if initial_window is None else initial_window
+    # The streak is keys[top - streak : top]; keys[:nxt] are still to test (back to front).
+    top = nxt = len(keys)
+    streak = 0
+    pending = False  # the streak holds a HIT_PENDING
+    retried = False
+    rev = reversed(keys)
+    flags = map(contains, repeat(ready), rev)
+    while True:
+        # Test at most the keys that fill the window: all in ready, it fills (or the keys run out).
+        if all(islice(flags, required - streak)):
+            break
+        pos = length_hint(rev)  # keys[pos+1:nxt] are HIT; keys[pos] is not in ready
+        streak += nxt - 1 - pos
+        nxt = pos
+        result = lookup(keys[pos], req_context)
+        match result:
+            case lr.HIT:
+                streak += 1
+            case lr.MISS:
+                top, streak, pending, required = pos, 0, False, window
+                continue
+            case lr.HIT_PENDING:
+                streak += 1
+                pending = True
+            case lr.RETRY:
+                top, streak, pending, required = pos, 0, False, window
+                retried = True
+                continue
+            case _:
+                unreachable(result, where=f"TieringManager.scan_window: lookup of key #{pos}")
+        if streak == required:
+            break
+    if retried:
+        return _DEFER_RETRY
+    if pending:
+        return _DEFER_PENDING
+    return _hits(top)
