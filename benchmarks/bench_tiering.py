@@ -12,6 +12,11 @@ Also reported, per key: the promotion path (a scan that starts a promotion
 for every key from the second secondary tier, plus the two end-of-step hooks
 that load them and ready them in the primary), and a MISS that asks both
 secondary tiers (a plain lookup loop, since a scan stops at the first MISS).
+
+And the manager's batched scans (``scan_prefix``/``scan_window``, MGR-20) side
+by side with the per-key scan and a hand-written loop over the bare CPU tier
+(``batched.*``, :mod:`benchmarks._batched`; target for the all-HIT prefix:
+batched <= 0.3x the hand-written loop).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kvproto import LookupResult, MemoryTier, OffloadKey, ReqContext, TieringManager, make_key, maximal_prefix_lookup
 
+from benchmarks._batched import batched_figures, batched_summary
 from benchmarks._result import BenchResult
 
 if TYPE_CHECKING:
@@ -138,7 +144,9 @@ def run(quick: bool = False) -> BenchResult:
     finally:
         manager.shutdown()
 
+    batched = batched_figures(lambda: _stack(CpuTier), keys, repeats)
     figures = {
+        **{f"batched.{name}": value for name, value in batched.items()},
         "manager_ns_per_key": round(m_ns, 2),
         "bare_primary_ns_per_key": round(b_ns, 2),
         "ratio": round(ratio, 3),
@@ -154,6 +162,7 @@ def run(quick: bool = False) -> BenchResult:
         f"prefix scan of {N_KEYS} primary HITs: manager {m_ns:.0f} vs bare CpuTier {b_ns:.0f} "
         f"ns/key (x{ratio:.2f}); without the ready_keys view x{g_ns / gb_ns:.2f}; "
         f"MISS over 2 tiers {miss_ns:.0f} ns/key; "
-        f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f})"
+        f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f}); "
+        + batched_summary(batched)
     )
     return BenchResult("tiering", ratio, 1.5, True, summary, figures)

@@ -23,7 +23,8 @@ batched scans are the per-key scans.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from functools import partial
 from itertools import islice, repeat
 from operator import contains, length_hint
 from typing import Final
@@ -42,9 +43,16 @@ from kvproto.scan import (  # the shared decision values the per-key scans hand 
     sliding_window_lookup,
 )
 
-__all__ = ["batched_prefix", "batched_window", "fast_view"]
+__all__ = ["FlagsOf", "batched_prefix", "batched_window", "fast_flags"]
+
+# kvproto.tierkit re-exports these as ReadyFlags, ready_flags, ready_prefix_scan and ready_window_scan:
+# the same batched scans for an engine that keeps its own primary with a ready view.
 
 Lookup = Callable[[OffloadKey, ReqContext], LookupResult]
+FlagsOf = Callable[[Iterator[OffloadKey]], Iterator[bool]]
+"""Maps an iterator of keys to a lazy iterator of "is it in the primary's ready view" flags, in C."""
+
+_BUILTIN_METHOD: Final = type({}.__contains__)
 
 # The containers whose membership test accepts any hashable and has no side effect: the view a
 # SlotTable gives (dict keys), and sets. Anything else takes the per-key scan.
@@ -55,9 +63,36 @@ _FAST_VIEWS: Final[tuple[type, ...]] = (type({}.keys()), set, frozenset, dict)
 _SEQUENCES: Final[tuple[type, ...]] = (list, tuple)
 
 
-def fast_view(ready: Container[OffloadKey]) -> Container[OffloadKey] | None:
-    """``ready`` if the batched scans may test it in C (a dict-keys view, a set), else None."""
-    return ready if isinstance(ready, _FAST_VIEWS) else None
+def fast_flags(ready: Container[OffloadKey], contains_fn: object = None) -> FlagsOf | None:
+    """How the batched scans test ``ready`` in C, or None (they are then the per-key scans).
+
+    ``ready`` must be a container known to accept any hashable without side
+    effects (a dict-keys view, a set). ``contains_fn``, a primary's optional
+    ``ready_contains``, is used instead when it is the builtin ``__contains__``
+    of a dict or set equal to ``ready`` (the SlotTable's own dict: a call with
+    no view in between).
+    """
+    if not isinstance(ready, _FAST_VIEWS):
+        return None
+    owner = getattr(contains_fn, "__self__", None)
+    if (
+        type(contains_fn) is _BUILTIN_METHOD
+        and getattr(contains_fn, "__name__", None) == "__contains__"
+        and isinstance(owner, (dict, set, frozenset))
+        and _same_keys(ready, owner)
+    ):
+        return partial(map, contains_fn)
+    view = ready
+    return lambda keys: map(contains, repeat(view), keys)
+
+
+def _same_keys(ready: Container[OffloadKey], owner: dict[object, object] | set[object] | frozenset[object]) -> bool:
+    """``ready`` is (a view of) ``owner``: the same keys now (checked once, at the manager's construction)."""
+    keys = owner.keys() if isinstance(owner, dict) else owner
+    mapping = getattr(ready, "mapping", None)
+    if mapping is not None:
+        return bool(mapping == owner)
+    return ready is owner or ready == keys
 
 
 def _check_keys(method: str, keys: object) -> None:
@@ -68,7 +103,7 @@ def _check_keys(method: str, keys: object) -> None:
 
 
 def batched_prefix(
-    lookup: Lookup, ready: Container[OffloadKey] | None, keys: Iterable[OffloadKey], req_context: ReqContext
+    lookup: Lookup, flags_of: FlagsOf | None, keys: Iterable[OffloadKey], req_context: ReqContext
 ) -> Decision:
     """``maximal_prefix_lookup(lambda k: lookup(k, req_context), keys)``, faster (SCAN-1..SCAN-3, MGR-20).
 
@@ -77,13 +112,13 @@ def batched_prefix(
     ``lookup(key, req_context)``, in order, stopping at the first MISS.
     """
     _check_keys("scan_prefix", keys)
-    if ready is None or not isinstance(keys, (list, tuple)) or type(keys) not in _SEQUENCES:
+    if flags_of is None or not isinstance(keys, (list, tuple)) or type(keys) not in _SEQUENCES:
         return maximal_prefix_lookup(lambda k: lookup(k, req_context), keys)
     n = len(keys)
     # One lazy pass over the whole prefix: each all() resumes after the key the last one stopped
     # at (a key not in ready), whose index the iterator's length hint gives.
     it = iter(keys)
-    flags = map(contains, repeat(ready), it)
+    flags = flags_of(it)
     start = 0  # the first key of the current run
     count = 0
     cause: LookupResult | None = None
@@ -116,7 +151,7 @@ def batched_prefix(
 
 def batched_window(
     lookup: Lookup,
-    ready: Container[OffloadKey] | None,
+    flags_of: FlagsOf | None,
     keys: Sequence[OffloadKey],
     req_context: ReqContext,
     window: int,
@@ -133,7 +168,7 @@ def batched_window(
         raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
     if initial_window is not None and (type(initial_window) is not int or initial_window < window):
         raise InvalidArgumentError(f"initial_window must be an int >= {window}, got {initial_window!r}")
-    if ready is None or type(keys) not in _SEQUENCES:
+    if flags_of is None or type(keys) not in _SEQUENCES:
         return sliding_window_lookup(
             lambda k: lookup(k, req_context), keys, window, initial_window=initial_window
         )
@@ -144,14 +179,23 @@ def batched_window(
     pending = False  # the streak holds a HIT_PENDING
     retried = False
     rev = reversed(keys)
-    flags = map(contains, repeat(ready), rev)
+    flags = flags_of(rev)
     while True:
-        # Test at most the keys that fill the window: all in ready, it fills (or the keys run out).
-        if all(islice(flags, required - streak)):
-            break
-        pos = length_hint(rev)  # keys[pos+1:nxt] are HIT; keys[pos] is not in ready
-        streak += nxt - 1 - pos
-        nxt = pos
+        flag = next(flags, None)  # is keys[nxt - 1] in ready? None: no keys left
+        if flag is None:
+            break  # no window fills: the streak is the run from index 0
+        nxt -= 1
+        if flag:
+            streak += 1
+            # A run of HITs: test at most the rest of the window in one pass; all in ready, it fills
+            # (or the keys run out).
+            if streak == required or all(islice(flags, required - streak)):
+                break
+            pos = length_hint(rev)  # keys[pos+1:nxt] are HIT; keys[pos] is not in ready
+            streak += nxt - 1 - pos
+            nxt = pos
+        else:
+            pos = nxt
         result = lookup(keys[pos], req_context)
         match result:
             case lr.HIT:

@@ -21,7 +21,7 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
-from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_view
+from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_flags
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
@@ -105,7 +105,8 @@ class TieringManager:
         self._ready: Container[OffloadKey] = (
             primary.ready_keys if isinstance(primary, ReadyKeys) else ()
         )
-        self._batch_view = fast_view(self._ready)  # None: the batched scans are the per-key ones (MGR-20)
+        # How the batched scans test the ready view in C; None: they are the per-key scans (MGR-20).
+        self._ready_flags = fast_flags(self._ready, getattr(primary, "ready_contains", None))
         self._secondaries: tuple[SecondaryTier, ...] = tuple(secondaries)
         self._records = tuple(SecondaryRecord.of(i, t) for i, t in enumerate(self._secondaries))
         # Every tier with its name, primary first (for the lifecycle calls).
@@ -267,7 +268,7 @@ class TieringManager:
         :class:`~kvproto.errors.InvalidArgumentError` before any lookup.
         """
         _check_context("scan_prefix", req_context)
-        return batched_prefix(self.lookup, self._batch_view, keys, req_context)
+        return batched_prefix(self.lookup, self._ready_flags, keys, req_context)
 
     def scan_window(
         self, keys: Sequence[OffloadKey], req_context: ReqContext, window: int, *, initial_window: int | None = None
@@ -280,7 +281,7 @@ class TieringManager:
         bad ``req_context`` or ``keys`` as :meth:`scan_prefix` does, before any lookup.
         """
         _check_context("scan_window", req_context)
-        return batched_window(self.lookup, self._batch_view, keys, req_context, window, initial_window)
+        return batched_window(self.lookup, self._ready_flags, keys, req_context, window, initial_window)
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
         """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-19)."""

@@ -19,6 +19,12 @@ Secondary tiers:
   engine owns names, the envelope, jobs, verdicts, events (at most :data:`MAX_PENDING_EVENTS`),
   budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict.
 
+Scans over a ready view (MGR-20):
+
+* :func:`ready_prefix_scan` / :func:`ready_window_scan` with :func:`ready_flags`: the tiering
+  manager's batched scans, for any lookup over a primary's ``ready_keys`` view: runs of keys in the
+  view are tested in one C pass, every other key is looked up at its turn.
+
 Wrappers:
 
 * :class:`ForwardingSecondary` and :class:`ForwardingPrimary`: forward every call to ``inner``;
@@ -29,6 +35,12 @@ from __future__ import annotations
 
 from kvproto._events import MAX_PENDING_EVENTS
 from kvproto._slot_buffer import slot_buffer_shape
+from kvproto._tiering._batch_scan import (
+    FlagsOf as ReadyFlags,
+    batched_prefix as ready_prefix_scan,
+    batched_window as ready_window_scan,
+    fast_flags as ready_flags,
+)
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
@@ -61,6 +73,11 @@ __all__ = [
     "Published",
     "blob_name",
     "slot_buffer_shape",
+    # scans over a ready view
+    "ReadyFlags",
+    "ready_flags",
+    "ready_prefix_scan",
+    "ready_window_scan",
     # wrappers
     "ForwardingPrimary",
     "ForwardingSecondary",

@@ -197,6 +197,12 @@ class SlotTable:
         return self._ready.keys()
 
     @property
+    def ready_contains(self) -> Callable[[OffloadKey], bool]:
+        """``key in ready_keys`` as the ready dict's own bound ``__contains__`` (MGR-15, MGR-20): the
+        manager's batched scans call it from C, about a third cheaper than through the view."""
+        return self._ready.__contains__
+
+    @property
     def ready_slots(self) -> Mapping[OffloadKey, int]:
         """Read-only live view: each READY or PINNED key -> its slot (CPU-3)."""
         return MappingProxyType(self._ready)

@@ -33,8 +33,13 @@ from kvproto import (
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_view
 from kvproto.errors import InvalidArgumentError
+from kvproto.tierkit import (
+    ReadyFlags as FlagsOf,
+    ready_flags as fast_flags,
+    ready_prefix_scan as batched_prefix,
+    ready_window_scan as batched_window,
+)
 
 from tests.kvproto.batch_scan_stack import KINDS, Kind, batched, build_twin, compare, per_key
 from tests.kvproto.tiering_stack import key
@@ -74,6 +79,12 @@ class Scripted:
                     del view[keys[j]]
         return ANSWERS[what] if what != VIEW else LookupResult.HIT
 
+    def flags(self, flavour: str) -> FlagsOf | None:
+        """The manager's C test of the view: through the view, or the dict's own ``__contains__``."""
+        flags = fast_flags(self.ready, self.view.__contains__ if flavour == "dict" else None)
+        assert isinstance(flags, functools.partial) == (flavour == "dict")
+        return flags
+
     def manager_lookup(self, k: OffloadKey, req: ReqContext) -> LookupResult:
         """What TieringManager.lookup does first (MGR-15), then the rest."""
         if k in self.ready:
@@ -95,16 +106,18 @@ def _per_key_window(s: Scripted, *, window: int, initial: int | None) -> Decisio
     return sliding_window_lookup(lambda k: s.manager_lookup(k, REQ), s.keys, window, initial_window=initial)
 
 
-def _batched_window(s: Scripted, *, window: int, initial: int | None) -> Decision:
-    return batched_window(s.lookup, fast_view(s.ready), s.keys, REQ, window, initial)
+def _batched_window(s: Scripted, *, window: int, initial: int | None, flavour: str) -> Decision:
+    return batched_window(s.lookup, s.flags(flavour), s.keys, REQ, window, initial)
 
 
-def test_batched_prefix_equals_the_per_key_scan_on_every_sequence() -> None:
-    """MGR-20 (SCAN-1..SCAN-3): every sequence of the six answer kinds up to length 7."""
+@pytest.mark.parametrize("flavour", ["view", "dict"])
+def test_batched_prefix_equals_the_per_key_scan_on_every_sequence(flavour: str) -> None:
+    """MGR-20 (SCAN-1..SCAN-3): every sequence of the six answer kinds up to length 7, testing the view
+    through the dict-keys view or through the dict's own ``__contains__`` (a SlotTable's ``ready_contains``)."""
     explored = 0
     for script in _scripts((VIEW, HIT, PENDING, RETRY, MISS, EVICT), 7):
         ref = _run(script, lambda s: maximal_prefix_lookup(lambda k: s.manager_lookup(k, REQ), s.keys))
-        got = _run(script, lambda s: batched_prefix(s.lookup, fast_view(s.ready), s.keys, REQ))
+        got = _run(script, lambda s: batched_prefix(s.lookup, s.flags(flavour), s.keys, REQ))
         assert got == ref, f"{script}: per-key {ref}, batched {got}"
         explored += 1
     assert explored == sum(6**n for n in range(8))
@@ -113,16 +126,16 @@ def test_batched_prefix_equals_the_per_key_scan_on_every_sequence() -> None:
 @pytest.mark.parametrize("window", [1, 2, 3, 4])
 def test_batched_window_equals_the_per_key_scan_on_every_sequence(window: int) -> None:
     """MGR-20 (SCAN-5..SCAN-8): every sequence up to length 7 of view HITs, HIT_PENDING, RETRY, MISS and
-    evicting RETRY, initial windows none and w+1; up to length 5 with HIT from a lookup too, initial
-    windows none, w, w+1, w+2."""
+    evicting RETRY, initial windows none and w+1 (through the dict's ``__contains__``); up to length 5
+    with HIT from a lookup too, initial windows none, w, w+1, w+2 (through the view)."""
     explored = 0
-    runs = [((VIEW, PENDING, RETRY, MISS, EVICT), 7, (None, window + 1)),
-            ((VIEW, HIT, PENDING, RETRY, MISS, EVICT), 5, (None, window, window + 1, window + 2))]
-    for kinds, max_len, initials in runs:
+    runs = [((VIEW, PENDING, RETRY, MISS, EVICT), 7, (None, window + 1), "dict"),
+            ((VIEW, HIT, PENDING, RETRY, MISS, EVICT), 5, (None, window, window + 1, window + 2), "view")]
+    for kinds, max_len, initials, flavour in runs:
         for initial in initials:
             for script in _scripts(kinds, max_len):
                 ref = _run(script, functools.partial(_per_key_window, window=window, initial=initial))
-                got = _run(script, functools.partial(_batched_window, window=window, initial=initial))
+                got = _run(script, functools.partial(_batched_window, window=window, initial=initial, flavour=flavour))
                 assert got == ref, f"{script} window {window} initial {initial}: per-key {ref}, batched {got}"
                 explored += 1
     assert explored == 2 * sum(5**n for n in range(8)) + 4 * sum(6**n for n in range(6))
@@ -153,8 +166,11 @@ def test_without_a_fast_view_the_batched_scans_are_the_per_key_scans() -> None:
             return k in self.inner  # type: ignore[operator]  # a dict-keys view
 
     s = Scripted(script)
-    assert fast_view(Opaque(s.ready)) is None
-    assert fast_view(()) is None
+    assert fast_flags(Opaque(s.ready)) is None
+    assert fast_flags(()) is None
+    # A ready_contains that is not the view's own dict's is not trusted: the view is tested.
+    assert not isinstance(fast_flags(s.ready, {}.__contains__), functools.partial)
+    assert not isinstance(fast_flags(s.ready, lambda k: True), functools.partial)
     got = batched_prefix(s.manager_lookup, None, iter(s.keys), REQ)
     assert (got, s.calls) == (Defer(LookupResult.RETRY), [1, 3])
 
