@@ -67,6 +67,11 @@ class AsyncProbe:
     * ``background``: True runs ``check`` on a worker thread (started on
       first use, joined by :meth:`shutdown`); False runs it inline in
       :meth:`on_step_end`, for cheap checks and deterministic tests.
+    * ``chunk_keys``: None checks a batch in one call. An int checks it in
+      chunks of at most that many keys, in the order the keys were first
+      asked (a prefix scan's front first), each chunk's verdicts applying at
+      the first hook after that chunk came back, and a chunk whose check
+      raises becomes MISS alone (AP-9).
     """
 
     def __init__(
@@ -77,6 +82,7 @@ class AsyncProbe:
         deadline_steps: int = 8,
         resolve_after_steps: int = 1,
         background: bool = True,
+        chunk_keys: int | None = None,
     ) -> None:
         if type(resolve_after_steps) is not int or resolve_after_steps < 1:
             raise ConfigurationError(
@@ -88,7 +94,12 @@ class AsyncProbe:
                 f"AsyncProbe {name!r}: deadline_steps must be an int >= resolve_after_steps "
                 f"({resolve_after_steps}), got {deadline_steps!r}"
             )
+        if chunk_keys is not None and (type(chunk_keys) is not int or chunk_keys < 1):
+            raise ConfigurationError(
+                f"AsyncProbe {name!r}: chunk_keys must be None or an int >= 1, got {chunk_keys!r}"
+            )
         self._check = check
+        self._chunk = chunk_keys
         self.name = name
         self.deadline_steps = deadline_steps
         self.resolve_after_steps = resolve_after_steps
@@ -272,7 +283,7 @@ class AsyncProbe:
         batch = _Batch(tuple(keys), tuple(gens), self._step)
         self.batches_posted += 1
         if not self._background:
-            self._outcomes.append(_BatchOutcome(batch, self._run_check(batch.keys)))
+            self._check_batch(batch)
             return
         with self._cond:
             self._posted.append(batch)
@@ -297,6 +308,18 @@ class AsyncProbe:
             return frozenset()
         return found
 
+    def _check_batch(self, batch: _Batch) -> None:
+        """Check ``batch`` whole, or chunk by chunk, front first, each chunk's outcome handed over as
+        soon as it is back (AP-6, AP-9). Once shutdown began, chunks not yet started are MISS."""
+        size = self._chunk
+        if size is None or len(batch.keys) <= size:
+            self._outcomes.append(_BatchOutcome(batch, self._run_check(batch.keys)))
+            return
+        for start in range(0, len(batch.keys), size):
+            part = _Batch(batch.keys[start : start + size], batch.gens[start : start + size], batch.posted_step)
+            found = frozenset() if self._stopping else self._run_check(part.keys)
+            self._outcomes.append(_BatchOutcome(part, found))
+
     def _work(self) -> None:
         while True:
             with self._cond:
@@ -304,8 +327,7 @@ class AsyncProbe:
                 if not self._posted:
                     return
                 batch = self._posted.popleft()
-            found = self._run_check(batch.keys)
-            self._outcomes.append(_BatchOutcome(batch, found))
+            self._check_batch(batch)
             with self._cond:
                 self._in_check -= 1
                 self._cond.notify_all()

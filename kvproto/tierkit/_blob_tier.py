@@ -41,7 +41,7 @@ from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
-from kvproto.tierkit._blob_scan import restart_scan
+from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, check_exists, restart_scan
 
 __all__ = ["BlobTier"]
 
@@ -122,7 +122,8 @@ class BlobTier:
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
-        self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps)
+        self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps,
+                                 chunk_keys=PROBE_CHUNK_KEYS)
         self.capabilities = Capabilities(
             async_lookup=True,
             max_retry_steps=config.probe_deadline_steps,
@@ -488,16 +489,8 @@ class BlobTier:
                 self._ops.delete(key, damaged=False)
 
     def _exists(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
-        """The probe's check (its worker thread): keys whose blob is one envelope long."""
-        try:
-            sizes = self.backend.sizes([self._ops.name_of(k) for k in keys])
-        except Exception as exc:
-            self._count("probe_errors")
-            _log.warning("BlobTier %r: an existence check of %d keys failed (MISS for now): %s",
-                         self._name, len(keys), exc)
-            return []
-        want = self._ops.blob_bytes
-        return [k for k, size in zip(keys, sizes, strict=True) if size == want]
+        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long."""
+        return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""
