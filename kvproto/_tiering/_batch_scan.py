@@ -129,16 +129,16 @@ def batched_prefix(
         pos = n - length_hint(it) - 1  # keys[start:pos] are HIT; keys[pos] is not in ready
         count += pos - start
         result = lookup(keys[pos], req_context)
-        match result:
-            case lr.HIT:
-                count += 1
+        match result:  # the frequent answers first: a key not in ready is seldom a HIT
             case lr.MISS:
                 break
-            case lr.HIT_PENDING:
-                count += 1
+            case lr.RETRY:
                 if cause is None:
                     cause = result
-            case lr.RETRY:
+            case lr.HIT:
+                count += 1
+            case lr.HIT_PENDING:
+                count += 1
                 if cause is None:
                     cause = result
             case _:
@@ -173,47 +173,48 @@ def batched_window(
             lambda k: lookup(k, req_context), keys, window, initial_window=initial_window
         )
     required = window if initial_window is None else initial_window
-    # The streak is keys[top - streak : top]; keys[:nxt] are still to test (back to front).
-    top = nxt = len(keys)
+    # The streak is keys[top - streak : top]; pos is the key just tested (scanning back to front).
+    top = pos = len(keys)
     streak = 0
     pending = False  # the streak holds a HIT_PENDING
     retried = False
     rev = reversed(keys)
     flags = flags_of(rev)
-    while True:
-        flag = next(flags, None)  # is keys[nxt - 1] in ready? None: no keys left
-        if flag is None:
-            break  # no window fills: the streak is the run from index 0
-        nxt -= 1
+    for flag in flags:  # is keys[pos - 1] in ready?
+        pos -= 1
         if flag:
             streak += 1
             # A run of HITs: test at most the rest of the window in one pass; all in ready, it fills
-            # (or the keys run out).
+            # (or the keys run out: the streak is then the run from index 0).
             if streak == required or all(islice(flags, required - streak)):
                 break
-            pos = length_hint(rev)  # keys[pos+1:nxt] are HIT; keys[pos] is not in ready
-            streak += nxt - 1 - pos
-            nxt = pos
-        else:
+            nxt = length_hint(rev)  # keys[nxt+1:pos] are HIT; keys[nxt] is not in ready
+            streak += pos - 1 - nxt
             pos = nxt
         result = lookup(keys[pos], req_context)
-        match result:
+        match result:  # the frequent answers first: a key not in ready is seldom a HIT
+            case lr.MISS:
+                top = pos
+                streak = 0
+                pending = False
+                required = window
+            case lr.RETRY:
+                top = pos
+                streak = 0
+                pending = False
+                required = window
+                retried = True
             case lr.HIT:
                 streak += 1
-            case lr.MISS:
-                top, streak, pending, required = pos, 0, False, window
-                continue
+                if streak == required:
+                    break
             case lr.HIT_PENDING:
                 streak += 1
                 pending = True
-            case lr.RETRY:
-                top, streak, pending, required = pos, 0, False, window
-                retried = True
-                continue
+                if streak == required:
+                    break
             case _:
                 unreachable(result, where=f"TieringManager.scan_window: lookup of key #{pos}")
-        if streak == required:
-            break
     if retried:
         return _DEFER_RETRY
     if pending:
