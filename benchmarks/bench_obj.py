@@ -29,15 +29,79 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from kvproto import OffloadKey, ReqContext, TransferJob, envelope as env, make_key, members as lr
 
+from benchmarks._delay_proxy import delay_proxy
 from benchmarks._result import BenchResult
 
 BLOCK_BYTES = 2 << 20
 CONCURRENCY = 16
 PER_JOB = 16
 PROBE_CONCURRENCY = 64  # the tier's default; moto answers ~300 HEAD/s whatever the concurrency
+PROXY_DELAY_MS = 2.0  # each way: a server 4 ms of round trip away
+
+
+def _head_rates(config: Callable[..., Any], n_keys: int, prefix: str) -> dict[str, float]:
+    """HEAD existence checks of ``n_keys`` keys (1 in 8 stored) through a shared ObjTier (asked in one
+    step, then steps every 1 ms until every key resolved) and by a sequential ``obstore.head`` loop."""
+    import obstore
+
+    from kvproto_obj import ObjTier
+
+    small = memoryview(bytearray(4 * 4096)).cast("B", (4, 4096))
+    probe_cfg = config(prefix, probe_min_interval_s=0.0, probe_deadline_steps=10**9, probe_timeout_s=3000.0,
+                       probe_concurrency=PROBE_CONCURRENCY)
+    shared = ObjTier(small, probe_cfg, name="probe")
+    try:
+        probe_keys = [make_key(hashlib.sha256(b"p" + i.to_bytes(8, "big")).digest(), 0) for i in range(n_keys)]
+        seeded = probe_keys[::8]
+
+        async def seed() -> None:
+            slots = asyncio.Semaphore(64)
+            payload = bytes(4096)
+
+            async def one(k: OffloadKey) -> None:
+                async with slots:
+                    await obstore.put_async(shared.store, shared.path_of(k), env.encode(k, payload, shared.namespace))
+
+            await asyncio.gather(*(one(k) for k in seeded))
+
+        asyncio.run(seed())
+        req = ReqContext("bench")
+        t0 = time.perf_counter()
+        # A scheduler asks every key once (RETRY: queued), then steps every 1 ms until every key resolved.
+        first = [shared.lookup(k, req) for k in probe_keys]
+        assert all(a is lr.RETRY for a in first)
+        while any(shared.lookup(k, req) is lr.RETRY for k in probe_keys[-64:]):
+            shared.on_step_end()
+            time.sleep(0.001)
+        answers = [shared.lookup(k, req) for k in probe_keys]
+        probe_s = time.perf_counter() - t0
+        hits = sum(a is lr.HIT for a in answers)
+        resolved = all(a is not lr.RETRY for a in answers)
+        t0 = time.perf_counter()
+        seq_hits = 0
+        for k in probe_keys:
+            try:
+                obstore.head(shared.store, shared.path_of(k))
+                seq_hits += 1
+            except FileNotFoundError:
+                pass
+        seq_s = time.perf_counter() - t0
+    finally:
+        shared.shutdown()
+    return {
+        "head_checks_per_s_tier_batched": n_keys / probe_s,
+        "head_checks_per_s_sequential": n_keys / seq_s,
+        "head_batched_over_sequential": seq_s / probe_s,
+        "head_hits_tier": float(hits),
+        "head_hits_sequential": float(seq_hits),
+        "head_keys": float(n_keys),
+        "head_answers_agree": float(resolved and hits == seq_hits == len(seeded)),
+    }
 
 
 def _wait_all(tier: object, ids: set[int]) -> bool:
@@ -83,7 +147,8 @@ def run(quick: bool = False) -> BenchResult:
                      aws_secret_access_key="bench").create_bucket(Bucket="kvproto-bench")
 
         def config(prefix: str, **options: object) -> ObjTierConfig:
-            return ObjTierConfig(kind="s3", bucket="kvproto-bench", endpoint=endpoint, region="us-east-1",
+            where = options.pop("endpoint", endpoint)  # the delay proxy's, for the far HEAD checks
+            return ObjTierConfig(kind="s3", bucket="kvproto-bench", endpoint=where, region="us-east-1",
                                  allow_http=True, access_key_id="bench", secret_access_key="bench", prefix=prefix,
                                  max_concurrency=CONCURRENCY, request_timeout_s=60.0, job_timeout_s=600.0,
                                  **options)
@@ -165,62 +230,26 @@ def run(quick: bool = False) -> BenchResult:
         figures["load_ratio"] = load_ratio
         figures["all_jobs_succeeded"] = float(ok_all)
 
-        # HEAD existence checks: n_keys keys, 1 in 8 stored (small blocks: only the HEADs matter).
-        small = memoryview(bytearray(4 * 4096)).cast("B", (4, 4096))
-        probe_cfg = config("probe", probe_min_interval_s=0.0, probe_deadline_steps=10**9, probe_timeout_s=3000.0,
-                           probe_concurrency=PROBE_CONCURRENCY)
-        shared = ObjTier(small, probe_cfg, name="probe")
-        probe_keys = [make_key(hashlib.sha256(b"p" + i.to_bytes(8, "big")).digest(), 0) for i in range(n_keys)]
-        seeded = probe_keys[::8]
-
-        async def seed() -> None:
-            slots = asyncio.Semaphore(64)
-            payload = bytes(4096)
-
-            async def one(k: OffloadKey) -> None:
-                async with slots:
-                    await obstore.put_async(shared.store, shared.path_of(k), env.encode(k, payload, shared.namespace))
-
-            await asyncio.gather(*(one(k) for k in seeded))
-
-        asyncio.run(seed())
-        req = ReqContext("bench")
-        t0 = time.perf_counter()
-        # A scheduler asks every key once (RETRY: queued), then steps every 1 ms until the batch is back.
-        first = [shared.lookup(k, req) for k in probe_keys]
-        assert all(a is lr.RETRY for a in first)
-        while shared.lookup(probe_keys[-1], req) is lr.RETRY:
-            shared.on_step_end()
-            time.sleep(0.001)
-        answers = [shared.lookup(k, req) for k in probe_keys]
-        hits = sum(a is lr.HIT for a in answers)
-        resolved = all(a is not lr.RETRY for a in answers)
-        probe_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        seq_hits = 0
-        for k in probe_keys:
-            try:
-                obstore.head(shared.store, shared.path_of(k))
-                seq_hits += 1
-            except FileNotFoundError:
-                pass
-        seq_s = time.perf_counter() - t0
-        shared.shutdown()
-        figures["head_checks_per_s_tier_batched"] = n_keys / probe_s
-        figures["head_checks_per_s_sequential"] = n_keys / seq_s
-        figures["head_batched_over_sequential"] = seq_s / probe_s
-        figures["head_hits_tier"] = float(hits)
-        figures["head_hits_sequential"] = float(seq_hits)
-        figures["head_keys"] = float(n_keys)
-        ok_heads = resolved and hits == seq_hits == len(seeded)
-        figures["head_answers_agree"] = float(ok_heads)
+        # HEAD existence checks: n_keys keys, 1 in 8 stored, against the server and behind the delay proxy.
+        heads = _head_rates(lambda prefix, **o: config(prefix, **o), n_keys, "probe")
+        port = int(endpoint.rsplit(":", 1)[1])
+        with delay_proxy(port, PROXY_DELAY_MS) as proxy_port:
+            far = f"http://127.0.0.1:{proxy_port}"
+            delayed = _head_rates(lambda prefix, **o: config(prefix, **{**o, "endpoint": far}), n_keys, "probe-far")
+        figures.update(heads)
+        figures.update({f"delay{PROXY_DELAY_MS:g}ms.{k}": v for k, v in delayed.items()})
+        ok_heads = bool(heads["head_answers_agree"]) and bool(delayed["head_answers_agree"])
         ratio = min(store_ratio, load_ratio)
         summary = (
             f"{blocks} x 2 MiB on a loopback moto S3 server: store {figures['ours_store_mbps_0']:.0f} MB/s vs raw "
             f"obstore {figures['raw_store_mbps_0']:.0f} (median ratio {store_ratio:.2f}); load "
             f"{figures['ours_load_mbps_0']:.0f} vs {figures['raw_load_mbps_0']:.0f} (median ratio {load_ratio:.2f}); "
             f"{n_keys} HEAD checks: {figures['head_checks_per_s_tier_batched']:.0f}/s through the tier (batched, "
-            f"async) vs {figures['head_checks_per_s_sequential']:.0f}/s sequential; "
+            f"async) vs {figures['head_checks_per_s_sequential']:.0f}/s sequential "
+            f"(x{figures['head_batched_over_sequential']:.1f}); behind a {PROXY_DELAY_MS:g} ms-each-way proxy "
+            f"{figures[f'delay{PROXY_DELAY_MS:g}ms.head_checks_per_s_tier_batched']:.0f}/s vs "
+            f"{figures[f'delay{PROXY_DELAY_MS:g}ms.head_checks_per_s_sequential']:.0f}/s "
+            f"(x{figures[f'delay{PROXY_DELAY_MS:g}ms.head_batched_over_sequential']:.1f}); "
             f"{'all jobs succeeded' if ok_all and ok_heads else 'SOME JOBS OR CHECKS FAILED'}"
         )
         return BenchResult("obj", ratio if ok_all and ok_heads else 0.0, 0.9, False, summary, figures)
