@@ -18,6 +18,7 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 __all__ = ["delay_proxy"]
 
@@ -78,7 +79,7 @@ def delay_proxy(upstream_port: int, delay_ms: float) -> Iterator[int]:
     """A proxy to ``127.0.0.1:upstream_port`` adding ``delay_ms`` each way, in a child process; its port."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks._delay_proxy", str(upstream_port), str(delay_ms)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
     )
     try:
         assert proc.stdout is not None
