@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["delay_proxy"]
+__all__ = ["delay_proxy", "stop_child"]
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
@@ -85,13 +85,18 @@ def delay_proxy(upstream_port: int, delay_ms: float) -> Iterator[int]:
         assert proc.stdout is not None
         yield int(proc.stdout.readline())
     finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
+
+
+def stop_child(proc: subprocess.Popen[str]) -> None:
+    """Close a child server's stdin (it then stops) and wait for it; kill it after 10 s."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

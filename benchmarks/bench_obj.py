@@ -36,7 +36,7 @@ from typing import Any
 
 from kvproto import OffloadKey, ReqContext, TransferJob, envelope as env, make_key, members as lr
 
-from benchmarks._delay_proxy import delay_proxy
+from benchmarks._delay_proxy import delay_proxy, stop_child
 from benchmarks._result import BenchResult
 
 BLOCK_BYTES = 2 << 20
@@ -163,28 +163,24 @@ def run(quick: bool = False) -> BenchResult:
         tier = ObjTier(buffer, config("ours"), name="bench")
         next_job = iter(range(1, 1 << 30))
 
+        def ours_jobs(round_keys: list[OffloadKey], promotion: bool) -> tuple[float, bool]:
+            """Seconds to store (or load) ``round_keys`` in jobs of PER_JOB keys; whether every job succeeded."""
+            t0 = time.perf_counter()
+            ids = set()
+            for j in range(0, blocks, PER_JOB):
+                job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
+                                  tuple(range(j, min(j + PER_JOB, blocks))), promotion)
+                (tier.submit_load if promotion else tier.submit_store)(job)
+                ids.add(job.job_id)
+            ok = _wait_all(tier, ids)
+            return time.perf_counter() - t0, ok
+
         def ours_round(tag: str) -> tuple[float, float, bool]:
             round_keys = [make_key(hashlib.sha256(tag.encode() + i.to_bytes(8, "big")).digest(), 0)
                           for i in range(blocks)]
-            t0 = time.perf_counter()
-            ids = set()
-            for j in range(0, blocks, PER_JOB):
-                job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
-                                  tuple(range(j, min(j + PER_JOB, blocks))), False)
-                tier.submit_store(job)
-                ids.add(job.job_id)
-            ok = _wait_all(tier, ids)
-            store_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            ids = set()
-            for j in range(0, blocks, PER_JOB):
-                job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
-                                  tuple(range(j, min(j + PER_JOB, blocks))), True)
-                tier.submit_load(job)
-                ids.add(job.job_id)
-            ok &= _wait_all(tier, ids)
-            load_s = time.perf_counter() - t0
-            return store_s, load_s, ok
+            store_s, stored = ours_jobs(round_keys, False)
+            load_s, loaded = ours_jobs(round_keys, True)
+            return store_s, load_s, stored and loaded
 
         store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
 
@@ -263,10 +259,4 @@ def run(quick: bool = False) -> BenchResult:
         )
         return BenchResult("obj", ratio if ok_all and ok_heads else 0.0, 0.9, False, summary, figures)
     finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_child(server)

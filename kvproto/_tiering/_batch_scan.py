@@ -33,7 +33,7 @@ from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import InvalidArgumentError
+from kvproto.errors import ContractViolation, InvalidArgumentError
 from kvproto.scan import (  # the shared decision values the per-key scans hand out
     _DEFER_PENDING,
     _DEFER_RETRY,
@@ -93,6 +93,10 @@ def _same_keys(ready: Container[OffloadKey], owner: dict[object, object] | set[o
     if mapping is not None:
         return bool(mapping == owner)
     return ready is owner or ready == keys
+
+
+def _never(key: OffloadKey) -> LookupResult:
+    raise ContractViolation(f"a scan over no keys looked {key!r} up (SCAN-5)")  # pragma: no cover - never called
 
 
 def _check_keys(method: str, keys: object) -> None:
@@ -164,10 +168,8 @@ def batched_window(
     before any lookup, as the per-key scan does.
     """
     _check_keys("scan_window", keys)
-    if type(window) is not int or window < 1:
-        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
-    if initial_window is not None and (type(initial_window) is not int or initial_window < window):
-        raise InvalidArgumentError(f"initial_window must be an int >= {window}, got {initial_window!r}")
+    # The per-key scan over no keys checks the window arguments, with its messages, and looks nothing up.
+    sliding_window_lookup(_never, (), window, initial_window=initial_window)
     if flags_of is None or type(keys) not in _SEQUENCES:
         return sliding_window_lookup(
             lambda k: lookup(k, req_context), keys, window, initial_window=initial_window

@@ -57,15 +57,10 @@ class LoggedPrimary(MemoryPrimaryTier):
         return out
 
 
-class LoggedPrimaryWithoutView(PrimaryWithoutReadyKeys):
+class LoggedPrimaryWithoutView(LoggedPrimary):
     """The same, without the view: the manager (and its batched scans) take the generic path."""
 
-    log: list[str]
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        result = super().lookup(key, req_context)
-        self.log.append(f"cpu.lookup {key.hex()} {req_context.req_id} -> {result.name}")
-        return result
+    ready_keys = PrimaryWithoutReadyKeys.ready_keys
 
 
 class LoggedSecondary(ForwardingTier):
