@@ -85,9 +85,12 @@ def _latent_memory_spec(
     knobs = {"latency_s": latency_s, "capacity_blocks": capacity_blocks}
     shown = ", ".join(f"{knob}={value!r}" for knob, value in knobs.items() if value)
 
-    default_capacity = capacity_blocks
+    default_capacity, default_latency = capacity_blocks, latency_s
 
-    def build(buffer: memoryview, *, capacity_blocks: int | None = default_capacity) -> SecondaryTier:
+    def build(
+        buffer: memoryview, *, capacity_blocks: int | None = default_capacity, latency_s: float = default_latency
+    ) -> SecondaryTier:
+        """The options (``kvproto simulate --secondary NAME:capacity_blocks=N,latency_s=S``) override the defaults."""
         inner = MemoryTier(buffer, name=name, latency_s=latency_s, capacity_blocks=capacity_blocks)
         return LatencySecondary(inner, job_steps=steps, lookup_steps=steps)
 

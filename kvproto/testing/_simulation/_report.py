@@ -203,7 +203,8 @@ class SimReport:
                 why.append(
                     f"served nothing: it stored {f.stored_blocks:,} blocks and answered {f.lookups:,} lookups "
                     f"({f.lookups_hit:,} HIT), but no block a request loaded came from it"
-                    + (" (every block it holds is found in a tier above it first)" if f.lookups_hit == 0 else "")
+                    + (" (it answered no lookup HIT: a tier above it answers first, or its lookups miss)"
+                       if f.lookups_hit == 0 else "")
                 )
             jobs = f.store_jobs + f.load_jobs
             timed = stores_out + loads_out
