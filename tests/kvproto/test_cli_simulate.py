@@ -17,13 +17,14 @@ FIELDS = {
     "deferral_steps", "wrong_bytes", "wrong_byte_samples", "stuck_requests", "stuck_samples", "exceptions",
     "exception_samples", "leaked_pins", "leaked_pins_note", "primary_pending_after_shutdown", "stores",
     "promoted", "evicted", "drain", "manager", "fault_counts", "log_records", "log_samples", "resources",
-    "config",
+    "config", "warnings", "tiers", "job_deadline_steps", "timeline",
 }
 
 
 def run_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "report.json"
-    code = kvproto_cli(["simulate", *args, "--json", str(out)])
+    step = () if "--step-ms" in args else ("--step-ms", "0")  # CPU-bound unless a test sets it
+    code = kvproto_cli(["simulate", *step, *args, "--json", str(out)])
     data: dict[str, Any] = json.loads(out.read_text())
     return code, data
 
