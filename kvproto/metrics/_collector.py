@@ -36,6 +36,7 @@ class MetricsUnavailable(ConfigurationError):
 def _prometheus() -> Any:
     try:
         import prometheus_client
+        import prometheus_client.core  # noqa: F401 - the metric families, as prometheus_client.core
     except ImportError:
         raise MetricsUnavailable(
             "kvproto.metrics: Prometheus output needs prometheus_client: pip install 'kvproto[metrics]'"
@@ -153,13 +154,19 @@ class KvMetrics:
             ("kv_offload_tiering_cascade_job_failures", lambda f: f.store_job_failures),
             ("kv_offload_tiering_active_promotion_jobs", lambda f: f.active_load_jobs),
             ("kv_offload_tiering_active_cascade_jobs", lambda f: f.active_store_jobs),
-            ("kvproto_tier_evicted_blocks", lambda f: f.evicted_blocks),
         ]
         for name, read in per_tier:
             fam = family(name, ["tier"])
             for f in tiers:
                 fam.add_metric([f.tier], read(f))
             yield fam
+        primary_figures = self.primary_figures()
+        evicted = family("kvproto_tier_evicted_blocks", ["tier"])
+        if self._primary is not None and "evicted_blocks" in primary_figures:
+            evicted.add_metric([self._primary.name], primary_figures["evicted_blocks"])
+        for f in tiers:
+            evicted.add_metric([f.tier], f.evicted_blocks)
+        yield evicted
         lookups = family("kvproto_tier_lookups", ["tier", "result"])
         timed_out = family("kvproto_tier_jobs_timed_out", ["tier", "kind"])
         for f in tiers:
@@ -170,7 +177,6 @@ class KvMetrics:
             timed_out.add_metric([f.tier, "write_through"], stores)
         yield lookups
         yield timed_out
-        primary_figures = self.primary_figures()
         slots: object = getattr(self._primary, "num_slots", None)
         if isinstance(slots, int) and slots > 0:
             for name, read in (
@@ -191,8 +197,7 @@ class KvMetrics:
         yield latency
         if self._primary is not None:
             label = [self._primary.name]
-            for key, name in (("usage", "kv_offload_cpu_cache_usage_perc"), ("pinned_blocks", "kvproto_primary_pinned_blocks"),
-                              ("evicted_blocks", "kvproto_tier_evicted_blocks")):
+            for key, name in (("usage", "kv_offload_cpu_cache_usage_perc"), ("pinned_blocks", "kvproto_primary_pinned_blocks")):
                 if key in primary_figures:
                     fam = family(name, ["tier"])
                     fam.add_metric(label, primary_figures[key])
