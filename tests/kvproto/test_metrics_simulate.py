@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvproto import MemoryPrimaryTier, MemoryTier
+from kvproto import MemoryPrimaryTier, MemoryTier, SecondaryTier
 from kvproto.metrics import KvMetrics
 from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
 from kvproto.testing.faults import LatencySecondary
@@ -71,7 +71,7 @@ def get(url: str) -> str:
 
 def test_scrapes_during_a_run_grow_to_the_reports_figures() -> None:
     primary = MemoryPrimaryTier(num_slots=32, block_bytes=64)
-    secondaries = [
+    secondaries: list[SecondaryTier] = [
         MemoryTier(primary.buffer, name="memory", capacity_blocks=128),
         LatencySecondary(MemoryTier(primary.buffer, name="memory-async", capacity_blocks=512), job_steps=2, lookup_steps=2),
     ]
