@@ -76,7 +76,8 @@ def _lines(plot_id: str, title: str, x_label: str, y_label: str, xs: Sequence[fl
     parts = _axes(title, x_label, y_label, top, y_fmt)
     x_end = xs[-1] if xs else 0.0
     if xs:
-        parts.append(f'<text x="{_W - 10}" y="{_H - _PAD + 14}" text-anchor="end" class="tick">{x_end:g}</text>')
+        parts.append(f'<text x="{_PAD}" y="{_H - _PAD + 14}" text-anchor="middle" class="tick">0</text>')
+        parts.append(f'<text x="{_W - 10}" y="{_H - _PAD + 14}" text-anchor="end" class="tick">{x_end:.3g}</text>')
     for (name, values), colour in zip(series.items(), colours, strict=False):
         if not values:
             continue
@@ -97,7 +98,7 @@ def _bars(plot_id: str, title: str, x_label: str, bins: Sequence[tuple[str, int]
         y = _y(count, top)
         parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(1.0, width - 2):.1f}" '
                      f'height="{_H - _PAD - y:.1f}" fill="{colour}"><title>{_esc(label)}: {count}</title></rect>')
-        if n <= 20 or i % max(1, n // 10) == 0:
+        if n <= 8 or i % 2 == 0:
             parts.append(f'<text x="{x + width / 2:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" class="tick">'
                          f"{_esc(label)}</text>")
     return _svg(plot_id, parts)
@@ -171,7 +172,8 @@ def _rows(data: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"lookups hit {lk['hit']:,} / miss {lk['miss']:,} / retry {lk['retry']:,}; stored {t['stored_blocks']:,} blocks "
             f"({t['stored_bytes']:,} B, {t['store_seconds']} s); loaded {t['loaded_blocks']:,} blocks "
             f"({t['loaded_bytes']:,} B, {t['load_seconds']} s); served {t['served_blocks']:,}; "
-            f"timed out {t['timed_out']}; evicted {t['evicted_blocks']:,}"
+            f"timed out: {t['timed_out']['write_through']:,} write-throughs, {t['timed_out']['promotion']:,} "
+            f"promotions; evicted {t['evicted_blocks']:,}"
         )))
     rows.append(("manager", ", ".join(f"{k} {v:,}" for k, v in data["manager"].items())))
     return rows
