@@ -96,7 +96,10 @@ def parse_tier_arg(text: str) -> tuple[str, dict[str, TierOptionValue]]:
             raise TierOptionError(f"{head}: option {item!r}: {name!r} is not an option name", option=item)
         if name in options:
             raise TierOptionError(f"{head}: option {name!r} is given twice", option=item)
-        options[name] = _value(name, value)
+        try:
+            options[name] = _value(name, value)
+        except TierOptionError as exc:
+            raise TierOptionError(f"{head}: {exc}", option=item) from None
     return head, options
 
 
