@@ -27,7 +27,9 @@ def test_sizes(text: str, size: int) -> None:
 def test_bad_sizes_are_typed_errors(text: str) -> None:
     with pytest.raises(TierOptionError) as caught:
         parse_size(text, option="capacity_bytes")
-    assert isinstance(caught.value, ConfigurationError) and caught.value.option == "capacity_bytes"
+    error: object = caught.value
+    assert isinstance(error, ConfigurationError)  # the kvproto error family
+    assert caught.value.option == "capacity_bytes"
 
 
 def test_tier_args() -> None:
