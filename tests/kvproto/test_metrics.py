@@ -214,3 +214,13 @@ assert "prometheus_client" not in sys.modules
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "unavailable"
+
+
+def test_docs_list_every_metric_with_its_vllm_match() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    for name, (kind, _, vllm) in METRICS.items():
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{name}")), None)
+        assert row is not None, name
+        assert f"| {kind} |" in row and (vllm in row if vllm else "kvproto only" in row), row
