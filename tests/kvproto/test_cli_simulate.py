@@ -159,6 +159,8 @@ def test_tier_options_on_the_command_line_build_the_tier(tmp_path: Path) -> None
         ("fs:root", "--secondary fs:root: "),  # no '=': a pkg.module:factory target, not options
         ("fs:root=/x,root=/y", "--secondary fs: option 'root' is given twice"),
         ("fs:=3", "--secondary fs: option '=3' is not NAME=VALUE"),
+        ("fs:1a=2", "--secondary fs: option '1a=2': '1a' is not an option name"),
+        ("fs:capacity_bytes=GiB", "--secondary fs: capacity_bytes='GiB' is not a size"),
         (":a=1", "--secondary ':a=1': a tier name must come before ':' and its options"),
         ("fs:root=/no/such/dir", "--secondary fs: building the tier failed: ConfigurationError:"),
         ("memory:capacity_blocks=0", "--secondary memory: building the tier failed: ConfigurationError: "
@@ -215,3 +217,16 @@ def test_too_short_a_run_judges_no_tier(tmp_path: Path) -> None:
     code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "20", "--strict")
     assert data["requests"]["finished"] < 50
     assert code == 0 and data["warnings"] == [] and data["clean"] is True
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("capacity_bytes=4096", 4096), ("capacity_bytes=64KiB", 65536), ("capacity_bytes=1.5GB", 1_500_000_000),
+     ("capacity_bytes=2GiB", 2 << 30), ("read_threads=3", 3)],
+)
+def test_tier_option_values(tmp_path: Path, option: str, value: int) -> None:
+    """Sizes take B, KB..TB (powers of 10) or KiB..TiB (powers of 2); whole numbers are ints."""
+    code, data = run_json(tmp_path, "--secondary", f"fs:{option}", "--steps", "1")
+    assert code == 0
+    name = option.split("=")[0]
+    assert data["config"]["tier_options"]["fs"][name] == value
