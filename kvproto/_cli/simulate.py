@@ -434,9 +434,9 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     useless = report.useless_tiers()
     for name, f in report.tier_figures.items():
         stores_out, loads_out = report.timed_out.get(name, (0, 0))
-        add(f"tier {name}", f"{f.lookups:,} lookups ({f.lookups_hit:,} HIT); stored {f.stored_blocks:,} blocks "
-            f"({_mib(f.stored_bytes)}, {f.store_seconds:.2f} s); loaded {f.loaded_blocks:,} ({_mib(f.loaded_bytes)}, "
-            f"{f.load_seconds:.2f} s); jobs failed {f.store_job_failures + f.load_job_failures:,}, "
+        add(f"tier {name}", f"{f.lookups:,} lookups ({f.lookups_hit:,} HIT); stored {f.store.blocks:,} blocks "
+            f"({_mib(f.store.bytes)}, {f.store.seconds:.2f} s); loaded {f.load.blocks:,} ({_mib(f.load.bytes)}, "
+            f"{f.load.seconds:.2f} s); jobs failed {f.store.failures + f.load.failures:,}, "
             f"timed out {stores_out + loads_out:,}; evicted {f.evicted_blocks:,}",
             "[yellow]useless" if name in useless else "")
     add("evicted", ", ".join(f"{n} {report.evicted.get(n, 0):,}" for n in report.tiers), "")

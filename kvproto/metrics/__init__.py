@@ -15,7 +15,7 @@ metric has the label ``tier``. Without prometheus_client, recording and
 from __future__ import annotations
 
 from kvproto.metrics._collector import KvMetrics, MetricsServer, MetricsUnavailable
-from kvproto.metrics._figures import LATENCY_BUCKETS_S, STEP_BUCKETS, Buckets, TierFigures
+from kvproto.metrics._figures import LATENCY_BUCKETS_S, STEP_BUCKETS, Buckets, JobFigures, TierFigures
 from kvproto.metrics._metered import MeteredSecondary
 from kvproto.metrics._names import METRICS
 
@@ -24,6 +24,7 @@ __all__ = [
     "METRICS",
     "STEP_BUCKETS",
     "Buckets",
+    "JobFigures",
     "KvMetrics",
     "MeteredSecondary",
     "MetricsServer",

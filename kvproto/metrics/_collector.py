@@ -109,7 +109,7 @@ class KvMetrics:
             if metered.figures.tier == name:
                 stores, loads = metered.unreported_past_deadline()
                 f = metered.figures
-                return f.store_jobs_timed_out + stores, f.load_jobs_timed_out + loads
+                return f.store.timed_out + stores, f.load.timed_out + loads
         raise ConfigurationError(f"KvMetrics: no instrumented tier named {name!r}")
 
     def primary_figures(self) -> dict[str, float]:
@@ -146,14 +146,14 @@ class KvMetrics:
         per_tier: list[tuple[str, Any]] = [
             ("kv_offload_tiering_chunk_queries", lambda f: f.lookups),
             ("kv_offload_tiering_chunk_hits", lambda f: f.lookups_hit),
-            ("kv_offload_tiering_read_bytes", lambda f: f.loaded_bytes),
-            ("kv_offload_tiering_read_time", lambda f: f.load_seconds),
-            ("kv_offload_tiering_write_bytes", lambda f: f.stored_bytes),
-            ("kv_offload_tiering_write_time", lambda f: f.store_seconds),
-            ("kv_offload_tiering_promotion_job_failures", lambda f: f.load_job_failures),
-            ("kv_offload_tiering_cascade_job_failures", lambda f: f.store_job_failures),
-            ("kv_offload_tiering_active_promotion_jobs", lambda f: f.active_load_jobs),
-            ("kv_offload_tiering_active_cascade_jobs", lambda f: f.active_store_jobs),
+            ("kv_offload_tiering_read_bytes", lambda f: f.load.bytes),
+            ("kv_offload_tiering_read_time", lambda f: f.load.seconds),
+            ("kv_offload_tiering_write_bytes", lambda f: f.store.bytes),
+            ("kv_offload_tiering_write_time", lambda f: f.store.seconds),
+            ("kv_offload_tiering_promotion_job_failures", lambda f: f.load.failures),
+            ("kv_offload_tiering_cascade_job_failures", lambda f: f.store.failures),
+            ("kv_offload_tiering_active_promotion_jobs", lambda f: f.load.active_jobs),
+            ("kv_offload_tiering_active_cascade_jobs", lambda f: f.store.active_jobs),
         ]
         for name, read in per_tier:
             fam = family(name, ["tier"])
@@ -180,8 +180,8 @@ class KvMetrics:
         slots: object = getattr(self._primary, "num_slots", None)
         if isinstance(slots, int) and slots > 0:
             for name, read in (
-                ("kv_offload_tiering_primary_read_usage_perc", lambda f: f.active_load_blocks),
-                ("kv_offload_tiering_primary_write_usage_perc", lambda f: f.active_store_blocks),
+                ("kv_offload_tiering_primary_read_usage_perc", lambda f: f.load.active_blocks),
+                ("kv_offload_tiering_primary_write_usage_perc", lambda f: f.store.active_blocks),
             ):
                 fam = family(name, ["tier"])
                 for f in tiers:

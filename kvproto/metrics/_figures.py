@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from kvproto.errors import ConfigurationError
 
-__all__ = ["LATENCY_BUCKETS_S", "STEP_BUCKETS", "Buckets", "TierFigures"]
+__all__ = ["LATENCY_BUCKETS_S", "STEP_BUCKETS", "Buckets", "JobFigures", "TierFigures"]
 
 #: Upper bounds (seconds) of the promotion and job latency histograms.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -62,39 +62,56 @@ def _bound(value: float) -> str:
 
 
 @dataclass(eq=False)
+class JobFigures:
+    """One direction of a tier's jobs: write-throughs (``store``) or promotions (``load``)."""
+
+    jobs: int = 0  # submitted
+    reported: int = 0
+    failures: int = 0  # reported failed, whole or in part
+    timed_out: int = 0  # reported deadline_steps or more steps after submission
+    blocks: int = 0  # that succeeded
+    bytes: int = 0
+    seconds: float = 0.0  # submission to report, summed
+    active_jobs: int = 0
+    active_blocks: int = 0
+
+    def begin(self, keys: int) -> None:
+        self.jobs += 1
+        self.active_jobs += 1
+        self.active_blocks += keys
+
+    def inactive(self, keys: int) -> None:
+        self.active_jobs -= 1
+        self.active_blocks -= keys
+
+    def end(self, ok: int, block_bytes: int, seconds: float, *, success: bool, late: bool) -> None:
+        self.reported += 1
+        self.blocks += ok
+        self.bytes += ok * block_bytes
+        self.seconds += seconds
+        self.failures += not success
+        self.timed_out += late
+
+
+@dataclass(eq=False)
 class TierFigures:
     """What one secondary tier did, as its :class:`~kvproto.metrics.MeteredSecondary` saw it.
 
-    Lookups count every answer the tier gave; bytes are keys times the
-    primary's block size; times run from a job's submission to the step its
-    result was taken (what the manager waited). A job "timed out" when it was
-    reported ``deadline_steps`` steps or more after its submission, or is
-    still unreported that long after (the manager ends such jobs, MGR-17).
+    Lookups count every answer the tier gave; ``store`` and ``load`` its
+    write-through and promotion jobs: bytes are blocks times the primary's
+    block size; times run from a job's submission to the step its result was
+    taken (what the manager waited). A job "timed out" when it was reported
+    ``deadline_steps`` steps or more after its submission, or is still
+    unreported that long after (the manager ends such jobs, MGR-17).
     """
 
     tier: str
     lookups_hit: int = 0
     lookups_miss: int = 0
     lookups_retry: int = 0
-    stored_blocks: int = 0
-    stored_bytes: int = 0
-    store_seconds: float = 0.0
-    loaded_blocks: int = 0
-    loaded_bytes: int = 0
-    load_seconds: float = 0.0
-    store_jobs: int = 0
-    load_jobs: int = 0
-    store_jobs_reported: int = 0
-    load_jobs_reported: int = 0
-    store_job_failures: int = 0
-    load_job_failures: int = 0
-    store_jobs_timed_out: int = 0
-    load_jobs_timed_out: int = 0
+    store: JobFigures = field(default_factory=JobFigures)
+    load: JobFigures = field(default_factory=JobFigures)
     evicted_blocks: int = 0
-    active_store_jobs: int = 0
-    active_load_jobs: int = 0
-    active_store_blocks: int = 0
-    active_load_blocks: int = 0
     promotion_latency_ok: Buckets = field(default_factory=lambda: Buckets(LATENCY_BUCKETS_S))
     promotion_latency_failed: Buckets = field(default_factory=lambda: Buckets(LATENCY_BUCKETS_S))
 
@@ -106,17 +123,17 @@ class TierFigures:
         """Every figure by name (the simulator's JSON report, ``tiers``)."""
         return {
             "lookups": {"hit": self.lookups_hit, "miss": self.lookups_miss, "retry": self.lookups_retry},
-            "stored_blocks": self.stored_blocks,
-            "stored_bytes": self.stored_bytes,
-            "store_seconds": round(self.store_seconds, 6),
-            "loaded_blocks": self.loaded_blocks,
-            "loaded_bytes": self.loaded_bytes,
-            "load_seconds": round(self.load_seconds, 6),
+            "stored_blocks": self.store.blocks,
+            "stored_bytes": self.store.bytes,
+            "store_seconds": round(self.store.seconds, 6),
+            "loaded_blocks": self.load.blocks,
+            "loaded_bytes": self.load.bytes,
+            "load_seconds": round(self.load.seconds, 6),
             "jobs": {
-                "store": {"submitted": self.store_jobs, "reported": self.store_jobs_reported,
-                          "failed": self.store_job_failures, "timed_out": self.store_jobs_timed_out},
-                "load": {"submitted": self.load_jobs, "reported": self.load_jobs_reported,
-                         "failed": self.load_job_failures, "timed_out": self.load_jobs_timed_out},
+                "store": {"submitted": self.store.jobs, "reported": self.store.reported,
+                          "failed": self.store.failures, "timed_out": self.store.timed_out},
+                "load": {"submitted": self.load.jobs, "reported": self.load.reported,
+                         "failed": self.load.failures, "timed_out": self.load.timed_out},
             },
             "evicted_blocks": self.evicted_blocks,
             "promotion_latency_seconds": {

@@ -79,31 +79,26 @@ class MeteredSecondary(ForwardingSecondary[SecondaryTier]):
         """``inner.lookup_many``, each answer counted (TIER-17)."""
         results = super()._lookup_many(keys, req_context)
         figures = self.figures
-        for result in results:
-            if result is lr.MISS:
-                figures.lookups_miss += 1
-            elif result is lr.HIT:
-                figures.lookups_hit += 1
-            elif result is lr.RETRY:
-                figures.lookups_retry += 1
+        figures.lookups_hit += results.count(lr.HIT)
+        figures.lookups_miss += results.count(lr.MISS)
+        figures.lookups_retry += results.count(lr.RETRY)
         return results
 
     # ------------------------------------------------------------------ jobs
 
     def submit_store(self, job: TransferJob) -> None:
         """``inner.submit_store``; the job is timed from now (TIER-10)."""
-        self._begin(job)
-        try:
-            super().submit_store(job)
-        except BaseException:
-            self._forget(job)
-            raise
+        self._submit(job, super().submit_store)
 
     def submit_load(self, job: TransferJob) -> None:
         """``inner.submit_load``; the job is timed from now (TIER-10)."""
+        self._submit(job, super().submit_load)
+
+    def _submit(self, job: TransferJob, submit: Callable[[TransferJob], None]) -> None:
+        """Time ``job`` from now and submit it; a submission that raises is forgotten (the manager fails it)."""
         self._begin(job)
         try:
-            super().submit_load(job)
+            submit(job)
         except BaseException:
             self._forget(job)
             raise
@@ -134,71 +129,34 @@ class MeteredSecondary(ForwardingSecondary[SecondaryTier]):
 
     def _begin(self, job: TransferJob) -> None:
         figures = self.figures
-        n = len(job.keys)
-        if job.promotion:
-            figures.load_jobs += 1
-            figures.active_load_jobs += 1
-            figures.active_load_blocks += n
-        else:
-            figures.store_jobs += 1
-            figures.active_store_jobs += 1
-            figures.active_store_blocks += n
+        (figures.load if job.promotion else figures.store).begin(len(job.keys))
         started = self._started
-        started[job.job_id] = (self._clock(), self._step, job.promotion, n)
+        started[job.job_id] = (self._clock(), self._step, job.promotion, len(job.keys))
         while len(started) > self._max_jobs:
             _, (_, _, promotion, keys) = started.popitem(last=False)
-            self._inactive(promotion, keys)
-            if promotion:
-                figures.load_jobs_timed_out += 1
-            else:
-                figures.store_jobs_timed_out += 1
+            direction = figures.load if promotion else figures.store
+            direction.inactive(keys)
+            direction.timed_out += 1
 
     def _forget(self, job: TransferJob) -> None:
         begun = self._started.pop(job.job_id, None)
         if begun is not None:
-            self._inactive(begun[2], begun[3])
-
-    def _inactive(self, promotion: bool, keys: int) -> None:
-        figures = self.figures
-        if promotion:
-            figures.active_load_jobs -= 1
-            figures.active_load_blocks -= keys
-        else:
-            figures.active_store_jobs -= 1
-            figures.active_store_blocks -= keys
+            figures = self.figures
+            (figures.load if begun[2] else figures.store).inactive(begun[3])
 
     def _end(self, result: JobResult, now: float) -> None:
         begun = self._started.pop(result.job_id, None)
         if begun is None:
             return  # not a job we saw submitted (the manager judges it, TIER-11)
         since, step, promotion, keys = begun
-        self._inactive(promotion, keys)
         figures = self.figures
+        direction = figures.load if promotion else figures.store
+        direction.inactive(keys)
+        ok = keys if result.success else (len(result.succeeded) if result.succeeded is not None else 0)
         elapsed = now - since
-        if result.success:
-            ok = keys
-        else:
-            ok = len(result.succeeded) if result.succeeded is not None else 0
-        late = self._step - step >= self._deadline
+        direction.end(ok, self._block_bytes, elapsed, success=result.success, late=self._step - step >= self._deadline)
         if promotion:
-            figures.load_jobs_reported += 1
-            figures.loaded_blocks += ok
-            figures.loaded_bytes += ok * self._block_bytes
-            figures.load_seconds += elapsed
-            if not result.success:
-                figures.load_job_failures += 1
-            if late:
-                figures.load_jobs_timed_out += 1
             (figures.promotion_latency_ok if result.success else figures.promotion_latency_failed).observe(elapsed)
-        else:
-            figures.store_jobs_reported += 1
-            figures.stored_blocks += ok
-            figures.stored_bytes += ok * self._block_bytes
-            figures.store_seconds += elapsed
-            if not result.success:
-                figures.store_job_failures += 1
-            if late:
-                figures.store_jobs_timed_out += 1
 
     # ------------------------------------------------------------------ steps and events
 

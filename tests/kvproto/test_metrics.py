@@ -7,11 +7,22 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvproto import LookupResult, MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, TieringConfig, TieringManager, make_key
+from kvproto import (
+    BatchLookup,
+    LookupResult,
+    MemoryPrimaryTier,
+    MemoryTier,
+    OffloadKey,
+    ReqContext,
+    TieringConfig,
+    TieringManager,
+    make_key,
+)
 from kvproto.errors import ConfigurationError
 from kvproto.metrics import METRICS, Buckets, KvMetrics, MeteredSecondary
 from kvproto.testing.faults import LatencySecondary
@@ -60,17 +71,17 @@ def test_write_throughs_promotions_and_lookups_are_counted_per_tier() -> None:
     manager.on_step_end()  # submits the write-through
     manager.on_step_end()  # collects it
     figures = metrics.tiers["mem"]
-    assert figures.store_jobs == figures.store_jobs_reported == 1
-    assert figures.stored_blocks == 4 and figures.stored_bytes == 4 * BLOCK
-    assert figures.store_seconds > 0 and figures.active_store_jobs == 0
+    assert figures.store.jobs == figures.store.reported == 1
+    assert figures.store.blocks == 4 and figures.store.bytes == 4 * BLOCK
+    assert figures.store.seconds > 0 and figures.store.active_jobs == 0
     assert primary.reset_cache()  # the primary forgets; the secondary keeps its copies
     assert [manager.lookup(k, REQ) for k in keys] == [LookupResult.RETRY] * 4  # promotions start
     assert manager.lookup(key(99), REQ) is LookupResult.MISS
     assert (figures.lookups_hit, figures.lookups_miss, figures.lookups_retry) == (4, 1, 0)
     manager.on_step_end()
     manager.on_step_end()
-    assert figures.load_jobs == figures.load_jobs_reported == 1
-    assert figures.loaded_blocks == 4 and figures.loaded_bytes == 4 * BLOCK
+    assert figures.load.jobs == figures.load.reported == 1
+    assert figures.load.blocks == 4 and figures.load.bytes == 4 * BLOCK
     assert figures.promotion_latency_ok.total == 1 and figures.promotion_latency_failed.total == 0
     assert manager.lookup(keys[0], REQ) is LookupResult.HIT  # served by the primary: no secondary lookup
     assert figures.lookups == 5
@@ -84,7 +95,7 @@ def test_failed_and_timed_out_jobs_are_counted() -> None:
     manager.on_step_end()
     manager.on_step_end()
     figures = metrics.tiers["mem"]
-    assert figures.store_job_failures == 1 and figures.stored_blocks == 0
+    assert figures.store.failures == 1 and figures.store.blocks == 0
     manager.shutdown()
     # A tier slower than the manager's deadline: its jobs time out (MGR-17).
     primary, _, metrics, manager = stack(config=TieringConfig(job_deadline_steps=2), latency=5)
@@ -94,7 +105,7 @@ def test_failed_and_timed_out_jobs_are_counted() -> None:
     assert metrics.timed_out("mem") == (1, 0)  # unreported, past the deadline
     for _ in range(4):
         manager.on_step_end()
-    assert metrics.tiers["mem"].store_jobs_timed_out == 1  # reported late
+    assert metrics.tiers["mem"].store.timed_out == 1  # reported late
     assert metrics.timed_out("mem") == (1, 0)  # counted once
     with pytest.raises(ConfigurationError, match="no instrumented tier named 'nope'"):
         metrics.timed_out("nope")
@@ -224,3 +235,22 @@ def test_docs_list_every_metric_with_its_vllm_match() -> None:
         row = next((line for line in text.splitlines() if line.startswith(f"| `{name}")), None)
         assert row is not None, name
         assert f"| {kind} |" in row and (vllm in row if vllm else "kvproto only" in row), row
+
+
+class BatchMemory(MemoryTier):
+    """A MemoryTier that offers ``lookup_many`` (kvproto.BatchLookup)."""
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        return [self.lookup(k, req_context) for k in keys]
+
+
+def test_batched_lookups_are_counted_and_stay_batched() -> None:
+    primary = MemoryPrimaryTier(num_slots=4, block_bytes=BLOCK)
+    inner = BatchMemory(primary.buffer, name="batch")
+    inner.seed(key(1), bytes(BLOCK))
+    metrics = KvMetrics()
+    (metered,) = metrics.instrument(primary, [inner])
+    assert isinstance(metered, BatchLookup)
+    assert metered.lookup_many([key(1), key(2), key(3)], REQ) == [LookupResult.HIT, LookupResult.MISS, LookupResult.MISS]
+    figures = metrics.tiers["batch"]
+    assert (figures.lookups_hit, figures.lookups_miss, figures.lookups_retry) == (1, 2, 0)

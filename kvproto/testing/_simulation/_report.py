@@ -191,22 +191,22 @@ class SimReport:
                 continue
             why: list[str] = []
             stores_out, loads_out = self.timed_out.get(name, (0, 0))
-            if f.stored_blocks == 0:
-                if f.store_jobs == 0:
+            if f.store.blocks == 0:
+                if f.store.jobs == 0:
                     why.append("stored nothing: no write-through reached it")
                 else:
                     why.append(
-                        f"stored nothing: {f.store_jobs:,} write-through jobs, {f.store_job_failures:,} failed, "
-                        f"{stores_out:,} timed out, {f.store_jobs - f.store_jobs_reported:,} never reported"
+                        f"stored nothing: {f.store.jobs:,} write-through jobs, {f.store.failures:,} failed, "
+                        f"{stores_out:,} timed out, {f.store.jobs - f.store.reported:,} never reported"
                     )
             elif self.blocks_served.get(name, 0) == 0:
                 why.append(
-                    f"served nothing: it stored {f.stored_blocks:,} blocks and answered {f.lookups:,} lookups "
+                    f"served nothing: it stored {f.store.blocks:,} blocks and answered {f.lookups:,} lookups "
                     f"({f.lookups_hit:,} HIT), but no block a request loaded came from it"
                     + (" (it answered no lookup HIT: a tier above it answers first, or its lookups miss)"
                        if f.lookups_hit == 0 else "")
                 )
-            jobs = f.store_jobs + f.load_jobs
+            jobs = f.store.jobs + f.load.jobs
             timed = stores_out + loads_out
             if jobs and timed * 2 > jobs:
                 why.append(
