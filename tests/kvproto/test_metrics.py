@@ -12,27 +12,16 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvproto import (
-    BatchLookup,
-    LookupResult,
-    MemoryPrimaryTier,
-    MemoryTier,
-    OffloadKey,
-    ReqContext,
-    TieringConfig,
-    TieringManager,
-    make_key,
-)
+import kvproto
+from kvproto import BatchLookup, LookupResult, MemoryPrimaryTier, MemoryTier, ReqContext, TieringConfig, TieringManager
 from kvproto.errors import ConfigurationError
 from kvproto.metrics import METRICS, Buckets, KvMetrics, MeteredSecondary
 from kvproto.testing.faults import LatencySecondary
 
+from tests.kvproto.tiering_stack import key
+
 BLOCK = 32
 REQ = ReqContext("r")
-
-
-def key(i: int) -> OffloadKey:
-    return make_key(i.to_bytes(4, "big"), 0)
 
 
 def stack(
@@ -47,7 +36,7 @@ def stack(
     return primary, memory, metrics, manager
 
 
-def store(manager: TieringManager, primary: MemoryPrimaryTier, keys: list[OffloadKey]) -> None:
+def store(manager: TieringManager, primary: MemoryPrimaryTier, keys: list[kvproto.OffloadKey]) -> None:
     out = manager.prepare_store(keys, REQ)
     assert out is not None and list(out.keys_to_store) == keys
     for k, slot in zip(out.keys_to_store, out.slots, strict=True):
@@ -240,7 +229,7 @@ def test_docs_list_every_metric_with_its_vllm_match() -> None:
 class BatchMemory(MemoryTier):
     """A MemoryTier that offers ``lookup_many`` (kvproto.BatchLookup)."""
 
-    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+    def lookup_many(self, keys: Sequence[kvproto.OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         return [self.lookup(k, req_context) for k in keys]
 
 
