@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from kvproto.tierkit import slot_buffer_shape
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["KvMetrics", "MetricsServer", "MetricsUnavailable"]
+__all__ = ["KvMetrics", "MetricsServer", "MetricsUnavailable", "tier_stats"]
 
 
 class MetricsUnavailable(ConfigurationError):
@@ -207,6 +207,14 @@ class KvMetrics:
         )
         deferral.add_metric([], self.deferral_steps.cumulative(), self.deferral_steps.sum)
         yield deferral
+        own = family("kvproto_tier_stats", ["tier", "stat"])
+        for name, tier in ((m.figures.tier, m.inner) for m in self._tiers):
+            for stat, value in tier_stats(tier).items():
+                own.add_metric([name, stat], value)
+        if self._primary is not None:
+            for stat, value in tier_stats(self._primary).items():
+                own.add_metric([self._primary.name, stat], value)
+        yield own
         if self._manager is not None:
             for field_name, value in asdict(self._manager.stats).items():
                 fam = core.CounterMetricFamily(
@@ -232,6 +240,19 @@ class KvMetrics:
         if type(port) is not int or not 0 <= port <= 65535:
             raise ConfigurationError(f"KvMetrics.serve: port must be an int in 0..65535, got {port!r}")
         return MetricsServer(self, host, port)
+
+
+def tier_stats(tier: object) -> dict[str, int]:
+    """A tier's own counters (a reference tier's ``stats`` dataclass: BlobTierStats, SlotStats...), found
+    through wrappers' ``inner``; empty when it keeps none. Read at scrape time only."""
+    seen = 0
+    while tier is not None and seen < 16:  # bounded: a wrapper chain, never a cycle
+        stats = getattr(tier, "stats", None)
+        if stats is not None and is_dataclass(stats) and not isinstance(stats, type):
+            return {f.name: value for f in fields(stats) if type(value := getattr(stats, f.name)) is int}
+        tier = getattr(tier, "inner", None)
+        seen += 1
+    return {}
 
 
 class MetricsServer:

@@ -50,6 +50,8 @@ METRICS: Mapping[str, tuple[str, str, str]] = {
         "histogram", "promotion job latency, submission to report, by result",
         "vllm:kv_offload_tiering_promotion_latency_seconds"),
     "kvproto_tier_evicted_blocks": ("counter", "blocks a tier evicted (its REMOVED events)", ""),
+    "kvproto_tier_stats": (
+        "counter", "a tier's own counters (its stats dataclass: BlobTierStats, SlotStats...), by stat", ""),
     # the primary tier (label tier)
     "kv_offload_cpu_cache_usage_perc": (
         "gauge", "share of the primary's slots holding a block", "vllm:kv_offload_cpu_cache_usage_perc"),

@@ -8,6 +8,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -243,3 +244,23 @@ def test_batched_lookups_are_counted_and_stay_batched() -> None:
     assert metered.lookup_many([key(1), key(2), key(3)], REQ) == [LookupResult.HIT, LookupResult.MISS, LookupResult.MISS]
     figures = metrics.tiers["batch"]
     assert (figures.lookups_hit, figures.lookups_miss, figures.lookups_retry) == (1, 2, 0)
+
+
+def test_a_reference_tiers_own_stats_are_exported_through_its_wrappers(tmp_path: Path) -> None:
+    from kvproto_fs import FsTier, FsTierConfig
+
+    primary = MemoryPrimaryTier(num_slots=8, block_bytes=BLOCK)
+    fs = FsTier(primary.buffer, FsTierConfig(root=tmp_path), name="fs")
+    metrics = KvMetrics()
+    manager = TieringManager(primary, metrics.instrument(primary, [LatencySecondary(fs, job_steps=1)]))
+    metrics.watch(manager)
+    store(manager, primary, [key(1), key(2)])
+    for _ in range(4):  # submit, then collect past the latency wrapper (fs jobs run on threads: wait for them)
+        manager.on_step_end()
+    while manager.has_pending_work():
+        manager.on_step_end()
+    samples = scrape(metrics.exposition())
+    stored = samples[("kvproto:kvproto_tier_stats_total", (("stat", "stored_blocks"), ("tier", "fs")))]
+    assert stored == fs.stats.stored_blocks == 2
+    assert ("kvproto:kvproto_tier_stats_total", (("stat", "stores_completed"), ("tier", primary.name))) in samples
+    manager.shutdown()
