@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from kvproto import LookupResult, MemoryTier, OffloadKey, ReqContext, TieringManager, make_key, maximal_prefix_lookup
+from kvproto.metrics import KvMetrics
 
 from benchmarks._batched import batched_figures, batched_summary
 from benchmarks._result import BenchResult
@@ -48,20 +50,28 @@ def _best_ns(fn: Callable[[], object], repeats: int, per: int) -> float:
     return best / per
 
 
-def _stack(primary_cls: type[_Primary]) -> tuple[_Primary, list[MemoryTier], TieringManager]:
-    """A CPU primary of ``N_KEYS`` slots, two empty MemoryTiers below it, and their manager."""
+def _stack(
+    primary_cls: type[_Primary], *, metrics: bool = False
+) -> tuple[_Primary, list[MemoryTier], TieringManager]:
+    """A CPU primary of ``N_KEYS`` slots, two empty MemoryTiers below it, and their manager;
+    ``metrics``: the secondaries metered and the manager watched by a ``kvproto.metrics.KvMetrics``."""
     from kvproto_cpu import CpuTierConfig  # torch lives behind impls.cpu
 
     cpu = primary_cls(CpuTierConfig(num_slots=N_KEYS, block_bytes=BLOCK_BYTES, pin_memory="off"))
     tiers = [MemoryTier(cpu.buffer, name=f"mem{i}") for i in range(2)]
-    return cpu, tiers, TieringManager(cpu, tiers)
+    if not metrics:
+        return cpu, tiers, TieringManager(cpu, tiers)
+    sink = KvMetrics()
+    manager = TieringManager(cpu, sink.instrument(cpu, tiers))
+    sink.watch(manager)
+    return cpu, tiers, manager
 
 
 def _scan_ratio(
-    primary_cls: type[CpuTier], keys: list[OffloadKey], req: ReqContext, repeats: int
+    primary_cls: type[CpuTier], keys: list[OffloadKey], req: ReqContext, repeats: int, *, metrics: bool = False
 ) -> tuple[float, float]:
     """(manager ns/key, bare primary ns/key) of a prefix scan over primary HITs."""
-    cpu, _, manager = _stack(primary_cls)
+    cpu, _, manager = _stack(primary_cls, metrics=metrics)
     try:
         out = cpu.prepare_store(keys, req)
         if out is None or len(out.keys_to_store) != N_KEYS:
@@ -86,6 +96,42 @@ def _scan_ratio(
     return m_ns, b_ns
 
 
+def _prefix_scan(lookup: Callable[[OffloadKey, ReqContext], LookupResult], keys: list[OffloadKey], req: ReqContext) -> object:
+    return maximal_prefix_lookup(lambda k: lookup(k, req), keys)
+
+
+def _lookup_each(lookup: Callable[[OffloadKey, ReqContext], LookupResult], keys: list[OffloadKey], req: ReqContext) -> object:
+    return [lookup(k, req) for k in keys]
+
+
+def _metrics_cost(
+    primary_cls: type[CpuTier], keys: list[OffloadKey], req: ReqContext, repeats: int
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((HIT scan ns/key with metrics, without), (MISS ns/key with metrics, without)), interleaved."""
+    stacks = [_stack(primary_cls, metrics=True), _stack(primary_cls, metrics=False)]
+    try:
+        scans: list[Callable[[], object]] = []
+        misses: list[Callable[[], object]] = []
+        for cpu, _, manager in stacks:
+            out = cpu.prepare_store(keys, req)
+            if out is None or len(out.keys_to_store) != N_KEYS:
+                raise RuntimeError("bench tiering: the CPU tier did not take every key")
+            cpu.complete_store(out.keys_to_store, True)
+            scans.append(partial(_prefix_scan, manager.lookup, keys, req))
+            absent = [make_key(b"absent" + k, 0) for k in keys[: N_KEYS // 4]]
+            misses.append(partial(_lookup_each, manager.lookup, absent, req))
+        hit = [float("inf"), float("inf")]
+        miss = [float("inf"), float("inf")]
+        for _ in range(5):  # interleaved: drift in machine speed hits both alike
+            for i in (0, 1):
+                hit[i] = min(hit[i], _best_ns(scans[i], repeats // 5 + 1, N_KEYS))
+                miss[i] = min(miss[i], _best_ns(misses[i], repeats // 10 + 1, N_KEYS // 4))
+    finally:
+        for _, _, manager in stacks:
+            manager.shutdown()
+    return (hit[0], hit[1]), (miss[0], miss[1])
+
+
 def run(quick: bool = False) -> BenchResult:
     from kvproto_cpu import CpuTier  # torch lives behind impls.cpu
 
@@ -103,6 +149,10 @@ def run(quick: bool = False) -> BenchResult:
     m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)  # CpuTier exposes ready_keys
     ratio = m_ns / b_ns
     g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
+    # The same scans with kvproto.metrics feeding (secondaries metered, manager watched) against
+    # without, interleaved in this run: primary HITs (target: within 5%) and MISSes over both tiers.
+    (mm_ns, plain_ns), (miss_metrics_ns, miss_plain_ns) = _metrics_cost(CpuTier, keys, req, repeats)
+    metrics_cost = mm_ns / plain_ns
 
     cpu, tiers, manager = _stack(CpuTier)
     manager_lookup = manager.lookup
@@ -157,12 +207,20 @@ def run(quick: bool = False) -> BenchResult:
         "promotion_ns_per_key": round(promo_ns, 2),
         "of_which_cpu_prepare_store_ns_per_key": round(prepare_ns, 2),
         "keys": float(N_KEYS),
+        "with_metrics_manager_ns_per_key": round(mm_ns, 2),
+        "without_metrics_manager_ns_per_key": round(plain_ns, 2),
+        "metrics_cost": round(metrics_cost, 3),
+        "with_metrics_miss_two_tiers_ns_per_key": round(miss_metrics_ns, 2),
+        "without_metrics_miss_two_tiers_ns_per_key": round(miss_plain_ns, 2),
+        "metrics_miss_cost": round(miss_metrics_ns / miss_plain_ns, 3),
     }
     summary = (
         f"prefix scan of {N_KEYS} primary HITs: manager {m_ns:.0f} vs bare CpuTier {b_ns:.0f} "
         f"ns/key (x{ratio:.2f}); without the ready_keys view x{g_ns / gb_ns:.2f}; "
         f"MISS over 2 tiers {miss_ns:.0f} ns/key; "
         f"promotion {promo_ns:.0f} ns/key (CpuTier.prepare_store {prepare_ns:.0f}); "
+        f"with kvproto.metrics: HIT scan {mm_ns:.0f} vs {plain_ns:.0f} ns/key without (x{metrics_cost:.3f}), "
+        f"MISS {miss_metrics_ns:.0f} vs {miss_plain_ns:.0f} (x{miss_metrics_ns / miss_plain_ns:.2f}); "
         + batched_summary(batched)
     )
     return BenchResult("tiering", ratio, 1.5, True, summary, figures)

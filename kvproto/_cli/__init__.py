@@ -1,4 +1,4 @@
-"""The ``kvproto`` command line: conform, typecheck, verify, bench and simulate.
+"""The ``kvproto`` command line for tier authors, engine integrators and operators.
 
 * ``kvproto conform [TIER ...]``: run the conformance kit against installed or
   given tiers, clause by clause (KIT-*); ``--explain CHECK`` says what a check does.
@@ -6,9 +6,11 @@
 * ``kvproto verify``: check ``kvproto.scan``, or an engine's own scans, against
   the specification with CrossHair and Hypothesis (SCAN-1..SCAN-12).
 * ``kvproto bench [NAME ...]``: run the benchmarks side by side and print their
-  ratios (from a source checkout).
+  ratios. The benchmarks live in a source checkout, not in the wheel: ``bench``
+  is listed only when run from a checkout's root (``./dev kvproto bench``).
 * ``kvproto simulate``: drive an engine-like loop over a tier stack through a
-  TieringManager, with faults, and check nothing wrong is served (MGR-16).
+  TieringManager, with faults, and check nothing wrong is served and no tier is
+  useless (MGR-16); ``--report out.html``, ``--metrics-port PORT`` (``kvproto[metrics]``).
 
 Each subcommand lives in its own module (``kvproto._cli.<name>``) and is
 imported only when used, so ``kvproto --help`` stays fast and the contract
@@ -38,6 +40,29 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Subcommands that run only from a source checkout, with what they need there.
+CHECKOUT_ONLY: dict[str, str] = {"bench": "benchmarks/__init__.py"}
+
+
+def _available(name: str) -> bool:
+    """True unless ``name`` runs only from a checkout and the current directory is not one."""
+    from pathlib import Path
+
+    needs = CHECKOUT_ONLY.get(name)
+    return needs is None or (Path.cwd() / needs).is_file()
+
+
+def _description() -> str:
+    """The module docstring without the bullets of subcommands not available here."""
+    import re
+
+    text = (__doc__ or "").replace("``", "")
+    for name in CHECKOUT_ONLY:
+        if not _available(name):
+            text = re.sub(rf"^\* kvproto {name}\b.*?(?=^\* |^$)", "", text, flags=re.MULTILINE | re.DOTALL)
+    return text
+
+
 def _load(module: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
     mod = importlib.import_module(module)
     add_arguments: Callable[[argparse.ArgumentParser], None] = mod.add_arguments
@@ -50,14 +75,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="kvproto",
-        description=__doc__.replace("``", "") if __doc__ else None,  # every subcommand, described
+        description=_description(),  # every subcommand listed, described
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kvproto {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in args_list if not a.startswith("-")), None)
     runner: Callable[[argparse.Namespace], int] | None = None
+    if chosen in CHECKOUT_ONLY and not _available(chosen):
+        print(
+            f"kvproto {chosen}: runs from the root of a kvproto source checkout (it needs "
+            f"{CHECKOUT_ONLY[chosen]}, which is not in the wheel): git clone kvproto, then ./dev kvproto {chosen}",
+            file=sys.stderr,
+        )
+        return 2
     for name, (module, help_text) in SUBCOMMANDS.items():
+        if not _available(name):
+            continue  # absent from an install's help
         sp = sub.add_parser(name, help=help_text, description=help_text)  # a module may say more
         if name == chosen:
             try:

@@ -3,12 +3,22 @@
 The stack is a primary tier (``--primary``, default ``memory-primary``) and
 secondary tiers (``--secondary``, repeatable, default ``memory`` and
 ``memory-async``), each an installed tier name (``kvproto conform --list``) or
-``pkg.module:factory``. Requests with shared and multi-turn prefixes run the
+``pkg.module:factory``, with options after a colon (``--secondary
+fs:root=/mnt/nvme,capacity_bytes=200GiB``: keyword arguments of the tier's
+factory; a secondary not sized on the command line gets 4, 16, 64... times the
+primary's slots, top to bottom). Each step takes ``--step-ms`` (default 20 ms,
+a decode forward pass of an 8B model on one GPU) so that tiers working on wall
+clock time get the time an engine gives them; ``--step-ms 0`` runs CPU-bound.
+Requests with shared and multi-turn prefixes run the
 prefix and sliding-window scans through a TieringManager; every loaded block is
 compared with the bytes stored for its key. ``--faults`` injects faults from
 ``kvproto.testing.faults`` into every secondary. Exit code 0 when clean; 1 on a
 wrong byte, a stuck request, a pin left after shutdown or an exception escaping
-the manager; 2 on a usage error.
+the manager (and, with ``--strict``, on a useless tier: one that stored
+nothing, served nothing or timed out most of its jobs); 2 on a usage error.
+``--metrics-port`` serves the run's per-tier metrics (``kvproto.metrics``) on
+127.0.0.1, ``--metrics`` writes their final exposition text and ``--report``
+a self-contained HTML page of the run.
 """
 
 from __future__ import annotations
@@ -22,13 +32,16 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvproto._protocols import PrimaryTier, SecondaryTier
-    from kvproto.testing._simulation import FaultPlan, SimReport
+    from kvproto.metrics import KvMetrics
+    from kvproto.testing._simulation import FaultPlan, SimConfig, SimReport
 
 __all__ = ["add_arguments", "run"]
 
 DEFAULT_PRIMARY = "memory-primary"
 DEFAULT_SECONDARIES = ("memory", "memory-async")
 DEFAULT_STEPS = 1000
+#: The default step: 20 ms, about one decode forward pass of an 8B model at a moderate batch on one GPU.
+DEFAULT_STEP_MS = 20.0
 
 
 class UsageError(Exception):
@@ -39,12 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[0] if __doc__ else None
     parser.add_argument(
         "--primary", metavar="NAME", default=DEFAULT_PRIMARY,
-        help=f"the primary tier: an installed tier name or pkg.module:factory (default {DEFAULT_PRIMARY})",
+        help="the primary tier: an installed tier name or pkg.module:factory, options after a colon "
+        f"(NAME:opt=value,...) (default {DEFAULT_PRIMARY})",
     )
     parser.add_argument(
-        "--secondary", metavar="NAME", action="append", default=None,
+        "--secondary", metavar="NAME[:OPT=VALUE,...]", action="append", default=None,
         help="a secondary tier, in lookup order; repeatable (default: "
-        + " and ".join(DEFAULT_SECONDARIES) + ")",
+        + " and ".join(DEFAULT_SECONDARIES) + "). Options are keyword arguments of the tier's factory, e.g. "
+        "fs:root=/mnt/nvme,capacity_bytes=200GiB or memory:capacity_blocks=4096 (sizes take B, KB, MB, GB, "
+        "KiB, MiB, GiB); a tier not sized here gets 4, 16, 64... times the primary's slots, top to bottom",
     )
     parser.add_argument(
         "--faults", metavar="SPEC", default=None,
@@ -71,9 +87,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stuck-seconds", type=float, default=1.0, metavar="S",
                         help="see --stuck-steps (default 1.0; both bounds must pass, so a tier whose jobs "
                         "take wall-clock time is not called stuck for a fast loop)")
-    parser.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
-                        help="sleep MS milliseconds after each step, as an engine's forward pass would take "
-                        "(default 0; excluded from lookups per second)")
+    parser.add_argument("--step-ms", type=float, default=DEFAULT_STEP_MS, metavar="MS",
+                        help="sleep MS milliseconds after each step, as an engine's forward pass takes "
+                        f"(default {DEFAULT_STEP_MS:g}: a decode step of an 8B model on one GPU; 0 runs CPU-bound; "
+                        "excluded from lookups per second)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 on warnings too: a useless tier (stored nothing, served nothing, or timed "
+                        "out most of its jobs)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve the run's Prometheus metrics at http://127.0.0.1:PORT/metrics while it runs "
+                        "(0: any free port, printed; needs kvproto[metrics])")
+    parser.add_argument("--metrics", type=Path, metavar="FILE",
+                        help="write the final Prometheus exposition text to FILE (needs kvproto[metrics])")
+    parser.add_argument("--report", type=Path, metavar="HTML",
+                        help="write a self-contained HTML page of the run (plots and the table's figures)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,11 +113,30 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     try:
         faults, config_kwargs = _parse(args)
-        primary, secondaries = _build(args.primary, args.secondary or list(DEFAULT_SECONDARIES))
+        metrics = _metrics(args)
+        primary, secondaries, options = _build(args.primary, args.secondary or list(DEFAULT_SECONDARIES))
     except UsageError as exc:
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
-    return _simulate(console, args, primary, secondaries, faults, config_kwargs)
+    config_kwargs["tier_options"] = options
+    return _simulate(console, args, primary, secondaries, faults, config_kwargs, metrics)
+
+
+def _metrics(args: argparse.Namespace) -> KvMetrics:
+    """The run's KvMetrics; a usage error when Prometheus output is asked for without prometheus_client."""
+    from kvproto.metrics import KvMetrics, MetricsUnavailable
+
+    metrics = KvMetrics()
+    port: int | None = args.metrics_port
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port must be a port number 0..65535, got {port}")
+    if port is not None or args.metrics is not None:
+        try:
+            metrics.exposition()
+        except MetricsUnavailable as exc:
+            option = "--metrics-port" if port is not None else "--metrics"
+            raise UsageError(f"{option}: {exc}") from None
+    return metrics
 
 
 def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
@@ -133,8 +179,24 @@ def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
     }
 
 
-def _build(primary_name: str, secondary_names: list[str]) -> tuple[PrimaryTier, list[SecondaryTier]]:
-    """Resolve and build the stack: the primary from its spec, each secondary over its buffer."""
+def _build(
+    primary_arg: str, secondary_args: list[str]
+) -> tuple[PrimaryTier, list[SecondaryTier], dict[str, dict[str, object]]]:
+    """Resolve and build the stack: the primary from its spec, each secondary over its buffer, with their options.
+
+    Returns the tiers and the options each was built with, by its argument's name.
+    """
+    from kvproto.testing._simulation import TierOptionError, parse_tier_arg
+
+    parsed: list[tuple[str, str, dict[str, object]]] = []
+    for option, arg in (("--primary", primary_arg), *(("--secondary", a) for a in secondary_args)):
+        try:
+            name, given = parse_tier_arg(arg)
+        except TierOptionError as exc:
+            raise UsageError(f"{option} {exc}") from None
+        parsed.append((option, name, dict(given)))
+    primary_name = parsed[0][1]
+    secondary_names = [name for _, name, _ in parsed[1:]]
     try:
         from kvproto._cli.targets import resolve_target
     except ModuleNotFoundError as exc:  # targets loads the kit, which runs on pytest
@@ -172,14 +234,18 @@ def _build(primary_name: str, secondary_names: list[str]) -> tuple[PrimaryTier, 
     built: list[object] = []
     try:
         option, name, spec = specs[0]
-        primary: object = _call(option, name, spec.factory)
+        options = [opts for _, _, opts in parsed]
+        primary: object = _call(option, name, spec.factory, options=_checked(option, name, spec.factory, options[0], 0))
         built.append(primary)
         if not isinstance(primary, PrimaryTier):
             raise UsageError(f"{option} {name}: its factory built {primary!r}, which is not a PrimaryTier")
         secondaries: list[SecondaryTier] = []
         names = {primary.name}
-        for option, name, spec in specs[1:]:
-            tier: object = _call(option, name, spec.factory, primary.buffer)
+        slots = (primary.buffer.shape or (1,))[0]
+        for index, (option, name, spec) in enumerate(specs[1:]):
+            sized = _sized(spec.factory, options[index + 1], index, slots)
+            tier: object = _call(option, name, spec.factory, primary.buffer,
+                                 options=_checked(option, name, spec.factory, sized, 1))
             built.append(tier)
             if not isinstance(tier, SecondaryTier):
                 raise UsageError(f"{option} {name}: its factory built {tier!r}, which is not a SecondaryTier")
@@ -194,14 +260,36 @@ def _build(primary_name: str, secondary_names: list[str]) -> tuple[PrimaryTier, 
             except Exception:  # noqa: BLE001, S110 - best effort while reporting the usage error
                 pass
         raise
-    return primary, secondaries
+    return primary, secondaries, {name: opts for (_, name, _), opts in zip(parsed, options, strict=True)}
 
 
-def _call(option: str, name: str, factory: object, *args: object) -> object:
+def _sized(factory: object, options: dict[str, object], index: int, primary_slots: int) -> dict[str, object]:
+    """``options``, plus ``capacity_blocks`` (4 ** (index + 1) primaries) when the factory takes it and none is given."""
+    from kvproto.testing._simulation import CAPACITY_OPTIONS, default_capacity_blocks, takes_option
+
+    if callable(factory) and not any(o in options for o in CAPACITY_OPTIONS) and takes_option(
+        factory, "capacity_blocks", positional=1
+    ):
+        options["capacity_blocks"] = default_capacity_blocks(index, primary_slots)
+    return options
+
+
+def _checked(option: str, name: str, factory: object, options: dict[str, object], positional: int) -> dict[str, object]:
+    from kvproto.testing._simulation import TierOptionError, factory_options
+
+    if not options or not callable(factory):
+        return options
+    try:
+        return dict(factory_options(name, factory, options, positional=positional))  # type: ignore[arg-type]  # values parsed by parse_tier_arg
+    except TierOptionError as exc:
+        raise UsageError(f"{option} {exc}") from None
+
+
+def _call(option: str, name: str, factory: object, *args: object, options: dict[str, object] | None = None) -> object:
     if not callable(factory):
         raise UsageError(f"{option} {name}: its factory {factory!r} is not callable")
     try:
-        return factory(*args)
+        return factory(*args, **(options or {}))
     except Exception as exc:
         raise UsageError(f"{option} {name}: building the tier failed: {type(exc).__name__}: {exc}") from None
 
@@ -213,11 +301,12 @@ def _simulate(
     secondaries: list[SecondaryTier],
     faults: FaultPlan,
     config_kwargs: dict[str, object],
+    metrics: KvMetrics,
 ) -> int:
-    from kvproto._cli.progress import progress_display
     from kvproto.errors import ConfigurationError
-    from kvproto.testing._simulation import SimConfig, SimProgress, run_simulation
+    from kvproto.testing._simulation import SimConfig, render_html
 
+    tier_options = config_kwargs.pop("tier_options")
     try:
         config = SimConfig(**config_kwargs)  # type: ignore[arg-type]  # values checked by _parse
     except ConfigurationError as exc:
@@ -227,6 +316,61 @@ def _simulate(
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
     stack = " > ".join([primary.name, *(t.name for t in secondaries)])
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server = metrics.serve(args.metrics_port)
+        except OSError as exc:
+            primary.shutdown()
+            for tier in secondaries:
+                tier.shutdown()
+            console.print(f"kvproto simulate: --metrics-port {args.metrics_port}: cannot listen on 127.0.0.1: {exc}",
+                          style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+            return 2
+        console.print(f"metrics: {server.url}", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    try:
+        report = _run(console, primary, secondaries, config, metrics, stack)
+    finally:
+        if server is not None:
+            server.close()
+    if report is None:
+        return 2
+    _render(console, report, stack)
+    data = report.to_json()
+    data["config"] = {
+        "steps": config.steps,
+        "seconds": config.seconds,
+        "window": config.window,
+        "max_live_requests": config.max_live_requests,
+        "max_prompt_blocks": config.max_prompt_blocks,
+        "stuck_steps": config.stuck_steps,
+        "stuck_seconds": config.stuck_seconds,
+        "step_ms": config.step_sleep_s * 1000.0,
+        "tier_options": tier_options,
+        "strict": bool(args.strict),
+    }
+    if args.json is not None:
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    if args.metrics is not None:
+        args.metrics.write_text(metrics.exposition())
+    if args.report is not None:
+        args.report.write_text(render_html(data))
+    return report.exit_code_strict() if args.strict else report.exit_code
+
+
+def _run(
+    console: Console,
+    primary: PrimaryTier,
+    secondaries: list[SecondaryTier],
+    config: SimConfig,
+    metrics: KvMetrics,
+    stack: str,
+) -> SimReport | None:
+    """The run under a progress display; None (after a printed usage error) when the stack cannot run."""
+    from kvproto._cli.progress import progress_display
+    from kvproto.errors import ConfigurationError
+    from kvproto.testing._simulation import SimProgress, run_simulation
+
     with progress_display(console, "[bold]simulate", "figures") as progress:
         task = progress.add_task("simulate", total=1000, figures=stack)
 
@@ -238,30 +382,16 @@ def _simulate(
             progress.update(task, completed=round(1000 * p.fraction), figures=figures)
 
         try:
-            report = run_simulation(primary, secondaries, config, on_progress=show)
+            report = run_simulation(primary, secondaries, config, on_progress=show, metrics=metrics)
         except ConfigurationError as exc:
             primary.shutdown()
             for tier in secondaries:
                 tier.shutdown()
             progress.stop()
             console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
-            return 2
+            return None
         progress.update(task, completed=1000)
-    _render(console, report, stack)
-    if args.json is not None:
-        data = report.to_json()
-        data["config"] = {
-            "steps": config.steps,
-            "seconds": config.seconds,
-            "window": config.window,
-            "max_live_requests": config.max_live_requests,
-            "max_prompt_blocks": config.max_prompt_blocks,
-            "stuck_steps": config.stuck_steps,
-            "stuck_seconds": config.stuck_seconds,
-            "step_ms": config.step_sleep_s * 1000.0,
-        }
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
-    return report.exit_code
+    return report
 
 
 def _mib(value: int | None) -> str:
@@ -301,6 +431,14 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("stores", f"{report.stores_prepared:,} prepared, {report.stores_refused:,} refused (no slot), "
         f"{report.stores_failed:,} failed, {report.stores_late:,} completed a step late", "")
     add("promoted", ", ".join(f"{n} {report.promoted.get(n, 0):,}" for n in report.secondaries) or "-", "")
+    useless = report.useless_tiers()
+    for name, f in report.tier_figures.items():
+        stores_out, loads_out = report.timed_out.get(name, (0, 0))
+        add(f"tier {name}", f"{f.lookups:,} lookups ({f.lookups_hit:,} HIT); stored {f.store.blocks:,} blocks "
+            f"({_mib(f.store.bytes)}, {f.store.seconds:.2f} s); loaded {f.load.blocks:,} ({_mib(f.load.bytes)}, "
+            f"{f.load.seconds:.2f} s); jobs failed {f.store.failures + f.load.failures:,}, "
+            f"timed out {stores_out + loads_out:,}; evicted {f.evicted_blocks:,}",
+            "[yellow]useless" if name in useless else "")
     add("evicted", ", ".join(f"{n} {report.evicted.get(n, 0):,}" for n in report.tiers), "")
     stats = report.manager_stats
     add("manager", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in stats.items()), "")
@@ -322,8 +460,13 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     ):
         for sample in samples:
             console.print(f"  {title}: {sample}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    for warning in report.warnings:
+        console.print(f"  warning: {warning}", style="yellow", markup=False, emoji=False, highlight=False, soft_wrap=True)
     problems = report.problems
     if problems:
         console.print("[red]FAILED:[/red] " + "; ".join(problems), highlight=False)
+    elif report.warnings:
+        console.print("[yellow]not clean:[/yellow] no wrong bytes, no stuck requests, no leaked pins, but "
+                      f"{len(report.warnings)} useless tier(s) (see the warnings; --strict exits 1)", highlight=False)
     else:
         console.print("[green]clean:[/green] no wrong bytes, no stuck requests, no leaked pins", highlight=False)

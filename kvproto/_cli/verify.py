@@ -75,6 +75,10 @@ _CROSSHAIR_MISSING = (
 )
 
 
+#: Why the CrossHair rows of the table were skipped, said in the row (the table is read alone).
+_SKIPPED_WITHOUT_CROSSHAIR = "crosshair-tool not installed (pip install 'kvproto[verify]')"
+
+
 class _UsageError(Exception):
     """A one-line reason ``kvproto verify`` cannot run as asked (exit status 2)."""
 
@@ -204,9 +208,11 @@ def run(args: argparse.Namespace) -> int:
     limit = args.counterexamples or COUNTEREXAMPLES
     notes: list[str] = []
     crosshair = not args.no_crosshair
+    skip_reason = "--no-crosshair"
     if crosshair and not crosshair_available():
         crosshair = False
         notes.append(_CROSSHAIR_MISSING)
+        skip_reason = _SKIPPED_WITHOUT_CROSSHAIR
     if prefix is None and window is None:
         checks = standard_checks(iterations=iterations, max_examples=examples, exhaustive_len=max_len)
         title = "kvproto verify: kvproto.scan"
@@ -241,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = "[cyan]info" if r.informational else ("[green]pass" if r.passed else "[red]FAIL")
         table.add_row(escape(r.check), r.clauses, explored, verdict, f"{r.seconds:.1f} s")
     for name in skipped:
-        table.add_row(escape(name), "", "", "[yellow]skipped", "")
+        table.add_row(escape(name), "", "", f"[yellow]skipped: {escape(skip_reason)}", "")
     console.print(table)
     _print_details(console, results)
     passed = all(r.passed for r in results)
@@ -264,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
                     "examples_per_property": examples,
                     "max_len": max_len,
                     "skipped": skipped,
+                    "skipped_because": skip_reason if skipped else None,
                     "notes": notes,
                     "checks": [r.to_json() for r in results],
                 },

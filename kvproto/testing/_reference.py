@@ -68,10 +68,13 @@ def _memory_spec(
 
 
 def memory() -> TierSpec:
-    """MemoryTier with immediate jobs and lookups."""
-    return _memory_spec(
-        "memory", lambda buffer: MemoryTier(buffer, name="memory"), "kvproto.MemoryTier(buffer)"
-    )
+    """MemoryTier with immediate jobs and lookups (``capacity_blocks``: an option, e.g. ``kvproto simulate
+    --secondary memory:capacity_blocks=1024``; unbounded by default)."""
+
+    def build(buffer: memoryview, *, capacity_blocks: int | None = None) -> SecondaryTier:
+        return MemoryTier(buffer, name="memory", capacity_blocks=capacity_blocks)
+
+    return _memory_spec("memory", build, "kvproto.MemoryTier(buffer)")
 
 
 def _latent_memory_spec(
@@ -82,7 +85,12 @@ def _latent_memory_spec(
     knobs = {"latency_s": latency_s, "capacity_blocks": capacity_blocks}
     shown = ", ".join(f"{knob}={value!r}" for knob, value in knobs.items() if value)
 
-    def build(buffer: memoryview) -> SecondaryTier:
+    default_capacity, default_latency = capacity_blocks, latency_s
+
+    def build(
+        buffer: memoryview, *, capacity_blocks: int | None = default_capacity, latency_s: float = default_latency
+    ) -> SecondaryTier:
+        """The options (``kvproto simulate --secondary NAME:capacity_blocks=N,latency_s=S``) override the defaults."""
         inner = MemoryTier(buffer, name=name, latency_s=latency_s, capacity_blocks=capacity_blocks)
         return LatencySecondary(inner, job_steps=steps, lookup_steps=steps)
 

@@ -12,7 +12,7 @@ from kvproto import MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, Trans
 from kvproto.errors import TierMisuseError
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
-__all__ = ["grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory"]
+__all__ = ["grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "sluggish_memory"]
 
 
 class LyingMemory(FaultySecondary[MemoryTier]):
@@ -31,6 +31,19 @@ def lying_memory(buffer: memoryview) -> LyingMemory:
 def hung_lookups(buffer: memoryview) -> LatencySecondary[MemoryTier]:
     """A secondary tier whose lookups answer RETRY for a billion steps: requests defer without end."""
     return LatencySecondary(MemoryTier(buffer, name="hung"), lookup_steps=10**9)
+
+
+def sluggish_memory(buffer: memoryview) -> LatencySecondary[MemoryTier]:
+    """A secondary tier whose jobs take 1,500 steps: longer than the manager's 1,024-step deadline,
+    so it cannot keep up with the write-throughs (a useless tier, not a broken one)."""
+    return LatencySecondary(MemoryTier(buffer, name="sluggish"), job_steps=1500)
+
+
+def refusing_memory(buffer: memoryview) -> MemoryTier:
+    """A secondary tier whose every job fails: it stores nothing (a useless tier, not a broken one)."""
+    tier = MemoryTier(buffer, name="refusing")
+    tier.fail_next_jobs(10**9)
+    return tier
 
 
 class LeakyPrimary(MemoryPrimaryTier):

@@ -4,7 +4,12 @@ when a subcommand is added. Seen as a user sees it: through the console script."
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +63,39 @@ def test_each_subcommand_has_its_own_help(capsys: pytest.CaptureFixture[str]) ->
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert kvproto_cli([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+def test_bench_is_absent_from_an_installs_help(tmp_path: Path) -> None:
+    """Outside a checkout (no benchmarks/ folder), ``bench`` is neither listed nor described, and
+    ``kvproto bench`` says where it runs; every listed subcommand is still described."""
+    env = {**os.environ, "COLUMNS": "120"}
+    shown = subprocess.run([sys.executable, "-m", "kvproto", "--help"], cwd=tmp_path, capture_output=True,
+                           text=True, env=env, timeout=120)
+    assert shown.returncode == 0
+    assert "bench" not in shown.stdout
+    listed = _listed(shown.stdout)
+    assert set(listed) == KNOWN - {"bench"}
+    for name in listed:
+        assert re.search(rf"^\* kvproto {name}\b.*: \S", shown.stdout, re.MULTILINE), name
+    ran = subprocess.run([sys.executable, "-m", "kvproto", "bench"], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert ran.returncode == 2
+    assert "kvproto bench: runs from the root of a kvproto source checkout" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_verify_says_in_the_table_why_rows_were_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "crosshair", None)  # find_spec() then reports it absent
+    monkeypatch.setenv("COLUMNS", "240")
+    out = tmp_path / "verify.json"
+    assert kvproto_cli(["verify", "--max-len", "2", "--examples", "10", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("│ crosshair")]
+    assert len(rows) == 3, table
+    for row in rows:
+        assert "skipped: crosshair-tool not installed (pip install 'kvproto[verify]')" in row
+    assert json.loads(out.read_text())["skipped_because"] == "crosshair-tool not installed (pip install 'kvproto[verify]')"
+    assert kvproto_cli(["verify", "--no-crosshair", "--max-len", "2", "--examples", "10"]) == 0
+    assert "skipped: --no-crosshair" in capsys.readouterr().out

@@ -17,13 +17,14 @@ FIELDS = {
     "deferral_steps", "wrong_bytes", "wrong_byte_samples", "stuck_requests", "stuck_samples", "exceptions",
     "exception_samples", "leaked_pins", "leaked_pins_note", "primary_pending_after_shutdown", "stores",
     "promoted", "evicted", "drain", "manager", "fault_counts", "log_records", "log_samples", "resources",
-    "config",
+    "config", "warnings", "tiers", "job_deadline_steps", "timeline",
 }
 
 
 def run_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "report.json"
-    code = kvproto_cli(["simulate", *args, "--json", str(out)])
+    step = () if "--step-ms" in args else ("--step-ms", "0")  # CPU-bound unless a test sets it
+    code = kvproto_cli(["simulate", *step, *args, "--json", str(out)])
     data: dict[str, Any] = json.loads(out.read_text())
     return code, data
 
@@ -121,3 +122,111 @@ def test_usage_errors_exit_2_with_one_line(
     lines = captured.out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"kvproto simulate: {message}"), captured.out
     assert "Traceback" not in captured.out + captured.err
+
+
+# ---------------------------------------------------------------------------- tier options, useless tiers
+
+
+def test_memory_then_fs_with_the_defaults_serves_from_fs(tmp_path: Path) -> None:
+    """issue 19: each tier down is sized larger than the one above it, so fs serves what memory evicted."""
+    code, data = run_json(tmp_path, "--secondary", "memory", "--secondary", "fs", "--steps", "600", "--step-ms", "5")
+    assert code == 0 and data["clean"] is True, data["warnings"]
+    assert data["hit_rate"]["fs"] > 0 and data["tiers"]["fs"]["loaded_blocks"] > 0
+    assert data["config"]["tier_options"] == {
+        "memory-primary": {}, "memory": {"capacity_blocks": 4 * 32}, "fs": {"capacity_blocks": 16 * 32},
+    }
+    assert data["config"]["step_ms"] == 5
+
+
+def test_tier_options_on_the_command_line_build_the_tier(tmp_path: Path) -> None:
+    root = tmp_path / "blocks"
+    root.mkdir()
+    code, data = run_json(tmp_path, "--secondary", f"fs:root={root},capacity_bytes=1MiB,write_threads=1", "--steps", "200",
+                          "--step-ms", "5")
+    assert code == 0
+    assert data["config"]["tier_options"]["fs"] == {"root": str(root), "capacity_bytes": 1 << 20, "write_threads": 1}
+    assert data["tiers"]["fs"]["stored_blocks"] > 0
+    assert any(p.is_file() for p in root.rglob("*"))  # the blocks went where the option said
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("fs:capacity=1", "--secondary fs: unknown option 'capacity'; its factory takes: capacity_blocks, "
+                          "capacity_bytes, read_threads, root, write_threads"),
+        ("fs:capacity_bytes=12XB", "--secondary fs: capacity_bytes='12XB' is not a size"),
+        ("fs:capacity_bytes=0", "--secondary fs: capacity_bytes='0' must be at least 1 byte"),
+        ("fs:root", "--secondary fs:root: "),  # no '=': a pkg.module:factory target, not options
+        ("fs:root=/x,root=/y", "--secondary fs: option 'root' is given twice"),
+        ("fs:=3", "--secondary fs: option '=3' is not NAME=VALUE"),
+        ("fs:1a=2", "--secondary fs: option '1a=2': '1a' is not an option name"),
+        ("fs:capacity_bytes=GiB", "--secondary fs: capacity_bytes='GiB' is not a size"),
+        (":a=1", "--secondary ':a=1': a tier name must come before ':' and its options"),
+        ("fs:root=/no/such/dir", "--secondary fs: building the tier failed: ConfigurationError:"),
+        ("memory:capacity_blocks=0", "--secondary memory: building the tier failed: ConfigurationError: "
+                                     "MemoryTier 'memory': capacity_blocks must be None or an int >= 1"),
+    ],
+)
+def test_bad_tier_options_are_a_usage_error_naming_them(
+    capsys: pytest.CaptureFixture[str], arg: str, message: str
+) -> None:
+    assert kvproto_cli(["simulate", "--secondary", arg]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kvproto simulate: {message}"), captured.out
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_a_bottom_tier_that_cannot_keep_up_is_not_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--secondary", "memory", "--secondary", "tests.kvproto.sim_tiers:sluggish_memory", "--steps", "3000")
+    code, data = run_json(tmp_path, *args)
+    assert code == 0  # a warning, not a failure ...
+    assert data["clean"] is False and data["problems"] == []
+    (warning,) = data["warnings"]
+    assert warning.startswith("useless tier sluggish: ")
+    assert "timed out most of its jobs" in warning and "within 1,024 steps" in warning
+    timed_out = data["tiers"]["sluggish"]["timed_out"]["write_through"]
+    assert timed_out * 2 > data["tiers"]["sluggish"]["jobs"]["store"]["submitted"]
+    out = capsys.readouterr().out
+    assert "not clean:" in out and "useless" in out
+    code, _ = run_json(tmp_path, *args, "--strict")
+    assert code == 1  # ... which --strict fails
+
+
+def test_a_tier_that_stores_nothing_is_named(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "300", "--strict")
+    assert code == 1 and data["problems"] == []
+    (warning,) = data["warnings"]
+    jobs = data["tiers"]["refusing"]["jobs"]["store"]
+    assert warning.startswith(
+        f"useless tier refusing: stored nothing: {jobs['submitted']:,} write-through jobs, {jobs['failed']:,} failed"
+    )
+    assert jobs["submitted"] > 0 and jobs["failed"] == jobs["reported"]
+
+
+def test_a_tier_below_an_unbounded_one_serves_nothing(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, "--secondary", "memory:capacity_blocks=1000000", "--secondary", "memory-async",
+                          "--steps", "600")
+    assert code == 0
+    (warning,) = data["warnings"]
+    assert warning.startswith("useless tier memory-async: served nothing: it stored ")
+    assert data["hit_rate"]["memory-async"] == 0 and data["tiers"]["memory-async"]["stored_blocks"] > 0
+
+
+def test_too_short_a_run_judges_no_tier(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "20", "--strict")
+    assert data["requests"]["finished"] < 50
+    assert code == 0 and data["warnings"] == [] and data["clean"] is True
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("capacity_bytes=4096", 4096), ("capacity_bytes=64KiB", 65536), ("capacity_bytes=1.5GB", 1_500_000_000),
+     ("capacity_bytes=2GiB", 2 << 30), ("read_threads=3", 3)],
+)
+def test_tier_option_values(tmp_path: Path, option: str, value: int) -> None:
+    """Sizes take B, KB..TB (powers of 10) or KiB..TiB (powers of 2); whole numbers are ints."""
+    code, data = run_json(tmp_path, "--secondary", f"fs:{option}", "--steps", "1")
+    assert code == 0
+    name = option.split("=")[0]
+    assert data["config"]["tier_options"]["fs"][name] == value

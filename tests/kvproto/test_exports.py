@@ -23,6 +23,7 @@ PUBLIC_MODULES = {
     "kvproto.envelope",
     "kvproto.errors",
     "kvproto.members",
+    "kvproto.metrics",
     "kvproto.scan",
     "kvproto.testing",
     "kvproto.testing.faults",

@@ -12,7 +12,9 @@ Split by concern:
 * :mod:`._loop`: the scheduler loop, the drain and the shutdown checks;
 * :mod:`._fault_driver`: arms :mod:`kvproto.testing.faults` wrappers per step and counts what fired;
 * :mod:`._observe`: counted lookups, residency from the primary's events, logs, resources;
-* :mod:`._report`: :class:`SimReport` and its JSON.
+* :mod:`._report`: :class:`SimReport`, its JSON and its verdict (problems; useless tiers as warnings);
+* :mod:`._tier_options`: tier options on the command line (``fs:root=DIR,capacity_bytes=200GiB``);
+* :mod:`._html`: the self-contained HTML page (``--report``).
 
 Faults are armed per step with the run's seeded :class:`random.Random`, so
 ``seed`` makes a run over step-driven tiers reproducible. Every structure is
@@ -31,10 +33,21 @@ from kvproto.testing._simulation._config import (
     SimConfig,
     parse_faults,
 )
+from kvproto.testing._simulation._html import render_html
 from kvproto.testing._simulation._loop import run_simulation
-from kvproto.testing._simulation._report import FaultCounts, SimProgress, SimReport
+from kvproto.testing._simulation._report import FaultCounts, SimProgress, SimReport, TimelinePoint
+from kvproto.testing._simulation._tier_options import (
+    CAPACITY_OPTIONS,
+    TierOptionError,
+    default_capacity_blocks,
+    factory_options,
+    parse_size,
+    parse_tier_arg,
+    takes_option,
+)
 
 __all__ = [
+    "CAPACITY_OPTIONS",
     "FAULT_KINDS",
     "RAISE_METHODS",
     "FaultCounts",
@@ -43,6 +56,14 @@ __all__ = [
     "SimConfig",
     "SimProgress",
     "SimReport",
+    "TierOptionError",
+    "TimelinePoint",
+    "default_capacity_blocks",
+    "factory_options",
     "parse_faults",
+    "parse_size",
+    "parse_tier_arg",
+    "render_html",
     "run_simulation",
+    "takes_option",
 ]

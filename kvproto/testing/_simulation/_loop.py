@@ -32,11 +32,12 @@ from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import unreachable
 from kvproto._tiering import TieringConfig, TieringManager
 from kvproto.errors import ConfigurationError
+from kvproto.metrics import KvMetrics
 from kvproto.scan import Decision, Defer, Hits, maximal_prefix_lookup, sliding_window_lookup
 from kvproto.testing._simulation._config import RAISE_METHODS, SimConfig
 from kvproto.testing._simulation._fault_driver import _FaultDriver
 from kvproto.testing._simulation._observe import Asker, Residency, counting_kvproto_logs, rss_bytes
-from kvproto.testing._simulation._report import SAMPLES, SimProgress, SimReport
+from kvproto.testing._simulation._report import SAMPLES, TIMELINE_POINTS, SimProgress, SimReport, TimelinePoint
 from kvproto.testing._simulation._workload import FLIP, Request, Workload
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
@@ -50,6 +51,7 @@ class _Simulation:
         secondaries: Sequence[SecondaryTier],
         config: SimConfig,
         on_progress: Callable[[SimProgress], None] | None,
+        metrics: KvMetrics | None,
     ) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
@@ -76,8 +78,14 @@ class _Simulation:
         # The live requests' blocks fit in the primary with room to spare.
         self.workload = Workload(config, self.rng, num_slots=self.num_slots, block_bytes=self.block_bytes)
         self.expected = self.workload.expected
-        stack = [self._wrap(t) for t in secondaries]
-        self.manager = TieringManager(primary, stack, config=TieringConfig())
+        tiering = TieringConfig()
+        # Every secondary is metered (outside its fault wrappers: the figures are what the manager saw);
+        # the report's per-tier figures and a scrape of --metrics-port read the same counters.
+        self.metrics = metrics if metrics is not None else KvMetrics(deadline_steps=tiering.job_deadline_steps)
+        stack = self.metrics.instrument(primary, [self._wrap(t) for t in secondaries])
+        self.manager = TieringManager(primary, stack, config=tiering)
+        self.metrics.watch(self.manager)
+        self.report.job_deadline_steps = tiering.job_deadline_steps
         self.live: list[Request] = []
         self.step = 0
         self.late_stores: list[tuple[tuple[OffloadKey, ...], bool]] = []
@@ -129,6 +137,8 @@ class _Simulation:
                     if config.seconds is not None and elapsed >= config.seconds:
                         break
                     self._one_step()
+                    if self.step % report.timeline_every == 0:
+                        self._sample(time.monotonic() - started)
                     if config.step_sleep_s > 0:
                         nap = time.monotonic()
                         time.sleep(config.step_sleep_s)
@@ -139,6 +149,8 @@ class _Simulation:
                         self.on_progress(self._progress(now - started))
                 report.steps = self.step
                 report.seconds = time.monotonic() - started
+                if not report.timeline or report.timeline[-1].step != self.step:
+                    self._sample(report.seconds)
                 report.deferred_at_end = sum(
                     1 for r in self.live if not r.computing and r.deferrals > config.stuck_steps
                 )
@@ -147,10 +159,22 @@ class _Simulation:
                 self._drain()
             finally:
                 self._shutdown()
+                metrics = self.metrics
+                report.tier_figures = metrics.tiers
+                report.timed_out = {name: metrics.timed_out(name) for name in report.tier_figures}
         report.manager_stats = asdict(self.manager.stats)
         report.threads_end = threading.active_count()
         report.rss_end = rss_bytes()
         return report
+
+    def _sample(self, elapsed: float) -> None:
+        """A timeline point; past TIMELINE_POINTS every other point goes and the interval doubles."""
+        r = self.report
+        r.timeline.append(TimelinePoint(self.step, elapsed, r.lookups, r.requests_finished, r.blocks_needed,
+                                        dict(r.blocks_served)))
+        if len(r.timeline) > TIMELINE_POINTS:
+            r.timeline = r.timeline[1::2]
+            r.timeline_every *= 2
 
     def _progress(self, elapsed: float) -> SimProgress:
         r = self.report
@@ -245,6 +269,7 @@ class _Simulation:
     def _record_deferrals(self, steps: int) -> None:
         hist = self.report.deferral_histogram
         hist[steps] = hist.get(steps, 0) + 1
+        self.metrics.observe_deferral_steps(steps)
 
     def _load(self, req: Request, end: int) -> None:
         report = self.report
@@ -409,6 +434,7 @@ def run_simulation(
     config: SimConfig,
     *,
     on_progress: Callable[[SimProgress], None] | None = None,
+    metrics: KvMetrics | None = None,
 ) -> SimReport:
     """Drive a TieringManager over ``primary`` and ``secondaries`` as an engine would; see the module docstring.
 
@@ -416,6 +442,8 @@ def run_simulation(
     ``primary.buffer``); the run shuts them down through the manager.
     ``on_progress`` is called about every ``config.progress_interval_s``.
     A tier name used twice is a :class:`~kvproto.errors.ConfigurationError`.
+    ``metrics``: the :class:`~kvproto.metrics.KvMetrics` the run feeds (e.g. one
+    already serving ``--metrics-port``); a fresh one when None.
     """
-    return _Simulation(primary, secondaries, config, on_progress).run()
+    return _Simulation(primary, secondaries, config, on_progress, metrics).run()
 

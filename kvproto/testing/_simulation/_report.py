@@ -6,11 +6,33 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from kvproto._version import __version__
+from kvproto.metrics import TierFigures
 from kvproto.testing._simulation._config import FaultPlan
 
-__all__ = ["SAMPLES", "FaultCounts", "SimProgress", "SimReport"]
+__all__ = ["JUDGE_MIN_REQUESTS", "SAMPLES", "TIMELINE_POINTS", "FaultCounts", "SimProgress", "SimReport", "TimelinePoint"]
 
 SAMPLES = 5  # problem samples kept per kind
+TIMELINE_POINTS = 240  # the timeline keeps at most this many points (thinned by half, its interval doubled)
+JUDGE_MIN_REQUESTS = 50  # a run that finished fewer requests is too short to call a tier useless
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePoint:
+    """Cumulative figures at one step (the HTML report's curves are their differences)."""
+
+    step: int
+    seconds: float
+    lookups: int
+    requests_finished: int
+    blocks_needed: int
+    served: dict[str, int]  # tier -> blocks served so far
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "step": self.step, "seconds": round(self.seconds, 4), "lookups": self.lookups,
+            "requests_finished": self.requests_finished, "blocks_needed": self.blocks_needed,
+            "served": dict(self.served),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +125,12 @@ class SimReport:
     rss_end: int | None = None
     threads_start: int = 0
     threads_end: int = 0
+    # Per secondary tier, as kvproto.metrics saw it (the same figures a scrape of --metrics-port reads).
+    tier_figures: dict[str, TierFigures] = field(default_factory=dict)
+    timed_out: dict[str, tuple[int, int]] = field(default_factory=dict)  # tier -> (write-throughs, promotions)
+    job_deadline_steps: int = 0
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    timeline_every: int = 8  # steps between timeline points (doubles as the timeline is thinned)
 
     # ------------------------------------------------------------------ derived figures
 
@@ -149,17 +177,67 @@ class SimReport:
             found.append(f"{self.exceptions} exceptions escaped the manager into the loop")
         return found
 
+    def useless_tiers(self) -> dict[str, list[str]]:
+        """Each secondary that stored nothing, served nothing or timed out most of its jobs, with why.
+
+        Judged only when the run finished at least ``JUDGE_MIN_REQUESTS`` requests.
+        """
+        found: dict[str, list[str]] = {}
+        if self.requests_finished < JUDGE_MIN_REQUESTS:
+            return found
+        for name in self.secondaries:
+            f = self.tier_figures.get(name)
+            if f is None:
+                continue
+            why: list[str] = []
+            stores_out, loads_out = self.timed_out.get(name, (0, 0))
+            if f.store.blocks == 0:
+                if f.store.jobs == 0:
+                    why.append("stored nothing: no write-through reached it")
+                else:
+                    why.append(
+                        f"stored nothing: {f.store.jobs:,} write-through jobs, {f.store.failures:,} failed, "
+                        f"{stores_out:,} timed out, {f.store.jobs - f.store.reported:,} never reported"
+                    )
+            elif self.blocks_served.get(name, 0) == 0:
+                why.append(
+                    f"served nothing: it stored {f.store.blocks:,} blocks and answered {f.lookups:,} lookups "
+                    f"({f.lookups_hit:,} HIT), but no block a request loaded came from it"
+                    + (" (it answered no lookup HIT: a tier above it answers first, or its lookups miss)"
+                       if f.lookups_hit == 0 else "")
+                )
+            jobs = f.store.jobs + f.load.jobs
+            timed = stores_out + loads_out
+            if jobs and timed * 2 > jobs:
+                why.append(
+                    f"timed out most of its jobs: {timed:,} of {jobs:,} not reported within "
+                    f"{self.job_deadline_steps:,} steps (it cannot keep up with the write-throughs)"
+                )
+            if why:
+                found[name] = why
+        return found
+
+    @property
+    def warnings(self) -> list[str]:
+        """Why the run is not clean although nothing wrong was served (``--strict`` makes them fail)."""
+        return [f"useless tier {name}: {'; '.join(why)}" for name, why in self.useless_tiers().items()]
+
     @property
     def exit_code(self) -> int:
         return 1 if self.problems else 0
+
+    def exit_code_strict(self) -> int:
+        """``exit_code``, and 1 for warnings too (``kvproto simulate --strict``)."""
+        return 1 if self.problems or self.warnings else 0
 
     def to_json(self) -> dict[str, object]:
         """The report as JSON-ready data (``kvproto simulate --json``)."""
         return {
             "kvproto_version": __version__,
-            "clean": not self.problems,
+            "clean": not self.problems and not self.warnings,
             "exit_code": self.exit_code,
             "problems": self.problems,
+            "warnings": self.warnings,
             "seed": self.seed,
             "stack": {"primary": self.primary, "secondaries": list(self.secondaries)},
             "faults": self.faults.to_json(),
@@ -219,4 +297,14 @@ class SimReport:
                 "threads_start": self.threads_start,
                 "threads_end": self.threads_end,
             },
+            "tiers": {
+                name: {
+                    **f.to_json(),
+                    "served_blocks": self.blocks_served.get(name, 0),
+                    "timed_out": dict(zip(("write_through", "promotion"), self.timed_out.get(name, (0, 0)), strict=True)),
+                }
+                for name, f in self.tier_figures.items()
+            },
+            "job_deadline_steps": self.job_deadline_steps,
+            "timeline": {"every_steps": self.timeline_every, "points": [p.to_json() for p in self.timeline]},
         }

@@ -98,9 +98,29 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
     """FsTier over a fresh directory per tier: shared mode with a byte budget enables every kit check."""
     file_bytes = env.HEADER_BYTES + 64  # the kit's blocks are 64 bytes
 
-    def build(buffer: memoryview) -> FsTier:
+    def build(
+        buffer: memoryview,
+        *,
+        root: str | None = None,
+        capacity_bytes: int | None = None,
+        capacity_blocks: int | None = None,
+        read_threads: int = 2,
+        write_threads: int = 2,
+    ) -> FsTier:
+        """The kit's tier; the options (``kvproto simulate --secondary fs:root=DIR,capacity_bytes=200GiB``)
+        set its root directory, its byte budget (``max_bytes``; or ``capacity_blocks`` whole blocks)
+        and its I/O threads. Without them: a fresh temporary directory and the kit's 48-block budget."""
+        if capacity_bytes is not None and capacity_blocks is not None:
+            raise ConfigurationError("fs: give capacity_bytes or capacity_blocks, not both")
         budget = KIT_BLOCKS_BUDGET * file_bytes if eviction else None
-        config = FsTierConfig(root=fresh_root(), shared=shared, max_bytes=budget, read_threads=2, write_threads=2)
+        if capacity_bytes is not None:
+            budget = capacity_bytes
+        elif capacity_blocks is not None:
+            budget = capacity_blocks * (env.HEADER_BYTES + buffer.shape[1] if buffer.shape else file_bytes)
+        config = FsTierConfig(
+            root=fresh_root() if root is None else Path(root), shared=shared, max_bytes=budget,
+            read_threads=read_threads, write_threads=write_threads,
+        )
         return FsTier(buffer, config, name=name, wrap=FaultyBackend)
 
     return TierSpec(
