@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from kvproto._capabilities import Capabilities
-from kvproto.testing._checks import CheckInfo, check, checks_of
+from kvproto.testing._checks import NEEDS, CheckInfo, check, checks_of
 from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits, KitProfile, profile_named
@@ -93,10 +93,7 @@ class KitBase:
             for ability in info.needs:
                 if not caps.has(ability):
                     why = caps.reasons.get(ability)
-                    pytest.skip(
-                        f"needs capability '{ability}', which the tier does not declare"
-                        + (f" ({why})" if why else "")
-                    )
+                    pytest.skip(NEEDS.format(ability=ability) + (f" ({why})" if why else ""))
         for hook in info.hooks:
             if not self.has_hook(hook):
                 owner = getattr(self, "_hook_owner", None) or type(self).__name__

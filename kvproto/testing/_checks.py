@@ -8,7 +8,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["CheckInfo", "check", "checks_of", "info_of"]
+__all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of", "skip_vacuous"]
+
+NEEDS = "needs capability '{ability}', which the tier does not declare"
+"""How a check needing an undeclared capability skips (KIT-4); the runner reads the capability
+from the quoted name, so the verdict names the clause left unchecked (CAP-1)."""
+
+VACUOUS = "vacuous: the tier declares capability '{ability}'"
+"""How a check that means something only without a capability skips where the tier declares it
+(CAP-1: the check of the declared behaviour runs instead)."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -73,3 +81,9 @@ def checks_of(cls: type) -> dict[str, CheckInfo]:
             if info is not None and name.startswith("test"):
                 found[name] = info if info.name == name else replace(info, name=name)
     return found
+
+
+def skip_vacuous(ability: str, instead: str) -> None:
+    """Skip a check that only means something without ``ability``, which the tier declares;
+    ``instead`` names the check that covers the declared behaviour (CAP-1)."""
+    pytest.skip(f"{VACUOUS.format(ability=ability)} ({instead})")
