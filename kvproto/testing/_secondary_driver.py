@@ -131,9 +131,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             )
             return ConformanceFailure(
                 "KIT-5",
-                f"the {hook} hook was armed for job {job.job_id}, the next job submitted after it, but that job "
-                f"succeeded and {landed}: the hook's fault missed its job (a hook that arms late, or fails another "
-                "job, is the hook's fault, not the tier's)",
+                f"the {hook} hook was armed for job {job.job_id} (the next job submitted), but that job succeeded "
+                f"and {landed}: the hook's fault missed its job (a hook that arms late, or fails another job, is "
+                "the hook's fault, not the tier's)",
             )
         return None
 
@@ -214,7 +214,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         return fresh
 
     def _record(self, result: object) -> ConformanceFailure | None:
-        """Record one reported result; the TIER-11/CAP-4 violation (or KIT-5 hook misfire) it shows, if any."""
+        """Record one reported result; the TIER-11/CAP-4 violation it shows, if any (a hook misfire is judged in collect)."""
         if not isinstance(result, JobResult):
             return ConformanceFailure("TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult")
         job = self.jobs.get(result.job_id)
