@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of", "skip_vacuous"]
+__all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of"]
 
 NEEDS = "needs capability '{ability}', which the tier does not declare"
 """How a check needing an undeclared capability skips (KIT-4); the runner reads the capability
@@ -31,7 +31,9 @@ class CheckInfo:
     names (fields of :class:`~kvproto.Capabilities`) without which it skips
     (KIT-4). ``hooks``: backdoor hooks of the test class it needs (KIT-5).
     ``hypothesis``: True when Hypothesis drives it, so an expected failure is
-    a non-strict xfail (KIT-6).
+    a non-strict xfail (KIT-6). ``unless``: capability names with which it is
+    vacuous (it checks the promise of their absence), so it skips where the
+    tier declares one, naming it (CAP-1).
     """
 
     name: str
@@ -40,6 +42,7 @@ class CheckInfo:
     needs: tuple[str, ...] = ()
     hooks: tuple[str, ...] = ()
     hypothesis: bool = False
+    unless: tuple[str, ...] = ()
 
 
 def check(
@@ -48,12 +51,13 @@ def check(
     needs: tuple[str, ...] = (),
     hooks: tuple[str, ...] = (),
     hypothesis: bool = False,
+    unless: tuple[str, ...] = (),
 ) -> Callable[[_F], _F]:
     """Mark a test method of a kit base class as the check of ``clause``."""
 
     def mark(fn: _F) -> _F:
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
-        info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis)
+        info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis, unless)
         setattr(fn, _ATTR, info)
         marked: _F = pytest.mark.kvproto(fn)
         if hypothesis:
@@ -81,9 +85,3 @@ def checks_of(cls: type) -> dict[str, CheckInfo]:
             if info is not None and name.startswith("test"):
                 found[name] = info if info.name == name else replace(info, name=name)
     return found
-
-
-def skip_vacuous(ability: str, instead: str) -> None:
-    """Skip a check that only means something without ``ability``, which the tier declares;
-    ``instead`` names the check that covers the declared behaviour (CAP-1)."""
-    pytest.skip(f"{VACUOUS.format(ability=ability)} ({instead})")

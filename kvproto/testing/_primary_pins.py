@@ -13,7 +13,7 @@ from __future__ import annotations
 from kvproto import members as lr
 from kvproto._events import EventKind
 from kvproto.errors import TierMisuseError
-from kvproto.testing._checks import check, skip_vacuous
+from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import key_pool
 from kvproto.testing._driver import short_key
@@ -156,13 +156,11 @@ class PrimaryPinChecks(TierChecks[PrimaryDriver]):
         kit.load(keys[:1])
         kit.tier.complete_load(keys[:1])
 
-    @check("CAP-2")
+    @check("CAP-2", unless=("eviction",))
     def test_holds_what_it_stored_without_eviction(self, kit: PrimaryDriver) -> None:
         """Without ``eviction`` declared, a tier driven past its slot count drops nothing: every
         block that answered HIT still does, stores that find no free slot answer None, and no
         REMOVED event names a block (only reset_cache may forget)."""
-        if kit.evicts:
-            skip_vacuous("eviction", "test_eviction_reports_evicted_keys checks what it evicts")
         list(kit.tier.take_events())
         keys = key_pool("p-hold", kit.num_slots)
         for i in range(0, len(keys), 4):
