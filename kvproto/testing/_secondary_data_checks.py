@@ -342,8 +342,12 @@ class SecondaryDataChecks(SecondaryRole):
             result = kit.load(order, [10, 11, 12, 13])
             damaged = keys[position]
             if damaged in result.succeeded_keys(kit.jobs[result.job_id]):
+                # The driver checked its bytes as the load finished (wrong bytes fail TIER-10 there):
+                # the right bytes came back, so the hook damaged nothing the tier read (KIT-5).
                 raise ConformanceFailure(
-                    "TIER-10", f"a load reported a damaged block done (block {order.index(damaged) + 1} of 4)"
+                    "KIT-5",
+                    f"the corrupt_on_read hook had no effect: block {order.index(damaged) + 1} of 4, which it "
+                    "damaged, loaded with its right bytes",
                 )
             if kit.resolve_one(damaged) is lr.HIT:
                 # A tier may repair the block (from a replica); if it answers HIT, it must load.

@@ -5,11 +5,12 @@ job is the hook's fault, never the tier's (KIT-5)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from kvproto import MemoryTier, SecondaryTier
+from kvproto import MemoryTier, OffloadKey, SecondaryTier
 from kvproto.testing import ConformanceFailure, KitLimits, SecondaryDriver, SecondaryTierTests, key_pool, make_buffer
 
 from tests.cli import kvproto_cli as main
@@ -169,3 +170,22 @@ def test_memory_tier_partials_fail_cap4_only_when_undeclared() -> None:
                 kit.store(keys)
             assert caught.value.clause == "CAP-4"
         kit.shutdown()
+
+
+class _NoOpCorrupt(SecondaryTierTests):
+    """A corrupt_on_read hook that damages nothing."""
+
+    def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
+        pass
+
+
+def test_a_corrupt_hook_that_damages_nothing_is_kit5_not_the_tiers_fault() -> None:
+    """The load of a block the hook was to damage returns its right bytes (the driver checked): the
+    hook had no effect, KIT-5, never TIER-10 against a tier that served nothing wrong."""
+    buffer = make_buffer(32, 64)
+    tier = MemoryTier(buffer)
+    kit = SecondaryDriver(tier, buffer, tier.capabilities, KitLimits(max_job_steps=4, job_timeout_s=0.05))
+    with pytest.raises(ConformanceFailure) as caught:
+        _NoOpCorrupt().test_corrupt_block_fails_load(kit)
+    assert caught.value.clause == "KIT-5" and "corrupt_on_read" in caught.value.detail
+    kit.shutdown()
