@@ -26,6 +26,13 @@ _PIN_CHECKS = (
 )
 
 
+def _driver(tier_class: type[MemoryTier]) -> SecondaryDriver:
+    """A driver over a fresh ``tier_class`` tier (a MemoryTier) and its own buffer."""
+    buffer = make_buffer(32, 64)
+    tier = tier_class(buffer)
+    return SecondaryDriver(tier, buffer, tier.capabilities, KitLimits(max_job_steps=4, job_timeout_s=0.05))
+
+
 def _conform(args: list[str], tmp_path: Path) -> tuple[int, dict[str, object]]:
     report = tmp_path / "report.json"
     code = main(["conform", *args, "--no-typecheck", "--profile", "fast", "--json", str(report)])
@@ -103,9 +110,7 @@ class _Racy(SecondaryTierTests):
 def test_a_hook_that_fails_the_wrong_job_is_kit5_naming_the_hook() -> None:
     """Armed for the next job, the racy hook fails the one after: KIT-5 names the hook, the job it
     was armed for and the job that failed instead."""
-    buffer = make_buffer(32, 64)
-    tier = LateArming(buffer)
-    kit = SecondaryDriver(tier, buffer, tier.capabilities, KitLimits(max_job_steps=4, job_timeout_s=0.05))
+    kit = _driver(LateArming)
     keys = key_pool("racy", 2)
     _Racy().arm_fail_next_jobs(kit, 1)
     armed = kit.submit_store(keys[:1], [0])
@@ -120,9 +125,7 @@ def test_a_hook_that_fails_the_wrong_job_is_kit5_naming_the_hook() -> None:
 
 def test_a_racy_hook_inside_a_check_is_kit5_not_a_lost_write() -> None:
     """The check of a failed store, run with the racy hook: KIT-5 naming the hook, not TIER-4/TIER-10."""
-    buffer = make_buffer(32, 64)
-    tier = LateArming(buffer)
-    kit = SecondaryDriver(tier, buffer, tier.capabilities, KitLimits(max_job_steps=4, job_timeout_s=0.05))
+    kit = _driver(LateArming)
     with pytest.raises(ConformanceFailure) as caught:
         _Racy().test_no_hit_after_failed_store(kit)
     assert caught.value.clause == "KIT-5" and "fail_next_jobs" in caught.value.detail
@@ -182,9 +185,7 @@ class _NoOpCorrupt(SecondaryTierTests):
 def test_a_corrupt_hook_that_damages_nothing_is_kit5_not_the_tiers_fault() -> None:
     """The load of a block the hook was to damage returns its right bytes (the driver checked): the
     hook had no effect, KIT-5, never TIER-10 against a tier that served nothing wrong."""
-    buffer = make_buffer(32, 64)
-    tier = MemoryTier(buffer)
-    kit = SecondaryDriver(tier, buffer, tier.capabilities, KitLimits(max_job_steps=4, job_timeout_s=0.05))
+    kit = _driver(MemoryTier)
     with pytest.raises(ConformanceFailure) as caught:
         _NoOpCorrupt().test_corrupt_block_fails_load(kit)
     assert caught.value.clause == "KIT-5" and "corrupt_on_read" in caught.value.detail
