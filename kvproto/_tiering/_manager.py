@@ -12,7 +12,8 @@ state in :mod:`kvproto._tiering._records`, and its one failure rule in
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+import time
+from collections.abc import Callable, Container, Iterable, Sequence
 
 from kvproto import members as lr
 from kvproto._events import OffloadingEvent
@@ -25,7 +26,6 @@ from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
 from kvproto._tiering._transfers import Transfers
-from kvproto.tierkit._slot_checks import key_batch
 from kvproto.errors import (
     ConfigurationError,
     ContractViolation,
@@ -35,6 +35,7 @@ from kvproto.errors import (
     TierError,
     TierMisuseError,
 )
+from kvproto.tierkit._slot_checks import key_batch
 
 __all__ = ["TieringManager"]
 
@@ -70,6 +71,7 @@ class TieringManager:
         secondaries: Sequence[SecondaryTier],
         *,
         config: TieringConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(primary, PrimaryTier):
             raise ConfigurationError(
@@ -112,7 +114,7 @@ class TieringManager:
             (primary.name, primary),
             *((r.name, r.tier) for r in self._records),
         )
-        self._transfers = Transfers(primary, self._records, self._config, self.stats, self._guard)
+        self._transfers = Transfers(primary, self._records, self._config, self.stats, self._guard, clock)
         # The transfers' own dicts, read and staged into on the lookup path.
         self._promoting = self._transfers.promoting
         self._staged_loads = self._transfers.staged_loads
@@ -144,7 +146,7 @@ class TieringManager:
         records, transfers = self._records, self._transfers
         return {
             "negative_verdicts": sum(len(r.negative) for r in records),
-            "distrusted_keys": sum(len(r.distrusted) for r in records),
+            "quarantined_slots": sum(r.held_slots for r in records),
             "abandoned_jobs": sum(len(r.abandoned) for r in records),
             "jobs_in_flight": sum(len(r.jobs) for r in records),
             "promotions": len(self._promoting),
@@ -211,8 +213,8 @@ class TieringManager:
         retry = False
         step = transfers.step
         for record in self._records:
-            distrusted = record.distrusted
-            if distrusted and key in distrusted:
+            if record.paused:
+                self.stats.quarantine_skips += 1  # its abandoned jobs hold the quarantine limit (MGR-17)
                 continue
             negative = record.negative
             if negative:
@@ -481,7 +483,6 @@ class TieringManager:
         transfers.drop_staged()
         for record in self._records:
             record.negative.clear()
-            record.distrusted.clear()
         ok = True
         call = self._guard.call
         for name, tier in self._named_tiers:

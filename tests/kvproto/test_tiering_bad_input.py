@@ -79,7 +79,7 @@ def test_a_promotion_for_a_bad_request_id_reserves_nothing() -> None:
 _CTX = ReqContext("r1")
 _SURFACES: list[tuple[str, Callable[[TieringManager], object], type[Exception], str]] = [
     ("prepare_store of a non-bytes key", lambda m: m.prepare_store([key(1), 5], _CTX), InvalidKeyError, "key #1"),  # type: ignore[list-item]  # deliberately wrong
-    ("prepare_store of one key", lambda m: m.prepare_store(key(1), _CTX), InvalidArgumentError, "single bytes"),
+    ("prepare_store of one key", lambda m: m.prepare_store(key(1), _CTX), InvalidArgumentError, "single bytes"),  # type: ignore[arg-type]  # deliberately wrong
     ("prepare_store of an unhashable key", lambda m: m.prepare_store([[1]], _CTX), InvalidKeyError, "key #0"),  # type: ignore[list-item]  # deliberately wrong
     ("complete_store with a non-bool", lambda m: m.complete_store([key(1)], "yes"), InvalidArgumentError, "success"),  # type: ignore[arg-type]  # deliberately wrong
     ("complete_store of a str", lambda m: m.complete_store("abc", True), InvalidArgumentError, "single str"),  # type: ignore[arg-type]  # deliberately wrong

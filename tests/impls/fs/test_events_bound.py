@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvproto.tierkit import MAX_PENDING_EVENTS
+
 from tests.impls._tier_runner import block_of, key, make_buffer
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")
