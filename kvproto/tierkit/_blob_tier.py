@@ -105,6 +105,7 @@ class BlobTier:
         self._ledger = Ledger(name, env.HEADER_BYTES + self._block_bytes,
                               recent_keys=config.recent_keys if config.shared else None)
         self._index = self._ledger.index  # the hot path reads it directly
+        self._unusable = self._ledger.unusable
         self._ops = BlobOps(
             sync, tier_name=name, namespace=self.namespace, block_bytes=self._block_bytes, row=self._row,
             ticks=itertools.count(1), deleted=self._ledger.note_deleted, count=self._count,
@@ -163,6 +164,8 @@ class BlobTier:
             return lr.HIT
         if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
             return lr.HIT if key in self._index else lr.MISS
+        if key in self._unusable:
+            return lr.MISS  # a load found its blob unusable: not asked again until stored anew (TIER-4)
         return self._probe.lookup(key, req_context)
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
@@ -416,14 +419,18 @@ class BlobTier:
             ledger.end_load(job.keys)
             loaded: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
+            unusable: list[OffloadKey] = []
             transient: list[tuple[OffloadKey, int]] = []
             refused: list[OffloadKey] = []
             for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
                 match verdict:
                     case KeyVerdict.LOADED:
                         loaded.append((key, tick))
-                    case KeyVerdict.GONE | KeyVerdict.DAMAGED | KeyVerdict.FOREIGN:
+                    case KeyVerdict.GONE | KeyVerdict.DAMAGED:
+                        gone.append((key, tick))  # missing, or damaged and deleted: a new blob may come
+                    case KeyVerdict.FOREIGN:
                         gone.append((key, tick))
+                        unusable.append(key)  # left alone (not ours to delete): never HIT again (TIER-4)
                     case KeyVerdict.TRANSIENT | KeyVerdict.FAILED:
                         transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
                     case KeyVerdict.REFUSED:
@@ -434,6 +441,7 @@ class BlobTier:
                         unreachable(other, where="BlobTier._apply (load)")
             if loaded:
                 ledger.vouch(loaded)
+            ledger.mark_unusable(unusable)
             removed = ledger.lose(gone, gone=True)
             ledger.lose(transient, gone=False)
             ledger.emit(EventKind.REMOVED, removed)
@@ -453,7 +461,9 @@ class BlobTier:
             ]
             if not self.blob_config.partial_jobs and any(tick is None for _, tick in results):
                 results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
-            ok, lost = ledger.end_store(results)
+            created = [key for key, (verdict, _) in zip(job.keys, out.verdicts, strict=True)
+                       if verdict is KeyVerdict.CREATED]
+            ok, lost = ledger.end_store(results, created)
             ledger.emit(EventKind.STORED, ok)
             if ok:
                 self._probe.mark_hit(ok)
