@@ -154,6 +154,20 @@ class BlobTier:
         """The name given at construction, used in events and logs."""
         return self._name
 
+    @property
+    def job_time_bound_s(self) -> float | None:
+        """Seconds within which every job is reported (:class:`kvproto.JobTimeBound`, MGR-17); see
+        ``BlobTierConfig.job_timeout_s``. None without a job timeout, or on the worker pools without an
+        operation bound."""
+        config = self.blob_config
+        if config.job_timeout_s is None:
+            return None
+        if self._loop_io is not None:
+            return config.job_timeout_s + 1.0
+        if config.op_timeout_s is None:
+            return None
+        return config.job_timeout_s + 2 * config.op_timeout_s + 1.0  # a damaged load reads, then deletes
+
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         """HIT for an indexed key; otherwise MISS (private, after the scan) or the probe's verdict (TIER-4).
 
@@ -374,18 +388,21 @@ class BlobTier:
                              exc_info=True)
                 refused = frozenset(job.keys)
             self._count("refused_keys", sum(1 for k in job.keys if k in refused))
+        timeout = self.blob_config.job_timeout_s
         with self._lock:
             if self._closed:
                 future = failed_outcome(job, since, KeyVerdict.REFUSED)
             elif self._loop_io is not None:
                 future = run_job_on_loop(
                     job, since, self._loop_io, self._store_key_async if store else self._ops.load_async, refused,
-                    self._write_bound if store else self._read_bound, tier_name=self._name,
+                    self._write_bound if store else self._read_bound, tier_name=self._name, timeout_s=timeout,
                 )
             elif store:
-                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name)
+                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name,
+                                 timeout_s=timeout)
             else:
-                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name)
+                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name,
+                                 timeout_s=timeout)
             self._running[job.job_id] = future
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvproto import OffloadKey, ReqContext, envelope as env
+
 from tests.impls._tier_runner import BLOCK, block_of, key
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")

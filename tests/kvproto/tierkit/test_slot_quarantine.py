@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from kvproto import MemoryPrimaryTier, ReqContext, SlotQuarantine, make_key
+from kvproto import MemoryPrimaryTier, OffloadKey, ReqContext, SlotQuarantine, make_key
 from kvproto.errors import InvalidArgumentError, TierMisuseError
 
 R = ReqContext("r")
 
 
-def key(i: int) -> bytes:
+def key(i: int) -> OffloadKey:
     return make_key(i.to_bytes(4, "big"), 0)
 
 
