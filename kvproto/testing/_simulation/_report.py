@@ -122,13 +122,12 @@ class SimReport:
 
     @property
     def left_busy(self) -> list[str]:
-        """What the stack still held after the drain that an idle stack does not (empty when idle)."""
+        """What the stack still held after the drain that an idle stack does not (empty when idle); pins
+        left count as ``leaked_pins`` (after shutdown), the manager's own as its tracked sizes."""
         found: list[str] = []
         other = self.end_slots.get("other", 0)
         if other:
             found.append(f"{other} primary slots neither free nor ready")
-        if self.end_pins:
-            found.append(f"{self.end_pins} pins")
         found.extend(f"{size} {name.replace('_', ' ')}" for name, size in self.end_tracked.items()
                      if size and name != "negative_verdicts")
         return found

@@ -1,0 +1,61 @@
+"""``kvproto simulate --faults brownout=S``: the tiers stop answering jobs for S seconds, and the run reports the
+primary's slots and pins and the manager's tracked keys after the drain, all idle (issue 21; MGR-16, MGR-17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvproto import MemoryPrimaryTier, MemoryTier
+from kvproto.testing._simulation import FaultSpecError, SimConfig, parse_faults, run_simulation
+from kvproto.testing.faults import FaultySecondary
+
+from tests.kvproto.test_simulation import assert_clean, simulate
+
+
+def test_a_brownout_run_ends_clean_and_idle(tmp_path: Path) -> None:
+    """Brown-outs longer than the manager's job deadline (in steps): jobs are ended, their slots held until the
+    late reports, and after the drain every slot is free or ready, no pin is left and nothing is tracked."""
+    code, data = simulate(
+        tmp_path,
+        "--seconds", "4", "--step-ms", "1", "--faults", "fail=0.02,raise=0.01,brownout=0.6",
+    )
+    assert code == 0
+    assert_clean(data)
+    counts = data["fault_counts"]
+    assert counts["brownout_s"] == 0.6 and counts["brownouts"] >= 2 and counts["brownout_jobs_held"] > 0
+    end = data["end_state"]
+    assert end["idle"] is True and end["pins"] == 0
+    slots = end["slots"]
+    assert slots["free"] + slots["ready"] == slots["total"] and slots["quarantined"] == 0
+    assert end["pins"] == 0
+    assert all(size == 0 for name, size in end["tracked"].items() if name != "negative_verdicts")
+    assert data["resources"]["rss_samples"]
+
+
+def test_a_stack_left_busy_after_the_drain_fails_the_run() -> None:
+    """A secondary that never reports its jobs leaves jobs in flight after the drain: the run says so."""
+    primary = MemoryPrimaryTier(num_slots=32, block_bytes=64)
+    silent = FaultySecondary(MemoryTier(primary.buffer, name="silent"))
+    silent.report_late(10**9, steps=10**9)
+    config = SimConfig(steps=300, drain_steps=8, drain_seconds=0.05)
+    report = run_simulation(primary, [silent], config)
+    assert report.left_busy, report.to_json()["end_state"]
+    assert any("left after the drain" in p for p in report.problems)
+    assert report.to_json()["end_state"]["idle"] is False  # type: ignore[index]  # a dict by construction
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("brownout=-1", "brownout must be a number of seconds"), ("brownout=inf", "brownout must be a number"),
+     ("brownout=x", "brownout must be a number")],
+)
+def test_a_bad_brownout_names_the_item(spec: str, message: str) -> None:
+    with pytest.raises(FaultSpecError, match=message):
+        parse_faults(spec)
+
+
+def test_brownout_parses_and_turns_the_faults_on() -> None:
+    plan = parse_faults("brownout=2.5")
+    assert plan.brownout == 2.5 and plan.any and plan.to_json()["brownout"] == 2.5
