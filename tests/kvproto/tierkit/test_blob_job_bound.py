@@ -3,62 +3,21 @@ storage does, and the tiering manager's deadline waits for that bound (issue 21 
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from kvproto import JobResult, JobTimeBound, TransferJob, make_key
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+
+from tests.kvproto.tierkit.test_blob_loop import Gate
 
 SLOTS, BLOCK = 4, 64
 
 
-class HangingBackend:
-    """An asynchronous backend over a MemoryBackend whose reads and writes hang while ``hang`` is set
-    (a black-holed object store)."""
-
-    def __init__(self) -> None:
-        self.inner = MemoryBackend()
-        self.hang = False
-
-    async def _maybe_hang(self) -> None:
-        while self.hang:
-            await asyncio.sleep(0.01)
-
-    async def prepare(self, namespace: str) -> None:
-        self.inner.prepare(namespace)
-
-    async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        if name.endswith(".kvb"):
-            await self._maybe_hang()
-        return self.inner.publish(name, parts, size)
-
-    async def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        await self._maybe_hang()
-        return self.inner.read_into(name, buffers)
-
-    async def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
-        return self.inner.sizes(names)
-
-    async def delete(self, name: str) -> None:
-        self.inner.delete(name)
-
-    async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
-        for item in self.inner.list_blobs(namespace):
-            yield item
-
-    async def clear(self, namespace: str) -> None:
-        self.inner.clear(namespace)
-
-    async def close(self) -> None:
-        self.hang = False
-
-
 def test_a_job_on_a_black_holed_store_ends_within_the_declared_bound() -> None:
-    backend = HangingBackend()
+    backend = Gate()  # open: operations go through; closed, they hang (a black-holed object store)
     buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
     tier = BlobTier(backend, buffer, BlobTierConfig(job_timeout_s=0.2, start_in_background=False), name="hang")
     try:
@@ -71,7 +30,7 @@ def test_a_job_on_a_black_holed_store_ends_within_the_declared_bound() -> None:
         while not tier.get_finished_jobs():
             assert time.monotonic() < deadline, "the stored job was never reported"
             time.sleep(0.01)
-        backend.hang = True
+        backend.open.clear()
         submitted = time.monotonic()
         tier.submit_load(TransferJob(2, keys, (0, 1, 2), True))
         results: list[JobResult] = []
@@ -82,7 +41,7 @@ def test_a_job_on_a_black_holed_store_ends_within_the_declared_bound() -> None:
         assert results[0].job_id == 2 and not results[0].success and results[0].succeeded is None
         assert not tier.has_pending_work()
     finally:
-        backend.hang = False
+        backend.open.set()
         tier.shutdown()
 
 
