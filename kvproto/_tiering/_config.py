@@ -38,19 +38,19 @@ class TieringConfig:
     * ``job_bound_grace_s``: seconds added to a tier's declared job time
       bound before the manager ends its job (the report reaches the manager
       at its next step).
-    * ``quarantine_share``: the share of the primary's slots the abandoned
-      jobs of one secondary may hold (at least one slot); at that limit the
-      tier is paused (its lookups are skipped, no write-through goes to it)
-      until slots come back, so a tier that stopped answering cannot hold
-      the primary (MGR-17).
+    * ``quarantine_share``: once the abandoned jobs of one secondary hold
+      this share of the primary's slots (at least one slot), the tier is
+      paused (its lookups are skipped, no write-through goes to it) until
+      slots come back, so a tier that stopped answering holds at most that
+      share plus the jobs it already had in flight (MGR-17).
     * ``promotion_hold_steps``: a block a promotion just made readable is
       pinned by the manager for this many steps, so another request's
       promotions cannot evict it before its own request's next scan loads it
       (MGR-9: without it, two requests whose prefixes together exceed the
       primary evict each other's promotions for ever). 0 turns it off.
     * ``max_tracked_keys``: the most keys any per-key map of the manager holds
-      (negative verdicts and distrusted keys per tier, abandoned jobs); the
-      oldest entries go first (MGR-18).
+      (negative verdicts per tier); the oldest entries go first (MGR-18). The
+      abandoned jobs are bounded by the quarantine limit instead.
     """
 
     strict: bool = False

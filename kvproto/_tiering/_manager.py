@@ -63,6 +63,14 @@ class TieringManager:
     primary for the scheduler's own misuse of ``prepare_store``,
     ``complete_store``, ``prepare_load`` or ``complete_load``, and contract
     violations in strict mode.
+
+    Deadlines (MGR-17): a job unreported after ``job_deadline_steps`` steps
+    (and, for a tier declaring ``job_time_bound_s``, after that bound plus
+    ``job_bound_grace_s`` seconds of ``clock``) is ended; the primary slots it
+    used stay quarantined until its transfer is provably over (the tier
+    reports it late, has no pending work, or shuts down); a tier whose
+    abandoned jobs hold ``quarantine_share`` of the primary is paused.
+    ``clock``: monotonic seconds (tests inject a fake one).
     """
 
     def __init__(

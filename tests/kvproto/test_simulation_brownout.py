@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvproto import MemoryPrimaryTier, MemoryTier
-from kvproto.testing._simulation import FaultSpecError, SimConfig, parse_faults, run_simulation
-from kvproto.testing.faults import FaultySecondary
-
+from tests.cli import kvproto_cli
 from tests.kvproto.test_simulation import assert_clean, simulate
 
 
@@ -34,16 +31,14 @@ def test_a_brownout_run_ends_clean_and_idle(tmp_path: Path) -> None:
     assert data["resources"]["rss_samples"]
 
 
-def test_a_stack_left_busy_after_the_drain_fails_the_run() -> None:
+def test_a_stack_left_busy_after_the_drain_fails_the_run(tmp_path: Path) -> None:
     """A secondary that never reports its jobs leaves jobs in flight after the drain: the run says so."""
-    primary = MemoryPrimaryTier(num_slots=32, block_bytes=64)
-    silent = FaultySecondary(MemoryTier(primary.buffer, name="silent"))
-    silent.report_late(10**9, steps=10**9)
-    config = SimConfig(steps=300, drain_steps=8, drain_seconds=0.05)
-    report = run_simulation(primary, [silent], config)
-    assert report.left_busy, report.to_json()["end_state"]
-    assert any("left after the drain" in p for p in report.problems)
-    assert report.to_json()["end_state"]["idle"] is False  # type: ignore[index]  # a dict by construction
+    code, data = simulate(tmp_path, "--steps", "300", "--secondary", "tests.kvproto.sim_tiers:silent_memory")
+    assert code == 1
+    assert data["end_state"]["idle"] is False
+    tracked = data["end_state"]["tracked"]
+    assert tracked["jobs_in_flight"] + tracked["abandoned_jobs"] > 0
+    assert any(p.startswith("left after the drain") for p in data["problems"])
 
 
 @pytest.mark.parametrize(
@@ -51,11 +46,8 @@ def test_a_stack_left_busy_after_the_drain_fails_the_run() -> None:
     [("brownout=-1", "brownout must be a number of seconds"), ("brownout=inf", "brownout must be a number"),
      ("brownout=x", "brownout must be a number")],
 )
-def test_a_bad_brownout_names_the_item(spec: str, message: str) -> None:
-    with pytest.raises(FaultSpecError, match=message):
-        parse_faults(spec)
-
-
-def test_brownout_parses_and_turns_the_faults_on() -> None:
-    plan = parse_faults("brownout=2.5")
-    assert plan.brownout == 2.5 and plan.any and plan.to_json()["brownout"] == 2.5
+def test_a_bad_brownout_is_a_usage_error_naming_the_item(
+    capsys: pytest.CaptureFixture[str], spec: str, message: str
+) -> None:
+    assert kvproto_cli(["simulate", "--faults", spec]) == 2
+    assert f"--faults item {spec!r}: {message}" in capsys.readouterr().out
