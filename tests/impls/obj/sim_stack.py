@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         os.environ[_ENDPOINT] = server.endpoint
         os.environ[_BUCKET] = server.create_bucket(f"sim-{uuid.uuid4().hex[:8]}")
-        command = [sys.executable, "-m", "kvproto", "simulate", *args, "--secondary", f"{__name__}:obj_on_moto"]
+        command = [sys.executable, "-m", "kvproto", "simulate", *args, "--secondary", "tests.impls.obj.sim_stack:obj_on_moto"]
         return subprocess.call(command)  # noqa: S603 - our own interpreter and arguments
     finally:
         server.stop()
