@@ -22,10 +22,12 @@ from kvproto._memory_primary_tier import BlockState, MemoryPrimaryTier
 from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import (
     BatchLookup,
+    JobTimeBound,
     OffloadingManager,
     PrimaryTier,
     ReadyKeys,
     SecondaryTier,
+    SlotQuarantine,
     TierLifecycle,
 )
 from kvproto._requests import ReqContext
@@ -46,6 +48,7 @@ __all__ = [
     "EventKind",
     "Hits",
     "JobResult",
+    "JobTimeBound",
     "LookupResult",
     "MemoryPrimaryTier",
     "MemoryTier",
@@ -57,6 +60,7 @@ __all__ = [
     "ReadyKeys",
     "ReqContext",
     "SecondaryTier",
+    "SlotQuarantine",
     "TierLifecycle",
     "TieringConfig",
     "TieringManager",

@@ -12,8 +12,13 @@ __all__ = ["Capabilities"]
 class Capabilities:
     """A tier's declared abilities (TIER-18).
 
-    A conformance check that needs an ability the tier does not declare is
-    skipped with that ability named as the reason. ``reasons`` says, per
+    A declaration is a claim, never a way to be checked less: an ability
+    declared must hold, and one not declared is a promise never to do it
+    (CAP-1..CAP-5: no eviction means no block is ever dropped, no
+    ``async_lookup`` no RETRY, no ``partial_jobs`` whole jobs), which the kit
+    checks. A check that only applies with (or only without) an ability is
+    skipped with that ability named, and ``kvproto conform`` names the clause
+    left unchecked. ``reasons`` says, per
     ability name, why the tier lacks it (or anything an author wants a
     report to show), e.g. ``{"persistence": "in-memory by design"}``.
 

@@ -17,10 +17,12 @@ from kvproto._results import LookupResult
 
 __all__ = [
     "BatchLookup",
+    "JobTimeBound",
     "OffloadingManager",
     "PrimaryTier",
     "ReadyKeys",
     "SecondaryTier",
+    "SlotQuarantine",
     "TierLifecycle",
 ]
 
@@ -194,4 +196,44 @@ class ReadyKeys(Protocol):
     @property
     def ready_keys(self) -> Container[OffloadKey]:
         """The live container of the keys that are HIT now."""
+        ...
+
+
+@runtime_checkable
+class SlotQuarantine(Protocol):
+    """Optional primary-tier ability: end a store its caller abandoned while keeping its slot (MGR-17).
+
+    The manager ends a promotion its secondary did not report in time, but
+    the load may still land in the reserved slot. With this ability the key
+    is free again at once (it can be stored and promoted again) while the
+    slot stays out of the pool until the manager can prove the transfer is
+    over (the tier reported the job late, said it has no pending work, or
+    was shut down). Without it, the reservation stays WRITING until then.
+    """
+
+    def quarantine_stores(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        """End the stores of the WRITING (or expired) ``keys``: each becomes ABSENT, its slot held; returns them."""
+        ...
+
+    def release_slots(self, slots: Iterable[int]) -> None:
+        """The transfers into ``slots`` (each returned by ``quarantine_stores``) are over: back to the pool."""
+        ...
+
+
+@runtime_checkable
+class JobTimeBound(Protocol):
+    """Optional secondary-tier declaration: every job is reported within ``job_time_bound_s`` (MGR-17).
+
+    ``job_time_bound_s`` is a number of seconds > 0 such that every job the
+    tier accepts (``submit_load``/``submit_store``) is returned by
+    ``get_finished_jobs`` (succeeded or failed) at most that long after its
+    submission, whatever its storage does (a brown-out ends in failed jobs,
+    never in jobs that run on); ``None``: no promise. The manager never ends
+    such a tier's job before that bound (plus ``TieringConfig.job_bound_grace_s``),
+    so its own deadline and the tier's agree by construction.
+    """
+
+    @property
+    def job_time_bound_s(self) -> float | None:
+        """Seconds within which every job is reported; None: no promise."""
         ...

@@ -265,8 +265,14 @@ def _needs(info: CheckInfo, spec: TierSpec | None) -> list[str]:
         else:
             if problem is not None:
                 lines.append(f"First of all, TIER-1: {problem}; until it has them, no other check runs.")
+    for ability in info.unless:
+        state = "" if caps is None else (": declared, so the check skips" if caps.has(ability) else ": not declared")
+        lines.append(
+            f"Vacuous with capability {ability!r}: it checks what not declaring it promises ({info.clause}){state}."
+        )
     if not info.needs and not info.hooks:
-        return [*lines, "Needs: no capability and no backdoor hook; it runs against every tier of its kind.", ""]
+        every = "" if info.unless else "; it runs against every tier of its kind"
+        return [*lines, f"Needs: no capability and no backdoor hook{every}.", ""]
     lines.append("Needs:")
     for ability in info.needs:
         state = ""

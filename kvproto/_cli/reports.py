@@ -15,7 +15,7 @@ from kvproto._cli.runner import TierReport
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._steps import STEPS_HEADING
 
-__all__ = ["render_summary", "render_tier", "to_json", "write_json", "write_junit"]
+__all__ = ["render_summary", "render_tier", "to_json", "unchecked_words", "write_json", "write_junit"]
 
 _STYLE = {
     "passed": "green",
@@ -76,11 +76,18 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
         console.print(rest, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
+def unchecked_words(report: TierReport) -> str:
+    """The clauses a declaration left unchecked, e.g. ``TIER-18: no persistence, no sharing;
+    CAP-2: eviction declared``; ``-`` if none (CAP-1)."""
+    found = report.unchecked_by_declaration()
+    return "; ".join(f"{clause}: {', '.join(why)}" for clause, why in found.items()) or "-"
+
+
 def render_summary(console: Console, reports: list[TierReport], typechecks: dict[str, TypecheckResult | None]) -> None:
-    """One line per tier: counts and the verdict."""
+    """One line per tier: counts, the clauses its declarations left unchecked, and the verdict (CAP-1)."""
     table = Table(title="kvproto conform", title_justify="left")
-    for column in ("tier", "kind", "pass", "fail", "skip", "xfail", "mypy", "verdict"):
-        table.add_column(column, no_wrap=column != "tier")
+    for column in ("tier", "kind", "pass", "fail", "skip", "xfail", "mypy", "unchecked (by declaration)", "verdict"):
+        table.add_column(column, no_wrap=column not in ("tier", "unchecked (by declaration)"), overflow="fold")
     for report in reports:
         counts = report.counts()
         typecheck = typechecks.get(report.spec.name)
@@ -94,6 +101,7 @@ def render_summary(console: Console, reports: list[TierReport], typechecks: dict
             str(counts.get("skipped", 0)),
             str(counts.get("xfailed", 0)),
             tc,
+            unchecked_words(report),
             "[green]conforms" if ok else "[bold red]FAILS",
         )
     console.print(table)
@@ -116,6 +124,8 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "capabilities": caps,
                 "passed": _conforms(report, typecheck),
                 "counts": report.counts(),
+                "unchecked_clauses": report.unchecked_by_declaration(),
+                "unchecked": [u.to_json() for u in report.unchecked()],
                 "error": report.error,
                 "typecheck": None if typecheck is None else typecheck.to_json(),
                 "checks": [o.to_json() for o in report.outcomes],
@@ -162,6 +172,7 @@ def write_junit(path: Path, data: dict[str, object]) -> None:
         ET.SubElement(props, "property", name="profile", value=str(data["profile"]))
         ET.SubElement(props, "property", name="kind", value=str(tier["kind"]))
         ET.SubElement(props, "property", name="capabilities", value=json.dumps(tier["capabilities"], default=str))
+        ET.SubElement(props, "property", name="unchecked_clauses", value=json.dumps(tier.get("unchecked_clauses", {})))
         if tier.get("error"):
             case = ET.SubElement(suite, "testcase", classname=f"kvproto.{tier['tier']}", name="run the kit")
             ET.SubElement(case, "error", message=str(tier["error"]))

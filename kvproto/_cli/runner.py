@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import tempfile
 import uuid
@@ -29,7 +30,16 @@ from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
 from kvproto.testing._tier_spec import TierSpec, shut_down_probe
 
-__all__ = ["CheckOutcome", "Interrupted", "TierReport", "kit_base", "planned_checks", "protocol_check", "run_kit"]
+__all__ = [
+    "CheckOutcome",
+    "Interrupted",
+    "TierReport",
+    "Unchecked",
+    "kit_base",
+    "planned_checks",
+    "protocol_check",
+    "run_kit",
+]
 
 CHECK_TIMEOUT_S = 300
 """With pytest-timeout installed, a check running longer than this fails (a deadlocked tier)."""
@@ -87,6 +97,34 @@ class CheckOutcome:
         return data
 
 
+_CAPABILITY = re.compile(r"capability '(\w+)'")
+_HOOK = re.compile(r"backdoor hook (\w+)\(\)")
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A check skipped because of what the tier declares or defines, so its clause went unchecked
+    there (CAP-1): ``capability`` names the ability whose declaration (``declared``: the tier
+    declares it and the check is vacuous; else it does not) left it out, or ``hook`` the backdoor
+    hook the tier's spec does not define."""
+
+    clause: str
+    check: str
+    capability: str | None = None
+    declared: bool = False
+    hook: str | None = None
+
+    @property
+    def because(self) -> str:
+        """Why, in a few words: ``no persistence``, ``eviction declared`` or ``no hook fail_keys``."""
+        if self.capability is not None:
+            return f"{self.capability} declared" if self.declared else f"no {self.capability}"
+        return f"no hook {self.hook}"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "because": self.because}
+
+
 @dataclass
 class TierReport:
     """Every check's outcome for one tier (the type check's verdict is kept beside it, see _reports)."""
@@ -100,6 +138,31 @@ class TierReport:
     def passed(self) -> bool:
         """True if the kit ran and every check that is not an expected failure passed (KIT-11)."""
         return self.error is None and all(o.ok for o in self.outcomes)
+
+    def unchecked(self) -> list[Unchecked]:
+        """Every check skipped because of a declaration (a capability declared or not) or a missing
+        hook, in check order: the clauses a "conforms" did not test (CAP-1)."""
+        found: list[Unchecked] = []
+        for o in self.outcomes:
+            if o.outcome != "skipped":
+                continue
+            cap = _CAPABILITY.search(o.reason)
+            hook = _HOOK.search(o.reason)
+            if cap is not None:
+                declared = o.reason.startswith("vacuous")
+                found.append(Unchecked(o.clause, o.check, capability=cap.group(1), declared=declared))
+            elif hook is not None:
+                found.append(Unchecked(o.clause, o.check, hook=hook.group(1)))
+        return found
+
+    def unchecked_by_declaration(self) -> dict[str, list[str]]:
+        """Clause -> why (``no persistence``, ``eviction declared``) for the checks a declaration
+        left out, clauses in check order (CAP-1)."""
+        found: dict[str, list[str]] = {}
+        for u in self.unchecked():
+            if u.capability is not None and u.because not in found.setdefault(u.clause, []):
+                found[u.clause].append(u.because)
+        return found
 
     def counts(self) -> dict[str, int]:
         """How many checks ended in each outcome."""

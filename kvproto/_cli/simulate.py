@@ -64,10 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--faults", metavar="SPEC", default=None,
-        help="faults injected into every secondary: fail=P,corrupt=P,latency=N,raise=P (any subset); "
+        help="faults injected into every secondary: fail=P,corrupt=P,latency=N,raise=P,brownout=S (any subset); "
         "fail: the next job fails (probability per step), corrupt: a promotion's read is damaged and "
         "detected (per promotion), latency: N more steps per job and per first lookup, "
-        "raise: one method raises once (per step)",
+        "raise: one method raises once (per step), brownout: the tiers stop answering jobs for S seconds "
+        "once every 4S",
     )
     parser.add_argument("--steps", type=int, metavar="N", help=f"run N steps (default {DEFAULT_STEPS} "
                         "unless --seconds is given)")

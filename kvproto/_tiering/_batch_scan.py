@@ -33,7 +33,7 @@ from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
-from kvproto.errors import ContractViolation, InvalidArgumentError
+from kvproto.errors import ContractViolation
 from kvproto.scan import (  # the shared decision values the per-key scans hand out
     _DEFER_PENDING,
     _DEFER_RETRY,
@@ -42,8 +42,9 @@ from kvproto.scan import (  # the shared decision values the per-key scans hand 
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
+from kvproto.tierkit._slot_checks import check_not_a_single_key
 
-__all__ = ["FlagsOf", "batched_prefix", "batched_window", "fast_flags"]
+__all__ = ["FlagsOf", "batched_prefix", "batched_window", "fast_flags", "unhashable_key"]
 
 # kvproto.tierkit re-exports these as ReadyFlags, ready_flags, ready_prefix_scan and ready_window_scan:
 # the same batched scans for an engine that keeps its own primary with a ready view.
@@ -100,10 +101,18 @@ def _never(key: OffloadKey) -> LookupResult:
 
 
 def _check_keys(method: str, keys: object) -> None:
-    if isinstance(keys, (bytes, bytearray, memoryview, str)):
-        raise InvalidArgumentError(
-            f"TieringManager.{method}: keys must be a sequence of keys, got a single {type(keys).__name__} {keys!r:.60}"
-        )
+    check_not_a_single_key("TieringManager", method, keys)
+
+
+def unhashable_key(keys: Iterable[object]) -> object | None:
+    """The first key of ``keys`` that cannot be hashed (the C pass over the ready view raised
+    TypeError for it, where ``lookup`` names it in an InvalidKeyError), or None."""
+    for key in keys:
+        try:
+            hash(key)
+        except TypeError:
+            return key
+    return None
 
 
 def batched_prefix(

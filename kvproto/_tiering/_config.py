@@ -6,7 +6,9 @@ deferrals finite (MGR-18).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import cast
 
 from kvproto.errors import ConfigurationError
 
@@ -25,20 +27,30 @@ class TieringConfig:
       manager answers that tier's lookups of the key with MISS for this many
       steps, or until a write-through stores the key there again (MGR-9).
     * ``job_deadline_steps``: a job a secondary has not reported this many
-      steps after its submission is ended by the manager (MGR-17): a
-      write-through releases its pin, and the key is not promoted from that
-      tier until a later write-through succeeds there (the tier may have read
-      the slot after its reuse); a promotion is abandoned: its key may be
-      stored and promoted again, while its primary slot stays reserved in the
-      primary (the late load may still land in it). A late report is counted.
+      steps after its submission (and, for a tier that declares
+      ``job_time_bound_s``, :class:`kvproto.JobTimeBound`, that many seconds
+      plus ``job_bound_grace_s``: the later of the two) is ended by the
+      manager (MGR-17): a promotion is abandoned, its key may be stored and
+      promoted again at once, while the primary slots it used stay held
+      (quarantined reservations, write-through pins) until the transfer is
+      provably over: the tier reports the job late, says it has no pending
+      work, or is shut down. A late report is counted.
+    * ``job_bound_grace_s``: seconds added to a tier's declared job time
+      bound before the manager ends its job (the report reaches the manager
+      at its next step).
+    * ``quarantine_share``: once the abandoned jobs of one secondary hold
+      this share of the primary's slots (at least one slot), the tier is
+      paused (its lookups are skipped, no write-through goes to it) until
+      slots come back, so a tier that stopped answering holds at most that
+      share plus the jobs it already had in flight (MGR-17).
     * ``promotion_hold_steps``: a block a promotion just made readable is
       pinned by the manager for this many steps, so another request's
       promotions cannot evict it before its own request's next scan loads it
       (MGR-9: without it, two requests whose prefixes together exceed the
       primary evict each other's promotions for ever). 0 turns it off.
     * ``max_tracked_keys``: the most keys any per-key map of the manager holds
-      (negative verdicts and distrusted keys per tier, abandoned jobs); the
-      oldest entries go first (MGR-18).
+      (negative verdicts per tier); the oldest entries go first (MGR-18). The
+      abandoned jobs are bounded by the quarantine limit instead.
     """
 
     strict: bool = False
@@ -46,6 +58,8 @@ class TieringConfig:
     job_deadline_steps: int = 1024
     promotion_hold_steps: int = 2
     max_tracked_keys: int = 65_536
+    job_bound_grace_s: float = 1.0
+    quarantine_share: float = 0.25
 
     def __post_init__(self) -> None:
         if type(self.strict) is not bool:
@@ -56,6 +70,12 @@ class TieringConfig:
             value: object = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ConfigurationError(f"TieringConfig.{name} must be an int >= {low}, got {value!r}")
+        grace: object = self.job_bound_grace_s
+        if type(grace) not in (int, float) or not 0 <= cast(float, grace) < math.inf:
+            raise ConfigurationError(f"TieringConfig.job_bound_grace_s must be a finite number >= 0, got {grace!r}")
+        share: object = self.quarantine_share
+        if type(share) not in (int, float) or not 0 < cast(float, share) <= 1:
+            raise ConfigurationError(f"TieringConfig.quarantine_share must be a number in (0, 1], got {share!r}")
 
 
 @dataclass(slots=True)
@@ -74,3 +94,6 @@ class TieringStats:
     promotions_timed_out: int = 0  # jobs abandoned by job_deadline_steps
     late_reports: int = 0  # reports of jobs already ended by their deadline
     tracked_keys_dropped: int = 0  # entries dropped to keep max_tracked_keys
+    quarantined_slots: int = 0  # now: primary slots held by abandoned jobs (MGR-17); a gauge, not a counter
+    quarantine_released: int = 0  # slots given back: transfers of abandoned jobs provably over
+    quarantine_skips: int = 0  # lookups and write-throughs that skipped a tier paused at its quarantine limit

@@ -12,16 +12,17 @@ state in :mod:`kvproto._tiering._records`, and its one failure rule in
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+import time
+from collections.abc import Callable, Container, Iterable, Sequence
 
 from kvproto import members as lr
 from kvproto._events import OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
-from kvproto._requests import ReqContext
+from kvproto._requests import ReqContext, check_req_id
 from kvproto._results import LookupResult, unreachable
-from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_flags
+from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_flags, unhashable_key
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
@@ -30,11 +31,13 @@ from kvproto.errors import (
     ConfigurationError,
     ContractViolation,
     InvalidArgumentError,
+    InvalidKeyError,
     KvprotoError,
     TierError,
     TierMisuseError,
 )
 from kvproto.scan import Decision
+from kvproto.tierkit._slot_checks import key_batch
 
 __all__ = ["TieringManager"]
 
@@ -62,6 +65,14 @@ class TieringManager:
     primary for the scheduler's own misuse of ``prepare_store``,
     ``complete_store``, ``prepare_load`` or ``complete_load``, and contract
     violations in strict mode.
+
+    Deadlines (MGR-17): a job unreported after ``job_deadline_steps`` steps
+    (and, for a tier declaring ``job_time_bound_s``, after that bound plus
+    ``job_bound_grace_s`` seconds of ``clock``) is ended; the primary slots it
+    used stay quarantined until its transfer is provably over (the tier
+    reports it late, has no pending work, or shuts down); a tier whose
+    abandoned jobs hold ``quarantine_share`` of the primary is paused.
+    ``clock``: monotonic seconds (tests inject a fake one).
     """
 
     def __init__(
@@ -70,6 +81,7 @@ class TieringManager:
         secondaries: Sequence[SecondaryTier],
         *,
         config: TieringConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(primary, PrimaryTier):
             raise ConfigurationError(
@@ -114,7 +126,7 @@ class TieringManager:
             (primary.name, primary),
             *((r.name, r.tier) for r in self._records),
         )
-        self._transfers = Transfers(primary, self._records, self._config, self.stats, self._guard)
+        self._transfers = Transfers(primary, self._records, self._config, self.stats, self._guard, clock)
         # The transfers' own dicts, read and staged into on the lookup path.
         self._promoting = self._transfers.promoting
         self._staged_loads = self._transfers.staged_loads
@@ -146,7 +158,7 @@ class TieringManager:
         records, transfers = self._records, self._transfers
         return {
             "negative_verdicts": sum(len(r.negative) for r in records),
-            "distrusted_keys": sum(len(r.distrusted) for r in records),
+            "quarantined_slots": sum(r.held_slots for r in records),
             "abandoned_jobs": sum(len(r.abandoned) for r in records),
             "jobs_in_flight": sum(len(r.jobs) for r in records),
             "promotions": len(self._promoting),
@@ -171,8 +183,12 @@ class TieringManager:
 
         A HIT means the primary holds the block and it is readable now.
         """
-        if key in self._ready:
-            return lr.HIT  # the primary's live ready set says HIT (MGR-15)
+        try:
+            if key in self._ready:
+                return lr.HIT  # the primary's live ready set says HIT (MGR-15)
+        except TypeError:
+            _check_key("lookup", key)  # an unhashable key: a typed error naming it (MGR-11)
+            raise
         try:
             result = self._primary_lookup(key, req_context)
             match result:
@@ -189,9 +205,12 @@ class TieringManager:
         except ContractViolation as exc:
             self._guard.violation(exc)
         except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
+            _check_key("lookup", key)  # the caller's bad key is its own error, not the tier's (MGR-11)
             self._guard.error(self._primary.name, "lookup", exc)
             return lr.MISS
         if self._records:
+            if type(key) is not bytes:  # off the primary-HIT path: checked before any secondary sees it
+                _check_key("lookup", key)
             return self._lookup_secondaries(key, req_context)
         return lr.MISS
 
@@ -206,8 +225,8 @@ class TieringManager:
         retry = False
         step = transfers.step
         for record in self._records:
-            distrusted = record.distrusted
-            if distrusted and key in distrusted:
+            if record.paused:
+                self.stats.quarantine_skips += 1  # its abandoned jobs hold the quarantine limit (MGR-17)
                 continue
             negative = record.negative
             if negative:
@@ -221,7 +240,7 @@ class TieringManager:
                 result = record.lookup(key, req_context)
                 match result:
                     case lr.HIT:
-                        return self._start_promotion(record.index, key, req_context)
+                        break  # promoted below, outside the tier's try: the caller's misuse is raised (MGR-11)
                     case lr.MISS:
                         pass
                     case lr.RETRY:
@@ -236,9 +255,12 @@ class TieringManager:
                 self._guard.violation(exc)
             except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
                 self._guard.error(record.name, "lookup", exc)
-        return lr.RETRY if retry else lr.MISS
+        else:
+            return lr.RETRY if retry else lr.MISS
+        return self._start_promotion(record.index, key, req_context)
 
     def _start_promotion(self, index: int, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        _check_context("lookup", req_context)  # before the reservation: its req_id keys the staged job (MGR-11)
         try:
             out = self._primary.prepare_store((key,), req_context)
         except Exception as exc:  # noqa: BLE001 - no slot is a MISS (MGR-10)
@@ -268,7 +290,11 @@ class TieringManager:
         :class:`~kvproto.errors.InvalidArgumentError` before any lookup.
         """
         _check_context("scan_prefix", req_context)
-        return batched_prefix(self.lookup, self._ready_flags, keys, req_context)
+        try:
+            return batched_prefix(self.lookup, self._ready_flags, keys, req_context)
+        except TypeError:
+            _check_unhashable(keys)
+            raise
 
     def scan_window(
         self, keys: Sequence[OffloadKey], req_context: ReqContext, window: int, *, initial_window: int | None = None
@@ -281,11 +307,15 @@ class TieringManager:
         bad ``req_context`` or ``keys`` as :meth:`scan_prefix` does, before any lookup.
         """
         _check_context("scan_window", req_context)
-        return batched_window(self.lookup, self._ready_flags, keys, req_context, window, initial_window)
+        try:
+            return batched_window(self.lookup, self._ready_flags, keys, req_context, window, initial_window)
+        except TypeError:
+            _check_unhashable(keys)
+            raise
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
         """Mark ``keys`` as recently used in the primary and in every secondary (TIER-5, MGR-19)."""
-        batch = tuple(keys)
+        batch = key_batch("TieringManager", "touch", keys)
         call = self._guard.call
         for name, tier in self._named_tiers:
             call(name, "touch", tier.touch, batch)  # recency is advisory
@@ -301,9 +331,11 @@ class TieringManager:
         when the primary cannot reserve the slots or fails. A ``req_context``
         that is not a :class:`~kvproto.ReqContext` is an
         :class:`~kvproto.errors.InvalidArgumentError`, raised before anything
-        is reserved (MGR-11).
+        is reserved (MGR-11), as is a ``req_id`` that is not a ``str`` or a key
+        that is not ``bytes`` (:class:`~kvproto.errors.InvalidKeyError`).
         """
         _check_context("prepare_store", req_context)
+        keys = key_batch("TieringManager", "prepare_store", keys)
         if self._promoting:
             keys = [k for k in keys if k not in self._promoting]
         primary = self._primary
@@ -332,7 +364,12 @@ class TieringManager:
         misuse errors pass through, and then the manager changes nothing
         either (TIER-7, MGR-11).
         """
-        batch = tuple(keys)
+        flag: object = success
+        if flag is not True and flag is not False:
+            raise InvalidArgumentError(
+                f"TieringManager.complete_store: success must be a bool, got {type(flag).__name__} {flag!r:.40}"
+            )
+        batch = key_batch("TieringManager", "complete_store", keys)
         if self._promoting:
             for key in batch:
                 if key in self._promoting:
@@ -394,6 +431,7 @@ class TieringManager:
         naming it (MGR-10, MGR-11).
         """
         _check_context("prepare_load", req_context)
+        keys = key_batch("TieringManager", "prepare_load", keys)
         try:
             return self._primary.prepare_load(keys, req_context)
         except KvprotoError:
@@ -408,8 +446,9 @@ class TieringManager:
         The primary's misuse errors pass through; any other exception is logged
         and counted, never raised (MGR-10).
         """
+        batch = key_batch("TieringManager", "complete_load", keys)
         primary = self._primary
-        self._guard.call(primary.name, "complete_load", primary.complete_load, keys, misuse_raises=True)
+        self._guard.call(primary.name, "complete_load", primary.complete_load, batch, misuse_raises=True)
 
     # ------------------------------------------------------------------ steps
 
@@ -489,7 +528,6 @@ class TieringManager:
         transfers.drop_staged()
         for record in self._records:
             record.negative.clear()
-            record.distrusted.clear()
         ok = True
         call = self._guard.call
         for name, tier in self._named_tiers:
@@ -518,10 +556,26 @@ class TieringManager:
 
 
 def _check_context(method: str, req_context: object) -> None:
+    """InvalidArgumentError unless ``req_context`` is a ReqContext whose ``req_id`` is a str (MGR-11)."""
     if not isinstance(req_context, ReqContext):
         raise InvalidArgumentError(
-            f"TieringManager.{method}: req_context must be a ReqContext, got {req_context!r}"
+            f"TieringManager.{method}: req_context must be a ReqContext, got {req_context!r:.80}"
         )
+    check_req_id(f"TieringManager.{method}: req_context", req_context.req_id)  # it may be reassigned
+
+
+def _check_key(method: str, key: object) -> None:
+    """InvalidKeyError naming ``key`` unless it is ``bytes`` (MGR-11)."""
+    if not isinstance(key, bytes):
+        raise InvalidKeyError(f"TieringManager.{method}: key must be bytes, got {type(key).__name__} {key!r:.80}")
+
+
+def _check_unhashable(keys: Iterable[object]) -> None:
+    """After a batched scan's C pass raised TypeError: the InvalidKeyError ``lookup`` raises for an
+    unhashable key, naming it (MGR-11, MGR-20); nothing if no key is unhashable."""
+    bad = unhashable_key(keys)
+    if bad is not None:
+        _check_key("lookup", bad)
 
 
 def _conforms(manager: TieringManager) -> OffloadingManager:

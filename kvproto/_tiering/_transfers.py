@@ -6,22 +6,25 @@ every secondary. :meth:`Transfers.submit_staged` turns the staged pairs into
 one job per (tier, request); :meth:`Transfers.collect` takes what the tiers
 report and :meth:`Transfers.end_job` settles each job: promoted keys become
 ready (and are held a few steps) or fail (a negative verdict), write-through
-pins are released. :meth:`Transfers.expire` ends jobs past their deadline.
+pins are released. :meth:`Transfers.expire` ends jobs past their deadline:
+their keys are free at once, the primary slots they used stay held
+(quarantined) until the transfer is provably over (MGR-17).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
-from kvproto._protocols import PrimaryTier
+from kvproto._protocols import PrimaryTier, SlotQuarantine
 from kvproto._requests import ReqContext
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
-from kvproto._tiering._records import SecondaryRecord, cap_entries, mark
+from kvproto._tiering._records import Abandoned, SecondaryRecord, cap_entries, mark
 from kvproto.errors import ContractViolation
 
 __all__ = ["Transfers"]
@@ -42,9 +45,14 @@ class Transfers:
         config: TieringConfig,
         stats: TieringStats,
         guard: TierGuard,
+        clock: Callable[[], float],
     ) -> None:
         self.primary, self.records, self.config = primary, records, config
-        self.stats, self.guard = stats, guard
+        self.stats, self.guard, self.clock = stats, guard, clock
+        # Abandoned jobs of one tier hold at most this many primary slots before it is paused (MGR-17).
+        shape = getattr(primary.buffer, "shape", None) or (1,)
+        self.quarantine_limit = max(1, int(int(shape[0]) * config.quarantine_share))
+        self.quarantine: SlotQuarantine | None = primary if isinstance(primary, SlotQuarantine) else None
         self.step = 0  # steps ended so far (on_step_end)
         self.closed = False  # shut down: no promotion starts or is held any more
         self.next_job = 0  # the last job id given
@@ -70,7 +78,10 @@ class Transfers:
         for key, rid in owners:
             by_request.setdefault(rid, []).append(key)
         for rid, group in by_request.items():
-            for index in range(len(self.records)):
+            for index, record in enumerate(self.records):
+                if record.paused:
+                    self.stats.quarantine_skips += len(group)  # a tier that stopped answering gets no more
+                    continue
                 pinned = self.pin(group, purpose="write-through pin")
                 if not pinned:
                     continue
@@ -122,7 +133,7 @@ class Transfers:
             req_id=rid,
         )
         record.jobs[job.job_id] = job
-        record.job_steps[job.job_id] = self.step
+        record.job_steps[job.job_id] = (self.step, self.clock() if record.bound_s is not None else 0.0)
         if promotion:
             self.stats.promotion_jobs += 1
             submitted = self.guard.call(record.name, "submit_load", record.tier.submit_load, job)
@@ -175,8 +186,10 @@ class Transfers:
                 job = jobs.pop(result.job_id, None)
                 record.job_steps.pop(result.job_id, None)
                 if job is None:
-                    if record.abandoned.pop(result.job_id, None) is not None:
+                    abandoned = record.abandoned.pop(result.job_id, None)
+                    if abandoned is not None:
                         self.stats.late_reports += 1  # a job ended by its deadline reports after all
+                        self._give_back(record, abandoned, result.succeeded_keys(abandoned.job))
                         continue
                     violations.append(
                         ContractViolation(
@@ -208,13 +221,15 @@ class Transfers:
                 promoting.pop(key, None)
             return
         self.guard.call(primary.name, "complete_load (write-through pin)", primary.complete_load, job.keys)
+        self._stored(record, job, ok)
+
+    def _stored(self, record: SecondaryRecord, job: TransferJob, ok: frozenset[OffloadKey]) -> None:
+        """A write-through ended: its stored keys lose their negative verdicts; the others are counted."""
         negative = record.negative
-        distrusted = record.distrusted
         failed_count = 0
         for key in job.keys:
             if key in ok:
                 negative.pop(key, None)
-                distrusted.pop(key, None)
             else:
                 failed_count += 1
         self.stats.write_throughs_failed += failed_count
@@ -231,6 +246,7 @@ class Transfers:
                 del jobs[job.job_id]
                 self.end_job(record, job, frozenset())
             record.job_steps.clear()
+            self._give_back_all(record)  # the tier joined its workers: no transfer of it runs any more
 
     def _settle_reservations(self, keys: list[OffloadKey], success: bool) -> None:
         """Complete promotion reservations in the primary; key by key if the batch is refused."""
@@ -268,41 +284,94 @@ class Transfers:
             self.guard.call(primary.name, "complete_load (promotion hold)", primary.complete_load, keys)
 
     def expire(self) -> None:
-        """Release promotion holds, prune expired negative verdicts and end jobs past their deadline
-        (MGR-9, MGR-17, MGR-18)."""
+        """Release promotion holds, prune expired negative verdicts, end jobs past their deadline and give
+        back the slots of abandoned jobs whose tier has no pending work any more (MGR-9, MGR-17, MGR-18)."""
         step = self.step
         self.release_held(until=step)
         for record in self.records:
             record.expire_negatives(step)
         oldest = step - self.config.job_deadline_steps
+        now: float | None = None
         for record in self.records:
-            for job in record.overdue(oldest):
+            if not record.job_steps:
+                continue
+            before = math.inf
+            if record.bound_s is not None:
+                # Never before the tier's own bound: the two deadlines agree by construction (MGR-17).
+                now = self.clock() if now is None else now
+                before = now - record.bound_s - self.config.job_bound_grace_s
+            for job in record.overdue(oldest, before):
                 self._end_by_deadline(record, job)
+        for record in self.records:
+            if record.abandoned:
+                # TIER-15: no pending work means no job of the tier runs: the abandoned transfers are over.
+                pending = self.guard.call(record.name, "has_pending_work", record.tier.has_pending_work)
+                if pending is not FAILED and not pending:
+                    self._give_back_all(record)
 
     def _end_by_deadline(self, record: SecondaryRecord, job: TransferJob) -> None:
-        """End a job its tier has not reported within ``job_deadline_steps`` (MGR-17)."""
+        """End a job its tier has not reported by its deadline; its slots stay held (MGR-17)."""
         _log.warning(
-            "tier %r: job %d (%s of %d keys) not reported in %d steps; ended by the manager",
-            record.name, job.job_id, "promotion" if job.promotion else "write-through",
+            "tier %r: job %d (%s of %d keys) not reported in %d steps%s; ended by the manager, its slots held "
+            "until it reports", record.name, job.job_id, "promotion" if job.promotion else "write-through",
             len(job.keys), self.config.job_deadline_steps,
+            "" if record.bound_s is None else f" and {record.bound_s:g} s (its declared bound)",
         )
-        record.abandoned[job.job_id] = job
-        cap_entries(record.abandoned, self.config.max_tracked_keys, self.stats)
+        held: tuple[int, ...] | None = None
         if job.promotion:
-            # The load may still land in its slots: they stay reserved in the primary, never
-            # completed by us; the keys may be stored and promoted again.
+            # The load may still land in its slots: with SlotQuarantine the keys are free at once and the
+            # slots held; otherwise the reservations stay WRITING until the transfer is over.
             self.stats.promotions_timed_out += len(job.keys)
+            quarantine = self.quarantine
+            if quarantine is not None:
+                got = self.guard.call(
+                    self.primary.name, "quarantine_stores", quarantine.quarantine_stores, job.keys
+                )
+                held = None if got is FAILED else got
             for key in job.keys:
                 self.promoting.pop(key, None)
             self._add_negative(record, job.keys)
-            return
-        self.stats.write_throughs_timed_out += len(job.keys)
-        mark(record.distrusted, job.keys, None)
-        cap_entries(record.distrusted, self.config.max_tracked_keys, self.stats)
-        primary = self.primary
-        self.guard.call(
-            primary.name, "complete_load (write-through past its deadline)", primary.complete_load, job.keys
-        )
+        else:
+            # Its pins stay: the tier may still read the rows, which must not be reused meanwhile.
+            self.stats.write_throughs_timed_out += len(job.keys)
+        record.abandoned[job.job_id] = Abandoned(job, held)
+        self._count_held(record, len(job.keys))
+
+    def _count_held(self, record: SecondaryRecord, change: int) -> None:
+        record.held_slots += change
+        self.stats.quarantined_slots += change
+        record.paused = record.held_slots >= self.quarantine_limit
+
+    def _give_back(self, record: SecondaryRecord, abandoned: Abandoned, ok: frozenset[OffloadKey]) -> None:
+        """The transfer of an abandoned job is over: its slots go back to the primary (MGR-17).
+
+        ``ok``: its keys that a late report names done. A write-through's pins
+        are released (its stored keys count, as the rows were never reused); a
+        promotion's quarantined slots are released, or its reservations, still
+        WRITING, completed as the report says.
+        """
+        job, primary, guard = abandoned.job, self.primary, self.guard
+        if not job.promotion:
+            guard.call(primary.name, "complete_load (write-through ended late)", primary.complete_load, job.keys)
+            self._stored(record, job, ok)
+        elif abandoned.held is not None:
+            if abandoned.held and self.quarantine is not None:
+                guard.call(primary.name, "release_slots", self.quarantine.release_slots, abandoned.held)
+        else:
+            done = [k for k in job.keys if k in ok]
+            failed = [k for k in job.keys if k not in ok]
+            for keys, success in ((done, True), (failed, False)):
+                if keys:
+                    self._settle_reservations(keys, success)
+        self.stats.quarantine_released += len(job.keys)
+        self._count_held(record, -len(job.keys))
+
+    def _give_back_all(self, record: SecondaryRecord) -> None:
+        """Every abandoned job of ``record``'s tier is provably over (it has no pending work, or shut down)."""
+        abandoned = record.abandoned
+        while abandoned:
+            _, entry = abandoned.popitem(last=False)
+            self._give_back(record, entry, frozenset())
 
 
 def _take_into(out: list[object], get_finished_jobs: Callable[[], Iterable[object]]) -> None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 
 from kvproto._capabilities import Capabilities
-from kvproto.testing._checks import CheckInfo, check, checks_of
+from kvproto.testing._checks import NEEDS, VACUOUS, CheckInfo, check, checks_of
 from kvproto.testing._driver import resolve_capabilities
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits, KitProfile, profile_named
@@ -70,7 +70,8 @@ class KitBase:
     # ---- the gate every check passes through --------------------------------------------
     @pytest.fixture(autouse=True)
     def _kvproto_gate(self, request: pytest.FixtureRequest) -> None:
-        """Apply expected failures, skip for missing capabilities and hooks, record the clause."""
+        """Apply expected failures, skip for missing capabilities and hooks (and for declared ones a
+        check is vacuous with, CAP-1), record the clause."""
         # The name the check is collected under: a shared check serves under each role's own name.
         name: str = getattr(request.node, "originalname", request.node.name)
         info = self.kit_checks().get(name)
@@ -86,17 +87,17 @@ class KitBase:
         reason = self.expected_failures.get(name)
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=not info.hypothesis, reason=reason))
-        if info.needs:
+        if info.needs or info.unless:
             caps = self.capabilities
             if caps is None:
                 caps = self.declared_capabilities(request.getfixturevalue("tier"))
+            for ability in info.unless:
+                if caps.has(ability):
+                    pytest.skip(VACUOUS.format(ability=ability) + f" ({info.clause} binds only a tier without it)")
             for ability in info.needs:
                 if not caps.has(ability):
                     why = caps.reasons.get(ability)
-                    pytest.skip(
-                        f"needs capability '{ability}', which the tier does not declare"
-                        + (f" ({why})" if why else "")
-                    )
+                    pytest.skip(NEEDS.format(ability=ability) + (f" ({why})" if why else ""))
         for hook in info.hooks:
             if not self.has_hook(hook):
                 owner = getattr(self, "_hook_owner", None) or type(self).__name__

@@ -8,7 +8,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["CheckInfo", "check", "checks_of", "info_of"]
+__all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of"]
+
+NEEDS = "needs capability '{ability}', which the tier does not declare"
+"""How a check needing an undeclared capability skips (KIT-4); the runner reads the capability
+from the quoted name, so the verdict names the clause left unchecked (CAP-1)."""
+
+VACUOUS = "vacuous: the tier declares capability '{ability}'"
+"""How a check that means something only without a capability skips where the tier declares it
+(CAP-1: the check of the declared behaviour runs instead)."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -23,7 +31,9 @@ class CheckInfo:
     names (fields of :class:`~kvproto.Capabilities`) without which it skips
     (KIT-4). ``hooks``: backdoor hooks of the test class it needs (KIT-5).
     ``hypothesis``: True when Hypothesis drives it, so an expected failure is
-    a non-strict xfail (KIT-6).
+    a non-strict xfail (KIT-6). ``unless``: capability names with which it is
+    vacuous (it checks the promise of their absence), so it skips where the
+    tier declares one, naming it (CAP-1).
     """
 
     name: str
@@ -32,6 +42,7 @@ class CheckInfo:
     needs: tuple[str, ...] = ()
     hooks: tuple[str, ...] = ()
     hypothesis: bool = False
+    unless: tuple[str, ...] = ()
 
 
 def check(
@@ -40,12 +51,13 @@ def check(
     needs: tuple[str, ...] = (),
     hooks: tuple[str, ...] = (),
     hypothesis: bool = False,
+    unless: tuple[str, ...] = (),
 ) -> Callable[[_F], _F]:
     """Mark a test method of a kit base class as the check of ``clause``."""
 
     def mark(fn: _F) -> _F:
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
-        info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis)
+        info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis, unless)
         setattr(fn, _ATTR, info)
         marked: _F = pytest.mark.kvproto(fn)
         if hypothesis:

@@ -14,13 +14,13 @@ from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, ReadyKeys
 from kvproto._requests import ReqContext
-from kvproto.errors import TierMisuseError
 from kvproto.testing._checks import check
 from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._primary_driver import PrimaryDriver
+from kvproto.testing._primary_pins import PrimaryPinChecks
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
 
@@ -28,7 +28,7 @@ PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 
-class PrimaryTierTests(TierChecks[PrimaryDriver]):
+class PrimaryTierTests(PrimaryPinChecks):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 
@@ -243,62 +243,6 @@ class PrimaryTierTests(TierChecks[PrimaryDriver]):
             raise ConformanceFailure("TIER-8", "prepare_load returned one slot for different keys")
         kit.tier.complete_load(order)
 
-    @check("TIER-8", needs=("eviction",))
-    def test_pinned_block_is_not_evicted(self, kit: PrimaryDriver) -> None:
-        """A pinned block stays HIT with its bytes while stores evict everything else."""
-        keys = key_pool("p-pin", kit.num_slots)
-        kit.store(keys)
-        kit.load(keys[:1])
-        extra = key_pool("p-pin-extra", kit.num_slots - 1)
-        out = kit.store(extra)
-        if keys[0] in out.evicted:
-            raise ConformanceFailure("TIER-8", "a pinned block was evicted")
-        kit.expect(keys[:1], lr.HIT, "TIER-8", "for a pinned block while stores evicted")
-        kit.load(keys[:1])
-        kit.tier.complete_load([keys[0], keys[0]])
-
-    @check("TIER-9", needs=("eviction",))
-    def test_complete_load_releases_pin(self, kit: PrimaryDriver) -> None:
-        """After complete_load the blocks can be evicted again: no pin leaks."""
-        keys = key_pool("p-release", kit.num_slots)
-        kit.store(keys)
-        for i in range(0, len(keys), 4):
-            kit.load(keys[i : i + 4])
-            kit.tier.complete_load(keys[i : i + 4])
-        extra = key_pool("p-release-extra", kit.num_slots)
-        out = kit.prepare(extra)
-        if out is None or len(out.keys_to_store) != len(extra):
-            raise ConformanceFailure(
-                "TIER-9",
-                f"after complete_load released every pin, prepare_store of {len(extra)} new blocks "
-                "could not evict the old ones: pins leaked",
-            )
-        kit.tier.complete_store(out.keys_to_store, True)
-        if kit.tier.has_pending_work():
-            raise ConformanceFailure("TIER-15", "has_pending_work is True with no store or load in flight")
-
-    @check("TIER-9", needs=("eviction",))
-    def test_releasing_a_pin_never_taken_is_misuse(self, kit: PrimaryDriver) -> None:
-        """complete_load of a key holding no pin raises TierMisuseError and leaves no negative count
-        behind: a pin taken afterwards still protects the block from eviction."""
-        keys = key_pool("p-misuse", kit.num_slots)
-        kit.store(keys)
-        try:
-            kit.tier.complete_load(keys[:1])
-        except TierMisuseError:
-            pass
-        else:
-            raise ConformanceFailure(
-                "TIER-9", "complete_load of a key holding no pin returned normally; it must raise TierMisuseError"
-            )
-        kit.load(keys[:1])
-        out = kit.store(key_pool("p-misuse-extra", kit.num_slots - 1))
-        if keys[0] in out.evicted:
-            raise ConformanceFailure(
-                "TIER-9", "a pin taken after an unmatched complete_load did not protect its block (negative pin count)"
-            )
-        kit.tier.complete_load(keys[:1])
-
     @check("TIER-6")
     def test_keys_isolated_by_hash_and_group(self, kit: PrimaryDriver) -> None:
         """Keys that differ only in hash or only in group never see each other's blocks."""
@@ -309,25 +253,6 @@ class PrimaryTierTests(TierChecks[PrimaryDriver]):
         kit.expect(absent, lr.MISS, "TIER-6", "(never stored; it differs from a stored key only in hash or group)")
         kit.load(stored)
         kit.tier.complete_load(stored)
-
-    @check("TIER-6", needs=("eviction",))
-    def test_prepare_store_never_evicts_its_own_input(self, kit: PrimaryDriver) -> None:
-        """On a full tier, prepare_store of a READY key plus new ones never evicts that READY key."""
-        keys = key_pool("p-own", kit.num_slots)
-        kit.store(keys)
-        kit.tier.touch(keys[1:])  # keys[0] is now the least recently used: the first victim
-        extra = key_pool("p-own-extra", 2)
-        out = kit.prepare([keys[0], *extra])
-        if out is None:
-            raise ConformanceFailure("TIER-6", "prepare_store returned None on a full tier with unpinned blocks")
-        if keys[0] in out.evicted:
-            raise ConformanceFailure(
-                "TIER-6", f"prepare_store evicted {short_key(keys[0])}, one of its own input keys, to make room"
-            )
-        kit.tier.complete_store(out.keys_to_store, True)
-        kit.expect(keys[:1], lr.HIT, "TIER-6", "(a READY input key of prepare_store on a full tier)")
-        kit.load(keys[:1])
-        kit.tier.complete_load(keys[:1])
 
     @check("TIER-6")
     def test_prepare_store_short_of_room_changes_nothing(self, kit: PrimaryDriver) -> None:
@@ -361,22 +286,6 @@ class PrimaryTierTests(TierChecks[PrimaryDriver]):
         kit.expect(keys[2:], lr.MISS, "TIER-7", "after complete_store(success=False)")
         kit.load(keys[:2])
         kit.tier.complete_load(keys[:2])
-
-    @check("TIER-8", needs=("eviction",))
-    def test_two_pins_released_once_stay_protected(self, kit: PrimaryDriver) -> None:
-        """Pins are counted: a block pinned twice and released once is still pinned, never evicted."""
-        keys = key_pool("p-twice", kit.num_slots)
-        kit.store(keys)
-        kit.load(keys[:1])
-        kit.load(keys[:1])
-        kit.tier.complete_load(keys[:1])
-        out = kit.store(key_pool("p-twice-extra", kit.num_slots - 1))
-        if keys[0] in out.evicted:
-            raise ConformanceFailure(
-                "TIER-8", "a block pinned twice and released once was evicted: pins must be counted"
-            )
-        kit.expect(keys[:1], lr.HIT, "TIER-8", "(pinned twice, released once)")
-        kit.tier.complete_load(keys[:1])
 
     @check("TIER-16")
     def test_reset_cache_with_pins_held(self, kit: PrimaryDriver) -> None:

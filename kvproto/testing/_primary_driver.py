@@ -63,9 +63,55 @@ class PrimaryDriver(TierDriver[PrimaryTier]):
             raise ConformanceFailure("TIER-6", f"prepare_store reserved invalid or repeated slots {out.slots}")
         if not set(out.keys_to_store) <= set(keys):
             raise ConformanceFailure("TIER-6", "prepare_store reserved keys that were not asked for")
+        if out.evicted and not self.capabilities.eviction:
+            raise ConformanceFailure(
+                "CAP-2",
+                f"prepare_store evicted {len(out.evicted)} block(s) (first {short_key(out.evicted[0])}) but the "
+                "tier does not declare eviction: an undeclared capability is a promise never to do it",
+            )
         for key, slot in zip(out.keys_to_store, out.slots, strict=True):
             row(self.buffer, slot)[:] = block_for(key, self.block_bytes)
         return out
+
+    @property
+    def evicts(self) -> bool:
+        """True if the tier declares eviction; a tier that does not must refuse a store it has no
+        free slots for (CAP-2, CAP-5)."""
+        return self.capabilities.eviction
+
+    def refused(self, keys: Sequence[OffloadKey], clause: str, why: str) -> None:
+        """``prepare_store`` of ``keys`` (none present) on a full tier that declares no eviction must
+        answer None: it has no free slot and may drop no block (CAP-2); ``clause`` is what a slot
+        found anyway breaks, ``why`` the situation."""
+        out = self.prepare(keys)
+        if out is None:
+            return
+        if out.keys_to_store:
+            self.tier.complete_store(out.keys_to_store, False)
+            raise ConformanceFailure(
+                clause,
+                f"prepare_store of {len(keys)} new keys on a full tier that declares no eviction reserved "
+                f"{len(out.keys_to_store)} slot(s) {why}; with no free slot it must answer None, dropping nothing",
+            )
+
+    def pins_show(self, held: bool, clause: str, why: str) -> None:
+        """What a primary that cannot show pins by eviction shows instead (TIER-15, TIER-16): with a
+        pin ``held``, has_pending_work is True and reset_cache refuses (False); with none, has_pending_work
+        is False. Fails ``clause`` saying ``why``. (reset_cache is asked only while a pin is held: idle it
+        would forget the blocks.)"""
+        pending: object = self.tier.has_pending_work()
+        if held and pending is not True:
+            raise ConformanceFailure(
+                clause, f"has_pending_work answered {pending!r} {why}; a pin is held, so a load is in flight"
+            )
+        if not held and pending is not False:
+            raise ConformanceFailure(clause, f"has_pending_work answered {pending!r} {why}; no pin is held")
+        if held:
+            answer: object = self.tier.reset_cache()
+            if answer is not False:
+                raise ConformanceFailure(
+                    clause, f"reset_cache answered {answer!r} {why}; a pin is held, so it must refuse (False)"
+                )
 
     def store(
         self, keys: Sequence[OffloadKey], *, success: bool = True, context: ReqContext | None = None

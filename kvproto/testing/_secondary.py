@@ -16,7 +16,7 @@ from kvproto._events import EventKind
 from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
-from kvproto.testing._driver import short_key
+from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
@@ -210,26 +210,75 @@ class SecondaryTierTests(SecondaryDataChecks):
             raise ConformanceFailure("TIER-16", "reset_cache with every job reported did not answer True")
         kit.expect(kit.resolve(keys), lr.MISS, "TIER-16", "after reset_cache")
 
-    @check("TIER-10")
+    @check("CAP-2")
     def test_holds_what_it_stored_past_its_capacity(self, kit: SecondaryDriver) -> None:
-        """Stores of 96 blocks: without ``eviction`` declared every one still answers HIT (a tier
-        that drops blocks must declare it); with it, any may answer MISS, and each HIT loads its bytes."""
+        """Stores of 96 blocks: without ``eviction`` declared every one still answers HIT at the end
+        (a tier that drops blocks must declare it: CAP-2; one that never answered HIT was a lost
+        write, TIER-10); with it, any may answer MISS, and each HIT loads its bytes."""
+        evicts = self.declared_capabilities(kit.tier).eviction
         keys = key_pool("capacity", 96)
         for i in range(0, len(keys), 16):
-            result = kit.store(keys[i : i + 16], range(16))
-            if not result.success and not self.declared_capabilities(kit.tier).eviction:
+            batch = keys[i : i + 16]
+            result = kit.store(batch, range(16))
+            if not result.success and not evicts:
                 raise ConformanceFailure("TIER-10", f"a store of 16 blocks failed after {i} were stored: {result}")
+            if not evicts:
+                kit.expect(kit.resolve(batch), lr.HIT, "TIER-10", "right after its store reported success")
         answers = kit.resolve(keys)
         held = [k for k in keys if answers[k] is lr.HIT]
         lost = [k for k in keys if answers[k] is not lr.HIT]
-        if lost and not self.declared_capabilities(kit.tier).eviction:
+        if lost and not evicts:
             raise ConformanceFailure(
-                "TIER-10",
-                f"{len(lost)} of {len(keys)} stored blocks answer MISS (first {short_key(lost[0])}, "
-                f"after {len(held)} held): the tier drops blocks but does not declare eviction",
+                "CAP-2",
+                f"{len(lost)} of {len(keys)} stored blocks that answered HIT after their store now answer MISS "
+                f"(first {short_key(lost[0])}, after {len(held)} held; nothing was reset): the tier drops "
+                "blocks but does not declare eviction",
             )
         for i in range(0, len(held), 12):
             kit.load(held[i : i + 12], range(16, 16 + len(held[i : i + 12])))
+
+    @check("CAP-3", unless=("async_lookup",))
+    def test_retry_only_when_declared(self, kit: SecondaryDriver) -> None:
+        """Without ``async_lookup`` declared, no lookup answers RETRY: not for new keys, not while a
+        store or load is in flight, not after (the driver checks every lookup of every check)."""
+        keys = key_pool("cap3", 4)
+        for key in keys:
+            kit.lookup(key)
+        job = kit.submit_store(keys[:2], [0, 1])
+        while job.job_id not in kit.results:
+            for key in keys:
+                kit.lookup(key)
+            kit.wait_step([job])
+        load = kit.submit_load(keys[:2], [10, 11])
+        while load.job_id not in kit.results:
+            for key in keys:
+                kit.lookup(key)
+            kit.wait_step([load])
+        fresh = TrackedContext("kvproto-kit-cap3")
+        for key in keys:
+            kit.lookup(key, fresh)
+        kit.tier.on_request_finished(fresh)
+
+    @check("CAP-4", hooks=("fail_keys",), unless=("partial_jobs",))
+    def test_jobs_are_whole_without_partial_jobs(self, kit: SecondaryDriver) -> None:
+        """Without ``partial_jobs`` declared, a job that fails for some keys (the fail_keys hook)
+        fails whole: no result names a subset of its keys as done (the driver checks every result)."""
+        keys = key_pool("cap4", 4)
+        self.fail_keys(kit.tier, keys[1:2])
+        result = kit.store(keys)
+        answers = kit.resolve(keys)
+        if result.success:
+            if answers[keys[1]] is lr.HIT:
+                raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect: a key it names was stored")
+            raise ConformanceFailure(
+                "TIER-11", f"a store job was reported successful, but {short_key(keys[1])} answers MISS: it was not stored"
+            )
+        kit.expect({k: answers[k] for k in keys[1:2]}, lr.MISS, "TIER-4", "after its store job failed")
+        other = key_pool("cap4-other", 2)
+        if not kit.store(other, [4, 5]).success:
+            raise ConformanceFailure(
+                "KIT-5", "the fail_keys hook had more effect than asked: a store of keys it does not name failed"
+            )
 
     @check("TIER-14")
     def test_events_report_removals(self, kit: SecondaryDriver) -> None:

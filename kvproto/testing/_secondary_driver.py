@@ -48,6 +48,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self._last_step = 0.0
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
+        # KIT-5: the next ``_armed_left`` jobs submitted must fail whole (the kit armed fail_next_jobs).
+        self._armed_left = 0
+        self.armed_jobs: dict[int, str] = {}  # job id -> the hook armed for it
         # What each slot must hold; None while a load job targets it or after a failed load.
         self._shadow: list[bytes | None] = []
         for slot in range(self.num_slots):
@@ -102,7 +105,37 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self._next_job_id += 1
         self.jobs[job.job_id] = job
         self._submitted_at[job.job_id] = (self.steps, time.monotonic())
+        if self._armed_left > 0:
+            self._armed_left -= 1
+            self.armed_jobs[job.job_id] = "fail_next_jobs"
         return job
+
+    # ---- what the kit armed a backdoor hook for (KIT-5) ------------------------------------
+    def arm_failing_jobs(self, n: int) -> None:
+        """The kit called ``fail_next_jobs(tier, n)``: the next ``n`` jobs submitted must fail whole
+        (the count is set, not added). An armed job reported successful is the hook's fault, and
+        fails KIT-5 naming the hook (and any other job that failed instead), never a tier clause."""
+        self._armed_left = n
+
+    def _hook_misfired(self, job: TransferJob, result: JobResult) -> ConformanceFailure | None:
+        """KIT-5 where a hook armed for ``job`` had no effect on it (its fault landed elsewhere, or nowhere)."""
+        hook = self.armed_jobs.get(job.job_id)
+        if hook is not None and result.success:
+            elsewhere = [
+                j for j, r in self.results.items() if j > job.job_id and j not in self.armed_jobs and not r.success
+            ]
+            landed = (
+                f"job {elsewhere[0]}, which it was not armed for, failed instead"
+                if elsewhere
+                else "no job failed"
+            )
+            return ConformanceFailure(
+                "KIT-5",
+                f"the {hook} hook was armed for job {job.job_id} (the next job submitted), but that job succeeded "
+                f"and {landed}: the hook's fault missed its job (a hook that arms late, or fails another job, is "
+                "the hook's fault, not the tier's)",
+            )
+        return None
 
     def submit_store(
         self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None, *, context: ReqContext | None = None
@@ -159,6 +192,17 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
                 problems.append(problem)
             elif self.jobs[result.job_id].promotion:
                 loads.append((self.jobs[result.job_id], result))
+        # A hook that missed its job is judged once the whole batch is recorded (the job its fault
+        # landed on may come later in it), and is reported first: it is the hook's fault (KIT-5).
+        reported: list[object] = list(fresh)  # the tier may report anything: _record said what
+        misfires = [
+            m
+            for r in reported
+            if isinstance(r, JobResult) and r.job_id in self.jobs
+            for m in [self._hook_misfired(self.jobs[r.job_id], r)]
+            if m is not None
+        ]
+        problems[:0] = misfires
         for job, result in loads:
             try:
                 self._verify_load(job, result)
@@ -170,7 +214,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         return fresh
 
     def _record(self, result: object) -> ConformanceFailure | None:
-        """Record one reported result; the TIER-11/TIER-18 violation it shows, if any."""
+        """Record one reported result; the TIER-11/CAP-4 violation it shows, if any (a hook misfire is judged in collect)."""
         if not isinstance(result, JobResult):
             return ConformanceFailure("TIER-11", f"get_finished_jobs returned {result!r}, which is not a JobResult")
         job = self.jobs.get(result.job_id)
@@ -194,7 +238,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
                 for slot in job.slots:
                     self._shadow[slot] = None
             return ConformanceFailure(
-                "TIER-18", f"job {result.job_id} finished partly but the tier does not declare partial_jobs"
+                "CAP-4",
+                f"job {result.job_id} finished partly ({len(result.succeeded)} of {len(job.keys)} keys) but the tier "
+                "does not declare partial_jobs: an undeclared capability is a promise that jobs finish whole",
             )
         return None
 
@@ -296,7 +342,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
 
     # ---- lookups --------------------------------------------------------------------------
     def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:
-        """Never HIT_PENDING (LR-3); RETRY only if declared (TIER-18)."""
+        """Never HIT_PENDING (LR-3); RETRY only if declared (CAP-3)."""
         match answer:
             case lr.HIT_PENDING:
                 raise ConformanceFailure(
@@ -307,9 +353,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             case lr.RETRY:
                 if not self.capabilities.async_lookup:
                     raise ConformanceFailure(
-                        "TIER-18",
+                        "CAP-3",
                         f"lookup({short_key(key)}) answered RETRY but the tier does not declare "
-                        "the async_lookup capability",
+                        "the async_lookup capability (an undeclared capability is a promise never to do it)",
                     )
             case lr.HIT | lr.MISS:
                 pass

@@ -125,6 +125,12 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         """A new tier instance over the same storage as ``tier``."""
         raise NotImplementedError
 
+    # ---- arming a hook: the driver learns what it must do, so a misfire is KIT-5 -----------
+    def arm_fail_next_jobs(self, kit: SecondaryDriver, n: int) -> None:
+        """Call the ``fail_next_jobs`` hook and tell the driver which jobs must fail (KIT-5)."""
+        self.fail_next_jobs(kit.tier, n)
+        kit.arm_failing_jobs(n)
+
     # ---- the role interface of the shared checks (see TierChecks) -------------------------
     _role_protocol = SecondaryTier
     _role_holds_stores = False
@@ -153,7 +159,7 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         """A store job made to fail through the fail_next_jobs hook; without the hook, none."""
         if not self.has_hook("fail_next_jobs"):
             return set()
-        self.fail_next_jobs(kit.tier, 1)
+        self.arm_fail_next_jobs(kit, 1)
         result = kit.store(keys)
         return set(keys) - result.succeeded_keys(kit.jobs[result.job_id])
 

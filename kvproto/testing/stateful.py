@@ -272,6 +272,7 @@ class TierStateMachine(RuleBasedStateMachine):
             self._absorb()
             hook: Callable[[SecondaryTier, int], None] = getattr(tests, "fail_next_jobs")  # noqa: B009 - optional hook, checked by has_hook
             hook(self.driver.tier, 1)
+            self.driver.arm_failing_jobs(1)
             self.fail_armed = True
 
     @rule()
@@ -408,6 +409,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         self.writing: set[OffloadKey] = set()
         self.ready: set[OffloadKey] = set()
         self.pins: dict[OffloadKey, int] = {}
+        self.seen_hit: set[OffloadKey] = set()  # READY keys that answered HIT since they were stored
         self.steps = 0
         if hasattr(type(self), "runs"):
             type(self).runs[0] += 1
@@ -425,6 +427,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
             if key not in self.ready or self.pins.get(key):
                 raise ConformanceFailure("TIER-8", f"prepare_store evicted {short_key(key)}, which was pinned or not ready")
             self.ready.discard(key)
+            self.seen_hit.discard(key)
         self.writing |= fresh
 
     @rule(data=st.data(), success=st.booleans())
@@ -468,8 +471,12 @@ class PrimaryStateMachine(RuleBasedStateMachine):
                 "TIER-17", f"lookup({short_key(key)}) answered {got.name} but ready_keys disagrees (MGR-15)"
             )
         want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
+        if got is lr.HIT and want is lr.HIT:
+            self.seen_hit.add(key)
         if got is not want:
             clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
+            if want is lr.HIT and key in self.seen_hit and not self.kit.capabilities.eviction:
+                clause = "CAP-2"  # it answered HIT before and nothing reset it: dropped, undeclared
             raise ConformanceFailure(clause, f"lookup({short_key(key)}) answered {got.name}; the model says {want.name}")
 
     @rule()
@@ -481,6 +488,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         if answer is not True:
             raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
         self.ready.clear()
+        self.seen_hit.clear()
 
     def teardown(self) -> None:
         if hasattr(type(self), "runs"):

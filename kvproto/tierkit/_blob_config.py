@@ -36,6 +36,14 @@ class BlobTierConfig:
       (reported done, no I/O): for backends where a write costs a round trip.
     * ``op_timeout_s``: asynchronous backends: each operation is cancelled
       after this long and fails as a transient error. ``None``: no bound.
+    * ``job_timeout_s``: a job ends this long after its submission whatever
+      its storage does: keys not started fail without I/O, operations still
+      running on an asynchronous backend's loop are cancelled and fail. The
+      tier then declares ``job_time_bound_s`` (:class:`kvproto.JobTimeBound`),
+      which the tiering manager's deadline waits for (MGR-17): on the loop
+      ``job_timeout_s + 1``; on the worker pools ``job_timeout_s +
+      2 op_timeout_s + 1`` (a running key finishes within its operations'
+      bounds: a damaged load reads, then deletes), none without ``op_timeout_s``. ``None``: no job timeout, no declaration.
     * ``persistent``: blocks outlive the instance (the ``persistence``
       capability); False for storage that dies with the process.
     * ``partial_jobs``: report the keys of a job that succeeded (the
@@ -56,6 +64,7 @@ class BlobTierConfig:
     recent_keys: int = 65_536
     trust_index_on_store: bool = False
     op_timeout_s: float | None = None
+    job_timeout_s: float | None = None
     persistent: bool = True
     partial_jobs: bool = True
     start_in_background: bool = True
@@ -72,9 +81,12 @@ class BlobTierConfig:
         interval: object = self.probe_min_interval_s  # checked at run time: callers may pass anything
         if not isinstance(interval, int | float) or not 0 <= interval <= 1.0:
             bad.append(f"probe_min_interval_s must be within [0, 1], got {interval!r}")
-        timeout: object = self.op_timeout_s
-        if timeout is not None and (not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0):
-            bad.append(f"op_timeout_s must be None or a finite number > 0, got {timeout!r}")
+        for name in ("op_timeout_s", "job_timeout_s"):
+            timeout: object = getattr(self, name)
+            if timeout is not None and (
+                not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0
+            ):
+                bad.append(f"{name} must be None or a finite number > 0, got {timeout!r}")
         if bad:
             raise ConfigurationError("invalid BlobTierConfig: " + "; ".join(bad))
 

@@ -7,6 +7,12 @@ loop instead: its keys' operations are gathered there, at most a
 semaphore's worth in flight (:func:`run_job_on_loop`): no thread hand-off
 per operation. The result is a :class:`JobOutcome` the scheduler's thread
 applies when it reports the job.
+
+With a job timeout (``BlobTierConfig.job_timeout_s``) a job ends by then
+whatever its storage does (MGR-17): on the pools, keys not started by the
+deadline fail without I/O (keys running finish within their operation's
+bound); on the loop, the operations still running are cancelled, and the
+job ends once they have unwound, so nothing writes a slot after its report.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,9 +65,12 @@ def run_job(
     refused: frozenset[OffloadKey],
     *,
     tier_name: str,
+    timeout_s: float | None = None,
 ) -> Future[JobOutcome]:
-    """Start ``job``'s keys (except ``refused``: :attr:`KeyVerdict.REFUSED`, no I/O) on ``pool``."""
+    """Start ``job``'s keys (except ``refused``: :attr:`KeyVerdict.REFUSED`, no I/O) on ``pool``; with
+    ``timeout_s``, a key not started that long after now fails without I/O."""
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
     todo = [i for i, key in enumerate(job.keys) if key not in refused]
     done: Future[JobOutcome] = Future()
@@ -72,7 +82,10 @@ def run_job(
 
     def one(i: int) -> None:
         try:
-            verdict = run_key(job.keys[i], job.slots[i])
+            if deadline is not None and time.monotonic() > deadline:
+                verdict = (failed, since)  # the job's time is up: no I/O (MGR-17)
+            else:
+                verdict = run_key(job.keys[i], job.slots[i])
         except Exception:  # a bug in a backend wrapper or the engine: that key fails, the job still ends
             _log.warning("BlobTier %r: job %d raised on key %d; it fails", tier_name, job.job_id, i, exc_info=True)
             verdict = (failed, since)
@@ -97,16 +110,20 @@ def run_job_on_loop(
     bound: asyncio.Semaphore,
     *,
     tier_name: str,
+    timeout_s: float | None = None,
 ) -> Future[JobOutcome]:
     """Start ``job``'s keys (except ``refused``) as one task on ``io``'s loop, ``bound`` operations at a time.
 
     The future is completed from the loop when the last key ends; a key whose
-    operation raised (a bug: backend errors are verdicts) fails alone.
-    ``ConnectionError`` if the loop is closed.
+    operation raised (a bug: backend errors are verdicts) fails alone. With
+    ``timeout_s``, the keys still running then are cancelled and fail; the
+    future completes after they unwound. ``ConnectionError`` if the loop is closed.
     """
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
     verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
     todo = [i for i, key in enumerate(job.keys) if key not in refused]
+    for i in todo:
+        verdicts[i] = (failed, since)  # what a key cancelled by the job timeout keeps
     if not todo:
         done: Future[JobOutcome] = Future()
         done.set_result(JobOutcome(job, since, verdicts))
@@ -122,7 +139,12 @@ def run_job_on_loop(
                 verdicts[i] = (failed, since)
 
     async def whole() -> JobOutcome:
-        await asyncio.gather(*(one(i) for i in todo))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*(one(i) for i in todo))
+        except TimeoutError:
+            _log.warning("BlobTier %r: job %d ran past its %g s timeout; its unfinished keys fail", tier_name,
+                         job.job_id, timeout_s)
         return JobOutcome(job, since, verdicts)
 
     return io.submit(whole())

@@ -6,6 +6,14 @@ verified it), least recently used first. Deletions the engine makes (damaged
 blobs, evictions) and blobs a load found missing are ticks too. A key stays
 in the index only while something vouched for it after the last deletion
 seen: this closes the damaged-load / skipped-store race (TIERKIT-2).
+
+Keys whose blob a load found unusable and left in place (another namespace's
+or algorithm's: not the tier's to delete; a damaged or truncated blob of its
+own is deleted, so the storage itself then says it is gone) are remembered,
+bounded, as *unusable*: they answer MISS without asking the storage, and a
+store that finds that blob there (create-if-absent) does not vouch for it;
+only a store that creates the blob anew, a load that verifies one, or a reset
+makes the key usable again (TIER-4).
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ class Ledger:
         self.deleted: dict[OffloadKey, int] = {}  # last deletion seen while a store of the key was in flight
         self.doomed: dict[OffloadKey, int] = {}  # evicted, blob not deleted yet -> ticket
         self.events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)  # TIERKIT-3: bounded
+        # Keys a load found unusable, oldest first, at most MAX_PENDING_EVENTS (TIER-4). Read without the
+        # lock on the scheduler's thread (lookup), changed on it only.
+        self.unusable: OrderedDict[OffloadKey, None] = OrderedDict()
         self._name = tier_name
         self._blob_bytes = blob_bytes
         self._recent = recent_keys
@@ -84,13 +95,21 @@ class Ledger:
             if self.scanning:
                 self.lost_at[key] = max(tick, self.lost_at.get(key, 0))
 
-    def end_store(self, results: Sequence[tuple[OffloadKey, int | None]]) -> tuple[list[OffloadKey], int]:
-        """A store ended: ``(key, tick)`` per key, ``None`` for a failed key. Returns the keys that vouch
-        (now indexed) and how many stores lost the race with a deletion (not indexed, they fail)."""
+    def end_store(
+        self, results: Sequence[tuple[OffloadKey, int | None]], created: Iterable[OffloadKey] = ()
+    ) -> tuple[list[OffloadKey], int]:
+        """A store ended: ``(key, tick)`` per key, ``None`` for a failed key; ``created``: the keys whose blob it
+        made anew. Returns the keys that vouch (now indexed) and how many stores lost the race with a deletion
+        (not indexed, they fail). A key found unusable vouches only if this store created its blob."""
         ok: list[OffloadKey] = []
         lost = 0
+        unusable = self.unusable
+        for key in created:
+            unusable.pop(key, None)
         with self.lock:
             for key, tick in results:
+                if tick is not None and unusable and key in unusable:
+                    tick = None  # it found the unusable blob there: no evidence the key is readable
                 if tick is not None and self.deleted.get(key, 0) > tick:
                     tick = None  # found a blob that a deletion then removed: it is not there
                     lost += 1
@@ -118,10 +137,21 @@ class Ledger:
 
     def vouch(self, keys: Iterable[tuple[OffloadKey, int]]) -> None:
         """``(key, tick)``: verified present at ``tick`` (a load, a scan); most recently used."""
+        unusable = self.unusable
         with self.lock:
             for key, tick in keys:
+                unusable.pop(key, None)
                 self._vouch(key, tick)
             self._trim()
+
+    def mark_unusable(self, keys: Iterable[OffloadKey]) -> None:
+        """A load found these keys' blobs unusable: MISS from now on, until a store creates them anew (TIER-4)."""
+        unusable = self.unusable
+        for key in keys:
+            unusable[key] = None
+            unusable.move_to_end(key)
+        while len(unusable) > MAX_PENDING_EVENTS:
+            unusable.popitem(last=False)
 
     def lose(self, keys: Iterable[tuple[OffloadKey, int]], *, gone: bool) -> list[OffloadKey]:
         """``(key, tick)``: a load found the key unusable at ``tick``. Drop each key nothing vouched for
@@ -209,6 +239,7 @@ class Ledger:
             self.index.clear()
             self.doomed.clear()
             self.deleted.clear()
+            self.unusable.clear()
             if keys:
                 self.events.append(OffloadingEvent(EventKind.REMOVED, keys, self._name))
         return keys

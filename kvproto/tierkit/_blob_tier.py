@@ -105,6 +105,7 @@ class BlobTier:
         self._ledger = Ledger(name, env.HEADER_BYTES + self._block_bytes,
                               recent_keys=config.recent_keys if config.shared else None)
         self._index = self._ledger.index  # the hot path reads it directly
+        self._unusable = self._ledger.unusable
         self._ops = BlobOps(
             sync, tier_name=name, namespace=self.namespace, block_bytes=self._block_bytes, row=self._row,
             ticks=itertools.count(1), deleted=self._ledger.note_deleted, count=self._count,
@@ -154,6 +155,20 @@ class BlobTier:
         """The name given at construction, used in events and logs."""
         return self._name
 
+    @property
+    def job_time_bound_s(self) -> float | None:
+        """Seconds within which every job is reported (:class:`kvproto.JobTimeBound`, MGR-17); see
+        ``BlobTierConfig.job_timeout_s``. None without a job timeout, or on the worker pools without an
+        operation bound."""
+        config = self.blob_config
+        if config.job_timeout_s is None:
+            return None
+        if self._loop_io is not None:
+            return config.job_timeout_s + 1.0
+        if config.op_timeout_s is None:
+            return None
+        return config.job_timeout_s + 2 * config.op_timeout_s + 1.0  # a damaged load reads, then deletes
+
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         """HIT for an indexed key; otherwise MISS (private, after the scan) or the probe's verdict (TIER-4).
 
@@ -164,6 +179,8 @@ class BlobTier:
             return lr.HIT
         if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
             return lr.HIT if key in self._index else lr.MISS
+        if key in self._unusable:
+            return lr.MISS  # a load found its blob unusable: not asked again until stored anew (TIER-4)
         return self._probe.lookup(key, req_context)
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
@@ -372,18 +389,21 @@ class BlobTier:
                              exc_info=True)
                 refused = frozenset(job.keys)
             self._count("refused_keys", sum(1 for k in job.keys if k in refused))
+        timeout = self.blob_config.job_timeout_s
         with self._lock:
             if self._closed:
                 future = failed_outcome(job, since, KeyVerdict.REFUSED)
             elif self._loop_io is not None:
                 future = run_job_on_loop(
                     job, since, self._loop_io, self._store_key_async if store else self._ops.load_async, refused,
-                    self._write_bound if store else self._read_bound, tier_name=self._name,
+                    self._write_bound if store else self._read_bound, tier_name=self._name, timeout_s=timeout,
                 )
             elif store:
-                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name)
+                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name,
+                                 timeout_s=timeout)
             else:
-                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name)
+                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name,
+                                 timeout_s=timeout)
             self._running[job.job_id] = future
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
@@ -417,14 +437,18 @@ class BlobTier:
             ledger.end_load(job.keys)
             loaded: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
+            unusable: list[OffloadKey] = []
             transient: list[tuple[OffloadKey, int]] = []
             refused: list[OffloadKey] = []
             for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
                 match verdict:
                     case KeyVerdict.LOADED:
                         loaded.append((key, tick))
-                    case KeyVerdict.GONE | KeyVerdict.DAMAGED | KeyVerdict.FOREIGN:
+                    case KeyVerdict.GONE | KeyVerdict.DAMAGED:
+                        gone.append((key, tick))  # missing, or damaged and deleted: a new blob may come
+                    case KeyVerdict.FOREIGN:
                         gone.append((key, tick))
+                        unusable.append(key)  # left alone (not ours to delete): never HIT again (TIER-4)
                     case KeyVerdict.TRANSIENT | KeyVerdict.FAILED:
                         transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
                     case KeyVerdict.REFUSED:
@@ -435,6 +459,7 @@ class BlobTier:
                         unreachable(other, where="BlobTier._apply (load)")
             if loaded:
                 ledger.vouch(loaded)
+            ledger.mark_unusable(unusable)
             removed = ledger.lose(gone, gone=True)
             ledger.lose(transient, gone=False)
             ledger.emit(EventKind.REMOVED, removed)
@@ -454,7 +479,9 @@ class BlobTier:
             ]
             if not self.blob_config.partial_jobs and any(tick is None for _, tick in results):
                 results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
-            ok, lost = ledger.end_store(results)
+            created = [key for key, (verdict, _) in zip(job.keys, out.verdicts, strict=True)
+                       if verdict is KeyVerdict.CREATED]
+            ok, lost = ledger.end_store(results, created)
             ledger.emit(EventKind.STORED, ok)
             if ok:
                 self._probe.mark_hit(ok)

@@ -189,6 +189,13 @@ class ForwardingSecondary(_Forwarding[_S]):
         """``inner.get_finished_jobs`` (TIER-11)."""
         return self._inner.get_finished_jobs()
 
+    @property
+    def job_time_bound_s(self) -> float | None:
+        """``inner``'s declared job time bound (:class:`~kvproto.JobTimeBound`), None where it declares none;
+        a wrapper that delays reports overrides it with what it adds (MGR-17)."""
+        bound: object = getattr(self._inner, "job_time_bound_s", None)
+        return bound if isinstance(bound, int | float) and not isinstance(bound, bool) else None
+
 
 class ForwardingPrimary(_Forwarding[_P]):
     """A :class:`~kvproto.PrimaryTier` that forwards every call to ``inner`` (see the module);

@@ -5,6 +5,7 @@ Block states::
     ABSENT --prepare_store--> WRITING --complete_store(ok)--> READY <--pin/release--> PINNED
                WRITING --complete_store(failed)--> ABSENT (slot freed)
                WRITING --deadline passed--> ABSENT (slot quarantined until the late completion)
+               WRITING --quarantine_stores--> ABSENT (slot held until release_slots: MGR-17)
                READY   --evicted by prepare_store / evict / reset_cache--> ABSENT
 
 A slot is an index ``0 <= slot < num_slots``; what a slot holds (a row of a
@@ -57,6 +58,8 @@ class SlotStats:
     evictions: int = 0
     expired_writes: int = 0
     late_completions: int = 0
+    abandoned_stores: int = 0  # ended by quarantine_stores: key free, slot held (MGR-17)
+    released_slots: int = 0  # held slots given back by release_slots
 
 
 # A WRITING key's (slot, due): due is the clock time after which the write is expired (started +
@@ -117,6 +120,12 @@ class SlotTable:
     reserved again either: ``complete_store`` names keys, not slots, so a late
     completion could not be told from a new store's.
 
+    Abandoned stores (MGR-17, :class:`kvproto.SlotQuarantine`): a caller that
+    knows its transfers by job (the tiering manager) ends a store with
+    :meth:`quarantine_stores`: the key is ABSENT at once and can be stored
+    again, its slot held until :meth:`release_slots` says the transfer into
+    it is over. ``quarantined_slots`` counts both kinds of held slots.
+
     Hooks for a subclass: :meth:`select_victims` (which READY blocks a store
     evicts), :meth:`evict` (drop READY blocks now), :attr:`ready_slots` and
     :attr:`pins` (read-only live views of the slots and the pin counts).
@@ -151,6 +160,7 @@ class SlotTable:
         self._writing: dict[OffloadKey, _Writing] = {}  # in start order, hence in deadline order
         self._pins: dict[OffloadKey, int] = {}  # only keys with >= 1 pin
         self._quarantine: dict[OffloadKey, int] = {}  # expired key -> its slot, held until it completes
+        self._held: dict[int, OffloadKey] = {}  # slot of an abandoned store -> its key, held until release_slots
         self._events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         self._closed = False
         self.stats = SlotStats()
@@ -184,8 +194,9 @@ class SlotTable:
 
     @property
     def quarantined_slots(self) -> int:
-        """Slots of expired writes, held until their late completion arrives (CPU-8)."""
-        return len(self._quarantine)
+        """Slots of expired writes, held until their late completion arrives (CPU-8), and of abandoned
+        stores, held until :meth:`release_slots` (MGR-17)."""
+        return len(self._quarantine) + len(self._held)
 
     @property
     def ready_keys(self) -> Container[OffloadKey]:
@@ -394,6 +405,48 @@ class SlotTable:
             self.stats.stores_completed += len(stored)
             self._events.append(OffloadingEvent(EventKind.STORED, tuple(stored), self._name))
 
+    def quarantine_stores(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        """End the stores of ``keys`` that their caller abandoned, keeping their slots (MGR-17, CPU-8).
+
+        Each WRITING key, or key whose expired write is quarantined, becomes
+        ABSENT at once (MISS, and :meth:`prepare_store` reserves it again);
+        its slot stays out of the pool, because the abandoned transfer may
+        still land in it, until :meth:`release_slots` gives it back. Other
+        keys are skipped. Returns the held slots, in the order of ``keys``.
+        No event: the keys never became READY. A non-``bytes`` key raises
+        :class:`~kvproto.errors.InvalidArgumentError` before anything changes.
+        """
+        batch = key_batch(self._name, "quarantine_stores", keys)
+        writing, quarantine, held = self._writing, self._quarantine, self._held
+        slots: list[int] = []
+        for key in batch:
+            pending = writing.pop(key, None)
+            slot = pending[0] if pending is not None else quarantine.pop(key, None)
+            if slot is None:
+                continue
+            held[slot] = key
+            slots.append(slot)
+        self.stats.abandoned_stores += len(slots)
+        return tuple(slots)
+
+    def release_slots(self, slots: Iterable[int]) -> None:
+        """Return slots held by :meth:`quarantine_stores` to the pool: their transfers are over (MGR-17).
+
+        A slot that is not held (never quarantined, or released already)
+        raises :class:`~kvproto.errors.TierMisuseError` before anything changes.
+        """
+        batch = [self.check_slot(slot) for slot in slots]
+        held = self._held
+        for slot in batch:
+            if slot not in held:
+                raise TierMisuseError(f"{self._name}: release_slots({slot}): the slot is not held by quarantine_stores")
+        if len(set(batch)) != len(batch):
+            raise TierMisuseError(f"{self._name}: release_slots names a slot twice: {sorted(batch)}")
+        for slot in batch:
+            del held[slot]
+            self._free.append(slot)
+        self.stats.released_slots += len(batch)
+
     # ------------------------------------------------------------------ loads
 
     def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
@@ -513,7 +566,7 @@ class SlotTable:
         removed = tuple(self._ready)
         self._ready.clear()
         self._policy.clear()
-        held = set(self._quarantine.values())
+        held = set(self._quarantine.values()) | self._held.keys()
         self._free[:] = [s for s in range(self._num_slots - 1, -1, -1) if s not in held]
         if removed:
             self._events.append(OffloadingEvent(EventKind.REMOVED, removed, self._name))

@@ -12,7 +12,10 @@ from kvproto import MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, Trans
 from kvproto.errors import TierMisuseError
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
-__all__ = ["grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "sluggish_memory"]
+__all__ = [
+    "grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "silent_memory",
+    "sluggish_memory",
+]
 
 
 class LyingMemory(FaultySecondary[MemoryTier]):
@@ -26,6 +29,13 @@ class LyingMemory(FaultySecondary[MemoryTier]):
 def lying_memory(buffer: memoryview) -> LyingMemory:
     """A secondary tier serving wrong bytes (FaultySecondary.corrupt_on_read with detect=False)."""
     return LyingMemory(MemoryTier(buffer, name="lying"), buffer=buffer)
+
+
+def silent_memory(buffer: memoryview) -> FaultySecondary[MemoryTier]:
+    """A secondary tier that reports no job for a billion steps: jobs stay in flight after the drain."""
+    silent = FaultySecondary(MemoryTier(buffer, name="silent"))
+    silent.report_late(10**9, steps=10**9)
+    return silent
 
 
 def hung_lookups(buffer: memoryview) -> LatencySecondary[MemoryTier]:

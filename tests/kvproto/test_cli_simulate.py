@@ -18,6 +18,7 @@ FIELDS = {
     "exception_samples", "leaked_pins", "leaked_pins_note", "primary_pending_after_shutdown", "stores",
     "promoted", "evicted", "drain", "manager", "fault_counts", "log_records", "log_samples", "resources",
     "config", "warnings", "tiers", "job_deadline_steps", "timeline",
+    "end_state",  # issue 21: slots, pins and tracked keys after the drain
 }
 
 
@@ -45,7 +46,7 @@ def test_table_and_json_report_the_documented_figures(
         assert figure in out, figure
     assert set(data) == FIELDS
     assert data["exit_code"] == 0 and data["steps"] == 300
-    assert data["faults"] == {"fail": 0.1, "corrupt": 0.0, "latency": 1, "raise": 0.0}
+    assert data["faults"] == {"fail": 0.1, "corrupt": 0.0, "latency": 1, "raise": 0.0, "brownout": 0.0}
     assert set(data["requests"]) == {"started", "finished", "cancelled", "stuck"}
     assert set(data["hit_rate"]) == {"memory-primary", "memory", "memory-async", "computed"}
     assert abs(sum(data["hit_rate"].values()) - 1.0) < 0.01
@@ -53,7 +54,7 @@ def test_table_and_json_report_the_documented_figures(
     assert data["deferral_steps"]["p50"] <= data["deferral_steps"]["p99"] <= data["deferral_steps"]["max"]
     assert data["lookups_per_second"] > 0
     resources = data["resources"]
-    assert set(resources) == {"rss_bytes_start", "rss_bytes_end", "threads_start", "threads_end"}
+    assert set(resources) == {"rss_bytes_start", "rss_bytes_end", "threads_start", "threads_end", "rss_samples"}
     assert resources["rss_bytes_start"] > 0 and resources["threads_start"] >= 1
     assert set(data["manager"]) >= {"promotions_started", "write_through_jobs", "tier_errors"}
     assert data["config"]["steps"] == 300 and data["config"]["seconds"] is None

@@ -33,7 +33,7 @@ from kvproto import (
     maximal_prefix_lookup,
     sliding_window_lookup,
 )
-from kvproto.errors import InvalidArgumentError
+from kvproto.errors import InvalidArgumentError, InvalidKeyError
 from kvproto.tierkit import (
     ReadyFlags as FlagsOf,
     ready_flags as fast_flags,
@@ -192,6 +192,14 @@ def test_bad_arguments_are_refused_before_any_lookup() -> None:
             manager.scan_window(twin.keys[1], REQ, 1)  # type: ignore[arg-type]  # the misuse under test
         assert twin.log == []
         assert manager.promotions_in_flight() == {}
+        # An unhashable key: the same typed error as the per-key scan's lookup raises (MGR-11).
+        odd = [twin.keys[0], ["not", "hashable"], twin.keys[1]]
+        with pytest.raises(InvalidKeyError):
+            maximal_prefix_lookup(lambda k: manager.lookup(k, REQ), odd)  # type: ignore[arg-type]  # the misuse under test
+        with pytest.raises(InvalidKeyError, match="not"):
+            manager.scan_prefix(odd, REQ)  # type: ignore[arg-type]  # the misuse under test
+        with pytest.raises(InvalidKeyError, match="not"):
+            manager.scan_window(odd, REQ, 4)  # type: ignore[arg-type]  # the misuse under test
     finally:
         twin.shutdown()
 

@@ -19,6 +19,8 @@ FAULT_KINDS: Mapping[str, str] = {
     "latency": "extra steps every job takes and every key first asked answers RETRY "
     "(LatencySecondary(job_steps=N, lookup_steps=N))",
     "raise": "probability per step and secondary that one of its methods raises once (FaultySecondary.raise_in)",
+    "brownout": "seconds every secondary stops answering, once every 4x that of run time (the first after it): "
+    "jobs submitted meanwhile are held and no job is reported until it ends; lookups still answer",
 }
 
 #: The secondary methods a ``raise`` fault picks from.
@@ -50,20 +52,22 @@ class FaultPlan:
     corrupt: float = 0.0
     latency: int = 0
     raise_: float = 0.0
+    brownout: float = 0.0  # seconds; 0: off
 
     @property
     def any(self) -> bool:
         """True if any fault is on."""
-        return self.fail > 0.0 or self.corrupt > 0.0 or self.latency > 0 or self.raise_ > 0.0
+        return self.fail > 0.0 or self.corrupt > 0.0 or self.latency > 0 or self.raise_ > 0.0 or self.brownout > 0.0
 
     def to_json(self) -> dict[str, float | int]:
-        return {"fail": self.fail, "corrupt": self.corrupt, "latency": self.latency, "raise": self.raise_}
+        return {"fail": self.fail, "corrupt": self.corrupt, "latency": self.latency, "raise": self.raise_,
+                "brownout": self.brownout}
 
 
 def parse_faults(text: str) -> FaultPlan:
-    """``fail=P,corrupt=P,latency=N,raise=P`` (any subset, each once) -> a FaultPlan.
+    """``fail=P,corrupt=P,latency=N,raise=P,brownout=S`` (any subset, each once) -> a FaultPlan.
 
-    P is a probability in [0, 1], N an int >= 0. Anything else raises
+    P is a probability in [0, 1], N an int >= 0, S a number of seconds >= 0. Anything else raises
     :class:`FaultSpecError` naming the item.
     """
     values: dict[str, float | int] = {}
@@ -92,6 +96,17 @@ def parse_faults(text: str) -> FaultPlan:
                 )
             values[name] = int(value)
             continue
+        if name == "brownout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = math.nan
+            if not (math.isfinite(seconds) and 0.0 <= seconds <= 3600.0):
+                raise FaultSpecError(
+                    f"--faults item {item!r}: brownout must be a number of seconds between 0 and 3600", item=item
+                )
+            values[name] = seconds
+            continue
         try:
             prob = float(value)
         except ValueError:
@@ -106,6 +121,7 @@ def parse_faults(text: str) -> FaultPlan:
         corrupt=float(values.get("corrupt", 0.0)),
         latency=int(values.get("latency", 0)),
         raise_=float(values.get("raise", 0.0)),
+        brownout=float(values.get("brownout", 0.0)),
     )
 
 

@@ -2,11 +2,15 @@
 
 The simulator arms the driver's knobs per step with the run's seeded
 :class:`random.Random`; the driver sees which faults took effect and counts
-them in the report's :class:`FaultCounts`.
+them in the report's :class:`FaultCounts`. A brown-out (``--faults
+brownout=S``) is the driver's own: for S seconds once every 4 S of run time
+(the first starting S after the run), jobs submitted to the tier are held and
+no job is reported; then the held jobs go to the tier and its reports flow again.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -55,8 +59,18 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         expected: Callable[[OffloadKey], bytes],
         counts: FaultCounts,
         delayed: bool,
+        brownout_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(faulty)
+        self._brownout_s = brownout_s
+        self._brownout_limit = brownout_s  # what the bound declares, kept after disarm
+        self._clock = clock
+        self._started = clock()
+        self._held: list[tuple[TransferJob, bool]] = []  # (job, promotion) submitted during a brown-out
+        self._unsent: list[JobResult] = []  # held jobs failed at shutdown (they never reached the tier)
+        self._was_out = False
+        self._closed = False  # shut down: nothing is held or withheld any more
         self._flat = flat
         self._block_bytes = block_bytes
         self._expected = expected
@@ -92,6 +106,7 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         self.counts.raise_armed += 1
 
     def disarm(self) -> None:
+        self._brownout_s = 0.0  # the brown-out ends: held jobs go out at the next step
         self.faulty.clear_faults()
         self.fail_pending = False
         self.raise_armed.clear()
@@ -104,10 +119,63 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         """The fault wrapper the driver arms (its ``inner``)."""
         return self.inner
 
+    # -- brown-out ---------------------------------------------------------------------------
+
+    def browned_out(self) -> bool:
+        """True while the tier stops answering: S seconds once every 4 S, the first S after the start."""
+        span = self._brownout_s
+        if span <= 0.0 or self._closed:
+            return False
+        phase = (self._clock() - self._started) % (4.0 * span)
+        out = span <= phase < 2.0 * span
+        if out and not self._was_out:
+            self.counts.brownouts += 1
+        self._was_out = out
+        return out
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, []
+        for job, promotion in held:
+            try:
+                self._submit(job, self.inner.submit_load if promotion else self.inner.submit_store)
+            except Exception:  # noqa: BLE001 - a raise fault hit the held submit: the job fails, reported next
+                self._unsent.append(JobResult(job.job_id, False))
+
+    @property
+    def job_time_bound_s(self) -> float | None:
+        """The inner tier's bound plus the longest a brown-out holds a job (MGR-17)."""
+        bound = super().job_time_bound_s
+        return None if bound is None else bound + self._brownout_limit
+
+    def on_step_end(self) -> None:
+        if self._held and not self.browned_out():
+            self._send_held()
+        super().on_step_end()
+
+    def has_pending_work(self) -> bool:
+        return bool(self._held) or bool(self._unsent) or super().has_pending_work()
+
+    def shutdown(self) -> None:
+        # Held jobs never reached the tier: they fail, reported by the next get_finished_jobs.
+        self._closed = True
+        self._unsent.extend(JobResult(job.job_id, False) for job, _ in self._held)
+        self._held.clear()
+        super().shutdown()
+
+    # -- jobs ----------------------------------------------------------------------------------
+
     def submit_store(self, job: TransferJob) -> None:
+        if self.browned_out():
+            self._held.append((job, False))
+            self.counts.brownout_jobs_held += 1
+            return
         self._submit(job, self.inner.submit_store)
 
     def submit_load(self, job: TransferJob) -> None:
+        if self.browned_out():
+            self._held.append((job, True))
+            self.counts.brownout_jobs_held += 1
+            return
         self._submit(job, self.inner.submit_load)
 
     def _submit(self, job: TransferJob, submit: Callable[[TransferJob], None]) -> None:
@@ -127,6 +195,13 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
             self._loads[job.job_id] = job
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
+        if self._unsent:
+            unsent, self._unsent = self._unsent, []
+            return [*unsent, *self.get_finished_jobs()]
+        if self.browned_out():
+            return []  # the tier's reports wait: it stops answering
+        if self._held:
+            self._send_held()
         results = self.inner.get_finished_jobs()
         for result in results:
             if result.job_id in self._fail_jobs:

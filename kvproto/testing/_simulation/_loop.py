@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 from kvproto._keys import OffloadKey
@@ -74,6 +74,9 @@ class _Simulation:
             faults=config.faults,
         )
         self.report.fault_counts.latency_steps = config.faults.latency
+        self.report.fault_counts.brownout_s = config.faults.brownout
+        # A request may wait out a brown-out (its promotion held): that is not deferring without end.
+        self.stuck_seconds = config.stuck_seconds + config.faults.brownout
         self.drivers: dict[str, _FaultDriver] = {}
         # The live requests' blocks fit in the primary with room to spare.
         self.workload = Workload(config, self.rng, num_slots=self.num_slots, block_bytes=self.block_bytes)
@@ -116,6 +119,7 @@ class _Simulation:
             expected=self.expected,
             counts=self.report.fault_counts,
             delayed=faults.latency > 0,
+            brownout_s=faults.brownout,
         )
         self.drivers[tier.name] = driver
         return driver
@@ -127,7 +131,8 @@ class _Simulation:
         report.threads_start = threading.active_count()
         report.rss_start = rss_bytes()
         started = time.monotonic()
-        last_progress = started
+        last_progress = last_rss = started
+        rss_every = max(1.0, (config.seconds or 0.0) / 20.0)  # about 20 samples over a timed run
         with counting_kvproto_logs(report):
             try:
                 while True:
@@ -144,6 +149,9 @@ class _Simulation:
                         time.sleep(config.step_sleep_s)
                         report.slept += time.monotonic() - nap
                     now = time.monotonic()
+                    if now - last_rss >= rss_every:
+                        last_rss = now
+                        report.sample_rss(now - started, rss_bytes())
                     if self.on_progress is not None and now - last_progress >= config.progress_interval_s:
                         last_progress = now
                         self.on_progress(self._progress(now - started))
@@ -244,7 +252,7 @@ class _Simulation:
                 req.deferrals += 1
                 if (
                     req.deferrals > self.config.stuck_steps
-                    and time.monotonic() - req.since > self.config.stuck_seconds
+                    and time.monotonic() - req.since > self.stuck_seconds
                 ):
                     self._stuck(req, decision)
             case Hits(count=end):
@@ -393,9 +401,11 @@ class _Simulation:
             try:
                 manager.on_step_end()  # submits what is staged, collects what was reported
                 self.residency.events(report, manager.take_events(), {})
+                # Until every job ended and every slot, pin and key the manager holds came back (negative
+                # verdicts are timed answers, not held resources).
                 busy = bool(manager.promotions_in_flight()) or any(
                     t.has_pending_work() for t in manager.secondaries
-                )
+                ) or any(size for name, size in manager.tracked_sizes().items() if name != "negative_verdicts")
             except Exception as exc:  # noqa: BLE001 - counted
                 self._escaped("drain", exc)
                 break
@@ -406,6 +416,29 @@ class _Simulation:
             if report.drain_steps >= self.config.drain_steps and time.monotonic() > deadline:
                 break
             time.sleep(0.0005)  # let tiers' worker threads finish
+        self._end_state()
+
+    def _end_state(self) -> None:
+        """What the stack holds after the drain: the primary's slots and pins, the manager's maps (all idle
+        in a clean run: every slot free or ready, no pin, nothing tracked but timed negative verdicts)."""
+        report, primary = self.report, self.primary
+        slots: dict[str, int] = {"total": self.num_slots}
+        for name in ("free_slots", "quarantined_slots"):
+            value = getattr(primary, name, None)
+            if isinstance(value, int):
+                slots[name.removesuffix("_slots")] = value
+        ready = getattr(primary, "ready_slots", None)
+        pins = getattr(primary, "pins", None)
+        if isinstance(ready, Mapping):
+            slots["ready"] = len(ready)
+        if "free" in slots and "ready" in slots:
+            slots["other"] = self.num_slots - slots["free"] - slots["ready"]  # writing or quarantined
+        report.end_slots = slots
+        report.end_pins = sum(int(n) for n in pins.values()) if isinstance(pins, Mapping) else None
+        try:
+            report.end_tracked = dict(self.manager.tracked_sizes())
+        except Exception as exc:  # noqa: BLE001 - counted
+            self._escaped("tracked_sizes", exc)
 
     def _shutdown(self) -> None:
         report = self.report

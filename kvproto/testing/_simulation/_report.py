@@ -73,6 +73,9 @@ class FaultCounts:
     raise_fired: int = 0
     latency_steps: int = 0
     jobs_delayed: int = 0  # jobs that went through a latency wrapper
+    brownout_s: float = 0.0
+    brownouts: int = 0  # brown-outs begun, summed over the secondaries
+    brownout_jobs_held: int = 0  # jobs submitted during a brown-out (held until it ended)
 
 
 @dataclass
@@ -131,6 +134,31 @@ class SimReport:
     job_deadline_steps: int = 0
     timeline: list[TimelinePoint] = field(default_factory=list)
     timeline_every: int = 8  # steps between timeline points (doubles as the timeline is thinned)
+    # After the drain (issue 21): the primary's slots by state, its pins, the manager's tracked sizes.
+    end_slots: dict[str, int] = field(default_factory=dict)
+    end_pins: int | None = None
+    end_tracked: dict[str, int] = field(default_factory=dict)
+    rss_samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds into the run, bytes), bounded
+
+    def sample_rss(self, at: float, rss: int | None) -> None:
+        """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
+        if rss is None:
+            return
+        self.rss_samples.append((round(at, 2), rss))
+        if len(self.rss_samples) > 64:
+            del self.rss_samples[1::2]
+
+    @property
+    def left_busy(self) -> list[str]:
+        """What the stack still held after the drain that an idle stack does not (empty when idle); pins
+        left count as ``leaked_pins`` (after shutdown), the manager's own as its tracked sizes."""
+        found: list[str] = []
+        other = self.end_slots.get("other", 0)
+        if other:
+            found.append(f"{other} primary slots neither free nor ready")
+        found.extend(f"{size} {name.replace('_', ' ')}" for name, size in self.end_tracked.items()
+                     if size and name != "negative_verdicts")
+        return found
 
     # ------------------------------------------------------------------ derived figures
 
@@ -175,6 +203,9 @@ class SimReport:
             found.append(f"{self.leaked_pins} pins left on primary blocks after shutdown")
         if self.exceptions:
             found.append(f"{self.exceptions} exceptions escaped the manager into the loop")
+        busy = self.left_busy
+        if busy:
+            found.append("left after the drain: " + ", ".join(busy))
         return found
 
     def useless_tiers(self) -> dict[str, list[str]]:
@@ -296,6 +327,13 @@ class SimReport:
                 "rss_bytes_end": self.rss_end,
                 "threads_start": self.threads_start,
                 "threads_end": self.threads_end,
+                "rss_samples": [list(sample) for sample in self.rss_samples],
+            },
+            "end_state": {
+                "slots": dict(self.end_slots),
+                "pins": self.end_pins,
+                "tracked": dict(self.end_tracked),
+                "idle": not self.left_busy,
             },
             "tiers": {
                 name: {

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CONTRACT = ROOT / "spec" / "CONTRACT.md"
 TABLE = ROOT / "docs" / "kit-coverage.md"
 
-_CLAUSE = re.compile(r"^- \*\*((?:LR|KEY|TIER|KIT)-\d+)\*\*(.*?)(?=^- \*\*|^#|\Z)", re.MULTILINE | re.DOTALL)
+_CLAUSE = re.compile(r"^- \*\*((?:LR|KEY|TIER|CAP|KIT)-\d+)\*\*(.*?)(?=^- \*\*|^#|\Z)", re.MULTILINE | re.DOTALL)
 
 #: Tier-facing MUST clauses no kit run can check, each with the reason (never left out silently).
 NOT_KIT_CHECKABLE: dict[str, str] = {
@@ -39,17 +39,17 @@ PRIMARY_PARTS = {
 
 
 def must_clauses() -> dict[str, bool]:
-    """Every LR/KEY/TIER/KIT clause of the contract -> whether its text holds a MUST."""
+    """Every LR/KEY/TIER/CAP/KIT clause of the contract -> whether its text holds a MUST."""
     text = CONTRACT.read_text()
     return {m.group(1): "MUST" in m.group(2) for m in _CLAUSE.finditer(text)}
 
 
 def claimed() -> list[str]:
-    """The tier-facing MUST clauses the kit claims: LR-*, KEY-*, TIER-* with a MUST, less the
-    ones listed in NOT_KIT_CHECKABLE."""
+    """The tier-facing MUST clauses the kit claims: LR-*, KEY-*, TIER-*, CAP-* with a MUST, less
+    the ones listed in NOT_KIT_CHECKABLE."""
     return [
         c for c, must in must_clauses().items()
-        if must and c.split("-")[0] in {"LR", "KEY", "TIER"} and c not in NOT_KIT_CHECKABLE
+        if must and c.split("-")[0] in {"LR", "KEY", "TIER", "CAP"} and c not in NOT_KIT_CHECKABLE
     ]
 
 
@@ -70,7 +70,7 @@ def gallery_by_clause() -> dict[str, list[str]]:
 
 def _key(clause: str) -> tuple[str, int]:
     prefix, number = clause.split("-")
-    return ({"LR": "0", "KEY": "1", "TIER": "2", "KIT": "3"}.get(prefix, prefix), int(number))
+    return ({"LR": "0", "KEY": "1", "TIER": "2", "CAP": "3", "KIT": "4"}.get(prefix, prefix), int(number))
 
 
 def render() -> str:

@@ -4,13 +4,15 @@
   kit supports with eviction declared).
 * ``stops_at_first_bad_key``: a tier whose jobs stop at the first key that fails; the keys after
   it fail untried (a partial result naming only the keys before it).
+* ``no_eviction_primary``: a primary that declares no eviction and answers ``None`` when full; the
+  pin checks run on it (not skipped) through what it does instead (CAP-5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 
-from kvproto import JobResult, MemoryTier, OffloadKey, TransferJob
+from kvproto import Capabilities, JobResult, MemoryPrimaryTier, MemoryTier, OffloadKey, TransferJob
 from kvproto.testing import MEMORY_HOOKS, TierSpec
 
 
@@ -62,3 +64,33 @@ class StopsAtFirstBadKey(MemoryTier):
 
 def stops_at_first_bad_key() -> TierSpec:
     return TierSpec("stops-at-first-bad-key", "secondary", StopsAtFirstBadKey, hooks=MEMORY_HOOKS)
+
+
+class NoEvictionPrimary(MemoryPrimaryTier):
+    """A primary that never drops a block: a full tier answers ``None`` to a store with no free slot
+    (declares no eviction; pins shown by has_pending_work and reset_cache refusing, CAP-5)."""
+
+    def __init__(self, *, num_slots: int, block_bytes: int, name: str = "no-eviction-primary") -> None:
+        super().__init__(num_slots=num_slots, block_bytes=block_bytes, name=name)
+        self.capabilities = Capabilities(
+            eviction=False,
+            reasons={
+                "eviction": "never drops a block: a full tier refuses the store",
+                "async_lookup": "a primary tier never answers RETRY",
+                "persistence": "host memory",
+                "sharing": "one process's buffer",
+                "partial_jobs": "stores complete per call",
+            },
+        )
+
+    def select_victims(
+        self, count: int, keep: Container[OffloadKey], incoming: Collection[OffloadKey] = ()
+    ) -> list[OffloadKey] | None:
+        """No victims, ever: too few free slots means ``None`` (TIER-6 all or nothing, CAP-2)."""
+        return [] if count == 0 else None
+
+
+def no_eviction_primary() -> TierSpec:
+    """NoEvictionPrimary, 16 slots of 32 bytes, its declaration read from the tier."""
+    build = NoEvictionPrimary
+    return TierSpec("no-eviction-primary", "primary", lambda: build(num_slots=16, block_bytes=32), tier_class=build)

@@ -19,6 +19,7 @@ from kvproto import (
     MemoryTier,
     OffloadKey,
     ReqContext,
+    TransferJob,
     members as lr,
 )
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
@@ -149,3 +150,43 @@ def busy_primary() -> TierSpec:
             return None if busy else super().prepare_store(keys, req_context)
 
     return memory_primary_spec(Busy, _QUICK, name="busy-primary")
+
+
+class LateArming(MemoryTier):
+    """A correct MemoryTier with a racy test hook: ``arm_late(n)`` arms ``fail_next_jobs(n)`` only
+    after the next job was submitted, as a hook arming from another thread that lost the race to
+    the kit's next submission would; the failure lands on the job after the one it was armed for."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="late-arming")
+        self._late = 0
+
+    def arm_late(self, n: int) -> None:
+        self._late = n
+        if n == 0:
+            self.fail_next_jobs(0)
+
+    def _after_submit(self) -> None:
+        if self._late:
+            self.fail_next_jobs(self._late)
+            self._late = 0
+
+    def submit_store(self, job: TransferJob) -> None:
+        super().submit_store(job)
+        self._after_submit()
+
+    def submit_load(self, job: TransferJob) -> None:
+        super().submit_load(job)
+        self._after_submit()
+
+
+def _arm_late(tier: object, n: int) -> None:
+    assert isinstance(tier, LateArming)
+    tier.arm_late(n)
+
+
+def racy_hook() -> TierSpec:
+    """A correct tier whose fail_next_jobs hook fails the job after the one it is armed for (KIT-5)."""
+    return TierSpec(
+        "racy-hook", "secondary", LateArming, hooks={**MEMORY_HOOKS, "fail_next_jobs": _arm_late}, limits=_QUICK
+    )

@@ -47,7 +47,10 @@ class ObjTierConfig(BaseModel):
       ``max_backoff_s``, ``connect_timeout_s``, ``request_timeout_s``: per
       request, chosen for a cache (obstore's defaults retry for minutes).
     * ``job_timeout_s``: a transfer job still running after this long fails
-      (the keys not done by then).
+      (the keys not done by then; each request is bounded by it too). The
+      tier declares ``job_time_bound_s = job_timeout_s + 1``
+      (:class:`kvproto.JobTimeBound`), so the tiering manager never ends its
+      jobs before its own timeout does (MGR-17).
     * ``max_concurrency``: object GETs/PUTs in flight at once;
       ``probe_concurrency``: existence checks (HEADs) in flight at once.
     * ``probe_deadline_steps``, ``probe_min_interval_s``, ``probe_timeout_s``:

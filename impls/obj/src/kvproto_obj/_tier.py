@@ -77,6 +77,7 @@ class ObjTier(BlobTier):
                 trust_index_on_store=True,  # a key stored or loaded here is not uploaded again (OBJ-4)
                 persistent=persistent,
                 op_timeout_s=config.job_timeout_s + 1.0,  # a bound above the backend's own (job_timeout_s)
+                job_timeout_s=config.job_timeout_s,  # a whole job, so the tier declares job_time_bound_s (MGR-17)
             ),
             name=name,
             stats=stats,

@@ -1,0 +1,133 @@
+"""Broken tiers whose bug is a declaration the tier does not keep, or a pin bug a non-evicting
+primary hides from eviction-based checks (CAP-2..CAP-4, TIER-9; KIT-13).
+
+Each has exactly one bug; ``CAPS_GALLERY`` maps each ``kvproto conform`` target to the check and
+clause it must fail on, and gallery.py folds it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from kvproto import (
+    Capabilities,
+    LookupResult,
+    MemoryPrimaryTier,
+    MemoryTier,
+    OffloadKey,
+    PrepareStoreOutput,
+    ReqContext,
+    members as lr,
+)
+from kvproto.errors import TierMisuseError
+from kvproto.testing import TierSpec
+
+from tests.kvproto.testing.gallery import _QUICK, Expected, _secondary
+from tests.kvproto.testing.honest_tiers import NoEvictionPrimary
+
+
+class EvictsUndeclared(MemoryPrimaryTier):
+    """Bug: evicts (and lists what it evicts) but declares no eviction: it claims never to drop a block."""
+
+    def __init__(self, *, num_slots: int, block_bytes: int) -> None:
+        super().__init__(num_slots=num_slots, block_bytes=block_bytes, name="evicts-undeclared")
+        self.capabilities = Capabilities()  # the bug: the declaration says "never evicts"
+
+
+class EvictsSilentlyUndeclared(EvictsUndeclared):
+    """Bug: evicts without listing the evicted keys, declaring no eviction."""
+
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+        out = super().prepare_store(keys, req_context)
+        return None if out is None else replace(out, evicted=())  # the bug: drops blocks, says nothing
+
+
+class PinGoesNegative(NoEvictionPrimary):
+    """Bug (non-evicting): complete_load of a key holding no pin raises TierMisuseError, but only
+    after counting the release: the count goes to -1, and the next pin taken is lost."""
+
+    def __init__(self, *, num_slots: int, block_bytes: int) -> None:
+        super().__init__(num_slots=num_slots, block_bytes=block_bytes, name="pin-goes-negative")
+        self._owed: Counter[OffloadKey] = Counter()
+
+    def complete_load(self, keys: Iterable[OffloadKey]) -> None:
+        batch = list(keys)
+        for key in batch:
+            if self.pin_count(key) == 0:
+                self._owed[key] += 1  # the bug: the release is counted before the misuse is raised
+                raise TierMisuseError(f"{self.name}: complete_load of key {key!r}, which holds no pin", key=key)
+        super().complete_load(batch)
+
+    def prepare_load(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> tuple[int, ...]:
+        slots = super().prepare_load(keys, req_context)
+        for key in keys:
+            if self._owed[key]:  # the count was -1: this pin only brings it back to 0
+                self._owed[key] -= 1
+                super().complete_load([key])
+        return slots
+
+
+class RetryWithoutAsyncLookup(MemoryTier):
+    """Bug: answers RETRY the first time each key is asked, declaring no async_lookup."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="retry-without-async-lookup")
+        self._asked: set[OffloadKey] = set()
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if key not in self._asked:
+            self._asked.add(key)
+            return lr.RETRY  # the bug: async_lookup is not declared
+        return super().lookup(key, req_context)
+
+
+class PartialUndeclared(MemoryTier):
+    """Bug: reports partial jobs (MemoryTier's fail_keys does) while declaring no partial_jobs."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="partial-undeclared")
+        self.capabilities = replace(self.capabilities, partial_jobs=False)  # the bug
+
+
+def _primary(cls: type[MemoryPrimaryTier], name: str) -> TierSpec:
+    return TierSpec(name, "primary", lambda: cls(num_slots=16, block_bytes=32), limits=_QUICK, tier_class=cls)
+
+
+def evicts_undeclared() -> TierSpec:
+    return _primary(EvictsUndeclared, "evicts-undeclared")
+
+
+def evicts_silently_undeclared() -> TierSpec:
+    return _primary(EvictsSilentlyUndeclared, "evicts-silently-undeclared")
+
+
+def pin_goes_negative() -> TierSpec:
+    return _primary(PinGoesNegative, "pin-goes-negative")
+
+
+def retry_without_async_lookup() -> TierSpec:
+    return _secondary(RetryWithoutAsyncLookup)
+
+
+def partial_undeclared() -> TierSpec:
+    return _secondary(PartialUndeclared)
+
+
+_HERE = __name__
+CAPS_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:evicts_undeclared": Expected(
+        "test_holds_what_it_stored_without_eviction", "CAP-2", "does not declare eviction"
+    ),
+    f"{_HERE}:evicts_silently_undeclared": Expected(
+        "test_holds_what_it_stored_without_eviction", "CAP-2", "declares no eviction reserved"
+    ),
+    f"{_HERE}:pin_goes_negative": Expected("test_releasing_a_pin_never_taken_is_misuse", "TIER-9", "negative pin count"),
+    f"{_HERE}:retry_without_async_lookup": Expected(
+        "test_retry_only_when_declared", "CAP-3", "does not declare the async_lookup"
+    ),
+    f"{_HERE}:partial_undeclared": Expected(
+        "test_jobs_are_whole_without_partial_jobs", "CAP-4", "does not declare partial_jobs"
+    ),
+}
