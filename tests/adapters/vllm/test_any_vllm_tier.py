@@ -1,0 +1,159 @@
+"""``kvproto conform vllm:MODULE:CLASS [--option KEY=VALUE ...]``: the kit on any vLLM 0.33 tier class,
+built as vLLM's tier factory builds it (kvproto_vllm._targets), and the pytest base class for vLLM
+tier authors (kvproto_vllm.testing.VllmTierTests).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvproto._cli.targets import parse_options
+from kvproto.errors import ConfigurationError
+
+from kvproto_vllm.testing import VllmTierTests
+from tests.adapters.vllm.test_kit_finds_vllm_defects import DEFECTS, NO_RESET_CHECKS
+from tests.cli import kvproto_cli
+
+ROOT = Path(__file__).resolve().parents[3]
+FS = "vllm:vllm.v1.kv_offload.tiering.fs.manager:FileSystemTierManager"
+BUFFERED = "vllm:tests.adapters.vllm.vllm_tiers:BufferedFileSystemTier"
+COPYING = "vllm:tests.adapters.vllm.vllm_tiers:CopyingDictTier"
+CPU = "vllm:vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager"
+#: What vllm-fs passes vLLM's FileSystemTierManager besides the root (kvproto_vllm._conformance).
+FS_OPTIONS = ["--option", "n_read_threads=2", "--option", "n_write_threads=2", "--option", "enable_kv_events=true"]
+#: The same tiers, by registered name and by class.
+SAME = {FS: "vllm-fs-direct", BUFFERED: "vllm-fs", CPU: "vllm-cpu"}
+
+
+def _conform(path: Path, target: str, *options: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    code = kvproto_cli(["conform", target, *options, "--no-typecheck", "--profile", "fast", "--json", str(path)])
+    (tier,) = json.loads(path.read_text())["tiers"]
+    assert tier["error"] is None, tier["error"]
+    return code, {c["check"]: c for c in tier["checks"]}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, dict[str, Any]]]]:
+    out = tmp_path_factory.mktemp("conform-any")
+    return {
+        FS: _conform(out / "fs.json", FS, *FS_OPTIONS),
+        BUFFERED: _conform(out / "buffered.json", BUFFERED, *FS_OPTIONS),
+        CPU: _conform(out / "cpu.json", CPU),
+        COPYING: _conform(out / "copying.json", COPYING, "--option", "kit.partial_jobs=true"),
+    }
+
+
+@pytest.mark.parametrize("target", sorted(SAME))
+def test_a_vllm_class_reports_the_findings_of_its_registered_name(
+    reports: dict[str, tuple[int, dict[str, dict[str, Any]]]], target: str
+) -> None:
+    """Each defect the registered name is known for (test_kit_finds_vllm_defects.DEFECTS) is found,
+    naming the same clause, when the class is named instead; the expected failures are the same."""
+    code, checks = reports[target]
+    assert code == 1
+    for check, (clause, words) in DEFECTS[SAME[target]].items():
+        assert checks[check]["outcome"] == "failed", checks[check]
+        assert checks[check]["violated_clause"] == clause and words in checks[check]["reason"], checks[check]
+    xfailed = {name for name, c in checks.items() if c["outcome"] == "xfailed"}
+    assert xfailed == (set(NO_RESET_CHECKS) if target != CPU else set())
+
+
+def test_a_correct_vllm_tier_written_outside_kvproto_conforms(
+    reports: dict[str, tuple[int, dict[str, dict[str, Any]]]],
+) -> None:
+    code, checks = reports[COPYING]
+    failed = {name: c["reason"] for name, c in checks.items() if c["outcome"] == "failed"}
+    assert failed == {} and code == 0
+    assert {name for name, c in checks.items() if c["outcome"] == "xfailed"} == set(NO_RESET_CHECKS)
+
+
+class TestCopyingDictTierInTheAuthorsSuite(VllmTierTests):
+    """What a vLLM tier author writes in their own suite: every kit check, as pytest tests."""
+
+    vllm_tier = "tests.adapters.vllm.vllm_tiers:CopyingDictTier"
+    vllm_options = {"kit.partial_jobs": True}
+    kit_profile = "fast"
+
+
+def test_the_base_class_gives_an_fs_subclass_the_fs_hooks_and_a_fresh_root() -> None:
+    class TestBuffered(VllmTierTests):
+        vllm_tier = "tests.adapters.vllm.vllm_tiers:BufferedFileSystemTier"
+
+    assert TestBuffered.has_hook(TestBuffered(), "reopen") and TestBuffered.has_hook(TestBuffered(), "seed_block")
+    assert set(TestBuffered.expected_failures) == set(NO_RESET_CHECKS)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("n=2", 2), ("on=true", True), ("root=/x", "/x"), ("cfg={\"a\": [1]}", {"a": [1]}), ("s=", ""), ("q=\"2\"", "2")],
+)
+def test_option_values_are_json_else_strings(text: str, value: object) -> None:
+    assert parse_options([text]) == {text.partition("=")[0]: value}
+
+
+@pytest.mark.parametrize("text", ["novalue", "=3"])
+def test_an_option_without_a_key_is_a_usage_error(text: str) -> None:
+    with pytest.raises(ConfigurationError, match="KEY=VALUE"):
+        parse_options([text])
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["memory", "--option", "n=1"], "--option applies to ENGINE:MODULE:CLASS targets"),
+        (["sglang:a.b:C"], "no installed distribution handles sglang: targets"),
+        ([FS, "--option", "kit.async_lookup=yes"], "expected a JSON bool"),
+        ([FS, "--option", "kit.speed=1"], "not a capability"),
+        (["vllm:vllm.v1.kv_offload.base:OffloadKey"], "has no class"),
+        (["vllm:vllm.v1.kv_offload.base:Medium"], "neither a vLLM SecondaryTierManager nor a CPUOffloadingManager"),
+        (["vllm:tests.adapters.vllm.no_such_module:X"], "No module named"),
+    ],
+)
+def test_bad_targets_and_options_are_usage_errors_in_one_line(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert kvproto_cli(["conform", *argv, "--no-typecheck"]) == 2
+    out = capsys.readouterr().out
+    assert words in out and len(out.strip().splitlines()) == 1, out
+
+
+needs_no_deps_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is not None,
+    reason="vLLM's full dependency set is installed here: nothing is missing to name",
+)
+
+
+def _plain_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``kvproto`` script, in a fresh process without the test stand-ins."""
+    script = Path(sys.executable).with_name("kvproto")
+    return subprocess.run(
+        [str(script), *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+
+
+@needs_no_deps_vllm
+@pytest.mark.parametrize("target", ["vllm-fs", "vllm-cpu", FS])
+def test_without_vllms_dependencies_the_error_names_what_is_missing_and_how_to_install(target: str) -> None:
+    got = _plain_cli("conform", target, "--no-typecheck")
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert "'transformers' is not installed" in got.stdout, got.stdout
+    assert "pip install 'kvproto-vllm[vllm]'" in got.stdout, got.stdout
+
+
+@needs_no_deps_vllm
+def test_the_example_tier_runs_from_the_plain_cli_where_its_modules_import() -> None:
+    """vllm-example needs only vLLM's tiering base modules: the plain CLI runs the kit on it (and
+    finds its defect: it copies no bytes)."""
+    got = _plain_cli("conform", "vllm-example", "--no-typecheck", "--profile", "fast",
+                     "--check", "load_copies_stored_bytes_into_requested_slots")
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "was never written" in got.stdout
