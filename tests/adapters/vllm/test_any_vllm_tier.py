@@ -5,7 +5,6 @@ tier authors (kvproto_vllm.testing.VllmTierTests).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from kvproto._cli.targets import parse_options
 from kvproto.errors import ConfigurationError
 
 from kvproto_vllm.testing import VllmTierTests
+from tests.adapters.vllm import vllm_support
 from tests.adapters.vllm.test_kit_finds_vllm_defects import DEFECTS, NO_RESET_CHECKS
 from tests.cli import kvproto_cli
 
@@ -126,7 +126,7 @@ def test_bad_targets_and_options_are_usage_errors_in_one_line(
 
 
 needs_no_deps_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is not None,
+    vllm_support.real_connector_imports(),
     reason="vLLM's full dependency set is installed here: nothing is missing to name",
 )
 
@@ -145,7 +145,7 @@ def _plain_cli(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_without_vllms_dependencies_the_error_names_what_is_missing_and_how_to_install(target: str) -> None:
     got = _plain_cli("conform", target, "--no-typecheck")
     assert got.returncode == 2, got.stdout + got.stderr
-    assert "'transformers' is not installed" in got.stdout, got.stdout
+    assert "is not installed (vLLM installed without its dependencies?)" in got.stdout, got.stdout
     assert "pip install 'kvproto-vllm[vllm]'" in got.stdout, got.stdout
 
 

@@ -44,13 +44,10 @@ its class (the labels ``config_info_keys`` declares; the reserved label ``tier``
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from importlib import import_module
-from importlib.metadata import entry_points
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vllm.v1.kv_offload import base as vbase
@@ -89,57 +86,12 @@ def as_slot_buffer(view: memoryview) -> memoryview:
     return flat.cast("B", [rows, len(flat) // rows if rows else 0])
 
 
-def _resolve(target: str) -> object:
-    if ":" in target:
-        module, _, attr = target.partition(":")
-        found: object = import_module(module)
-        for part in attr.split("."):
-            found = getattr(found, part)
-        return found
-    (point, *_) = [*entry_points(group="kvproto.tiers", name=target)] or [None]
-    if point is None:
-        names = sorted(ep.name for ep in entry_points(group="kvproto.tiers"))
-        raise ConfigurationError(f"no kvproto tier named {target!r}; installed: {names}")
-    loaded: object = point.load()
-    return loaded
-
-
-def _takes_no_arguments(target: Callable[..., object]) -> bool:
-    try:
-        params = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return False
-    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
-
-
 def build_kvproto_tier(tier: str, buffer: memoryview, options: Mapping[str, Any] | None = None) -> SecondaryTier:
-    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``."""
-    from kvproto.testing import TierSpec  # the kit's TierSpec only; imports neither pytest nor Hypothesis
+    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``
+    (:func:`kvproto.testing.build_secondary_tier`, which imports neither pytest nor Hypothesis)."""
+    from kvproto.testing import build_secondary_tier  # the kit's package; imports neither pytest nor Hypothesis
 
-    opts = dict(options or {})
-    found = _resolve(tier)
-    if not isinstance(found, type) and callable(found) and _takes_no_arguments(found):
-        found = found()
-    built: object
-    if isinstance(found, TierSpec):
-        if found.kind != "secondary":
-            raise ConfigurationError(f"kvproto tier {tier!r} is a {found.kind} tier; vLLM needs a secondary tier")
-        if not opts:
-            built = found.factory(buffer)
-        elif found.tier_class is not None:
-            built = found.tier_class(buffer, **opts)
-        else:
-            raise ConfigurationError(
-                f"kvproto tier {tier!r} names no tier_class to pass options to; name the class or a "
-                "factory as 'package.module:attribute' instead"
-            )
-    elif callable(found):
-        built = found(buffer, **opts)
-    else:
-        raise ConfigurationError(f"kvproto tier {tier!r} resolved to {found!r}, which builds no tier")
-    if not isinstance(built, SecondaryTier):
-        raise ConfigurationError(f"kvproto tier {tier!r} built {built!r}, which is not a kvproto SecondaryTier")
-    return built
+    return build_secondary_tier(tier, buffer, options)
 
 
 #: Counter of the kvproto tier's lookup answers, labelled ``kvproto_tier`` and ``result``.

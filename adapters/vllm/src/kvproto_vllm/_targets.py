@@ -35,7 +35,7 @@ from dataclasses import fields
 
 from kvproto import Capabilities
 from kvproto.errors import ConfigurationError
-from kvproto.testing import TierSpec
+from kvproto.testing import TierSpec, split_kit_options
 
 from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
 from kvproto_vllm._conformance import (
@@ -49,12 +49,10 @@ from kvproto_vllm._conformance import (
 )
 from kvproto_vllm._imports import import_vllm
 
-__all__ = ["ABILITIES", "FRESH_DIRECTORY", "KIT_PREFIX", "vllm_target"]
+__all__ = ["ABILITIES", "FRESH_DIRECTORY", "vllm_target"]
 
 #: An option value replaced by a fresh empty directory for each tier built.
 FRESH_DIRECTORY = "{tmpdir}"
-#: Options with this prefix are the tier's capabilities, for the kit; the class never sees them.
-KIT_PREFIX = "kit."
 #: The primary buffer of a vLLM primary built by name: slots and bytes (as ``vllm-cpu``).
 PRIMARY_SLOTS, PRIMARY_BLOCK_BYTES = 32, 64
 
@@ -70,33 +68,6 @@ _SECONDARY = ("vllm.v1.kv_offload.tiering.base", "SecondaryTierManager")
 def _derives(cls: type, base: tuple[str, str]) -> bool:
     """Whether ``cls`` is ``base`` (module, name) or a subclass, without importing ``base``."""
     return any((c.__module__, c.__qualname__) == base for c in cls.__mro__)
-
-
-def _split_options(name: str, options: Mapping[str, object]) -> tuple[dict[str, object], Capabilities | None]:
-    """The class's options, and the capabilities the ``kit.*`` options declare (None: none given)."""
-    given: dict[str, object] = {}
-    declared: dict[str, object] = {}
-    for key, value in options.items():
-        if not key.startswith(KIT_PREFIX):
-            given[key] = value
-            continue
-        field_name = key.removeprefix(KIT_PREFIX)
-        if field_name not in ABILITIES:
-            raise ConfigurationError(f"{name}: --option {key}: not a capability (known: {', '.join(sorted(ABILITIES))})")
-        wanted = int if field_name == "max_retry_steps" else bool
-        if type(value) is not wanted:
-            raise ConfigurationError(f"{name}: --option {key}: expected a JSON {wanted.__name__}, got {value!r}")
-        declared[field_name] = value
-    if not declared:
-        return given, None
-    return given, Capabilities(
-        async_lookup=declared.get("async_lookup") is True,
-        max_retry_steps=int(str(declared.get("max_retry_steps", 0))),
-        persistence=declared.get("persistence") is True,
-        eviction=declared.get("eviction") is True,
-        sharing=declared.get("sharing") is True,
-        partial_jobs=declared.get("partial_jobs") is True,
-    )
 
 
 def _materialise(options: Mapping[str, object]) -> dict[str, object]:
@@ -196,7 +167,7 @@ def vllm_target(path: str, options: Mapping[str, object]) -> TierSpec:
     """
     name = f"vllm:{path}"
     cls = _load_class(name, path)
-    given, declared = _split_options(name, options)
+    given, declared = split_kit_options(name, options)
     if _derives(cls, _SECONDARY):
         return _secondary(name, path, cls, given, declared)
     if _derives(cls, _CPU):
