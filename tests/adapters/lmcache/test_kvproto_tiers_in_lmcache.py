@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from kvproto_lmcache import KvprotoL2Adapter
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
 from lmcache.v1.platform import consume_fd
@@ -23,7 +24,6 @@ from lmcache.v1.platform import consume_fd
 from kvproto.errors import ConfigurationError
 
 from kvproto_fs import FsTier, FsTierConfig
-from kvproto_lmcache import KvprotoL2Adapter
 
 ROOT = Path(__file__).resolve().parents[3]
 SIZE = 256  # float32 elements per object: 1 KiB

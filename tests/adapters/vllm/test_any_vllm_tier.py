@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 
-from kvproto._cli.targets import parse_options
-from kvproto.errors import ConfigurationError
-
 from kvproto_vllm.testing import VllmTierTests
 from tests.adapters.vllm import vllm_support
 from tests.adapters.vllm.test_kit_finds_vllm_defects import DEFECTS, NO_RESET_CHECKS
@@ -92,25 +89,15 @@ def test_the_base_class_gives_an_fs_subclass_the_fs_hooks_and_a_fresh_root() -> 
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
-    [("n=2", 2), ("on=true", True), ("root=/x", "/x"), ("cfg={\"a\": [1]}", {"a": [1]}), ("s=", ""), ("q=\"2\"", "2")],
-)
-def test_option_values_are_json_else_strings(text: str, value: object) -> None:
-    assert parse_options([text]) == {text.partition("=")[0]: value}
-
-
-@pytest.mark.parametrize("text", ["novalue", "=3"])
-def test_an_option_without_a_key_is_a_usage_error(text: str) -> None:
-    with pytest.raises(ConfigurationError, match="KEY=VALUE"):
-        parse_options([text])
-
-
-@pytest.mark.parametrize(
     ("argv", "words"),
     [
         (["memory", "--option", "n=1"], "--option applies to ENGINE:MODULE:CLASS targets"),
         (["sglang:a.b:C"], "no installed distribution handles sglang: targets"),
-        ([FS, "--option", "kit.async_lookup=yes"], "expected a JSON bool"),
+        ([FS, "--option", "kit.async_lookup=yes"], "expected a JSON bool, got 'yes'"),  # not JSON: a string
+        ([FS, "--option", "kit.async_lookup=\"true\""], "expected a JSON bool, got 'true'"),  # a JSON string
+        ([FS, "--option", "kit.max_retry_steps=true"], "expected a JSON int, got True"),  # JSON
+        ([FS, "--option", "novalue"], "expected KEY=VALUE"),
+        ([FS, "--option", "=3"], "expected KEY=VALUE"),
         ([FS, "--option", "kit.speed=1"], "not a capability"),
         (["vllm:vllm.v1.kv_offload.base:OffloadKey"], "has no class"),
         (["vllm:vllm.v1.kv_offload.base:Medium"], "neither a vLLM SecondaryTierManager nor a CPUOffloadingManager"),
