@@ -45,7 +45,8 @@ def basic_check(spec: str) -> str:
     got = subprocess.run(
         [sys.executable, "-m", "lmcache.v1.basic_check", "--mode", "test_l2_adapter", "--l2-adapter", spec],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "LMCACHE_TRACK_USAGE": "false", "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "LMCACHE_TRACK_USAGE": "false",
+             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)},
     )
     assert got.returncode == 0, got.stderr[-3000:]
     return got.stdout
