@@ -8,18 +8,23 @@ pytest nor Hypothesis.
 
 from __future__ import annotations
 
+import atexit
 import inspect
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from kvproto._capabilities import Capabilities
 from kvproto._protocols import SecondaryTier
 from kvproto.errors import ConfigurationError
 from kvproto.testing._tier_spec import TierSpec
 
-__all__ = ["KIT_OPTION_PREFIX", "build_secondary_tier", "split_kit_options"]
+__all__ = ["KIT_OPTION_PREFIX", "Rebuilds", "build_secondary_tier", "fresh_directory", "split_kit_options"]
 
 
 def _resolve(target: str) -> object:
@@ -119,3 +124,36 @@ def split_kit_options(target: str, options: Mapping[str, object]) -> tuple[dict[
         sharing=declared.get("sharing") is True,
         partial_jobs=declared.get("partial_jobs") is True,
     )
+
+
+_parents: dict[str, Path] = {}
+
+
+def fresh_directory(prefix: str) -> Path:
+    """A new empty directory under one temporary parent per ``prefix`` and process, removed at
+    exit: the storage of one tier the kit builds (each must start empty)."""
+    parent = _parents.get(prefix)
+    if parent is None:
+        parent = _parents[prefix] = Path(tempfile.mkdtemp(prefix=prefix))
+        atexit.register(shutil.rmtree, parent, True)
+    return Path(tempfile.mkdtemp(dir=parent))
+
+
+_T = TypeVar("_T")
+
+
+class Rebuilds(Generic[_T]):
+    """How each tier built for the kit is built again over the same storage: what the kit's
+    ``reopen`` hook needs (KIT-5) for a tier that cannot say it itself (an engine's tier)."""
+
+    def __init__(self) -> None:
+        self._how: weakref.WeakKeyDictionary[Any, Callable[[memoryview], _T]] = weakref.WeakKeyDictionary()
+
+    def remember(self, tier: _T, rebuild: Callable[[memoryview], _T]) -> _T:
+        """Record ``rebuild`` for ``tier``; ``tier``."""
+        self._how[tier] = rebuild
+        return tier
+
+    def reopen(self, tier: _T, buffer: memoryview) -> _T:
+        """A new tier over ``tier``'s storage and ``buffer`` (the ``reopen`` hook)."""
+        return self._how[tier](buffer)

@@ -4,13 +4,11 @@ in a report; each failure the kit finds is pinned here and judged in docs/kvprot
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli import kvproto_cli
+from tests.adapters.kit_reports import conform_report
 
 MOCK_CLASS = "lmcache:lmcache.v1.distributed.l2_adapters.mock_l2_adapter:MockL2Adapter"
 NO_RESET_CHECKS = {"test_reset_cache_forgets_blocks", "test_reset_with_queued_work", "test_events_report_removals"}
@@ -24,20 +22,13 @@ FS_FINDINGS = {
 FS_STATE_MACHINE = {"test_state_machine_against_model", "test_differential_against_memory_tier"}
 
 
-def _conform(path: Path, *argv: str) -> tuple[int, dict[str, dict[str, Any]]]:
-    code = kvproto_cli(["conform", *argv, "--no-typecheck", "--profile", "fast", "--json", str(path)])
-    (tier,) = json.loads(path.read_text())["tiers"]
-    assert tier["error"] is None, tier["error"]
-    return code, {c["check"]: c for c in tier["checks"]}
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, dict[str, Any]]]]:
     out = tmp_path_factory.mktemp("conform-lmcache")
     return {
-        "lmcache-mock": _conform(out / "mock.json", "lmcache-mock"),
-        "lmcache-fs": _conform(out / "fs.json", "lmcache-fs"),
-        MOCK_CLASS: _conform(out / "class.json", MOCK_CLASS, "--option", "max_size_gb=1",
+        "lmcache-mock": conform_report(out / "mock.json", "lmcache-mock"),
+        "lmcache-fs": conform_report(out / "fs.json", "lmcache-fs"),
+        MOCK_CLASS: conform_report(out / "class.json", MOCK_CLASS, "--option", "max_size_gb=1",
                              "--option", "mock_bandwidth_gb=100", "--option", "kit.async_lookup=true",
                              "--option", "kit.max_retry_steps=2", "--option", "kit.partial_jobs=true"),
     }

@@ -5,7 +5,6 @@ tier authors (kvproto_vllm.testing.VllmTierTests).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from kvproto_vllm.testing import VllmTierTests
+from tests.adapters.kit_reports import conform_report
 from tests.adapters.vllm import vllm_support
 from tests.adapters.vllm.test_kit_finds_vllm_defects import DEFECTS, NO_RESET_CHECKS
 from tests.cli import kvproto_cli
@@ -30,21 +30,14 @@ FS_OPTIONS = ["--option", "n_read_threads=2", "--option", "n_write_threads=2", "
 SAME = {FS: "vllm-fs-direct", BUFFERED: "vllm-fs", CPU: "vllm-cpu"}
 
 
-def _conform(path: Path, target: str, *options: str) -> tuple[int, dict[str, dict[str, Any]]]:
-    code = kvproto_cli(["conform", target, *options, "--no-typecheck", "--profile", "fast", "--json", str(path)])
-    (tier,) = json.loads(path.read_text())["tiers"]
-    assert tier["error"] is None, tier["error"]
-    return code, {c["check"]: c for c in tier["checks"]}
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, dict[str, Any]]]]:
     out = tmp_path_factory.mktemp("conform-any")
     return {
-        FS: _conform(out / "fs.json", FS, *FS_OPTIONS),
-        BUFFERED: _conform(out / "buffered.json", BUFFERED, *FS_OPTIONS),
-        CPU: _conform(out / "cpu.json", CPU),
-        COPYING: _conform(out / "copying.json", COPYING, "--option", "kit.partial_jobs=true"),
+        FS: conform_report(out / "fs.json", FS, *FS_OPTIONS),
+        BUFFERED: conform_report(out / "buffered.json", BUFFERED, *FS_OPTIONS),
+        CPU: conform_report(out / "cpu.json", CPU),
+        COPYING: conform_report(out / "copying.json", COPYING, "--option", "kit.partial_jobs=true"),
     }
 
 

@@ -13,17 +13,13 @@ difference, not a defect). What the kit finds besides: ``docs/kvproto-and-lmcach
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
-import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kvproto import Capabilities
-from kvproto.testing import TierSpec
+from kvproto.testing import Rebuilds, TierSpec, fresh_directory
 
 from kvproto_lmcache._as_kvproto import LmcacheSecondaryTier
 
@@ -40,31 +36,24 @@ NO_RESET_FAILURES: dict[str, str] = dict.fromkeys(
     ("test_reset_cache_forgets_blocks", "test_reset_with_queued_work", "test_events_report_removals"), NO_RESET
 )
 
-_parent: Path | None = None
-_rebuild: weakref.WeakKeyDictionary[LmcacheSecondaryTier, Callable[[memoryview], LmcacheSecondaryTier]] = (
-    weakref.WeakKeyDictionary()
-)
+#: How each tier built for the kit is built again over its storage (the ``reopen`` hook).
+REBUILDS: Rebuilds[LmcacheSecondaryTier] = Rebuilds()
 
 
 def fresh_dir() -> Path:
-    """A new empty directory under one temporary parent, removed when the process exits."""
-    global _parent
-    if _parent is None:
-        _parent = Path(tempfile.mkdtemp(prefix="kvproto-lmcache-kit-"))
-        atexit.register(shutil.rmtree, _parent, True)
-    return Path(tempfile.mkdtemp(dir=_parent))
+    """A new empty directory, removed when the process exits."""
+    return fresh_directory("kvproto-lmcache-kit-")
 
 
 def remember_rebuild(
     tier: LmcacheSecondaryTier, rebuild: Callable[[memoryview], LmcacheSecondaryTier]
 ) -> LmcacheSecondaryTier:
     """Record how ``tier`` is built again over its storage (the kit's ``reopen`` hook); ``tier``."""
-    _rebuild[tier] = rebuild
-    return tier
+    return REBUILDS.remember(tier, rebuild)
 
 
 def reopen(tier: LmcacheSecondaryTier, buffer: memoryview) -> LmcacheSecondaryTier:
-    return _rebuild[tier](buffer)
+    return REBUILDS.reopen(tier, buffer)
 
 
 def build_adapter(config: Mapping[str, Any]) -> Any:

@@ -19,11 +19,7 @@ checks that reset, ``NO_RESET_CHECKS``).
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
-import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -31,7 +27,7 @@ from typing import Any
 from vllm.v1.kv_offload import base as vbase, config as vconfig
 
 from kvproto import Capabilities, OffloadKey
-from kvproto.testing import TierSpec
+from kvproto.testing import Rebuilds, TierSpec, fresh_directory
 from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
@@ -45,7 +41,9 @@ __all__ = [
     "NO_RESET_CHECKS",
     "NO_RESET_FAILURES",
     "KitOffloadingSpec",
+    "REBUILDS",
     "fresh_root",
+    "primary_spec",
     "remember_rebuild",
     "vllm_cpu",
     "vllm_cpu_arc",
@@ -134,26 +132,18 @@ FS_CAPABILITIES = Capabilities(
     reasons={"eviction": "vLLM's fs tier never deletes a block"},
 )
 
-_parent: Path | None = None
-#: How to build each tier again over the same storage (the ``reopen`` hook).
-_rebuild: weakref.WeakKeyDictionary[VllmSecondaryTier, Callable[[memoryview], VllmSecondaryTier]] = (
-    weakref.WeakKeyDictionary()
-)
+#: How each fs tier built for the kit is built again over its root (the ``reopen`` hook).
+REBUILDS: Rebuilds[VllmSecondaryTier] = Rebuilds()
 
 
 def fresh_root() -> Path:
-    """A new empty directory under one temporary parent, removed when the process exits."""
-    global _parent
-    if _parent is None:
-        _parent = Path(tempfile.mkdtemp(prefix="kvproto-vllm-kit-"))
-        atexit.register(shutil.rmtree, _parent, True)
-    return Path(tempfile.mkdtemp(dir=_parent))
+    """A new empty directory, removed when the process exits."""
+    return fresh_directory("kvproto-vllm-kit-")
 
 
 def remember_rebuild(tier: VllmSecondaryTier, rebuild: Callable[[memoryview], VllmSecondaryTier]) -> VllmSecondaryTier:
     """Record how ``tier`` is built again over its storage (for the kit's ``reopen`` hook); ``tier``."""
-    _rebuild[tier] = rebuild
-    return tier
+    return REBUILDS.remember(tier, rebuild)
 
 
 def _fs_tier(buffer: memoryview, root: Path, direct: bool, name: str) -> VllmSecondaryTier:
@@ -206,7 +196,7 @@ def _corrupt_on_read(tier: VllmSecondaryTier, keys: Iterable[OffloadKey]) -> Non
 
 
 def _reopen(tier: VllmSecondaryTier, buffer: memoryview) -> VllmSecondaryTier:
-    return _rebuild[tier](buffer)
+    return REBUILDS.reopen(tier, buffer)
 
 
 #: The backdoor hooks of a tier that keeps one plain file per block under a ``file_mapper``
@@ -251,12 +241,11 @@ def vllm_fs_direct() -> TierSpec:
 
 
 # ---- vllm-cpu, vllm-cpu-arc ---------------------------------------------------------------------
-def _cpu_spec(name: str, policy: str) -> TierSpec:
-    manager = import_vllm("vllm.v1.kv_offload.cpu.manager", name)
+def primary_spec(name: str, make_inner: Callable[[], Any], shown: str) -> TierSpec:
+    """A vLLM primary (``make_inner()``, a ``CPUOffloadingManager``) over 32 slots of 64 bytes, for the kit."""
 
     def build() -> VllmPrimaryTier:
-        inner = manager.CPUOffloadingManager(num_chunks=32, cache_policy=policy, enable_events=True)
-        return VllmPrimaryTier(inner, num_slots=32, block_bytes=64, name=name)
+        return VllmPrimaryTier(make_inner(), num_slots=32, block_bytes=64, name=name)
 
     return TierSpec(
         name,
@@ -264,7 +253,16 @@ def _cpu_spec(name: str, policy: str) -> TierSpec:
         build,
         capabilities=HOST_PRIMARY_CAPABILITIES,
         tier_class=VllmPrimaryTier,
-        description=f"kvproto_vllm.VllmPrimaryTier(vllm CPUOffloadingManager(num_chunks=32, cache_policy={policy!r}))",
+        description=f"kvproto_vllm.VllmPrimaryTier({shown})",
+    )
+
+
+def _cpu_spec(name: str, policy: str) -> TierSpec:
+    manager = import_vllm("vllm.v1.kv_offload.cpu.manager", name)
+    return primary_spec(
+        name,
+        lambda: manager.CPUOffloadingManager(num_chunks=32, cache_policy=policy, enable_events=True),
+        f"vllm CPUOffloadingManager(num_chunks=32, cache_policy={policy!r})",
     )
 
 

@@ -37,7 +37,7 @@ from kvproto import Capabilities
 from kvproto.errors import ConfigurationError
 from kvproto.testing import TierSpec, split_kit_options
 
-from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
+from kvproto_vllm._as_kvproto import VllmSecondaryTier
 from kvproto_vllm._conformance import (
     EXAMPLE_CAPABILITIES,
     FS_CAPABILITIES,
@@ -45,6 +45,7 @@ from kvproto_vllm._conformance import (
     NO_RESET_FAILURES,
     KitOffloadingSpec,
     fresh_root,
+    primary_spec,
     remember_rebuild,
 )
 from kvproto_vllm._imports import import_vllm
@@ -53,8 +54,6 @@ __all__ = ["ABILITIES", "FRESH_DIRECTORY", "vllm_target"]
 
 #: An option value replaced by a fresh empty directory for each tier built.
 FRESH_DIRECTORY = "{tmpdir}"
-#: The primary buffer of a vLLM primary built by name: slots and bytes (as ``vllm-cpu``).
-PRIMARY_SLOTS, PRIMARY_BLOCK_BYTES = 32, 64
 
 #: The capability fields a ``kit.*`` option may set.
 ABILITIES = frozenset(f.name for f in fields(Capabilities)) - {"reasons"}
@@ -143,19 +142,10 @@ def _secondary(name: str, path: str, cls: type, options: dict[str, object], decl
 
 
 def _primary(name: str, cls: type, options: dict[str, object]) -> TierSpec:
-    def build() -> VllmPrimaryTier:
-        inner = cls(num_chunks=PRIMARY_SLOTS, **{"enable_events": True, **_materialise(options)})
-        return VllmPrimaryTier(inner, num_slots=PRIMARY_SLOTS, block_bytes=PRIMARY_BLOCK_BYTES, name=name)
-
-    from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
-
-    return TierSpec(
+    return primary_spec(
         name,
-        "primary",
-        build,
-        capabilities=HOST_PRIMARY_CAPABILITIES,
-        tier_class=VllmPrimaryTier,
-        description=f"kvproto_vllm.VllmPrimaryTier({cls.__name__}(num_chunks={PRIMARY_SLOTS}, ...))",
+        lambda: cls(num_chunks=32, **{"enable_events": True, **_materialise(options)}),
+        f"{cls.__name__}(num_chunks=32, ...)",
     )
 
 
