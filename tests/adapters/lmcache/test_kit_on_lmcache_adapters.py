@@ -4,6 +4,11 @@ in a report; each failure the kit finds is pinned here and judged in docs/kvprot
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,14 +47,37 @@ def test_lmcaches_mock_adapter_conforms(reports: dict[str, tuple[int, dict[str, 
     assert {n for n, c in checks.items() if c["outcome"] == "xfailed"} == NO_RESET_CHECKS
 
 
-def test_the_kit_finds_what_it_finds_in_lmcaches_fs_adapter(
+def test_every_failure_the_kit_finds_in_lmcaches_fs_adapter_is_a_judged_one(
     reports: dict[str, tuple[int, dict[str, dict[str, Any]]]],
 ) -> None:
+    """Both findings depend on thread timing (a thread still alive at the instant shutdown returns;
+    two stores of one key overlapping), so a run may or may not show each: what holds every run is
+    that the kit runs to a report, and that each failure it reports is one of those judged in
+    docs/kvproto-and-lmcache.md, naming the judged clause."""
     code, checks = reports["lmcache-fs"]
-    assert code == 1
-    for check, (clause, words) in FS_FINDINGS.items():
-        assert checks[check]["outcome"] == "failed" and checks[check]["violated_clause"] == clause, checks[check]
-        assert words in checks[check]["reason"], checks[check]
     failed = {n for n, c in checks.items() if c["outcome"] == "failed"}
-    assert set(FS_FINDINGS) <= failed <= set(FS_FINDINGS) | FS_STATE_MACHINE, failed
+    assert failed <= set(FS_FINDINGS) | FS_STATE_MACHINE, failed
+    assert code == (1 if failed else 0)
+    for check in failed & set(FS_FINDINGS):
+        clause, words = FS_FINDINGS[check]
+        assert checks[check]["violated_clause"] == clause and words in checks[check]["reason"], checks[check]
+    for check in failed & FS_STATE_MACHINE:
+        assert checks[check]["violated_clause"] in {"TIER-4", "TIER-10"}, checks[check]
     assert {n for n, c in checks.items() if c["outcome"] == "xfailed"} == NO_RESET_CHECKS
+
+
+def test_a_user_outside_the_checkout_gets_a_verdict_the_typecheck_included(tmp_path: Path) -> None:
+    """``kvproto conform lmcache-mock`` from a user's own directory, with the typecheck the plain
+    CLI runs (no mypy.ini there; LMCache ships no py.typed): the wrapper's module type-checks, so
+    the verdict is the checks'."""
+    script = Path(sys.executable).with_name("kvproto")
+    report = tmp_path / "report.json"
+    got = subprocess.run(
+        [str(script), "conform", "lmcache-mock", "--profile", "fast", "--check", "touch_of_unknown_keys_is_a_no_op",
+         "--json", str(report)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "LMCACHE_TRACK_USAGE": "false"},
+    )
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    (tier,) = json.loads(report.read_text())["tiers"]
+    assert tier["typecheck"]["passed"] and tier["typecheck"]["module_errors"] == [], tier["typecheck"]
+    assert [c["outcome"] for c in tier["checks"]] == ["passed"], tier["checks"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -17,16 +16,14 @@ from typing import Any
 import pytest
 import torch
 from kvproto_lmcache import KvprotoL2Adapter
-from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
-from lmcache.v1.platform import consume_fd
 
 from kvproto.errors import ConfigurationError
 
 from kvproto_fs import FsTier, FsTierConfig
+from tests.adapters.lmcache.l2_support import SIZE, memory_obj, object_key, stored, until
 
 ROOT = Path(__file__).resolve().parents[3]
-SIZE = 256  # float32 elements per object: 1 KiB
 
 
 def fs_tier(buffer: memoryview, root: str) -> FsTier:
@@ -87,42 +84,6 @@ def forgetful(buffer: memoryview) -> Any:
 
 
 # ---- the interface's promises, driven directly ---------------------------------------------------------
-def _key(i: int, salt: str = "") -> Any:
-    return ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name="m", kv_rank=0, cache_salt=salt)
-
-
-def _obj(fill: float) -> Any:
-    raw = torch.full((SIZE,), fill, dtype=torch.float32)
-    meta = MemoryObjMetadata(shape=torch.Size([SIZE]), dtype=torch.float32, address=raw.data_ptr(),
-                             phy_size=SIZE * 4, fmt=MemoryFormat.KV_2LTD, ref_count=1)
-    return TensorMemoryObj(raw, meta, parent_allocator=None)
-
-
-def _wait(fd: int, timeout_ms: int = 30_000) -> bool:
-    """Wait for ``fd`` to be signalled and consume it; False when ``timeout_ms`` passed first."""
-    poll = select.poll()
-    poll.register(fd, select.POLLIN)
-    if not poll.poll(timeout_ms):
-        return False
-    try:
-        consume_fd(fd)
-    except BlockingIOError:
-        pass
-    return True
-
-
-def _until(query: Any, task: int, fd: int) -> Any:
-    """The task's result: query, and wait for the fd between queries. Another thread may consume
-    the signal meant for this task (one fd per kind, as in LMCache), so each wait is short and
-    the loop re-queries; 600 waits without a result fail."""
-    for _ in range(600):
-        got = query(task)
-        if got is not None:
-            return got
-        _wait(fd, 50)
-    raise AssertionError(f"task {task} never completed")
-
-
 @pytest.fixture
 def adapter() -> Any:
     made = KvprotoL2Adapter({"tier": "memory-async", "slots": 4})
@@ -136,26 +97,23 @@ def test_three_distinct_event_fds(adapter: Any) -> None:
 
 
 def test_a_task_larger_than_the_staging_rows_round_trips_and_each_result_is_returned_once(adapter: Any) -> None:
-    keys = [_key(i) for i in range(10)]  # 10 keys through 4 rows
-    objs = [_obj(float(i + 1)) for i in range(10)]
+    keys = [object_key(i) for i in range(10)]  # 10 keys through 4 rows
+    objs = [memory_obj(float(i + 1)) for i in range(10)]
     store = adapter.submit_store_task(keys, objs)
-    done: dict[int, Any] = {}
-    while store not in done:
-        assert _wait(adapter.get_store_event_fd()), "the adapter never signalled its store fd"
-        done.update(adapter.pop_completed_store_tasks())
-    assert done[store].is_successful() and done[store].bytes_transferred() == 10 * SIZE * 4
-    lookup = adapter.submit_lookup_and_lock_task([*keys, _key(99), _key(1, salt="other")], {})
-    bitmap = _until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
+    result = stored(adapter, store, {})
+    assert result.is_successful() and result.bytes_transferred() == 10 * SIZE * 4
+    lookup = adapter.submit_lookup_and_lock_task([*keys, object_key(99), object_key(1, salt="other")], {})
+    bitmap = until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
     assert [bitmap.test(i) for i in range(12)] == [True] * 10 + [False, False]
     assert adapter.query_lookup_and_lock_result(lookup) is None  # returned once
     assert adapter.locked_keys() == {k: 1 for k in keys}
-    targets = [_obj(0.0) for _ in range(10)]
+    targets = [memory_obj(0.0) for _ in range(10)]
     load = adapter.submit_load_task(keys, targets)
-    loaded = _until(adapter.query_load_result, load, adapter.get_load_event_fd())
+    loaded = until(adapter.query_load_result, load, adapter.get_load_event_fd())
     assert all(loaded.test(i) for i in range(10))
     assert all(torch.equal(t.tensor, o.tensor) for t, o in zip(targets, objs, strict=True))
     adapter.submit_unlock(keys)
-    adapter.submit_unlock([_key(12345)])  # never fails
+    adapter.submit_unlock([object_key(12345)])  # never fails
     assert adapter.locked_keys() == {}
 
 
@@ -165,10 +123,10 @@ def test_two_controller_threads_at_once(adapter: Any) -> None:
 
     def storer(base: int) -> None:
         for n in range(5):
-            keys = [_key(base + 10 * n + i) for i in range(3)]
-            task = adapter.submit_store_task(keys, [_obj(float(base + n)) for _ in keys])
+            keys = [object_key(base + 10 * n + i) for i in range(3)]
+            task = adapter.submit_store_task(keys, [memory_obj(float(base + n)) for _ in keys])
             lookup = adapter.submit_lookup_and_lock_task(keys, {})
-            _until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
+            until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
             adapter.submit_unlock(keys)
             del task
 
@@ -180,11 +138,11 @@ def test_two_controller_threads_at_once(adapter: Any) -> None:
         if t.is_alive():
             problems.append(f"{t.name} still running")
     assert not problems
-    keys = [_key(b + 10 * n + i) for b in (1000, 2000) for n in range(5) for i in range(3)]
+    keys = [object_key(b + 10 * n + i) for b in (1000, 2000) for n in range(5) for i in range(3)]
     seen: dict[int, Any] = {}
     lookup = adapter.submit_lookup_and_lock_task(keys, {})
     while True:  # the stores land in the background; ask until all 30 are found
-        bitmap = _until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
+        bitmap = until(adapter.query_lookup_and_lock_result, lookup, adapter.get_lookup_and_lock_event_fd())
         adapter.submit_unlock([k for i, k in enumerate(keys) if bitmap.test(i)])
         if all(bitmap.test(i) for i in range(len(keys))):
             break
@@ -193,26 +151,21 @@ def test_two_controller_threads_at_once(adapter: Any) -> None:
 
 
 def test_an_object_of_the_wrong_size_fails_its_store_and_loads_nothing(adapter: Any) -> None:
-    store = adapter.submit_store_task([_key(1)], [_obj(1.0)])
+    store = adapter.submit_store_task([object_key(1)], [memory_obj(1.0)])
     done: dict[int, Any] = {}
-    while store not in done:
-        assert _wait(adapter.get_store_event_fd()), "the adapter never signalled its store fd"
-        done.update(adapter.pop_completed_store_tasks())
+    stored(adapter, store, done)
     small = TensorMemoryObj(torch.zeros(8), MemoryObjMetadata(
         shape=torch.Size([8]), dtype=torch.float32, address=0, phy_size=32, fmt=MemoryFormat.KV_2LTD, ref_count=1,
     ), parent_allocator=None)
-    bad = adapter.submit_store_task([_key(2)], [small])
-    while bad not in done:
-        assert _wait(adapter.get_store_event_fd()), "the adapter never signalled its store fd"
-        done.update(adapter.pop_completed_store_tasks())
-    assert not done[bad].is_successful()
-    load = adapter.submit_load_task([_key(1)], [small])
-    assert not _until(adapter.query_load_result, load, adapter.get_load_event_fd()).test(0)
+    bad = adapter.submit_store_task([object_key(2)], [small])
+    assert not stored(adapter, bad, done).is_successful()
+    load = adapter.submit_load_task([object_key(1)], [small])
+    assert not until(adapter.query_load_result, load, adapter.get_load_event_fd()).test(0)
 
 
 def test_close_reports_every_task_it_cut_short() -> None:
     made = KvprotoL2Adapter({"tier": "memory-async", "slots": 2})
-    task = made.submit_store_task([_key(i) for i in range(6)], [_obj(1.0) for _ in range(6)])
+    task = made.submit_store_task([object_key(i) for i in range(6)], [memory_obj(1.0) for _ in range(6)])
     made.close()
     assert task in made._stores_done  # the store was completed (failed or not) before the fds closed
 
