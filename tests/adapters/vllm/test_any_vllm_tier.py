@@ -111,13 +111,28 @@ needs_no_deps_vllm = pytest.mark.skipif(
 )
 
 
-def _plain_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+def _plain_cli(*argv: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed ``kvproto`` script, in a fresh process without the test stand-ins."""
     script = Path(sys.executable).with_name("kvproto")
     return subprocess.run(
-        [str(script), *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "COLUMNS": "400"},
+        [str(script), *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "400", **(env or {})},
     )
+
+
+def test_vllm_example_names_a_missing_vllm_dependency_and_the_supported_installation(tmp_path: Path) -> None:
+    """vLLM's base modules need msgspec. Where it cannot be imported (here a package first on the
+    path that raises as an absent one does: this environment has msgspec), ``kvproto conform
+    vllm-example``, run as a user runs it from their own directory, names it and the remedy."""
+    shadow = tmp_path / "shadow" / "msgspec"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'msgspec'\", name='msgspec')\n")
+    got = _plain_cli("conform", "vllm-example", "--no-typecheck", cwd=tmp_path,
+                     env={"PYTHONPATH": str(shadow.parent)})
+    assert got.returncode == 2, got.stdout + got.stderr
+    (line,) = got.stdout.strip().splitlines()
+    assert "tier 'vllm-example'" in line and "needs 'msgspec', which is not installed" in line, line
+    assert "vLLM installed without its dependencies?" in line and "pip install 'kvproto-vllm[vllm]'" in line, line
 
 
 @needs_no_deps_vllm

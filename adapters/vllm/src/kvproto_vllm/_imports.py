@@ -12,10 +12,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["SUPPORTED_INSTALL", "import_vllm"]
+__all__ = ["MODULE_LEVEL", "SUPPORTED_INSTALL", "import_vllm"]
 
 #: How kvproto-vllm is supported: vLLM with its own dependencies.
 SUPPORTED_INSTALL = "vLLM 0.33 with its dependencies: pip install 'kvproto-vllm[vllm]'"
+#: The vLLM modules kvproto_vllm's own modules import when they load; ``kvproto_vllm/__init__.py``
+#: imports them through :func:`import_vllm` first, so a missing one is named with the remedy.
+MODULE_LEVEL = ("vllm.v1.kv_offload.base", "vllm.v1.kv_offload.config", "vllm.v1.kv_offload.tiering.base")
 
 
 def import_vllm(module: str, needed_by: str) -> ModuleType:
