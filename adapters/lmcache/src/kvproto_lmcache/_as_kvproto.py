@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+
 # LMCache ships no py.typed. mypy.ini ignores it; the kit's own typecheck of this module (kvproto
 # conform, KIT-12) runs without mypy.ini, so the ignore is here too (unused under mypy.ini).
 from lmcache.v1.distributed.api import ObjectKey  # type: ignore[import-untyped, unused-ignore]
