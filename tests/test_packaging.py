@@ -26,10 +26,14 @@ DISTRIBUTIONS = {
     "adapters/vllm": (
         "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
     ),
+    "adapters/lmcache": ("kvproto_lmcache", "kvproto_lmcache", {"lmcache-fs", "lmcache-mock"}),
 }
 
 #: Distributions whose tiers are not reference tiers (no kvproto-reference keyword, KIT-9).
-NOT_REFERENCE = {"adapters/vllm"}
+NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache"}
+
+#: The engine adapters' ``kvproto conform ENGINE:MODULE:CLASS`` handlers (entry-point group kvproto.target_schemes).
+SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}}
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +104,9 @@ def test_kvproto_wheel_ships_what_verify_needs(wheels: dict[str, Path]) -> None:
         names = set(zf.namelist())
     for module in ("_reference", "_checks", "_crosshair_targets", "_crosshair_stats", "_properties", "_inputs", "_targets"):
         assert f"kvproto/testing/scans/{module}.py" in names
+
+
+@pytest.mark.parametrize("folder", sorted(SCHEMES))
+def test_engine_adapters_register_their_target_scheme(wheels: dict[str, Path], folder: str) -> None:
+    """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` resolve through these."""
+    assert set(_entry_points(wheels[folder])["kvproto.target_schemes"]) == SCHEMES[folder]

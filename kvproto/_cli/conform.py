@@ -37,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TARGET",
         help="pkg.module:factory or an installed tier name (default: every installed reference tier)",
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument for an ENGINE:MODULE:CLASS target (vllm:..., lmcache:...); VALUE is JSON, else a string",
+    )
     parser.add_argument("--list", action="store_true", help="list the installed tiers and exit")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
     parser.add_argument("--junit", type=Path, metavar="PATH", help="write a JUnit XML report")
@@ -203,7 +210,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     from kvproto._cli.progress import progress_display
     from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
     from kvproto._cli.runner import CheckOutcome, TierReport, planned_checks, run_kit
-    from kvproto._cli.targets import TierUnavailable, reference_tiers, resolve_target
+    from kvproto._cli.targets import TierUnavailable, parse_options, reference_tiers, resolve_target
     from kvproto.errors import KvprotoError
 
     if args.list:
@@ -222,9 +229,14 @@ def _run(console: Console, args: argparse.Namespace) -> int:
         say(console, "no tiers to check: no target given and no kvproto.tiers entry points installed")
         return 2
     specs: list[TierSpec] = []
+    try:
+        options = parse_options(args.option)
+    except KvprotoError as exc:
+        say(console, str(exc))
+        return 2
     for name in names:
         try:
-            specs.append(resolve_target(name))
+            specs.append(resolve_target(name, options))
         except TierUnavailable as exc:
             if args.targets:
                 say(console, str(exc))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -23,6 +24,8 @@ from kvproto.testing._tier_spec import TierSpec, shut_down_probe
 __all__ = [
     "ENTRY_POINT_GROUP",
     "REFERENCE_KEYWORD",
+    "SCHEME_GROUP",
+    "parse_options",
     "is_reference",
     "TierUnavailable",
     "build_test_class",
@@ -38,6 +41,11 @@ __all__ = [
 ENTRY_POINT_GROUP = "kvproto.tiers"
 #: A distribution whose metadata lists this keyword ships reference tiers (KIT-9).
 REFERENCE_KEYWORD = "kvproto-reference"
+#: Entry points ``SCHEME = pkg.mod:fn`` resolving ``SCHEME:MODULE:CLASS`` targets: ``fn(path, options)``
+#: returns a TierSpec (kvproto-vllm registers ``vllm``, kvproto-lmcache ``lmcache``).
+SCHEME_GROUP = "kvproto.target_schemes"
+#: The distribution that handles each engine's targets, named when it is not installed.
+_SCHEME_DISTRIBUTIONS = {"vllm": "kvproto-vllm", "lmcache": "kvproto-lmcache"}
 
 
 def _required_positional(fn: Callable[..., Any]) -> int:
@@ -155,8 +163,54 @@ def import_target(target: str) -> object:
     return obj
 
 
-def resolve_target(target: str) -> TierSpec:
-    """``pkg.mod:attr`` or an installed ``kvproto.tiers`` entry-point name -> a TierSpec."""
+def parse_options(texts: Sequence[str]) -> dict[str, object]:
+    """``--option KEY=VALUE`` arguments as a dict: each VALUE parsed as JSON, else kept as a string
+    (``n=2`` is 2, ``on=true`` is True, ``root=/x`` is "/x"). A ConfigurationError names an
+    argument without ``=`` or with an empty key."""
+    options: dict[str, object] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"--option {text!r}: expected KEY=VALUE")
+        try:
+            parsed: object = json.loads(value)
+        except ValueError:
+            parsed = value
+        options[key.strip()] = parsed
+    return options
+
+
+def _resolve_scheme(target: str, scheme: str, path: str, options: Mapping[str, object]) -> TierSpec:
+    """``SCHEME:MODULE:CLASS`` through the ``kvproto.target_schemes`` entry point ``SCHEME``."""
+    points = [ep for ep in entry_points(group=SCHEME_GROUP) if ep.name == scheme]
+    if not points:
+        dist = _SCHEME_DISTRIBUTIONS.get(scheme)
+        hint = f": pip install {dist}" if dist else ""
+        known = ", ".join(sorted(ep.name for ep in entry_points(group=SCHEME_GROUP))) or "none"
+        raise ConfigurationError(f"{target}: no installed distribution handles {scheme}: targets{hint} (installed: {known})")
+    try:
+        resolve = points[0].load()
+        spec = resolve(path, dict(options))
+    except ModuleNotFoundError as exc:  # the engine, or a module it needs, is not installed
+        missing = exc.name or str(exc)
+        raise TierUnavailable(f"{target}: {one_line(exc)}", missing=missing) from exc
+    except KvprotoError:
+        raise
+    except Exception as exc:  # the engine's or the author's code, in one line
+        raise ConfigurationError(f"{target}: {one_line(exc)}") from exc
+    if not isinstance(spec, TierSpec):
+        raise ConfigurationError(f"{target}: {points[0].value} returned {spec!r}, not a TierSpec")
+    return spec
+
+
+def resolve_target(target: str, options: Mapping[str, object] | None = None) -> TierSpec:
+    """``pkg.mod:attr``, an installed ``kvproto.tiers`` entry-point name, or ``SCHEME:MODULE:CLASS``
+    (an engine's tier class, built with ``options``) -> a TierSpec."""
+    scheme, _, path = target.partition(":")
+    if ":" in path:
+        return _resolve_scheme(target, scheme, path, options or {})
+    if options:
+        raise ConfigurationError(f"{target}: --option applies to ENGINE:MODULE:CLASS targets (vllm:..., lmcache:...)")
     if ":" in target:
         try:
             return spec_from_object(import_target(target), target)
@@ -168,8 +222,10 @@ def resolve_target(target: str) -> TierSpec:
                 return spec_from_object(ep.load(), target)
             except ModuleNotFoundError as exc:  # e.g. the cpu tier (kvproto-cpu) without torch
                 missing = exc.name or str(exc)
+                said = str(exc)
+                how = "" if said.startswith("No module named") else f" ({said})"  # the tier's own words
                 raise TierUnavailable(
-                    f"tier {target!r} ({ep.value}) needs {missing!r}, which is not installed",
+                    f"tier {target!r} ({ep.value}) needs {missing!r}, which is not installed{how}",
                     missing=missing,
                 ) from exc
             except KvprotoError:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._driver import TrackedContext
     from kvproto.testing._failures import ConformanceFailure
+    from kvproto.testing._hosting import Rebuilds, build_secondary_tier, fresh_directory, split_kit_options
     from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._primary_driver import PrimaryDriver
     from kvproto.testing._reference import MEMORY_HOOKS
@@ -58,6 +59,7 @@ __all__ = [
     "PrimaryStateMachine",
     "PrimaryTierFactory",
     "PrimaryTierTests",
+    "Rebuilds",
     "SecondaryDriver",
     "SecondaryTierFactory",
     "SecondaryTierTests",
@@ -65,11 +67,14 @@ __all__ = [
     "TierStateMachine",
     "TrackedContext",
     "block_for",
+    "build_secondary_tier",
     "check",
     "checks_of",
+    "fresh_directory",
     "key_pool",
     "make_buffer",
     "row",
+    "split_kit_options",
     "tricky_keys",
 ]
 
@@ -99,6 +104,10 @@ _WHERE = {
     "SecondaryTierTests": "_secondary",
     "TierSpec": "_tier_spec",
     "block_for": "_data",
+    "build_secondary_tier": "_hosting",
+    "split_kit_options": "_hosting",
+    "Rebuilds": "_hosting",
+    "fresh_directory": "_hosting",
     "key_pool": "_data",
     "make_buffer": "_data",
     "row": "_data",

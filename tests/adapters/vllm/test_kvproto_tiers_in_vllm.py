@@ -229,3 +229,52 @@ def test_vllms_example_tier_makes_vllms_manager_serve_another_blocks_bytes() -> 
         assert any(g in fillers for g in got), "a loaded slot should hold another block's bytes"
     finally:
         engine.close()
+
+
+def test_a_kvproto_tier_inside_vllm_reports_transfer_bytes_and_time_and_its_own_metrics() -> None:
+    """What vLLM's metrics read (tiering/metrics.py): each JobResult carries transfer_time and
+    transfer_bytes, so the manager's per-tier read/write time and bytes are non-zero; the tier's
+    get_stats adds its lookup answers, and config_info names the kvproto tier."""
+    from vllm.v1.kv_offload.tiering.base import TieringOffloadingMetrics as M
+
+    from kvproto_vllm._as_vllm import LOOKUPS_METRIC
+
+    engine = Engine({"type": "KvprotoTier", "module_path": "kvproto_vllm", "tier": "memory-async"})
+    secondary = engine.secondary
+    assert isinstance(secondary, KvprotoTier)
+    results: list[Any] = []
+    collect = secondary.get_finished_jobs
+
+    def recording() -> list[Any]:  # a spy on the real results, handed on unchanged
+        got = list(collect())
+        results.extend(got)
+        return got
+
+    secondary.get_finished_jobs = recording  # type: ignore[method-assign]  # spy on the results vLLM's manager reads
+    try:
+        wanted, got, _ = run_scenario(engine)
+        assert got == [block(k) for k in wanted]
+        with engine.manager.lock:
+            stats = engine.manager.get_stats()
+            info = engine.manager.config_info()
+    finally:
+        engine.close()
+    # 12 + 16 blocks cascaded, 12 promoted: every job succeeded, with its bytes and a time.
+    assert results and all(r.success for r in results)
+    assert sum(r.transfer_bytes for r in results) == (12 + CHUNKS + 12) * ROW
+    assert all(r.transfer_time is not None and r.transfer_time > 0 for r in results)
+    assert stats is not None
+    data: dict[str, dict[tuple[str, ...], Any]] = stats.data
+
+    def of_tier(metric: str) -> float:
+        return float(sum(v for labels, v in data[metric].items() if labels and labels[0].startswith("1:")))
+
+    assert of_tier(M.WRITE_BYTES) == (12 + CHUNKS) * ROW and of_tier(M.READ_BYTES) == 12 * ROW
+    assert of_tier(M.WRITE_TIME) > 0 and of_tier(M.READ_TIME) > 0
+    answers = data[LOOKUPS_METRIC]
+    assert answers[("memory-async", "HIT")] >= 12 and {labels[0] for labels in answers} == {"memory-async"}
+    assert info[1]["kvproto_tier"] == "memory-async"
+    kind = type(secondary.tier)
+    assert info[1]["kvproto_class"] == f"{kind.__module__}.{kind.__qualname__}"
+    assert KvprotoTier.config_info_keys({}) == ("kvproto_tier", "kvproto_class")
+    assert set(KvprotoTier.build_metric_definitions({})) >= {LOOKUPS_METRIC}

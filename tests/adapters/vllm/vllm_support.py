@@ -12,7 +12,8 @@ import two leaf modules under ``vllm.distributed.kv_transfer.kv_connector.v1.off
 Their package ``__init__``s (``vllm.distributed`` and the four below it) import the whole connector
 stack, ``vllm.config`` and transformers. :func:`install` puts a stand-in for exactly these two leaf
 modules in ``sys.modules`` (so none of the five ``__init__``s runs), and nothing else; it does
-nothing where vLLM's full dependency set is installed (transformers importable). None of this is in
+nothing where vLLM's full dependency set is installed (the real ``metrics`` module imports).
+Transformers alone is not enough: kvproto's CI installs it for LMCache's ``basic_check``. None of this is in
 the adapter: ``kvproto_vllm`` imports vLLM as a user's vLLM installation provides it.
 
 Run the kvproto command line with the stand-ins: ``python -m tests.adapters.vllm.vllm_support conform vllm-fs``.
@@ -26,7 +27,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LEAVES", "StandInStats", "install", "main"]
+__all__ = ["LEAVES", "StandInStats", "install", "main", "real_connector_imports"]
 
 _PACKAGE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading"
 LEAVES = (f"{_PACKAGE}.metrics", f"{_PACKAGE}.canonical_mapping")
@@ -63,9 +64,27 @@ def _canonical_format_id(kv_cache_layout: str) -> str:
     raise NotImplementedError("the canonical KV layout is not used in kvproto's tests")
 
 
+def real_connector_imports() -> bool:
+    """Whether vLLM's own connector ``metrics`` module imports here (vLLM's dependencies are all
+    installed); a failed attempt leaves none of the failing modules in ``sys.modules``."""
+    if LEAVES[0] in sys.modules:
+        return not _is_stand_in(sys.modules[LEAVES[0]])
+    if importlib.util.find_spec("transformers") is None:
+        return False
+    try:
+        importlib.import_module(LEAVES[0])
+    except Exception:  # ModuleNotFoundError for a missing dependency, or whatever vllm.config raises without one
+        return False
+    return True
+
+
+def _is_stand_in(module: types.ModuleType) -> bool:
+    return (module.__doc__ or "").startswith("kvproto test stand-in")
+
+
 def install() -> list[str]:
     """Put the two stand-ins in ``sys.modules`` unless vLLM's dependencies are all there; the names installed."""
-    if importlib.util.find_spec("transformers") is not None:
+    if real_connector_imports():
         return []
     done: list[str] = []
     for name in LEAVES:

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 from kvproto import PrimaryTier, SecondaryTier
 
-from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
-from kvproto_vllm._as_vllm import KvprotoTier, as_slot_buffer, build_kvproto_tier
+from kvproto_vllm._imports import MODULE_LEVEL, import_vllm
+
+for _module in MODULE_LEVEL:  # before the modules below import them: a missing one named, with the remedy
+    import_vllm(_module, "kvproto-vllm")
+
+from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier  # noqa: E402 (after the check above)
+from kvproto_vllm._as_vllm import KvprotoTier, as_slot_buffer, build_kvproto_tier  # noqa: E402
 
 __all__ = ["KvprotoTier", "VllmPrimaryTier", "VllmSecondaryTier", "as_slot_buffer", "build_kvproto_tier"]
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from vllm.v1.kv_offload import base as vbase
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.tiering import base as vtier
 
 from kvproto import (
@@ -49,6 +49,9 @@ from kvproto import (
 from kvproto.errors import TierMisuseError
 
 from kvproto_vllm._translate import from_vllm_event, from_vllm_keys, from_vllm_result, to_vllm_keys
+
+if TYPE_CHECKING:  # imported by whoever builds one: cpu/manager.py needs vLLM's full dependency set
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 __all__ = ["VllmPrimaryTier", "VllmSecondaryTier"]
 

@@ -32,16 +32,22 @@ manager would fail an ``assert``); a HIT_PENDING (which a kvproto secondary neve
 is answered as MISS and logged; an exception from the kvproto tier in ``lookup`` is a MISS, and in
 ``submit_*`` a failed job, logged (MGR-10). vLLM never resets its secondary tiers, so the kvproto
 tier's ``reset_cache`` is never called.
+
+What vLLM's metrics read, the adapter fills (``tiering/metrics.py``, ``tiering/spec.py``): each
+``JobResult`` carries ``transfer_time`` (seconds from the job's submission to the poll that
+collected its result: the kvproto tier reports no finer time, so this includes its queueing) and
+``transfer_bytes`` (the keys done times the primary's chunk bytes); ``get_stats`` returns the
+tier's lookup answers and shielded errors since the last call, as the counters
+:meth:`KvprotoTier.build_metric_definitions` declares; ``config_info`` names the kvproto tier and
+its class (the labels ``config_info_keys`` declares; the reserved label ``tier`` is vLLM's).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from importlib import import_module
-from importlib.metadata import entry_points
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vllm.v1.kv_offload import base as vbase
@@ -61,6 +67,7 @@ from kvproto.errors import ConfigurationError
 from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys, to_vllm_result
 
 if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
 __all__ = ["KvprotoTier", "as_slot_buffer", "build_kvproto_tier"]
@@ -79,63 +86,48 @@ def as_slot_buffer(view: memoryview) -> memoryview:
     return flat.cast("B", [rows, len(flat) // rows if rows else 0])
 
 
-def _resolve(target: str) -> object:
-    if ":" in target:
-        module, _, attr = target.partition(":")
-        found: object = import_module(module)
-        for part in attr.split("."):
-            found = getattr(found, part)
-        return found
-    (point, *_) = [*entry_points(group="kvproto.tiers", name=target)] or [None]
-    if point is None:
-        names = sorted(ep.name for ep in entry_points(group="kvproto.tiers"))
-        raise ConfigurationError(f"no kvproto tier named {target!r}; installed: {names}")
-    loaded: object = point.load()
-    return loaded
-
-
-def _takes_no_arguments(target: Callable[..., object]) -> bool:
-    try:
-        params = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return False
-    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
-
-
 def build_kvproto_tier(tier: str, buffer: memoryview, options: Mapping[str, Any] | None = None) -> SecondaryTier:
-    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``."""
-    from kvproto.testing import TierSpec  # the kit's TierSpec only; imports neither pytest nor Hypothesis
+    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``
+    (:func:`kvproto.testing.build_secondary_tier`, which imports neither pytest nor Hypothesis)."""
+    from kvproto.testing import build_secondary_tier  # the kit's package; imports neither pytest nor Hypothesis
 
-    opts = dict(options or {})
-    found = _resolve(tier)
-    if not isinstance(found, type) and callable(found) and _takes_no_arguments(found):
-        found = found()
-    built: object
-    if isinstance(found, TierSpec):
-        if found.kind != "secondary":
-            raise ConfigurationError(f"kvproto tier {tier!r} is a {found.kind} tier; vLLM needs a secondary tier")
-        if not opts:
-            built = found.factory(buffer)
-        elif found.tier_class is not None:
-            built = found.tier_class(buffer, **opts)
-        else:
-            raise ConfigurationError(
-                f"kvproto tier {tier!r} names no tier_class to pass options to; name the class or a "
-                "factory as 'package.module:attribute' instead"
-            )
-    elif callable(found):
-        built = found(buffer, **opts)
-    else:
-        raise ConfigurationError(f"kvproto tier {tier!r} resolved to {found!r}, which builds no tier")
-    if not isinstance(built, SecondaryTier):
-        raise ConfigurationError(f"kvproto tier {tier!r} built {built!r}, which is not a kvproto SecondaryTier")
-    return built
+    return build_secondary_tier(tier, buffer, options)
+
+
+#: Counter of the kvproto tier's lookup answers, labelled ``kvproto_tier`` and ``result``.
+LOOKUPS_METRIC = "vllm:kv_offload_kvproto_lookups"
+#: Counter of the errors the adapter shielded vLLM from, labelled ``kvproto_tier`` and ``call``.
+SHIELDED_METRIC = "vllm:kv_offload_kvproto_shielded_errors"
+#: The info labels of :meth:`KvprotoTier.config_info`.
+INFO_KEYS = ("kvproto_tier", "kvproto_class")
 
 
 class KvprotoTier(vtier.SecondaryTierManager):
     """Any kvproto secondary tier, as the secondary tier vLLM's ``TieringOffloadingManager`` drives."""
 
     medium: ClassVar[vbase.Medium] = vbase.Medium.STORAGE
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, vbase.OffloadingMetricMetadata]:
+        """The counters :meth:`get_stats` fills (vLLM registers them with Prometheus)."""
+        return {
+            LOOKUPS_METRIC: vbase.OffloadingCounterMetadata(
+                documentation="Lookups a kvproto secondary tier answered, by answer (HIT, MISS, RETRY).",
+                labelnames=("kvproto_tier", "result"),
+            ),
+            SHIELDED_METRIC: vbase.OffloadingCounterMetadata(
+                documentation=(
+                    "Errors of a kvproto secondary tier that kvproto_vllm kept from vLLM's manager "
+                    "(a raise, a wrong answer, a job reported twice), by call."
+                ),
+                labelnames=("kvproto_tier", "call"),
+            ),
+        }
+
+    @classmethod
+    def config_info_keys(cls, tier_config: dict[str, Any]) -> tuple[str, ...]:
+        """The labels :meth:`config_info` fills (never vLLM's reserved ``tier``)."""
+        return INFO_KEYS
 
     def __init__(
         self,
@@ -155,9 +147,13 @@ class KvprotoTier(vtier.SecondaryTierManager):
         self.tier: SecondaryTier = build_kvproto_tier(tier, self.buffer, options)
         self._drain_timeout_s = drain_timeout_s
         self._requests: dict[str, ReqContext] = {}
-        self._unreported: set[int] = set()
+        #: job id -> (submission time, the job's keys) for each job the tier has not reported
+        self._unreported: dict[int, tuple[float, frozenset[OffloadKey]]] = {}
         self._ready: list[vtier.JobResult] = []
         self._closed = False
+        self._row_bytes = self.buffer.shape[1] if self.buffer.shape else 0
+        self._answers: Counter[str] = Counter()
+        self._shielded: Counter[str] = Counter()
 
     # ---- requests ------------------------------------------------------------------------
     def _context(self, req_context: vbase.ReqContext) -> ReqContext:
@@ -182,14 +178,19 @@ class KvprotoTier(vtier.SecondaryTierManager):
             answer: object = self.tier.lookup(OffloadKey(key), self._context(req_context))
         except Exception:
             log.warning("kvproto tier %s raised in lookup; answering MISS", self.tier.name, exc_info=True)
+            self._shielded["lookup"] += 1
             return vbase.LookupResult.MISS
         if not isinstance(answer, LookupResult):
             log.warning("kvproto tier %s answered %r, not a LookupResult; answering MISS", self.tier.name, answer)
+            self._shielded["lookup"] += 1
             return vbase.LookupResult.MISS
         if answer is lr.HIT_PENDING:  # a secondary never answers it (LR-3)
             log.warning("kvproto tier %s answered HIT_PENDING (LR-3); answering MISS", self.tier.name)
+            self._shielded["lookup"] += 1
             return vbase.LookupResult.MISS
-        return to_vllm_result(answer)  # the same member: HIT, MISS or RETRY
+        vllm_answer = to_vllm_result(answer)  # the same member: HIT, MISS or RETRY
+        self._answers[vllm_answer.name] += 1
+        return vllm_answer
 
     def touch(self, keys: Iterable[vbase.OffloadKey], req_context: vbase.ReqContext) -> None:
         self.tier.touch(from_vllm_keys(keys))
@@ -203,7 +204,7 @@ class KvprotoTier(vtier.SecondaryTierManager):
             promotion,
             req_id=job_metadata.req_context.req_id,
         )
-        self._unreported.add(job.job_id)
+        self._unreported[job.job_id] = (time.monotonic(), frozenset(job.keys))
         try:
             if promotion:
                 self.tier.submit_load(job)
@@ -211,8 +212,9 @@ class KvprotoTier(vtier.SecondaryTierManager):
                 self.tier.submit_store(job)
         except Exception:
             log.warning("kvproto tier %s raised in submit of job %d; failing it", self.tier.name, job.job_id, exc_info=True)
-            self._unreported.discard(job.job_id)
-            self._ready.append(vtier.JobResult(job_id=job.job_id, success=False))
+            self._shielded["submit"] += 1
+            del self._unreported[job.job_id]
+            self._ready.append(vtier.JobResult(job_id=job.job_id, success=False, transfer_time=0.0, transfer_bytes=0))
 
     def submit_store(self, job_metadata: vtier.TransferJob) -> None:
         self._submit(job_metadata, promotion=False)
@@ -222,15 +224,27 @@ class KvprotoTier(vtier.SecondaryTierManager):
 
     def _collect(self) -> None:
         results: Iterable[JobResult] = self.tier.get_finished_jobs()
+        now = time.monotonic()
         for result in results:
-            if result.job_id not in self._unreported:
+            in_flight = self._unreported.pop(result.job_id, None)
+            if in_flight is None:
                 log.warning("kvproto tier %s reported job %d, which is not in flight; dropped", self.tier.name, result.job_id)
+                self._shielded["get_finished_jobs"] += 1
                 continue
-            self._unreported.discard(result.job_id)
+            submitted, keys = in_flight
             successful = None
             if not result.success and result.succeeded:
                 successful = to_vllm_keys(result.succeeded)
-            self._ready.append(vtier.JobResult(job_id=result.job_id, success=result.success, successful_keys=successful))
+            done = len(keys) if result.success else len(result.succeeded & keys if result.succeeded else ())
+            self._ready.append(
+                vtier.JobResult(
+                    job_id=result.job_id,
+                    success=result.success,
+                    successful_keys=successful,
+                    transfer_time=now - submitted,
+                    transfer_bytes=done * self._row_bytes,
+                )
+            )
 
     def get_finished_jobs(self) -> Iterable[vtier.JobResult]:
         self._collect()
@@ -263,6 +277,28 @@ class KvprotoTier(vtier.SecondaryTierManager):
                 log.warning("kvproto tier %s: draining, jobs %s still in flight", self.tier.name, sorted(self._unreported))
             self.tier.on_step_end()
             time.sleep(0.001)
+
+    # ---- metrics ---------------------------------------------------------------------------------
+    def get_stats(self) -> OffloadingConnectorStats | None:
+        """The lookup answers and shielded errors counted since the last call (then reset); None if
+        there are none. Imports vLLM's connector metrics (``vllm.config``) only when there are."""
+        if not self._answers and not self._shielded:
+            return None
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+
+        stats = OffloadingConnectorStats()
+        for result, count in self._answers.items():
+            stats.increase_counter(LOOKUPS_METRIC, count, (self.tier.name, result))
+        for call, count in self._shielded.items():
+            stats.increase_counter(SHIELDED_METRIC, count, (self.tier.name, call))
+        self._answers.clear()
+        self._shielded.clear()
+        return stats
+
+    def config_info(self) -> vbase.ConfigInfoMapping:
+        """The kvproto tier's name and class, under the labels :meth:`config_info_keys` declares."""
+        kind = type(self.tier)
+        return dict(zip(INFO_KEYS, (self.tier.name, f"{kind.__module__}.{kind.__qualname__}"), strict=True))
 
     # ---- step, events, shutdown -----------------------------------------------------------------
     def on_schedule_end(self, context: vbase.ScheduleEndContext) -> None:

@@ -12,34 +12,39 @@ the ``kvproto-reference`` keyword, so ``kvproto conform`` with no target leaves 
 * ``vllm-cpu`` / ``vllm-cpu-arc``: ``CPUOffloadingManager`` (``cpu/manager.py``), LRU and ARC.
 
 Only ``vllm-fs`` and ``vllm-fs-direct`` carry backdoor hooks (``read_block``, ``seed_block``,
-``corrupt_on_read``, ``reopen``: the files are plain block bytes). The only expected failure
-listed is a contract difference, not a defect: vLLM's secondary tiers have no reset.
+``corrupt_on_read``, ``reopen``: the files are plain block bytes). The only expected failures
+listed are a contract difference, not a defect: vLLM's secondary tiers have no reset (the three
+checks that reset, ``NO_RESET_CHECKS``).
 """
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
-import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from vllm.v1.kv_offload import base as vbase, config as vconfig
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-from vllm.v1.kv_offload.tiering.example.manager import ExampleSecondaryTierManager
-from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 
 from kvproto import Capabilities, OffloadKey
-from kvproto.testing import TierSpec
+from kvproto.testing import Rebuilds, TierSpec, fresh_directory
 from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
+from kvproto_vllm._imports import import_vllm
 
 __all__ = [
+    "EXAMPLE_CAPABILITIES",
+    "FS_CAPABILITIES",
+    "FS_HOOKS",
+    "NO_RESET",
+    "NO_RESET_CHECKS",
+    "NO_RESET_FAILURES",
     "KitOffloadingSpec",
+    "REBUILDS",
+    "fresh_root",
+    "primary_spec",
+    "remember_rebuild",
     "vllm_cpu",
     "vllm_cpu_arc",
     "vllm_example",
@@ -51,6 +56,10 @@ NO_RESET = (
     "vLLM's SecondaryTierManager has no reset (vLLM's manager never resets secondary tiers, "
     "tiering/manager.py reset_cache): the wrapper answers False, a contract difference"
 )
+#: The kit checks that need a secondary tier to reset (TIER-16): each fails on the missing reset alone.
+NO_RESET_CHECKS = ("test_reset_cache_forgets_blocks", "test_reset_with_queued_work", "test_events_report_removals")
+#: The expected failures of every vLLM secondary tier: the missing reset, a contract difference.
+NO_RESET_FAILURES: dict[str, str] = dict.fromkeys(NO_RESET_CHECKS, NO_RESET)
 
 
 class KitOffloadingSpec(vbase.OffloadingSpec):
@@ -82,81 +91,80 @@ class KitOffloadingSpec(vbase.OffloadingSpec):
 
 
 # ---- vllm-example ------------------------------------------------------------------------------
+#: What vLLM's example tier can do (``tiering/example/manager.py``).
+EXAMPLE_CAPABILITIES = Capabilities(
+    reasons={
+        "async_lookup": "answers at once",
+        "persistence": "a dict in memory",
+        "eviction": "keeps every key",
+        "sharing": "one process",
+        "partial_jobs": "a job succeeds or fails whole",
+    }
+)
+
+
 def vllm_example() -> TierSpec:
     """vLLM's example tier (a dict of keys, jobs done at submission)."""
+    manager = import_vllm("vllm.v1.kv_offload.tiering.example.manager", "vllm-example")
 
     def build(buffer: memoryview) -> VllmSecondaryTier:
-        inner = ExampleSecondaryTierManager(KitOffloadingSpec(), buffer, "example")
-        return VllmSecondaryTier(
-            inner,
-            name="vllm-example",
-            capabilities=Capabilities(
-                reasons={
-                    "async_lookup": "answers at once",
-                    "persistence": "a dict in memory",
-                    "eviction": "keeps every key",
-                    "sharing": "one process",
-                    "partial_jobs": "a job succeeds or fails whole",
-                }
-            ),
-        )
+        inner = manager.ExampleSecondaryTierManager(KitOffloadingSpec(), buffer, "example")
+        return VllmSecondaryTier(inner, name="vllm-example", capabilities=EXAMPLE_CAPABILITIES)
 
     return TierSpec(
         "vllm-example",
         "secondary",
         build,
-        expected_failures={"test_reset_cache_forgets_blocks": NO_RESET},
+        expected_failures=NO_RESET_FAILURES,
         tier_class=VllmSecondaryTier,
         description="kvproto_vllm.VllmSecondaryTier(vllm ExampleSecondaryTierManager(spec, buffer, 'example'))",
     )
 
 
 # ---- vllm-fs, vllm-fs-direct ---------------------------------------------------------------------
-_parent: Path | None = None
-_roots: weakref.WeakKeyDictionary[VllmSecondaryTier, tuple[Path, bool]] = weakref.WeakKeyDictionary()
+#: What vLLM's fs tier can do (``tiering/fs/manager.py``, ``tiering/async_lookup.py``).
+FS_CAPABILITIES = Capabilities(
+    async_lookup=True,
+    max_retry_steps=2,
+    persistence=True,
+    sharing=True,
+    partial_jobs=True,
+    reasons={"eviction": "vLLM's fs tier never deletes a block"},
+)
+
+#: How each fs tier built for the kit is built again over its root (the ``reopen`` hook).
+REBUILDS: Rebuilds[VllmSecondaryTier] = Rebuilds()
 
 
-def _fresh_root() -> Path:
-    global _parent
-    if _parent is None:
-        _parent = Path(tempfile.mkdtemp(prefix="kvproto-vllm-fs-kit-"))
-        atexit.register(shutil.rmtree, _parent, True)
-    return Path(tempfile.mkdtemp(dir=_parent))
+def fresh_root() -> Path:
+    """A new empty directory, removed when the process exits."""
+    return fresh_directory("kvproto-vllm-kit-")
+
+
+def remember_rebuild(tier: VllmSecondaryTier, rebuild: Callable[[memoryview], VllmSecondaryTier]) -> VllmSecondaryTier:
+    """Record how ``tier`` is built again over its storage (for the kit's ``reopen`` hook); ``tier``."""
+    return REBUILDS.remember(tier, rebuild)
 
 
 def _fs_tier(buffer: memoryview, root: Path, direct: bool, name: str) -> VllmSecondaryTier:
-    inner = FileSystemTierManager(
+    manager = import_vllm("vllm.v1.kv_offload.tiering.fs.manager", name)
+    inner = manager.FileSystemTierManager(
         KitOffloadingSpec(), buffer, "fs", root_dir=str(root), n_read_threads=2, n_write_threads=2,
         enable_kv_events=True,
     )
     if not direct:
         # What vLLM's __init__ does itself when probe_o_direct fails (tiering/fs/manager.py).
         inner._use_o_direct = False
-    tier = VllmSecondaryTier(
-        inner,
-        name=name,
-        capabilities=Capabilities(
-            async_lookup=True,
-            max_retry_steps=2,
-            persistence=True,
-            sharing=True,
-            partial_jobs=True,
-            reasons={"eviction": "vLLM's fs tier never deletes a block"},
-        ),
-    )
-    _roots[tier] = (root, direct)
-    return tier
-
-
-def _fs_inner(tier: VllmSecondaryTier) -> FileSystemTierManager:
-    inner = tier.inner
-    if not isinstance(inner, FileSystemTierManager):  # pragma: no cover - the hooks get only fs tiers
-        raise TypeError(f"{tier.name} wraps a {type(inner).__name__}")
-    return inner
+    tier = VllmSecondaryTier(inner, name=name, capabilities=FS_CAPABILITIES)
+    return remember_rebuild(tier, lambda again: _fs_tier(again, root, direct, name))
 
 
 def _path(tier: VllmSecondaryTier, key: OffloadKey) -> Path:
-    return Path(_fs_inner(tier).file_mapper.get_file_name(vbase.OffloadKey(key)))
+    """The file of ``key``, as the fs tier's own ``file_mapper`` names it (any tier that has one)."""
+    mapper: Any = getattr(tier.inner, "file_mapper", None)
+    if mapper is None:  # pragma: no cover - the hooks are given only to tiers with a file mapper
+        raise TypeError(f"{tier.name} wraps a {type(tier.inner).__name__}, which has no file_mapper")
+    return Path(mapper.get_file_name(vbase.OffloadKey(key)))
 
 
 def _read_block(tier: VllmSecondaryTier, key: OffloadKey) -> bytes | None:
@@ -188,10 +196,11 @@ def _corrupt_on_read(tier: VllmSecondaryTier, keys: Iterable[OffloadKey]) -> Non
 
 
 def _reopen(tier: VllmSecondaryTier, buffer: memoryview) -> VllmSecondaryTier:
-    root, direct = _roots[tier]
-    return _fs_tier(buffer, root, direct, tier.name)
+    return REBUILDS.reopen(tier, buffer)
 
 
+#: The backdoor hooks of a tier that keeps one plain file per block under a ``file_mapper``
+#: (vLLM's ``FileSystemTierManager`` and its subclasses).
 FS_HOOKS: dict[str, Callable[..., Any]] = {
     "read_block": _read_block,
     "seed_block": _seed_block,
@@ -201,8 +210,10 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
 
 
 def _fs_spec(name: str, direct: bool) -> TierSpec:
+    import_vllm("vllm.v1.kv_offload.tiering.fs.manager", name)
+
     def build(buffer: memoryview) -> VllmSecondaryTier:
-        return _fs_tier(buffer, _fresh_root(), direct, name)
+        return _fs_tier(buffer, fresh_root(), direct, name)
 
     io = "O_DIRECT where vLLM's probe allows" if direct else "buffered I/O"
     return TierSpec(
@@ -210,7 +221,7 @@ def _fs_spec(name: str, direct: bool) -> TierSpec:
         "secondary",
         build,
         hooks=FS_HOOKS,
-        expected_failures={"test_reset_cache_forgets_blocks": NO_RESET},
+        expected_failures=NO_RESET_FAILURES,
         tier_class=VllmSecondaryTier,
         description=(
             "kvproto_vllm.VllmSecondaryTier(vllm FileSystemTierManager("
@@ -230,10 +241,11 @@ def vllm_fs_direct() -> TierSpec:
 
 
 # ---- vllm-cpu, vllm-cpu-arc ---------------------------------------------------------------------
-def _cpu_spec(name: str, policy: str) -> TierSpec:
+def primary_spec(name: str, make_inner: Callable[[], Any], shown: str) -> TierSpec:
+    """A vLLM primary (``make_inner()``, a ``CPUOffloadingManager``) over 32 slots of 64 bytes, for the kit."""
+
     def build() -> VllmPrimaryTier:
-        inner = CPUOffloadingManager(num_chunks=32, cache_policy=policy, enable_events=True)
-        return VllmPrimaryTier(inner, num_slots=32, block_bytes=64, name=name)
+        return VllmPrimaryTier(make_inner(), num_slots=32, block_bytes=64, name=name)
 
     return TierSpec(
         name,
@@ -241,7 +253,16 @@ def _cpu_spec(name: str, policy: str) -> TierSpec:
         build,
         capabilities=HOST_PRIMARY_CAPABILITIES,
         tier_class=VllmPrimaryTier,
-        description=f"kvproto_vllm.VllmPrimaryTier(vllm CPUOffloadingManager(num_chunks=32, cache_policy={policy!r}))",
+        description=f"kvproto_vllm.VllmPrimaryTier({shown})",
+    )
+
+
+def _cpu_spec(name: str, policy: str) -> TierSpec:
+    manager = import_vllm("vllm.v1.kv_offload.cpu.manager", name)
+    return primary_spec(
+        name,
+        lambda: manager.CPUOffloadingManager(num_chunks=32, cache_policy=policy, enable_events=True),
+        f"vllm CPUOffloadingManager(num_chunks=32, cache_policy={policy!r})",
     )
 
 
