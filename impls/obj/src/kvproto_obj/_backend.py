@@ -189,7 +189,7 @@ class ObstoreBackend:
             return {}
         ranges = self.planner.ranges_for(namespace, pages, distinct)
         self._stats.existence_lists += 1
-        started = loop.time()
+        started, deletions = loop.time(), self.planner.deletions(namespace)
         listing = await list_sizes(self.store, self.path(namespace) + "/", [self.path(n) for n in names],
                                    pages=pages, ranges=ranges, time_limit=self._probe_timeout / 2, slots=self._heads)
         if listing.objects is not None:
@@ -197,7 +197,7 @@ class ObstoreBackend:
         elif not listing.errors:
             self.planner.outgrew(namespace, pages, listing.seen)
         if listing.everything is not None:
-            self.planner.keep(namespace, started, listing.everything)
+            self.planner.keep(namespace, started, listing.everything, deletions)
         if listing.errors:
             self._stats.list_errors += len(listing.errors)
             _log.warning("ObjTier %r: %d of %d listings of %s failed; their keys get HEADs: %s", self._tier,
@@ -210,7 +210,7 @@ class ObstoreBackend:
             await self._bounded(obstore.delete_async(self.store, self.path(name)))
         except FileNotFoundError:
             pass
-        self.planner.deleted(_namespace_of(name), self.path(name))
+        self.planner.deleted(_namespace_of(name))
 
     async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
         """Every object under ``<prefix>/<namespace>/`` as ``(blob name, size)``."""

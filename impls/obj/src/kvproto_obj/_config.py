@@ -68,8 +68,9 @@ class ObjTierConfig(BaseModel):
       batches under its namespace for this many seconds after it started
       (the engine checks a probe batch in chunks of 64 keys: one listing
       serves them all); an object another writer creates in that window
-      may answer MISS (never a wrong HIT: loads verify). ``0``: a listing
-      answers only the batch that made it (OBJ-11).
+      may answer MISS, one it deletes HIT then fail its load, as after a
+      HEAD (never wrong bytes: loads verify). ``0``: a listing answers only
+      the batch that made it (OBJ-11).
     * ``probe_deadline_steps``, ``probe_min_interval_s``, ``probe_timeout_s``:
       an existence check unanswered after this many end-of-step hooks (hooks
       closer than the interval count once) answers MISS; one batch of HEADs

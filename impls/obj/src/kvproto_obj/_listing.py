@@ -22,10 +22,10 @@ one probe batch of 8,192 keys is 128 calls. A listing read to its end is
 therefore kept for ``list_reuse_s`` seconds after it started (one per
 namespace, at most the pages it was allowed: bounded) and answers the next
 chunks under that namespace without a request; this instance's own creations
-and deletions update it. Its verdicts are those of a HEAD sent when the
-listing ran: an object created by another writer within that window may
-answer MISS (a lost hit, never a wrong HIT: a load verifies the envelope and
-a vanished object fails its load, as after any HEAD). ``list_reuse_s = 0``
+update it, and a deletion drops it. Its verdicts are those of a HEAD sent when
+the listing ran: an object another writer creates within that window may
+answer MISS (a lost hit), one another writer deletes may answer HIT and then
+fail its load, as after any HEAD (never wrong bytes: loads verify). ``list_reuse_s = 0``
 lets a listing answer only the call that made it. Otherwise what is
 remembered is one number per namespace (objects under it), refreshed by each
 listing and by this instance's own creations and deletions.
@@ -69,6 +69,7 @@ class ListPlanner:
         self._objects: dict[str, int] = {}  # namespace -> objects under it (an estimate)
         self._skipped: dict[str, int] = {}  # namespace -> batches sent as HEADs since it was last listed
         self._kept: dict[str, tuple[float, dict[str, int]]] = {}  # namespace -> (listing start, path -> size)
+        self._deletions: dict[str, int] = {}  # namespace -> deletions seen (a listing across one is not kept)
 
     def kept(self, namespace: str, now: float) -> dict[str, int] | None:
         """The complete listing of ``namespace`` started less than ``reuse_s`` before ``now``, if any."""
@@ -80,9 +81,14 @@ class ListPlanner:
             return None
         return entry[1]
 
-    def keep(self, namespace: str, started: float, listed: dict[str, int]) -> None:
-        """Keep a complete listing of ``namespace`` (started at ``started``) for ``reuse_s`` seconds."""
-        if self.reuse_s > 0:
+    def deletions(self, namespace: str) -> int:
+        """How many deletions under ``namespace`` this instance made so far (read before a listing)."""
+        return self._deletions.get(namespace, 0)
+
+    def keep(self, namespace: str, started: float, listed: dict[str, int], deletions: int) -> None:
+        """Keep a complete listing of ``namespace`` (started at ``started``) for ``reuse_s`` seconds,
+        unless this instance deleted an object there since it started (``deletions``: the count then)."""
+        if self.reuse_s > 0 and self.deletions(namespace) == deletions:
             if namespace not in self._kept and len(self._kept) >= _MAX_NAMESPACES:
                 self._kept.clear()
             self._kept[namespace] = (started, listed)
@@ -138,17 +144,19 @@ class ListPlanner:
         if entry is not None:
             entry[1][path] = size
 
-    def deleted(self, namespace: str, path: str) -> None:
-        """This instance deleted object ``path`` under ``namespace`` (it may have been absent)."""
+    def deleted(self, namespace: str) -> None:
+        """This instance deleted (at most) one object under ``namespace``: its kept listing goes, and a
+        listing running now will not be kept (it may have listed the object)."""
         if self._objects.get(namespace, 0) > 0:
             self._objects[namespace] -= 1
-        entry = self._kept.get(namespace)
-        if entry is not None:
-            entry[1].pop(path, None)
+        self._kept.pop(namespace, None)
+        if namespace not in self._deletions and len(self._deletions) >= _MAX_NAMESPACES:
+            self._deletions.clear()
+        self._deletions[namespace] = self._deletions.get(namespace, 0) + 1
 
     def cleared(self, namespace: str) -> None:
         """Every block object of ``namespace`` was deleted (reset_cache): forget its listing."""
-        self._kept.pop(namespace, None)
+        self.deleted(namespace)
         self.counted(namespace, 0)
 
 
