@@ -142,3 +142,23 @@ def test_one_listing_answers_every_chunk_of_a_batch_while_kept(s3_server: S3Serv
             tier.backend.delete(tier.name_of(gone))
             assert list(tier.backend.sizes([tier.name_of(gone)])) == [None]
             assert proxy.lists == 2 and proxy.heads == 0
+
+
+def test_a_ranged_listing_answers_like_heads(s3_server: S3Server, bucket: str) -> None:
+    """OBJ-11: once the tier knows its namespace holds ~2,500 objects, a batch is listed in 3 concurrent
+    ``start-after`` ranges split at its own names: the same sizes as HEADs, every range read to its end."""
+    keys, expected = _mixed(s3_server, bucket)
+    with shut_down_after(open_tier(_config(s3_server, bucket))) as (tier, _):
+        _fill(bucket, tier.base, 2500)
+    with (list_proxy(s3_server.port) as proxy,
+          shut_down_after(open_tier(_config(s3_server, bucket, endpoint=f"http://127.0.0.1:{proxy.port}",
+                                            **LIST_EVERY_BATCH))) as (tier, _),
+          shut_down_after(open_tier(_config(s3_server, bucket, **HEADS_ONLY))) as (header, _)):
+        names = [tier.name_of(k) for k in keys]
+        by_head = list(header.backend.sizes(names))
+        assert list(tier.backend.sizes(names)) == by_head  # one range: it learns the namespace's size
+        assert tier.listed_objects() == 2500 + 42  # the fillers, 40 blocks, the wrong-sized one, the manifest
+        first = proxy.lists
+        assert list(tier.backend.sizes(names)) == by_head
+        assert proxy.lists - first >= 3 and tier.stats.list_errors == 0
+        assert [s == BLOB_BYTES for s in by_head] == [expected[k] == "HIT" for k in keys]

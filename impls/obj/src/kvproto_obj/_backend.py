@@ -38,7 +38,7 @@ _T = TypeVar("_T")
 
 _BLOCK_SUFFIX = ".kvb"
 _LIST_CHUNK = 1000
-_ORDERED = frozenset({"s3", "gcs", "azure"})  # stores that list in key order (ranged listings, OBJ-11)
+_RANGED = frozenset({"s3"})  # lists in key order from a native start-after: ranged listings (OBJ-11)
 
 
 class ObstoreBackend:
@@ -60,7 +60,7 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
-        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _ORDERED,
+        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED,
                                    reuse_s=config.list_reuse_s)
 
     def path(self, name: str) -> str:

@@ -7,7 +7,7 @@ listing of at most ``n // list_page_cost`` pages (never more requests than
 the HEADs it replaces, by the configured exchange rate), and only while its
 estimate of the namespace's size says the listing fits. :func:`list_sizes`
 lists the directory in at most that many pages, as several concurrent ranges
-when the store lists in key order (S3, GCS, Azure: ``start-after`` = the last
+when the store lists in key order from a native offset (S3: ``start-after`` = the last
 asked name of the range before), and answers per asked name:
 
 * a name listed: its listed size (the same size a HEAD reports; the engine
