@@ -15,12 +15,17 @@ kept across rounds (as the raw side keeps its store), each round storing fresh
 keys. Ratio = ours / raw MB/s, the worse of store and load (median of three
 alternating rounds); target >= 0.9.
 
-Figures also give HEAD existence checks resolved per second: 8,192 keys (1 in
-8 stored) looked up through the tier (RETRY, then one batch of concurrent
-HEADs on the tier's event loop) against a plain sequential loop of
-``obstore.head`` calls. moto answers every request in Python on one thread
-(~8 ms each, no gain from concurrency), so absolute figures are moto's; the
-ratios are what compare. ``--quick``: 16 blocks, 1,024 keys.
+Figures also give existence checks resolved per second
+(:mod:`benchmarks._obj_existence`): 8,192 keys (1 in 8 stored) looked up
+through the tier as configured by default (it answers from LIST pages,
+OBJ-11), through the tier with HEADs only (``list_page_cost=0``), and by a
+plain sequential loop of ``obstore.head`` calls, against the server and
+behind a 2 ms-each-way delay proxy. moto spends ~4-5 ms of CPU per HEAD and
+~1 ms per object listed (its XML serializer), so absolute figures are moto's;
+the ratios are what compare. Then the crossover: one batch of 64 names
+(the engine's chunk) and of 100 names against namespaces of 1,000, 4,000 and
+16,000 objects, by concurrent HEADs vs one listing. ``--quick``: 16 blocks,
+1,024 keys, the crossover at 1,000 objects only.
 """
 
 from __future__ import annotations
@@ -31,79 +36,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
-from kvproto import OffloadKey, ReqContext, TransferJob, envelope as env, make_key, members as lr
+from kvproto import OffloadKey, TransferJob, make_key
 
 from benchmarks._delay_proxy import delay_proxy, stop_child
+from benchmarks._obj_existence import SERVER, crossover, existence_rates, seed
 from benchmarks._result import BenchResult
 
 BLOCK_BYTES = 2 << 20
 CONCURRENCY = 16
 PER_JOB = 16
-PROBE_CONCURRENCY = 64  # the tier's default; moto answers ~300 HEAD/s whatever the concurrency
 PROXY_DELAY_MS = 2.0  # each way: a server 4 ms of round trip away
-
-
-def _head_rates(config: Callable[..., Any], n_keys: int, prefix: str) -> dict[str, float]:
-    """HEAD existence checks of ``n_keys`` keys (1 in 8 stored) through a shared ObjTier (asked in one
-    step, then steps every 1 ms until every key resolved) and by a sequential ``obstore.head`` loop."""
-    import obstore
-
-    from kvproto_obj import ObjTier
-
-    small = memoryview(bytearray(4 * 4096)).cast("B", (4, 4096))
-    probe_cfg = config(prefix, probe_min_interval_s=0.0, probe_deadline_steps=10**9, probe_timeout_s=3000.0,
-                       probe_concurrency=PROBE_CONCURRENCY)
-    shared = ObjTier(small, probe_cfg, name="probe")
-    try:
-        probe_keys = [make_key(hashlib.sha256(b"p" + i.to_bytes(8, "big")).digest(), 0) for i in range(n_keys)]
-        seeded = probe_keys[::8]
-
-        async def seed() -> None:
-            slots = asyncio.Semaphore(64)
-            payload = bytes(4096)
-
-            async def one(k: OffloadKey) -> None:
-                async with slots:
-                    await obstore.put_async(shared.store, shared.path_of(k), env.encode(k, payload, shared.namespace))
-
-            await asyncio.gather(*(one(k) for k in seeded))
-
-        asyncio.run(seed())
-        req = ReqContext("bench")
-        t0 = time.perf_counter()
-        # A scheduler asks every key once (RETRY: queued), then steps every 1 ms until every key resolved.
-        first = [shared.lookup(k, req) for k in probe_keys]
-        assert all(a is lr.RETRY for a in first)
-        while any(shared.lookup(k, req) is lr.RETRY for k in probe_keys[-64:]):
-            shared.on_step_end()
-            time.sleep(0.001)
-        answers = [shared.lookup(k, req) for k in probe_keys]
-        probe_s = time.perf_counter() - t0
-        hits = sum(a is lr.HIT for a in answers)
-        resolved = all(a is not lr.RETRY for a in answers)
-        t0 = time.perf_counter()
-        seq_hits = 0
-        for k in probe_keys:
-            try:
-                obstore.head(shared.store, shared.path_of(k))
-                seq_hits += 1
-            except FileNotFoundError:
-                pass
-        seq_s = time.perf_counter() - t0
-    finally:
-        shared.shutdown()
-    return {
-        "head_checks_per_s_tier_batched": n_keys / probe_s,
-        "head_checks_per_s_sequential": n_keys / seq_s,
-        "head_batched_over_sequential": seq_s / probe_s,
-        "head_hits_tier": float(hits),
-        "head_hits_sequential": float(seq_hits),
-        "head_keys": float(n_keys),
-        "head_answers_agree": float(resolved and hits == seq_hits == len(seeded)),
-    }
+CROSSOVER_BATCHES = (64, 100)
 
 
 def _wait_all(tier: object, ids: set[int]) -> bool:
@@ -120,18 +64,6 @@ def _wait_all(tier: object, ids: set[int]) -> bool:
     return ok
 
 
-_SERVER = """
-import logging, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print(server.get_host_and_port()[1], flush=True)
-sys.stdin.read()  # until the benchmark closes our stdin
-server.stop()
-"""
-
-
 def run(quick: bool = False) -> BenchResult:
     import boto3
     import obstore
@@ -140,7 +72,7 @@ def run(quick: bool = False) -> BenchResult:
 
     blocks = 16 if quick else 64
     n_keys = 1024 if quick else 8192
-    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
         assert server.stdout is not None
@@ -235,27 +167,41 @@ def run(quick: bool = False) -> BenchResult:
         figures["load_ratio"] = load_ratio
         figures["all_jobs_succeeded"] = float(ok_all)
 
-        # HEAD existence checks: n_keys keys, 1 in 8 stored, against the server and behind the delay proxy.
-        heads = _head_rates(lambda prefix, **o: config(prefix, **o), n_keys, "probe")
+        # Existence checks: n_keys keys, 1 in 8 stored, against the server and behind the delay proxy.
+        near = existence_rates(lambda prefix, **o: config(prefix, **o), n_keys, "probe")
         port = int(endpoint.rsplit(":", 1)[1])
         with delay_proxy(port, PROXY_DELAY_MS) as proxy_port:
-            far = f"http://127.0.0.1:{proxy_port}"
-            delayed = _head_rates(lambda prefix, **o: config(prefix, **{**o, "endpoint": far}), n_keys, "probe-far")
-        figures.update(heads)
-        figures.update({f"delay{PROXY_DELAY_MS:g}ms.{k}": v for k, v in delayed.items()})
-        ok_heads = bool(heads["head_answers_agree"]) and bool(delayed["head_answers_agree"])
+            far_endpoint = f"http://127.0.0.1:{proxy_port}"
+            far = existence_rates(lambda prefix, **o: config(prefix, **{**o, "endpoint": far_endpoint}), n_keys,
+                                  "probe-far")
+            assert server.stdin is not None
+            far_store = make_store(config("crossover", endpoint=far_endpoint))
+            seeded = 0
+            for filler in (1000,) if quick else (1000, 4000, 16000):
+                seed(server.stdin, server.stdout, "kvproto-bench", "crossover/", seeded, filler - seeded)
+                seeded = filler
+                for batch in CROSSOVER_BATCHES:
+                    cross = crossover(far_store, "crossover/", filler, batch, ranges=-(-(filler + 1) // 1000))
+                    figures.update({f"crossover.{filler}_objects.batch{batch}.{k}": v for k, v in cross.items()})
+        figures.update({f"existence.{k}": v for k, v in near.items()})
+        figures.update({f"delay{PROXY_DELAY_MS:g}ms.existence.{k}": v for k, v in far.items()})
+        ok_heads = (bool(near["answers_agree"]) and bool(far["answers_agree"])
+                    and all(v == 1.0 for k, v in figures.items() if k.endswith(".agree")))
         ratio = min(store_ratio, load_ratio)
         summary = (
             f"{blocks} x 2 MiB on a loopback moto S3 server: store {figures['ours_store_mbps_0']:.0f} MB/s vs raw "
             f"obstore {figures['raw_store_mbps_0']:.0f} (median ratio {store_ratio:.2f}); load "
             f"{figures['ours_load_mbps_0']:.0f} vs {figures['raw_load_mbps_0']:.0f} (median ratio {load_ratio:.2f}); "
-            f"{n_keys} HEAD checks: {figures['head_checks_per_s_tier_batched']:.0f}/s through the tier (batched, "
-            f"async) vs {figures['head_checks_per_s_sequential']:.0f}/s sequential "
-            f"(x{figures['head_batched_over_sequential']:.1f}); behind a {PROXY_DELAY_MS:g} ms-each-way proxy "
-            f"{figures[f'delay{PROXY_DELAY_MS:g}ms.head_checks_per_s_tier_batched']:.0f}/s vs "
-            f"{figures[f'delay{PROXY_DELAY_MS:g}ms.head_checks_per_s_sequential']:.0f}/s "
-            f"(x{figures[f'delay{PROXY_DELAY_MS:g}ms.head_batched_over_sequential']:.1f}); "
-            f"{'all jobs succeeded' if ok_all and ok_heads else 'SOME JOBS OR CHECKS FAILED'}"
+            f"{n_keys} existence checks (namespace of {n_keys // 8 + 1} objects): tier (LIST) "
+            f"{near['tier_list_per_s']:.0f}/s, tier HEADs {near['tier_heads_per_s']:.0f}/s, sequential HEADs "
+            f"{near['sequential_per_s']:.0f}/s (x{near['tier_list_over_sequential']:.1f} / "
+            f"x{near['tier_heads_over_sequential']:.1f}); behind a {PROXY_DELAY_MS:g} ms-each-way proxy "
+            f"{far['tier_list_per_s']:.0f}/s, {far['tier_heads_per_s']:.0f}/s, {far['sequential_per_s']:.0f}/s "
+            f"(x{far['tier_list_over_sequential']:.1f} / x{far['tier_heads_over_sequential']:.1f}); "
+            f"crossover (one listing / {CROSSOVER_BATCHES[0]} HEADs, behind the proxy): "
+            + ", ".join(f"{k.split('.')[1]} x{v:.1f}" for k, v in figures.items()
+                        if k.startswith("crossover.") and k.endswith(f"batch{CROSSOVER_BATCHES[0]}.list_over_head"))
+            + f"; {'all jobs succeeded' if ok_all and ok_heads else 'SOME JOBS OR CHECKS FAILED'}"
         )
         return BenchResult("obj", ratio if ok_all and ok_heads else 0.0, 0.9, False, summary, figures)
     finally:

@@ -47,6 +47,22 @@ class TestObjTierOnS3(_ObjHooks):
         return build
 
 
+class TestObjTierOnS3ListingEveryBatch(_ObjHooks):
+    """Every kit check against the S3 server with every existence batch answered from LIST pages
+    (``list_page_cost=1``: a listing may spend one page per key; a kept listing answers for 1 s) (OBJ-11)."""
+
+    @pytest.fixture
+    def tier_factory(self, s3_server_process: S3ServerProcess) -> Callable[[memoryview], SecondaryTier]:
+        bucket = s3_server_process.create_bucket(f"kvproto-kit-{next(_prefixes)}")
+
+        def build(buffer: memoryview) -> SecondaryTier:
+            config = s3_server_process.config(bucket, prefix=f"kit-{next(_prefixes)}", list_page_cost=1)
+            tier: SecondaryTier = obj.ObjTier(buffer, config, wrap=FaultyBackend)
+            return tier
+
+        return build
+
+
 class TestObjTierOnLocalStore(_ObjHooks):
     """Every kit check on obstore's LocalStore (a directory), one fresh directory per tier built."""
 

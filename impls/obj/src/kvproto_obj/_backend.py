@@ -3,11 +3,12 @@
 Blob ``name`` lives at object ``<prefix>/<name>``. Every request is one
 obstore call on the event loop the engine keeps for the backend (OBJ-3..OBJ-6,
 OBJ-8): PUT create-if-absent (``If-None-Match: *``), one GET copied into the
-caller's buffers, HEADs batched with ``asyncio.gather``, DELETE, LIST. GETs
-and PUTs in flight are bounded by ``max_concurrency`` together, HEADs by
-``probe_concurrency``; each request is bounded by ``job_timeout_s`` (on top
-of obstore's own retry and timeout settings), an existence batch by
-``probe_timeout_s``.
+caller's buffers, HEADs batched with ``asyncio.gather`` (or a batch answered
+from LIST pages where that costs fewer requests, OBJ-11), DELETE, LIST. GETs
+and PUTs in flight are bounded by ``max_concurrency`` together, HEADs and
+existence LISTs by ``probe_concurrency``; each request is bounded by
+``job_timeout_s`` (on top of obstore's own retry and timeout settings), an
+existence batch by ``probe_timeout_s`` (its listing by half of that).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from obstore.exceptions import AlreadyExistsError, NotSupportedError, Preconditi
 from kvproto.tierkit import Published
 
 from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._listing import ListPlanner, list_sizes
 from kvproto_obj._stats import ObjTierStats
 
 if TYPE_CHECKING:
@@ -36,13 +38,15 @@ _T = TypeVar("_T")
 
 _BLOCK_SUFFIX = ".kvb"
 _LIST_CHUNK = 1000
+_RANGED = frozenset({"s3"})  # lists in key order from a native start-after: ranged listings (OBJ-11)
 
 
 class ObstoreBackend:
     """Blobs as objects of one obstore store under ``config.prefix`` (OBJ-2..OBJ-9).
 
     Counters go to ``stats`` (``uploads``, ``already_present``,
-    ``timed_out_jobs``, ``probe_errors``) and :attr:`existence_batches`.
+    ``timed_out_jobs``, ``probe_errors``, ``existence_lists``,
+    ``list_errors``) and :attr:`existence_batches`.
     """
 
     def __init__(self, store: ObjectStore, config: ObjTierConfig, stats: ObjTierStats, *, tier_name: str) -> None:
@@ -56,6 +60,8 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
+        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED,
+                                   reuse_s=config.list_reuse_s)
 
     def path(self, name: str) -> str:
         """The object path of blob ``name``."""
@@ -104,6 +110,7 @@ class ObstoreBackend:
                 await self._bounded(obstore.put_async(self.store, path, body, use_multipart=False))
         if block:
             self._stats.uploads += 1
+            self.planner.created(_namespace_of(name), path, size)
         return Published.CREATED
 
     def _existed(self, block: bool) -> Published:
@@ -131,31 +138,71 @@ class ObstoreBackend:
         return total
 
     async def sizes(self, names: Sequence[str]) -> list[int | None]:
-        """Concurrent HEADs (at most ``probe_concurrency``), the batch within ``probe_timeout_s`` (OBJ-5).
+        """Each object's size, or ``None``; the batch within ``probe_timeout_s`` (OBJ-5, OBJ-11).
 
-        A 404 or a failed HEAD answers ``None``; raises only when every HEAD failed.
+        Names under a namespace whose listing fits the batch's budget
+        (:class:`~kvproto_obj._listing.ListPlanner`) are answered from LIST
+        pages: a listed name by its listed size, an unlisted one as absent
+        if its range was read to the end. Every other name, and every name a
+        listing left undecided (it failed, timed out or outgrew its budget),
+        gets a HEAD (at most ``probe_concurrency`` at once). A 404 or a
+        failed HEAD answers ``None``; raises only when every name's HEAD failed.
         """
         self.existence_batches += 1
-
-        async def one(name: str) -> int | None | BaseException:
-            async with self._heads:
-                try:
-                    return (await obstore.head_async(self.store, self.path(name)))["size"]
-                except FileNotFoundError:
-                    return None
-                except Exception as exc:
-                    return exc
-
+        answers: dict[str, int | None | BaseException] = {}
         async with asyncio.timeout(self._probe_timeout):
-            answers = await asyncio.gather(*(one(n) for n in names))
-        errors = [a for a in answers if isinstance(a, BaseException)]
+            for namespace, group in _by_namespace(names).items():
+                answers.update(await self._listed(namespace, group))
+
+            async def one(name: str) -> int | None | BaseException:
+                async with self._heads:
+                    try:
+                        return (await obstore.head_async(self.store, self.path(name)))["size"]
+                    except FileNotFoundError:
+                        return None
+                    except Exception as exc:
+                        return exc
+
+            rest = [n for n in dict.fromkeys(names) if n not in answers]
+            answers.update(zip(rest, await asyncio.gather(*(one(n) for n in rest)), strict=True))
+        errors = [a for a in (answers[n] for n in names) if isinstance(a, BaseException)]
         if errors:
             self._stats.probe_errors += len(errors)
             _log.warning("ObjTier %r: %d of %d existence checks failed (answered MISS): %s",
                          self._tier, len(errors), len(names), short_error(errors[0]))
             if len(errors) == len(names):
                 raise errors[0]
-        return [a if isinstance(a, int) else None for a in answers]
+        return [a if isinstance(a, int) else None for a in (answers[n] for n in names)]
+
+    async def _listed(self, namespace: str, names: list[str]) -> dict[str, int | None]:
+        """The names of ``names`` (all under ``namespace``) a listing decides: a kept one, or a new one
+        if the planner lists (OBJ-11)."""
+        loop = asyncio.get_running_loop()
+        cut = len(self._prefix)
+        kept = self.planner.kept(namespace, loop.time())
+        if kept is not None:
+            self._stats.existence_from_listing += 1
+            return {name: kept.get(self.path(name)) for name in names}
+        distinct = len(set(names))
+        pages = self.planner.pages_for(namespace, distinct)
+        if not pages:
+            return {}
+        ranges = self.planner.ranges_for(namespace, pages, distinct)
+        self._stats.existence_lists += 1
+        started, deletions = loop.time(), self.planner.deletions(namespace)
+        listing = await list_sizes(self.store, self.path(namespace) + "/", [self.path(n) for n in names],
+                                   pages=pages, ranges=ranges, time_limit=self._probe_timeout / 2, slots=self._heads)
+        if listing.objects is not None:
+            self.planner.counted(namespace, listing.objects)
+        elif not listing.errors:
+            self.planner.outgrew(namespace, pages, listing.seen)
+        if listing.everything is not None:
+            self.planner.keep(namespace, started, listing.everything, deletions)
+        if listing.errors:
+            self._stats.list_errors += len(listing.errors)
+            _log.warning("ObjTier %r: %d of %d listings of %s failed; their keys get HEADs: %s", self._tier,
+                         len(listing.errors), ranges, self.path(namespace), short_error(listing.errors[0]))
+        return {path[cut:]: size for path, size in listing.sizes.items()}
 
     async def delete(self, name: str) -> None:
         """DELETE the object; a missing one is not an error."""
@@ -163,13 +210,17 @@ class ObstoreBackend:
             await self._bounded(obstore.delete_async(self.store, self.path(name)))
         except FileNotFoundError:
             pass
+        self.planner.deleted(_namespace_of(name))
 
     async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
         """Every object under ``<prefix>/<namespace>/`` as ``(blob name, size)``."""
         cut = len(self._prefix)
+        objects = 0
         async for chunk in obstore.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
+            objects += len(chunk)
             for meta in chunk:
                 yield meta["path"][cut:], meta["size"]
+        self.planner.counted(namespace, objects)  # the restart scan teaches the listing planner (OBJ-11)
 
     async def clear(self, namespace: str) -> None:
         """Delete every block object of ``namespace`` (not its manifest), within ``job_timeout_s`` (OBJ-9)."""
@@ -181,10 +232,27 @@ class ObstoreBackend:
                 if paths:
                     await obstore.delete_async(self.store, paths)
 
+        self.planner.cleared(namespace)  # before: no listing from before the deletions answers after them
         await self._bounded(run())
+        self.planner.cleared(namespace)
 
     async def close(self) -> None:
         """Nothing to release: obstore's connection pools go with the store object."""
+
+
+def _namespace_of(name: str) -> str:
+    """The namespace directory a blob name lives under (its first path component)."""
+    return name.partition("/")[0]
+
+
+def _by_namespace(names: Sequence[str]) -> dict[str, list[str]]:
+    """Names grouped by namespace directory (names without one are left out: they get HEADs)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        namespace, slash, _ = name.partition("/")
+        if slash and namespace:
+            groups.setdefault(namespace, []).append(name)
+    return groups
 
 
 def short_error(exc: BaseException) -> str:

@@ -19,11 +19,20 @@ class ObjTierStats(BlobTierStats):
     * ``skipped_uploads`` (read-only): stores of keys this instance stored
       or loaded, reported done without any request.
     * ``timed_out_jobs``: requests that ran past ``job_timeout_s`` (they fail).
+    * ``existence_lists``: batches of existence checks answered (in part)
+      from LIST pages instead of HEADs (OBJ-11).
+    * ``existence_from_listing``: batches answered from a listing kept
+      from an earlier batch (within ``list_reuse_s``), without a request.
+    * ``list_errors``: ranges of such listings that failed or timed out
+      (their undecided keys got HEADs).
     """
 
     uploads: int = 0
     already_present: int = 0
     timed_out_jobs: int = 0
+    existence_lists: int = 0
+    existence_from_listing: int = 0
+    list_errors: int = 0
 
     @property
     def skipped_uploads(self) -> int:

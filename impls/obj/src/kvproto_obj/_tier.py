@@ -152,6 +152,10 @@ class ObjTier(BlobTier):
         """The keys this instance remembers as present right now (stored or loaded by it)."""
         return self.indexed_keys()
 
+    def listed_objects(self) -> int | None:
+        """How many objects the tier estimates under its namespace (OBJ-11: what decides LIST or HEADs); None: unknown."""
+        return self._io.planner.estimate(self.namespace.hex())
+
     @property
     def existence_batches(self) -> int:
         """How many batches of existence checks (HEAD requests) went to the store so far."""
