@@ -1,0 +1,90 @@
+"""The BlobTier engine over an in-memory backend as ``kvproto conform`` targets, for ``./dev mutate
+blobtier`` (tests/kvproto/testing/mutation.py): the same set-up as tests/kvproto/tierkit/test_blob_kit.py
+(a FaultyBackend over a MemoryBackend, the backdoor hooks through them), as TierSpecs the kit's command
+line runs. ``blob_private``: the index answers, no eviction; ``blob_shared``: shared mode with a
+48-block byte budget, every capability declared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvproto import OffloadKey, SecondaryTier, envelope as env
+from kvproto.testing import FaultyBackend
+from kvproto.testing._tier_spec import TierSpec
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+
+__all__ = ["blob_private", "blob_shared"]
+
+
+def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
+    assert isinstance(tier, BlobTier)
+    faulty = tier.backend
+    assert isinstance(faulty, FaultyBackend)
+    memory = faulty.inner
+    assert isinstance(memory, MemoryBackend)
+    return tier, faulty, memory
+
+
+def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
+    blob, _, memory = _parts(tier)
+    return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+
+
+def _read_block(tier: object, key: OffloadKey) -> bytes | None:
+    blob, _, memory = _parts(tier)
+    data = memory.blobs.get(blob.name_of(key))
+    return None if data is None else data[env.HEADER_BYTES :]
+
+
+def _seed_block(tier: object, key: OffloadKey, data: bytes) -> None:
+    blob, _, memory = _parts(tier)
+    memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
+    blob.vouch_for([key])
+
+
+def _fail_next_jobs(tier: object, n: int) -> None:
+    _parts(tier)[1].fail_next_jobs(n)
+
+
+def _fail_keys(tier: object, keys: Iterable[OffloadKey]) -> None:
+    _parts(tier)[1].fail_keys(keys)
+
+
+def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
+    blob, _, memory = _parts(tier)
+    for key in keys:
+        name = blob.name_of(key)
+        data = memory.blobs.get(name)
+        if data is not None:
+            memory.blobs[name] = data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+_HOOKS: dict[str, Callable[..., Any]] = {
+    "reopen": _reopen,
+    "read_block": _read_block,
+    "seed_block": _seed_block,
+    "fail_next_jobs": _fail_next_jobs,
+    "fail_keys": _fail_keys,
+    "corrupt_on_read": _corrupt_on_read,
+}
+
+
+def _spec(name: str, config: BlobTierConfig) -> TierSpec:
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(FaultyBackend(MemoryBackend()), buffer, config, name=name)
+
+    return TierSpec(
+        name, "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(FaultyBackend(MemoryBackend()), {config!r})",
+    )
+
+
+def blob_private() -> TierSpec:
+    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction)."""
+    return _spec("blob-private", BlobTierConfig())
+
+
+def blob_shared() -> TierSpec:
+    """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
+    return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
