@@ -10,7 +10,8 @@ they never run. ``--sample N`` draws N source locations (seeded) and one mutant 
 
 Killed: the verdict is not "conforms" (a failed check; the kit could not run; no verdict within the
 per-mutant timeout). A rerun keeps the classification of each survivor whose id and diff are
-unchanged, so classifying is done once, by hand, in the JSON.
+unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
+committed report's survivors (after a kit change, or with more ``kvproto conform`` targets).
 
 Not part of ``./dev test``: one kit run per mutant takes seconds to minutes.
 """
@@ -52,7 +53,8 @@ _SPECS = "tests.kvproto.testing.mutation_specs"
 _FS = "impls/fs/src/kvproto_fs"
 _OBJ = "impls/obj/src/kvproto_obj"
 TARGETS: dict[str, Target] = {
-    "memory": Target(("kvproto/_memory_tier.py",), ("memory",)),
+    # MemoryTier's three reference configurations: immediate, a capacity that evicts, worker-thread latency.
+    "memory": Target(("kvproto/_memory_tier.py",), ("memory", "memory-async", "memory-threaded")),
     "memory-primary": Target(
         ("kvproto/_memory_primary_tier.py", "kvproto/tierkit/_slots.py", "kvproto/tierkit/_slot_checks.py"),
         ("memory-primary",),
@@ -185,49 +187,25 @@ def run_kit(target: Target, profile: str, timeout_s: float) -> dict[str, Any]:
     return {"passed": passed, "killed_by": None if passed else "verdict", "failed_checks": failed, "seconds": seconds}
 
 
-def _previous(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.is_file():
-        return {}
-    return {m["id"]: m for m in json.loads(path.read_text()).get("mutants", [])}
+def _previous(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="./dev mutate", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("tier", choices=TIERS)
-    parser.add_argument("--sample", type=int, metavar="N", help="mutate N sampled source locations (default: all)")
-    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    parser.add_argument("--profile", choices=("fast", "default", "thorough"), default="fast",
-                        help="the kit's profile (default fast: one kit run per mutant)")
-    parser.add_argument("--timeout", type=float, metavar="S", help="per-mutant timeout (default: 2 x the unmutated run + 20 s)")
-    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--out", type=Path, help="where to write the report (default docs/mutation/TIER.json)")
-    args = parser.parse_args(argv)
-    target = TARGETS[args.tier]
-    mutants, left_out = enumerate_mutants(target)
-    chosen = sample(mutants, args.sample, args.seed)
-    if args.list:
-        for m in chosen:
-            print(m.id)
-        print(f"{len(mutants)} mutants ({left_out} in annotations left out), {len(chosen)} chosen", file=sys.stderr)
-        return 0
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", *target.files], cwd=ROOT, capture_output=True, text=True)
-    if dirty.stdout.strip():
-        print(f"refusing to mutate files with uncommitted changes:\n{dirty.stdout}", file=sys.stderr)
-        return 2
-    out_path = args.out or MUTATION_DIR / f"{args.tier}.json"
-    previous = _previous(out_path)
-    started = time.monotonic()
-    baseline = run_kit(target, args.profile, timeout_s=1800)
-    if not baseline["passed"]:
-        print(f"the unmutated tier does not conform, nothing to measure: {baseline}", file=sys.stderr)
-        return 2
-    timeout_s = args.timeout or 2 * baseline["seconds"] + 20
-    print(f"{args.tier}: {len(mutants)} mutants, {len(chosen)} to run; unmutated kit run {baseline['seconds']} s, "
-          f"timeout {timeout_s:.0f} s", flush=True)
+def _from_id(mutant_id: str) -> Mutant:
+    """The mutant an id names (``file:line:col:operator#occurrence``)."""
+    file, line, col, rest = mutant_id.split(":", 3)
+    operator, occurrence = rest.rsplit("#", 1)
+    return Mutant(file, operator, int(occurrence), int(line), int(col))
+
+
+def _run_mutants(
+    chosen: list[Mutant], target: Target, profile: str, timeout_s: float, previous: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each mutant written over its file, the kit run on it, the original put back (also on SIGTERM)."""
     results: list[dict[str, Any]] = []
     originals = {file: (ROOT / file).read_text() for file in target.files}
 
-    def restore(*_: object) -> None:
+    def restore() -> None:
         for file, text in originals.items():
             if (ROOT / file).read_text() != text:
                 (ROOT / file).write_text(text)
@@ -242,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             operator = cosmic_ray.plugins.get_operator(m.operator)()
             before = originals[m.file]
             after = mutate_code(before, operator, m.occurrence)
-            entry: dict[str, Any] = {"id": m.id, "file": m.file, "line": m.line, "col": m.col, "operator": m.operator}
             if after is None or after == before:
                 continue
+            entry: dict[str, Any] = {"id": m.id, "file": m.file, "line": m.line, "col": m.col, "operator": m.operator}
             entry["diff"], entry["change"] = _diff(m.file, before, after)
             try:
                 compile(after, m.file, "exec")
@@ -253,36 +231,95 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 (ROOT / m.file).write_text(after)
                 try:
-                    verdict = run_kit(target, args.profile, timeout_s)
+                    verdict = run_kit(target, profile, timeout_s)
                 finally:
                     restore()
                 entry["outcome"] = "survived" if verdict["passed"] else "killed"
                 entry.update((k, v) for k, v in verdict.items() if k != "passed")
             old = previous.get(m.id)
-            if entry["outcome"] == "survived" and old is not None and old.get("diff") == entry["diff"]:
-                entry["classification"] = old.get("classification")
-            elif entry["outcome"] == "survived":
-                entry["classification"] = None
+            if entry["outcome"] == "survived":
+                same = old is not None and old.get("diff") == entry["diff"]
+                entry["classification"] = old.get("classification") if same and old is not None else None
             results.append(entry)
             shown = f"{entry['outcome']:<11} {entry['seconds']:>6} s  {m.id}  {entry['change'][:90]}"
             print(f"[{i}/{len(chosen)}] {shown}", flush=True)
     finally:
         restore()
-    data = {
-        "tier": args.tier,
-        "tool": f"cosmic-ray {version('cosmic-ray')} (core operators without arguments)",
-        "test_command": ["kvproto", "conform", *target.conform, "--no-typecheck", "--profile", args.profile],
-        "profile": args.profile,
-        "files": list(target.files),
-        "generated": len(mutants),
-        "left_out_never_run": left_out,
-        "sample": args.sample,
-        "seed": args.seed,
-        "baseline_s": baseline["seconds"],
-        "timeout_s": round(timeout_s, 1),
-        "wall_s": round(time.monotonic() - started, 1),
-        "mutants": results,
-    }
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./dev mutate", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("tier", choices=TIERS)
+    parser.add_argument("--sample", type=int, metavar="N", help="mutate N sampled source locations (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    parser.add_argument("--profile", choices=("fast", "default", "thorough"), default="fast",
+                        help="the kit's profile (default fast: one kit run per mutant)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="per-mutant timeout (default: 2 x the unmutated run + 20 s)")
+    parser.add_argument("--survivors", action="store_true",
+                        help="rerun only the survivors of the committed report (after a kit change), keep the rest")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--out", type=Path, help="where to write the report (default docs/mutation/TIER.json)")
+    args = parser.parse_args(argv)
+    target = TARGETS[args.tier]
+    out_path = args.out or MUTATION_DIR / f"{args.tier}.json"
+    previous = _previous(out_path)
+    mutants, left_out = enumerate_mutants(target)
+    if args.survivors:
+        if not previous:
+            print(f"--survivors: no report at {out_path}", file=sys.stderr)
+            return 2
+        chosen = [_from_id(m["id"]) for m in previous["mutants"] if m["outcome"] == "survived"]
+    else:
+        chosen = sample(mutants, args.sample, args.seed)
+    if args.list:
+        for m in chosen:
+            print(m.id)
+        print(f"{len(mutants)} mutants ({left_out} in annotations left out), {len(chosen)} chosen", file=sys.stderr)
+        return 0
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *target.files], cwd=ROOT, capture_output=True, text=True)
+    if dirty.stdout.strip():
+        print(f"refusing to mutate files with uncommitted changes:\n{dirty.stdout}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    baseline = run_kit(target, args.profile, timeout_s=1800)
+    if not baseline["passed"]:
+        print(f"the unmutated tier does not conform, nothing to measure: {baseline}", file=sys.stderr)
+        return 2
+    timeout_s = args.timeout or 2 * baseline["seconds"] + 20
+    print(f"{args.tier}: {len(mutants)} mutants, {len(chosen)} to run; unmutated kit run {baseline['seconds']} s, "
+          f"timeout {timeout_s:.0f} s", flush=True)
+    by_id = {m["id"]: m for m in previous.get("mutants", [])}
+    results = _run_mutants(chosen, target, args.profile, timeout_s, by_id)
+    command = ["kvproto", "conform", *target.conform, "--no-typecheck", "--profile", args.profile]
+    wall_s = round(time.monotonic() - started, 1)
+    if args.survivors:
+        rerun = {r["id"]: r for r in results}
+        data = dict(previous)
+        data["mutants"] = [rerun.get(m["id"], m) for m in previous["mutants"]]
+        data["test_command"] = command
+        data["wall_s"] = round(previous["wall_s"] + wall_s, 1)
+        data["reruns"] = [
+            *previous.get("reruns", []),
+            {"survivors": len(chosen), "killed": sum(r["outcome"] == "killed" for r in results), "test_command": command,
+             "wall_s": wall_s},
+        ]
+    else:
+        data = {
+            "tier": args.tier,
+            "tool": f"cosmic-ray {version('cosmic-ray')} (core operators without arguments)",
+            "test_command": command,
+            "profile": args.profile,
+            "files": list(target.files),
+            "generated": len(mutants),
+            "left_out_never_run": left_out,
+            "sample": args.sample,
+            "seed": args.seed,
+            "baseline_s": baseline["seconds"],
+            "timeout_s": round(timeout_s, 1),
+            "wall_s": wall_s,
+            "mutants": results,
+        }
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1) + "\n")
     s = validate(data, str(out_path))

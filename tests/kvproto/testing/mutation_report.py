@@ -5,9 +5,12 @@ render the mutation section of docs/kit-coverage.md (coverage.py).
 A mutant is one change cosmic-ray's operators make to the tier's own source; the kit on that tier is
 the test command. ``killed``: the kit's verdict was not "conforms" (a failed check, the kit could not
 run, or the run timed out); ``survived``: the kit said "conforms" on the mutant. Every survivor is
-classified: ``equivalent`` (the mutant behaves like the original; ``reason`` says why), ``blind-spot``
+classified: ``equivalent`` (the mutant behaves like the original; ``reason`` says why), ``out-of-scope``
+(it changes only what no tier contract clause governs and no kit run can see, e.g. the validation of a
+constructor option the kit's factory never passes; ``reason`` says what), ``blind-spot``
 (a real bug the kit passes; ``check_needed`` describes the check that would fail it), or ``new-check``
-(a kit check added since that fails it; ``check`` names it). The score is killed / (run - equivalent).
+(a kit check added since that fails it; ``check`` names it). The score is killed / (run - incompetent -
+equivalent - out-of-scope).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ MUTATION_DIR = ROOT / "docs" / "mutation"
 TIERS = ("memory", "memory-primary", "blobtier", "fs", "obj")
 OUTCOMES = ("killed", "survived", "incompetent")
 KILLED_BY = ("verdict", "error", "timeout")
-CLASSIFICATIONS = {"equivalent": "reason", "blind-spot": "check_needed", "new-check": "check"}
+CLASSIFICATIONS = {"equivalent": "reason", "out-of-scope": "reason", "blind-spot": "check_needed", "new-check": "check"}
 #: The score the issue asks for (issue 17, section 5): >= 90% of the non-equivalent mutants killed.
 TARGET_SCORE = 0.9
 
@@ -40,6 +43,7 @@ class Summary:
     killed: int
     incompetent: int
     equivalent: int
+    out_of_scope: int
     blind_spot: int
     new_check: int
     unclassified: int
@@ -47,8 +51,8 @@ class Summary:
 
     @property
     def scored(self) -> int:
-        """The mutants the score counts: run, less the incompetent and the equivalent ones."""
-        return self.run - self.incompetent - self.equivalent
+        """The mutants the score counts: run, less the incompetent, equivalent and out-of-scope ones."""
+        return self.run - self.incompetent - self.equivalent - self.out_of_scope
 
     @property
     def score(self) -> float | None:
@@ -87,7 +91,9 @@ def validate(data: Any, where: str) -> Summary:
     mutants = _need(data, "mutants", list, where)
     if len(mutants) > generated:
         raise BadMutationReport(f"{where}: {len(mutants)} mutants run but only {generated} generated")
-    counts = {"killed": 0, "incompetent": 0, "equivalent": 0, "blind-spot": 0, "new-check": 0, "unclassified": 0}
+    counts = {
+        "killed": 0, "incompetent": 0, "equivalent": 0, "out-of-scope": 0, "blind-spot": 0, "new-check": 0, "unclassified": 0,
+    }
     ids: set[str] = set()
     for i, m in enumerate(mutants):
         at = f"{where}: mutants[{i}]"
@@ -130,7 +136,7 @@ def validate(data: Any, where: str) -> Summary:
         counts[kind] += 1
     return Summary(
         tier, generated, len(mutants), counts["killed"], counts["incompetent"], counts["equivalent"],
-        counts["blind-spot"], counts["new-check"], counts["unclassified"], wall_s,
+        counts["out-of-scope"], counts["blind-spot"], counts["new-check"], counts["unclassified"], wall_s,
     )
 
 
@@ -158,17 +164,19 @@ def render_section() -> list[str]:
         '"conforms" (a failed check, the kit could not run, or the run timed out). Mutants inside type',
         "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
         "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
-        "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent); target "
+        "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
         f"{TARGET_SCORE:.0%}.",
         "",
-        "| tier | generated | run | killed | equivalent | blind spot | new check | unclassified | score | wall time |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
+        "| unclassified | score | wall time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     loaded = [load(p) for p in report_paths()]
     for _, s in loaded:
         score = "-" if s.score is None else f"{s.score:.0%}"
         lines.append(
-            f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.equivalent} | {s.blind_spot} | {s.new_check} "
+            f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.incompetent} | {s.equivalent} | {s.out_of_scope} "
+            f"| {s.blind_spot} | {s.new_check} "
             f"| {s.unclassified} | {score} | {s.wall_s / 60:.1f} min |"
         )
     missing = [t for t in TIERS if t not in {s.tier for _, s in loaded}]
