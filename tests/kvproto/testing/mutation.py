@@ -11,7 +11,9 @@ they never run. ``--sample N`` draws N source locations (seeded) and one mutant 
 Killed: the verdict is not "conforms" (a failed check; the kit could not run; no verdict within the
 per-mutant timeout). A rerun keeps the classification of each survivor whose id and diff are
 unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
-committed report's survivors (after a kit change, or with more ``kvproto conform`` targets).
+committed report's survivors (after a kit change, or with more ``kvproto conform`` targets);
+``--timeouts`` reruns the mutants a timeout killed, with a longer ``--timeout`` (a loaded machine can
+time out a mutant that would conform, which would count it killed wrongly).
 
 Not part of ``./dev test``: one kit run per mutant takes seconds to minutes.
 """
@@ -64,7 +66,7 @@ TARGETS: dict[str, Target] = {
             f"kvproto/tierkit/{name}.py"
             for name in ("_blob_tier", "_blob_ops", "_blob_ledger", "_blob_jobs", "_blob_scan", "_blob_config", "_memory_backend")
         ),
-        (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared"),
+        (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async"),
     ),
     "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
     "obj": Target(tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_store", "_config", "_stats")), ("obj",)),
@@ -241,7 +243,8 @@ def _run_mutants(
                 same = old is not None and old.get("diff") == entry["diff"]
                 entry["classification"] = old.get("classification") if same and old is not None else None
             results.append(entry)
-            shown = f"{entry['outcome']:<11} {entry['seconds']:>6} s  {m.id}  {entry['change'][:90]}"
+            how = f"{entry['outcome']}" + (f" ({entry['killed_by']})" if entry.get("killed_by") else "")
+            shown = f"{how:<20} {entry['seconds']:>6} s  {m.id}  {entry['change'][:90]}"
             print(f"[{i}/{len(chosen)}] {shown}", flush=True)
     finally:
         restore()
@@ -255,9 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
     parser.add_argument("--profile", choices=("fast", "default", "thorough"), default="fast",
                         help="the kit's profile (default fast: one kit run per mutant)")
-    parser.add_argument("--timeout", type=float, metavar="S", help="per-mutant timeout (default: 2 x the unmutated run + 20 s)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="per-mutant timeout (default: 3 x the unmutated run + 45 s)")
     parser.add_argument("--survivors", action="store_true",
                         help="rerun only the survivors of the committed report (after a kit change), keep the rest")
+    parser.add_argument("--timeouts", action="store_true",
+                        help="rerun only the committed report's mutants killed by a timeout (give a longer --timeout)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--out", type=Path, help="where to write the report (default docs/mutation/TIER.json)")
     args = parser.parse_args(argv)
@@ -265,11 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     out_path = args.out or MUTATION_DIR / f"{args.tier}.json"
     previous = _previous(out_path)
     mutants, left_out = enumerate_mutants(target)
-    if args.survivors:
+    rerun_only = args.survivors or args.timeouts
+    if rerun_only:
         if not previous:
-            print(f"--survivors: no report at {out_path}", file=sys.stderr)
+            print(f"--survivors/--timeouts: no report at {out_path}", file=sys.stderr)
             return 2
-        chosen = [_from_id(m["id"]) for m in previous["mutants"] if m["outcome"] == "survived"]
+        chosen = [
+            _from_id(m["id"]) for m in previous["mutants"]
+            if (args.survivors and m["outcome"] == "survived") or (args.timeouts and m.get("killed_by") == "timeout")
+        ]
     else:
         chosen = sample(mutants, args.sample, args.seed)
     if args.list:
@@ -286,14 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     if not baseline["passed"]:
         print(f"the unmutated tier does not conform, nothing to measure: {baseline}", file=sys.stderr)
         return 2
-    timeout_s = args.timeout or 2 * baseline["seconds"] + 20
+    timeout_s = args.timeout or 3 * baseline["seconds"] + 45
     print(f"{args.tier}: {len(mutants)} mutants, {len(chosen)} to run; unmutated kit run {baseline['seconds']} s, "
           f"timeout {timeout_s:.0f} s", flush=True)
     by_id = {m["id"]: m for m in previous.get("mutants", [])}
     results = _run_mutants(chosen, target, args.profile, timeout_s, by_id)
     command = ["kvproto", "conform", *target.conform, "--no-typecheck", "--profile", args.profile]
     wall_s = round(time.monotonic() - started, 1)
-    if args.survivors:
+    if rerun_only:
         rerun = {r["id"]: r for r in results}
         data = dict(previous)
         data["mutants"] = [rerun.get(m["id"], m) for m in previous["mutants"]]
@@ -301,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         data["wall_s"] = round(previous["wall_s"] + wall_s, 1)
         data["reruns"] = [
             *previous.get("reruns", []),
-            {"survivors": len(chosen), "killed": sum(r["outcome"] == "killed" for r in results), "test_command": command,
-             "wall_s": wall_s},
+            {"rerun": "survivors" if args.survivors else "timeouts", "mutants": len(chosen),
+             "killed": sum(r["outcome"] == "killed" for r in results), "test_command": command,
+             "timeout_s": round(timeout_s, 1), "wall_s": wall_s},
         ]
     else:
         data = {

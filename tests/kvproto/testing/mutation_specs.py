@@ -2,7 +2,9 @@
 blobtier`` (tests/kvproto/testing/mutation.py): the same set-up as tests/kvproto/tierkit/test_blob_kit.py
 (a FaultyBackend over a MemoryBackend, the backdoor hooks through them), as TierSpecs the kit's command
 line runs. ``blob_private``: the index answers, no eviction; ``blob_shared``: shared mode with a
-48-block byte budget, every capability declared."""
+48-block byte budget, every capability declared; ``blob_async``: that shared mode over an
+AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory), so the engine's loop-thread
+paths run too."""
 
 from __future__ import annotations
 
@@ -14,21 +16,23 @@ from kvproto.testing import FaultyBackend
 from kvproto.testing._tier_spec import TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
-__all__ = ["blob_private", "blob_shared"]
+from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
+
+__all__ = ["blob_async", "blob_private", "blob_shared"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
     assert isinstance(tier, BlobTier)
-    faulty = tier.backend
-    assert isinstance(faulty, FaultyBackend)
-    memory = faulty.inner
-    assert isinstance(memory, MemoryBackend)
-    return tier, faulty, memory
+    if not isinstance(tier.backend, FaultyBackend) or not isinstance(tier.backend.inner, MemoryBackend):
+        return _async_parts(tier)
+    return tier, tier.backend, tier.backend.inner
 
 
 def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
-    blob, _, memory = _parts(tier)
-    return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+    blob, faulty, memory = _parts(tier)
+    if faulty.inner is memory:
+        return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+    return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
 
 
 def _read_block(tier: object, key: OffloadKey) -> bytes | None:
@@ -83,6 +87,19 @@ def _spec(name: str, config: BlobTierConfig) -> TierSpec:
 def blob_private() -> TierSpec:
     """BlobTier over a MemoryBackend, private mode (the index answers, no eviction)."""
     return _spec("blob-private", BlobTierConfig())
+
+
+def blob_async() -> TierSpec:
+    """BlobTier over an AsyncBlobBackend (MemoryBackend behind coroutines), shared mode with a 48-block byte budget."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-async", wrap=FaultyBackend)
+
+    return TierSpec(
+        "blob-async", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(AsyncMemory(MemoryBackend()), {config!r}, wrap=FaultyBackend)",
+    )
 
 
 def blob_shared() -> TierSpec:
