@@ -165,10 +165,11 @@ def render_section() -> list[str]:
         "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
         "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
         "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
-        f"{TARGET_SCORE:.0%}.",
+        f"{TARGET_SCORE:.0%}. A blind spot is a real bug the kit passes, with the check it needs; the",
+        "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
         "",
         "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
-        "| unclassified | score | wall time |",
+        "| unclassified | score | wall time (with reruns) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     loaded = [load(p) for p in report_paths()]
