@@ -1,0 +1,206 @@
+"""The mutation results as data: docs/mutation/<tier>.json, written by ``./dev mutate TIER``
+(tests/kvproto/testing/mutation.py), read here to validate them (test_mutation_report.py) and to
+render the mutation section of docs/kit-coverage.md (coverage.py).
+
+A mutant is one change cosmic-ray's operators make to the tier's own source; the kit on that tier is
+the test command. ``killed``: the kit's verdict was not "conforms" (a failed check, the kit could not
+run, or the run timed out); ``survived``: the kit said "conforms" on the mutant. Every survivor is
+classified: ``equivalent`` (the mutant behaves like the original; ``reason`` says why), ``out-of-scope``
+(it changes only what no tier contract clause governs and no kit run can see, e.g. the validation of a
+constructor option the kit's factory never passes; ``reason`` says what), ``blind-spot``
+(a real bug the kit passes; ``check_needed`` describes the check that would fail it), or ``new-check``
+(a kit check added since that fails it; ``check`` names it). The score is killed / (run - incompetent -
+equivalent - out-of-scope).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+MUTATION_DIR = ROOT / "docs" / "mutation"
+#: The tiers ``./dev mutate`` knows, in the order the report lists them.
+TIERS = ("memory", "memory-primary", "blobtier", "fs", "obj")
+OUTCOMES = ("killed", "survived", "incompetent")
+KILLED_BY = ("verdict", "error", "timeout")
+CLASSIFICATIONS = {"equivalent": "reason", "out-of-scope": "reason", "blind-spot": "check_needed", "new-check": "check"}
+#: The score the issue asks for (issue 17, section 5): >= 90% of the non-equivalent mutants killed.
+TARGET_SCORE = 0.9
+
+
+class BadMutationReport(ValueError):
+    """A docs/mutation/*.json that is not what ``./dev mutate`` writes."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    tier: str
+    generated: int
+    run: int
+    killed: int
+    incompetent: int
+    equivalent: int
+    out_of_scope: int
+    blind_spot: int
+    new_check: int
+    unclassified: int
+    wall_s: float
+
+    @property
+    def scored(self) -> int:
+        """The mutants the score counts: run, less the incompetent, equivalent and out-of-scope ones."""
+        return self.run - self.incompetent - self.equivalent - self.out_of_scope
+
+    @property
+    def score(self) -> float | None:
+        return None if self.scored == 0 else self.killed / self.scored
+
+
+def _need(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise BadMutationReport(f"{where}: no {key!r}")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadMutationReport(f"{where}: {key!r} is {value!r}, not {kind}")
+    return value
+
+
+def validate(data: Any, where: str) -> Summary:
+    """The report's counts, after checking it is well formed: every field present, counts that add
+    up, every survivor classified with its reason, check needed or check name. Raises
+    BadMutationReport naming what is wrong."""
+    if not isinstance(data, dict):
+        raise BadMutationReport(f"{where}: not a JSON object")
+    tier = _need(data, "tier", str, where)
+    if tier not in TIERS:
+        raise BadMutationReport(f"{where}: unknown tier {tier!r}")
+    for key in ("tool", "profile"):
+        _need(data, key, str, where)
+    for key in ("files", "test_command"):
+        if not all(isinstance(x, str) for x in _need(data, key, list, where)):
+            raise BadMutationReport(f"{where}: {key!r} holds a non-string")
+    for path in data["files"]:
+        if not (ROOT / path).is_file():
+            raise BadMutationReport(f"{where}: mutated file {path} does not exist")
+    generated = _need(data, "generated", int, where)
+    _need(data, "seed", int, where)
+    wall_s = float(_need(data, "wall_s", (int, float), where))
+    mutants = _need(data, "mutants", list, where)
+    if len(mutants) > generated:
+        raise BadMutationReport(f"{where}: {len(mutants)} mutants run but only {generated} generated")
+    counts = {
+        "killed": 0, "incompetent": 0, "equivalent": 0, "out-of-scope": 0, "blind-spot": 0, "new-check": 0, "unclassified": 0,
+    }
+    ids: set[str] = set()
+    for i, m in enumerate(mutants):
+        at = f"{where}: mutants[{i}]"
+        if not isinstance(m, dict):
+            raise BadMutationReport(f"{at}: not an object")
+        mid = _need(m, "id", str, at)
+        if mid in ids:
+            raise BadMutationReport(f"{at}: duplicate id {mid}")
+        ids.add(mid)
+        if _need(m, "file", str, at) not in data["files"]:
+            raise BadMutationReport(f"{at}: file {m['file']} is not one of the report's files")
+        _need(m, "line", int, at)
+        _need(m, "operator", str, at)
+        if not _need(m, "diff", str, at).strip() or not _need(m, "change", str, at).strip():
+            raise BadMutationReport(f"{at}: empty diff or change")
+        outcome = _need(m, "outcome", str, at)
+        if outcome not in OUTCOMES:
+            raise BadMutationReport(f"{at}: outcome {outcome!r} not one of {OUTCOMES}")
+        if outcome == "killed":
+            counts["killed"] += 1
+            if _need(m, "killed_by", str, at) not in KILLED_BY:
+                raise BadMutationReport(f"{at}: killed_by {m['killed_by']!r} not one of {KILLED_BY}")
+        elif outcome == "incompetent":
+            counts["incompetent"] += 1
+        classification = m.get("classification")
+        if outcome != "survived":
+            if classification is not None:
+                raise BadMutationReport(f"{at}: a {outcome} mutant is classified")
+            continue
+        if classification is None:
+            counts["unclassified"] += 1
+            continue
+        if not isinstance(classification, dict):
+            raise BadMutationReport(f"{at}: classification is not an object")
+        kind = _need(classification, "kind", str, at)
+        if kind not in CLASSIFICATIONS:
+            raise BadMutationReport(f"{at}: classification {kind!r} not one of {sorted(CLASSIFICATIONS)}")
+        if not _need(classification, CLASSIFICATIONS[kind], str, at).strip():
+            raise BadMutationReport(f"{at}: a {kind} survivor needs a non-empty {CLASSIFICATIONS[kind]!r}")
+        counts[kind] += 1
+    return Summary(
+        tier, generated, len(mutants), counts["killed"], counts["incompetent"], counts["equivalent"],
+        counts["out-of-scope"], counts["blind-spot"], counts["new-check"], counts["unclassified"], wall_s,
+    )
+
+
+def report_paths() -> list[Path]:
+    """The committed reports, in TIERS order."""
+    return [MUTATION_DIR / f"{tier}.json" for tier in TIERS if (MUTATION_DIR / f"{tier}.json").is_file()]
+
+
+def load(path: Path) -> tuple[dict[str, Any], Summary]:
+    data = json.loads(path.read_text())
+    return data, validate(data, str(path.relative_to(ROOT)))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_section() -> list[str]:
+    """The mutation section of docs/kit-coverage.md, from the committed reports."""
+    lines = [
+        "## Mutation testing of the reference tiers",
+        "",
+        "`./dev mutate TIER` applies cosmic-ray's mutation operators to the tier's own source, one",
+        "mutant at a time, and runs `kvproto conform` on it: a mutant is killed when the verdict is not",
+        '"conforms" (a failed check, the kit could not run, or the run timed out). Mutants inside type',
+        "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
+        "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
+        "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
+        f"{TARGET_SCORE:.0%}. A blind spot is a real bug the kit passes, with the check it needs; the",
+        "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
+        "",
+        "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
+        "| unclassified | score | wall time (with reruns) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    loaded = [load(p) for p in report_paths()]
+    for _, s in loaded:
+        score = "-" if s.score is None else f"{s.score:.0%}"
+        lines.append(
+            f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.incompetent} | {s.equivalent} | {s.out_of_scope} "
+            f"| {s.blind_spot} | {s.new_check} "
+            f"| {s.unclassified} | {score} | {s.wall_s / 60:.1f} min |"
+        )
+    missing = [t for t in TIERS if t not in {s.tier for _, s in loaded}]
+    if missing:
+        lines += ["", f"Not measured yet: {', '.join(missing)}."]
+    for data, s in loaded:
+        survivors = [m for m in data["mutants"] if m["outcome"] == "survived"]
+        if not survivors:
+            continue
+        lines += [
+            "",
+            f"### Survivors: {s.tier}",
+            "",
+            f"Test command: `{' '.join(data['test_command'])}`; files: {', '.join(data['files'])}.",
+            "",
+            "| mutant | change | classification |",
+            "|---|---|---|",
+        ]
+        for m in survivors:
+            c = m.get("classification")
+            if c is None:
+                said = "**unclassified**"
+            else:
+                said = f"{c['kind']}: {c[CLASSIFICATIONS[c['kind']]]}"
+            lines.append(f"| {m['file']}:{m['line']} ({m['operator']}) | `{_cell(m['change'])}` | {_cell(said)} |")
+    return lines

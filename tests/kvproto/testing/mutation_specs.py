@@ -1,0 +1,158 @@
+"""The BlobTier engine over an in-memory backend as ``kvproto conform`` targets, for ``./dev mutate
+blobtier`` (tests/kvproto/testing/mutation.py): the same set-up as tests/kvproto/tierkit/test_blob_kit.py
+(a FaultyBackend over a MemoryBackend, the backdoor hooks through them), as TierSpecs the kit's command
+line runs. ``blob_private``: the index answers, no eviction; ``blob_shared``: shared mode with a
+48-block byte budget, every capability declared; ``blob_async``: that shared mode over an
+AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
+(its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
+without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
+need no FaultyBackend (seed, read, corrupt, reopen)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kvproto import OffloadKey, SecondaryTier, envelope as env
+from kvproto.testing import FaultyBackend
+from kvproto.testing._tier_spec import TierSpec
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+
+from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
+
+__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared"]
+
+
+def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
+    assert isinstance(tier, BlobTier)
+    if not isinstance(tier.backend, FaultyBackend) or not isinstance(tier.backend.inner, MemoryBackend):
+        return _async_parts(tier)
+    return tier, tier.backend, tier.backend.inner
+
+
+def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
+    blob, faulty, memory = _parts(tier)
+    if faulty.inner is memory:
+        return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+    return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
+
+
+def _read_block(tier: object, key: OffloadKey) -> bytes | None:
+    blob, _, memory = _parts(tier)
+    data = memory.blobs.get(blob.name_of(key))
+    return None if data is None else data[env.HEADER_BYTES :]
+
+
+def _seed_block(tier: object, key: OffloadKey, data: bytes) -> None:
+    blob, _, memory = _parts(tier)
+    memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
+    blob.vouch_for([key])
+
+
+def _fail_next_jobs(tier: object, n: int) -> None:
+    _parts(tier)[1].fail_next_jobs(n)
+
+
+def _fail_keys(tier: object, keys: Iterable[OffloadKey]) -> None:
+    _parts(tier)[1].fail_keys(keys)
+
+
+def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
+    blob, _, memory = _parts(tier)
+    for key in keys:
+        name = blob.name_of(key)
+        data = memory.blobs.get(name)
+        if data is not None:
+            memory.blobs[name] = data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+_HOOKS: dict[str, Callable[..., Any]] = {
+    "reopen": _reopen,
+    "read_block": _read_block,
+    "seed_block": _seed_block,
+    "fail_next_jobs": _fail_next_jobs,
+    "fail_keys": _fail_keys,
+    "corrupt_on_read": _corrupt_on_read,
+}
+
+
+def _spec(name: str, config: BlobTierConfig) -> TierSpec:
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(FaultyBackend(MemoryBackend()), buffer, config, name=name)
+
+    return TierSpec(
+        name, "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(FaultyBackend(MemoryBackend()), {config!r})",
+    )
+
+
+def blob_private() -> TierSpec:
+    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction)."""
+    return _spec("blob-private", BlobTierConfig())
+
+
+def blob_async() -> TierSpec:
+    """BlobTier over an AsyncBlobBackend (MemoryBackend behind coroutines), shared mode with a 48-block byte budget."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-async", wrap=FaultyBackend)
+
+    return TierSpec(
+        "blob-async", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(AsyncMemory(MemoryBackend()), {config!r}, wrap=FaultyBackend)",
+    )
+
+
+def _loop_memory(tier: object) -> tuple[BlobTier, MemoryBackend]:
+    assert isinstance(tier, BlobTier)
+    memory = tier.backend.inner.inner  # type: ignore[attr-defined]  # LoopBackend -> AsyncMemory -> MemoryBackend
+    assert isinstance(memory, MemoryBackend)
+    return tier, memory
+
+
+def _loop_reopen(tier: object, buffer: memoryview) -> SecondaryTier:
+    blob, memory = _loop_memory(tier)
+    return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name)
+
+
+def _loop_read(tier: object, key: OffloadKey) -> bytes | None:
+    blob, memory = _loop_memory(tier)
+    data = memory.blobs.get(blob.name_of(key))
+    return None if data is None else data[env.HEADER_BYTES :]
+
+
+def _loop_seed(tier: object, key: OffloadKey, data: bytes) -> None:
+    blob, memory = _loop_memory(tier)
+    memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
+    blob.vouch_for([key])
+
+
+def _loop_corrupt(tier: object, keys: Iterable[OffloadKey]) -> None:
+    blob, memory = _loop_memory(tier)
+    for key in keys:
+        name = blob.name_of(key)
+        data = memory.blobs.get(name)
+        if data is not None:
+            memory.blobs[name] = data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+def blob_loop() -> TierSpec:
+    """BlobTier over an AsyncBlobBackend with no wrapper (jobs on the engine's loop), shared with a budget."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-loop")
+
+    hooks: dict[str, Callable[..., Any]] = {
+        "reopen": _loop_reopen, "read_block": _loop_read, "seed_block": _loop_seed, "corrupt_on_read": _loop_corrupt,
+    }
+    return TierSpec(
+        "blob-loop", "secondary", build, hooks=hooks, tier_class=BlobTier,
+        description=f"BlobTier(AsyncMemory(MemoryBackend()), {config!r})",
+    )
+
+
+def blob_shared() -> TierSpec:
+    """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
+    return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
