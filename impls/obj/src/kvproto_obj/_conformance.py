@@ -35,6 +35,14 @@ def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
     return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend)
 
 
+def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
+    """A second instance over the same store and prefix for another model layout (another namespace, TIER-22)."""
+    layout = {**tier.config.layout, "kvproto-kit": "another layout"}
+    return ObjTier(
+        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend
+    )
+
+
 def faults_of(tier: ObjTier) -> FaultyBackend:
     """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
     backend = tier.backend
@@ -78,6 +86,7 @@ def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
 
 OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
+    "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "fail_next_jobs": _arm("fail_next_jobs"),
