@@ -16,13 +16,14 @@ from kvproto._events import EventKind
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._backend_faults import _OPS, FaultyBackend, OpFault
+from kvproto.testing._backend_probes import KitBackend, faulty_backend_of, instrumented
 from kvproto.testing._checks import check
 from kvproto.testing._class_checks import ClassChecks
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+from kvproto.testing._secondary_roles import SecondaryRole, load_right_after_hit, load_slots, store_slots
 
 __all__ = ["SLOW_BACKEND_S", "SecondaryClassChecks"]
 
@@ -113,6 +114,75 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
             slow(0.0)
             kit.tier.on_request_finished(context)
         kit.quiet_steps(2)
+
+    @check("TIER-4", hooks=("corrupt_on_read",))
+    def test_no_cached_hit_after_a_damaged_load(self, kit: SecondaryDriver) -> None:
+        """Within one live request that saw HIT: after a load of that request finds a block damaged,
+        the request's next lookup of it answers HIT only if a load right after succeeds (no verdict
+        cached for the request outlives what the load found)."""
+        keys = key_pool("t4-live", 3)
+        kit.store(keys)
+        kit.quiet_steps(2)
+        context = TrackedContext("kvproto-kit-live-request")
+        kit.expect(kit.resolve(keys, context), lr.HIT, "TIER-10", "right after its store reported success")
+        self.corrupt_on_read(kit.tier, keys[1:2])
+        result = kit.load(keys, load_slots(kit, len(keys)), context=context)
+        if keys[1] in result.succeeded_keys(kit.jobs[result.job_id]):
+            raise ConformanceFailure("KIT-5", "the corrupt_on_read hook had no effect: the block it damaged loaded")
+        for _ in range(2):
+            if kit.lookup(keys[1], context) is lr.HIT:
+                load_right_after_hit(
+                    kit, keys[1], load_slots(kit, 4)[3], when=" again, to the request that saw its block fail a load as damaged"
+                )
+            kit.step()
+        kit.tier.on_request_finished(context)
+
+    @check("TIER-23")
+    def test_a_stored_block_is_never_overwritten(self, kit: SecondaryDriver) -> None:
+        """Create-if-absent, counted through the backend wrapper of a BlobTier built with
+        ``wrap=FaultyBackend``: a second store of blocks already stored (another request's, as a second
+        engine's write-through; with ``sharing`` and the reopen hook, also from a second instance, which
+        knows nothing of them) creates no blob and deletes none, and the blocks still load."""
+        backend = faulty_backend_of(kit.tier)
+        if backend is None:
+            pytest.skip("needs a BlobTier built with wrap=FaultyBackend (the kit counts its backend's writes)")
+        keys = key_pool("t23", 2)
+        kit.store(keys)
+        kit.quiet_steps(2)
+        with instrumented(backend) as counted:
+            kit.store(keys, context=TrackedContext("kvproto-kit-second-writer"))
+            kit.quiet_steps(2)
+        self._never_overwrote(counted, len(keys), "")
+        asked = counted.created + counted.existed
+        caps = kit.capabilities
+        if caps.sharing and self.has_hook("reopen"):
+            buffer = make_buffer(self.num_slots, self.block_bytes)
+            other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, caps, kit.limits, first_job_id=9801)
+            try:
+                second = faulty_backend_of(other.tier)
+                if second is not None:
+                    with instrumented(second) as counted:
+                        other.store(keys, store_slots(other, len(keys)))
+                        other.quiet_steps(2)
+                    self._never_overwrote(counted, len(keys), " from a second instance over the same storage")
+                    asked += counted.created + counted.existed
+            finally:
+                other.shutdown()
+        if not asked:
+            pytest.skip(
+                "vacuous: no second store reached the backend (the tier trusts what it knows of its blocks), "
+                "and no second instance (sharing and the reopen hook) was there to ask it"
+            )
+        kit.load(keys, load_slots(kit, len(keys)))
+
+    @staticmethod
+    def _never_overwrote(counted: KitBackend, stored: int, where: str) -> None:
+        if counted.created or counted.deleted:
+            raise ConformanceFailure(
+                "TIER-23",
+                f"a second store{where} of {stored} blocks already stored created {counted.created} blob(s) and "
+                f"deleted {counted.deleted}: an existing block must never be overwritten (create-if-absent)",
+            )
 
     @check("TIER-22", hooks=("reopen_other_layout",))
     def test_another_layouts_blocks_never_load(self, kit: SecondaryDriver) -> None:

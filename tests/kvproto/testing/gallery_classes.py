@@ -25,7 +25,7 @@ from kvproto import (
     members as lr,
 )
 from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import _QUICK, Expected, _secondary, _TracksStoresInFlight, memory_primary_spec
 
@@ -179,6 +179,48 @@ class ExistsCallInLookup(BlobTier):
         return [self.lookup(key, req_context) for key in keys]
 
 
+class _SeenHits(set[OffloadKey]):
+    """The keys a request was told HIT for (its scratch state, TIER-2)."""
+
+
+class HitCachedForTheRequest(MemoryTier):
+    """Bug: remembers, per request, the keys it answered HIT for, and answers HIT from that memory
+    for the rest of the request, also after a load found the block damaged (and dropped it)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="hit-cached-for-the-request")
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        seen = req_context.state(_SeenHits)
+        if key in seen:
+            return lr.HIT  # the bug: the request's verdict outlives what a load found
+        answer = super().lookup(key, req_context)
+        if answer is lr.HIT:
+            seen.add(key)
+        return answer
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        req_context.drop_state(_SeenHits)
+        super().on_request_finished(req_context)
+
+
+class LastWriterWins(MemoryBackend):
+    """Bug (a backend): ``publish`` writes whether or not the blob is there (a PUT without
+    ``If-None-Match``, a SET without NX), and says it created it."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        self.blobs[name] = b"".join(parts)  # the bug: overwrites
+        return Published.CREATED
+
+
+class OverwritesBlocks(BlobTier):
+    """A shared BlobTier over the :class:`LastWriterWins` backend."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=True, start_in_background=False)
+        super().__init__(LastWriterWins(), buffer, config, name="overwrites-blocks", wrap=FaultyBackend)
+
+
 def hits_answered_first() -> TierSpec:
     return _secondary(HitsAnsweredFirst)
 
@@ -212,6 +254,14 @@ def exists_call_in_lookup() -> TierSpec:
     return TierSpec("ExistsCallInLookup", "secondary", ExistsCallInLookup, limits=_QUICK, tier_class=ExistsCallInLookup)
 
 
+def hit_cached_for_the_request() -> TierSpec:
+    return _secondary(HitCachedForTheRequest)
+
+
+def overwrites_blocks() -> TierSpec:
+    return TierSpec("OverwritesBlocks", "secondary", OverwritesBlocks, limits=_QUICK, tier_class=OverwritesBlocks)
+
+
 def recent_keys_per_thread() -> TierSpec:
     return _secondary(RecentKeysPerThread)
 
@@ -238,6 +288,12 @@ CLASSES_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:exists_call_in_lookup": Expected(
         "test_first_lookups_never_wait_for_a_slow_backend", "TIER-4", "it waited for backend I/O"
+    ),
+    f"{_HERE}:hit_cached_for_the_request": Expected(
+        "test_no_cached_hit_after_a_damaged_load", "TIER-4", "fail a load as damaged"
+    ),
+    f"{_HERE}:overwrites_blocks": Expected(
+        "test_a_stored_block_is_never_overwritten", "TIER-23", "must never be overwritten"
     ),
     f"{_HERE}:recent_keys_per_thread": Expected(
         "test_jobs_and_lookups_on_two_threads", "TIER-20", "changing threads"
