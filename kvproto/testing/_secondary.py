@@ -21,12 +21,13 @@ from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_class_checks import SecondaryClassChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
-class SecondaryTierTests(SecondaryClassChecks, SecondaryDataChecks):
+class SecondaryTierTests(SecondaryClassChecks, SecondaryFaultChecks, SecondaryDataChecks):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
     ``tier_factory`` returns a callable that builds an EMPTY tier bound to a

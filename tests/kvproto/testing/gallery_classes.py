@@ -299,3 +299,7 @@ CLASSES_GALLERY: dict[str, Expected] = {
         "test_jobs_and_lookups_on_two_threads", "TIER-20", "changing threads"
     ),
 }
+
+from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY  # noqa: E402 - the faults below the tier
+
+CLASSES_GALLERY.update(FAULTS_GALLERY)
