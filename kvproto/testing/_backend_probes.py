@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,13 +39,17 @@ class Gate:
     entered: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     used: bool = False
+    action: Callable[[], None] | None = None
 
     def release(self) -> None:
         """Let the held call go on (idempotent)."""
         self.released.set()
 
     def hold(self) -> None:
-        """On the tier's thread: say the call arrived, then wait for :meth:`release` (bounded)."""
+        """On the tier's thread: run ``action`` if set (a kill point: the process dies here), say the
+        call arrived, then wait for :meth:`release` (bounded)."""
+        if self.action is not None:
+            self.action()
         self.entered.set()
         self.released.wait(GATE_BOUND_S)
 
@@ -67,9 +71,9 @@ class KitBackend(ForwardingBackend):
 
     # -- arming -----------------------------------------------------------------------------
 
-    def gate(self, op: str, name: str, *, after: bool = False) -> Gate:
-        """Hold the next call of ``op`` on ``name`` (after the inner call if ``after``)."""
-        held = Gate(op, name, after)
+    def gate(self, op: str, name: str, *, after: bool = False, action: Callable[[], None] | None = None) -> Gate:
+        """Hold the next call of ``op`` on ``name`` (after the inner call if ``after``); run ``action`` there first."""
+        held = Gate(op, name, after, action=action)
         with self._lock:
             self._gates.append(held)
         return held

@@ -9,10 +9,18 @@ gallery_classes.py folds it into ``CLASSES_GALLERY``.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
 from kvproto import OffloadKey, envelope as env
 from kvproto.testing import FaultyBackend, TierSpec
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
-from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
+from kvproto.tierkit._blob_ops import SUFFIX, BlobOps, KeyVerdict
 
 from tests.kvproto.testing.gallery import _QUICK, Expected
 
@@ -95,3 +103,120 @@ FAULTS_GALLERY: dict[str, Expected] = {
         "test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged"
     ),
 }
+
+
+# ---- crash consistency (TIER-24) ----------------------------------------------------------------
+_TORN = "after the header, before the payload"
+_roots: list[Path] = []
+
+
+def _fresh_root() -> Path:
+    if not _roots:
+        _roots.append(Path(tempfile.mkdtemp(prefix="kvproto-gallery-crash-")))
+        atexit.register(shutil.rmtree, _roots[0], True)
+    return Path(tempfile.mkdtemp(dir=_roots[0]))
+
+
+class _InPlaceFiles:
+    """A file backend that writes each blob in place: it creates the file, sizes it, then writes its
+    parts one by one (no temporary file, no rename)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.crash_at: str | None = None
+
+    def _path(self, name: str) -> Path:
+        return self.root / name
+
+    def prepare(self, namespace: str) -> None:
+        (self.root / namespace).mkdir(parents=True, exist_ok=True)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        path = self._path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return Published.EXISTED
+        try:
+            os.ftruncate(fd, size)  # the bug: the file has its full size before it has its bytes
+            offset = 0
+            for i, part in enumerate(parts):
+                if i == 1 and self.crash_at == _TORN:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                os.pwrite(fd, part, offset)
+                offset += len(part)
+        finally:
+            os.close(fd)
+        return Published.CREATED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        fd = os.open(self._path(name), os.O_RDONLY)
+        try:
+            os.preadv(fd, list(buffers), 0)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        out: list[int | None] = []
+        for name in names:
+            try:
+                out.append(os.stat(self._path(name)).st_size)
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
+    def delete(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        base = self.root / namespace
+        for path in base.rglob(f"*{SUFFIX}"):
+            yield f"{namespace}/{path.relative_to(base).as_posix()}", path.stat().st_size
+
+    def clear(self, namespace: str) -> None:
+        shutil.rmtree(self.root / namespace, ignore_errors=True)
+
+    def close(self) -> None:
+        return None
+
+
+class PreallocatingFileTier(BlobTier):
+    """Bug: a persistent BlobTier over :class:`_InPlaceFiles`: a write cut short by a crash leaves a
+    blob of the full size with a valid header and no payload, which its restart scan indexes (HIT) and
+    create-if-absent then keeps (a later store finds it there)."""
+
+    def __init__(self, buffer: memoryview, *, root: Path | None = None) -> None:
+        self.root = _fresh_root() if root is None else root
+        super().__init__(_InPlaceFiles(self.root), buffer, _private(), name="preallocating-file-tier", wrap=FaultyBackend)
+
+
+def _files(tier: PreallocatingFileTier) -> _InPlaceFiles:
+    backend = tier.backend
+    assert isinstance(backend, FaultyBackend) and isinstance(backend.inner, _InPlaceFiles)
+    return backend.inner
+
+
+def _reopen_files(tier: PreallocatingFileTier, buffer: memoryview) -> PreallocatingFileTier:
+    return PreallocatingFileTier(buffer, root=tier.root)
+
+
+def _crash_points(tier: PreallocatingFileTier) -> list[str]:
+    return [_TORN]
+
+
+def _arm_crash(tier: PreallocatingFileTier, point: str) -> None:
+    _files(tier).crash_at = point
+
+
+def preallocating_file_tier() -> TierSpec:
+    return TierSpec(
+        "PreallocatingFileTier", "secondary", PreallocatingFileTier, limits=_QUICK, tier_class=PreallocatingFileTier,
+        hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash},
+    )
+
+
+FAULTS_GALLERY[f"{_HERE}:preallocating_file_tier"] = Expected(
+    "test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT"
+)
