@@ -24,11 +24,14 @@ from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
+from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
-class SecondaryTierTests(SecondaryClassChecks, SecondaryFaultChecks, SecondaryCrashChecks, SecondaryDataChecks):
+class SecondaryTierTests(
+    SecondaryClassChecks, SecondaryFaultChecks, SecondaryCrashChecks, SecondarySharingChecks, SecondaryDataChecks
+):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
     ``tier_factory`` returns a callable that builds an EMPTY tier bound to a

@@ -303,3 +303,7 @@ CLASSES_GALLERY: dict[str, Expected] = {
 from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY  # noqa: E402 - the faults below the tier
 
 CLASSES_GALLERY.update(FAULTS_GALLERY)
+
+from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY  # noqa: E402 - visibility across instances
+
+CLASSES_GALLERY.update(SHARING_GALLERY)
