@@ -23,6 +23,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 from kvproto.tierkit._blob_ops import SUFFIX, BlobOps, KeyVerdict
 
 from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.honest_tiers import ClockedPrimary, clocked_spec
 
 
 def _private() -> BlobTierConfig:
@@ -219,4 +220,25 @@ def preallocating_file_tier() -> TierSpec:
 
 FAULTS_GALLERY[f"{_HERE}:preallocating_file_tier"] = Expected(
     "test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT"
+)
+
+
+# ---- primary deadlines (TIER-25) -------------------------------------------------------------------
+class ExpiryFreesItsSlot(ClockedPrimary):
+    """Bug: a write past its pending deadline gives its slot back at once (no quarantine): the next
+    store may take the slot while the late transfer can still land in it."""
+
+    tier_name = "expiry-frees-its-slot"
+
+    def _expire(self, key: OffloadKey, pending: tuple[int, float], now: float) -> None:
+        super()._expire(key, pending, now)
+        self._free.append(self._quarantine.pop(key))  # the bug: reused before the late write lands
+
+
+def expiry_frees_its_slot() -> TierSpec:
+    return clocked_spec(ExpiryFreesItsSlot)
+
+
+FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived"
 )
