@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from kvproto import members as lr
+from kvproto._events import EventKind
 from kvproto._jobs import TransferJob
 from kvproto._keys import OffloadKey
 from kvproto.testing._backend_faults import FaultyBackend, OpFault
@@ -203,3 +204,44 @@ class SecondaryFaultChecks(SecondaryRole):
             )
             load_right_after_hit(kit, key, target, when=f" after {what}")
 
+
+    @check("TIER-4", needs=("eviction",))
+    def test_eviction_racing_a_load(self, kit: SecondaryDriver) -> None:
+        """A race made to happen in one order by a gate below the tier: a load of the least recently
+        used block is held right after its read; stores then push the tier past its capacity until it
+        evicts. If it evicts the block being loaded (a REMOVED event names it), the kit waits for the
+        deletion of its blob before the load goes on. Afterwards the block answers HIT only if a load
+        right after succeeds."""
+        backend, name_of = self._below(kit)
+        key = key_pool("evict-race", 1)[0]
+        kit.store([key], store_slots(kit, 1))
+        kit.quiet_steps(2)
+        list(kit.tier.take_events())
+        name = name_of(key)
+        slot, target = load_slots(kit, 2)
+        evicted = False
+        with instrumented(backend) as probe:
+            reading = probe.gate("read_into", name, after=True)
+            deleted = probe.gate("delete", name, after=True)
+            deleted.release()  # not held: only seen
+            load = kit.submit_load([key], [slot])
+            if not self._entered(kit, reading, load):
+                pytest.skip("vacuous: the load was reported without reading the backend")
+            fill = key_pool("evict-race-fill", 96)
+            for i in range(0, len(fill), 8):
+                kit.store(fill[i : i + 8], store_slots(kit, 8))
+                kit.step()
+                removed = {k for e in kit.tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+                if removed:
+                    evicted = key in removed
+                    break
+            else:
+                pytest.skip(f"vacuous: the tier evicted none of {len(fill)} blocks stored past the one being loaded")
+            if evicted and not deleted.entered.wait(GATE_BOUND_S):
+                evicted = False  # evicted, its blob not deleted (yet): the load may still read it
+            reading.release()
+            kit.wait([load])
+        kit.quiet_steps(2)
+        if kit.resolve_one(key) is lr.HIT:
+            what = "its eviction and the deletion of its blob" if evicted else "stores that made the tier evict"
+            load_right_after_hit(kit, key, target, when=f" after a load of it raced {what}")

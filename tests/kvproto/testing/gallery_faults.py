@@ -17,9 +17,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from kvproto import OffloadKey, envelope as env
+from kvproto import EventKind, OffloadingEvent, OffloadKey, envelope as env
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
+from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import SUFFIX, BlobOps, KeyVerdict
 
 from tests.kvproto.testing.gallery import _QUICK, Expected
@@ -78,6 +79,39 @@ class ExistedVouchesNow(BlobTier):
         return verdict, tick
 
 
+class _PinBlindLedger(Ledger):
+    def evict(self, budget: int) -> list[tuple[OffloadKey, int]]:
+        victims: list[tuple[OffloadKey, int]] = []
+        with self.lock:
+            excess = -(-(self.used_bytes - budget) // (env.HEADER_BYTES + 64))
+            for key in list(self.index)[: max(excess, 0)]:  # the bug: blocks being loaded are not skipped
+                self._ticket += 1
+                victims.append((key, self._ticket))
+            for key, ticket in victims:
+                del self.index[key]
+                self.doomed[key] = ticket
+            if victims:
+                self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self._name))
+        return victims
+
+
+class EvictsBlocksBeingLoaded(BlobTier):
+    """Bug: its byte budget (16 blocks) evicts the least recently used blocks whether or not a load of
+    them is in flight; the load then vouches for a block whose blob the eviction deleted."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=False, start_in_background=False, max_bytes=16 * (env.HEADER_BYTES + 64))
+        super().__init__(MemoryBackend(), buffer, config, name="evicts-blocks-being-loaded", wrap=FaultyBackend)
+        self._ledger.__class__ = _PinBlindLedger
+
+
+def evicts_blocks_being_loaded() -> TierSpec:
+    return TierSpec(
+        "EvictsBlocksBeingLoaded", "secondary", EvictsBlocksBeingLoaded, limits=_QUICK,
+        tier_class=EvictsBlocksBeingLoaded,
+    )
+
+
 def retry_reports_stored() -> TierSpec:
     return TierSpec("RetryReportsStored", "secondary", RetryReportsStored, limits=_QUICK, tier_class=RetryReportsStored)
 
@@ -99,6 +133,9 @@ FAULTS_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:header_only_verification": Expected(
         "test_backend_read_faults_never_serve_wrong_bytes", "TIER-10", "never serve it unchecked"
+    ),
+    f"{_HERE}:evicts_blocks_being_loaded": Expected(
+        "test_eviction_racing_a_load", "TIER-4", "raced its eviction and the deletion of its blob"
     ),
     f"{_HERE}:existed_vouches_now": Expected(
         "test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged"
