@@ -20,8 +20,6 @@ from pathlib import Path
 from kvproto import EventKind, OffloadingEvent, OffloadKey, envelope as env
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
-from kvproto.tierkit._blob_ledger import Ledger
-from kvproto.tierkit._blob_ops import SUFFIX, BlobOps, KeyVerdict
 
 from tests.kvproto.testing.gallery import _QUICK, Expected
 from tests.kvproto.testing.honest_tiers import ClockedPrimary, clocked_spec
@@ -31,78 +29,91 @@ def _private() -> BlobTierConfig:
     return BlobTierConfig(shared=False, start_in_background=False)
 
 
+class _RetriesOnce(FaultyBackend):
+    """The tier's storage client: retries a failed publish once."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        try:
+            return super().publish(name, parts, size)
+        except OSError:
+            try:
+                return super().publish(name, parts, size)  # one retry
+            except OSError:
+                return Published.CREATED  # the bug: the retry's outcome is never looked at
+
+
 class RetryReportsStored(BlobTier):
-    """Bug: retries a failed write once and reports the key stored whatever the retry did (its
-    outcome is never looked at)."""
+    """Bug: its storage client retries a failed write once and reports the blob created whatever the
+    retry did."""
 
     def __init__(self, buffer: memoryview) -> None:
-        super().__init__(MemoryBackend(), buffer, _private(), name="retry-reports-stored", wrap=FaultyBackend)
-
-    def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        verdict, tick = super()._store_key(key, slot)
-        if verdict is KeyVerdict.FAILED:
-            _, tick = super()._store_key(key, slot)  # one retry
-            return KeyVerdict.CREATED, tick  # the bug: reported stored, whether or not the retry was
-        return verdict, tick
-
-
-class _HeaderOnlyOps(BlobOps):
-    def _verify(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> KeyVerdict:
-        try:
-            env.verify_header(head, key=key, namespace=self.namespace, payload_len=self.block_bytes)
-        except env.EnvelopeError:
-            return KeyVerdict.DAMAGED
-        return KeyVerdict.LOADED  # the bug: neither the size read nor the payload's checksum is checked
+        super().__init__(MemoryBackend(), buffer, _private(), name="retry-reports-stored", wrap=_RetriesOnce)
 
 
 class HeaderOnlyVerification(BlobTier):
     """Bug: verifies the header of what it reads, never the size read or the payload's checksum (to
-    save a pass over the block): a short or damaged read is served."""
+    save a pass over the block): a short or damaged read is served. (The engine's verification is
+    replaced on this instance: no public seam lets a BlobTier skip it.)"""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(MemoryBackend(), buffer, _private(), name="header-only-verification", wrap=FaultyBackend)
-        self._ops.__class__ = _HeaderOnlyOps
+        ops = self._ops
+        verify = ops._verify
+
+        def header_only(key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> object:
+            verdict = verify(key, name, head, row, size)
+            try:
+                env.verify_header(head, key=key, namespace=self.namespace, payload_len=len(row))
+            except env.EnvelopeError:
+                return verdict
+            return type(verdict).LOADED  # the bug: neither the size read nor the payload's checksum counts
+
+        setattr(ops, "_verify", header_only)  # noqa: B010 - replaces the engine's method on this instance
+
+
+class _SaysCreated(FaultyBackend):
+    """The tier's storage client: cannot tell a blob it created from one it found there."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        super().publish(name, parts, size)
+        return Published.CREATED  # the bug: a blob found there is reported created, as of now
 
 
 class ExistedVouchesNow(BlobTier):
     """Bug: a store that finds the block's blob already there (create-if-absent) vouches for it as
-    of when the store ends, not as of when it looked: a deletion in between (a load found the blob
-    damaged) is missed, and the block answers HIT with no blob behind it."""
+    of when the store ends (its storage client reports it created), not as of when it looked: a
+    deletion in between (a load found the blob damaged) is missed, and the block answers HIT with no
+    blob behind it."""
 
     def __init__(self, buffer: memoryview) -> None:
-        super().__init__(MemoryBackend(), buffer, _private(), name="existed-vouches-now", wrap=FaultyBackend)
-
-    def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        verdict, tick = super()._store_key(key, slot)
-        if verdict is KeyVerdict.EXISTED:
-            return verdict, self._ops.tick()  # the bug: stamped after the fact
-        return verdict, tick
-
-
-class _PinBlindLedger(Ledger):
-    def evict(self, budget: int) -> list[tuple[OffloadKey, int]]:
-        victims: list[tuple[OffloadKey, int]] = []
-        with self.lock:
-            excess = -(-(self.used_bytes - budget) // (env.HEADER_BYTES + 64))
-            for key in list(self.index)[: max(excess, 0)]:  # the bug: blocks being loaded are not skipped
-                self._ticket += 1
-                victims.append((key, self._ticket))
-            for key, ticket in victims:
-                del self.index[key]
-                self.doomed[key] = ticket
-            if victims:
-                self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self._name))
-        return victims
+        super().__init__(MemoryBackend(), buffer, _private(), name="existed-vouches-now", wrap=_SaysCreated)
 
 
 class EvictsBlocksBeingLoaded(BlobTier):
     """Bug: its byte budget (16 blocks) evicts the least recently used blocks whether or not a load of
-    them is in flight; the load then vouches for a block whose blob the eviction deleted."""
+    them is in flight; the load then vouches for a block whose blob the eviction deleted. (The
+    engine's eviction is replaced on this instance: no public seam changes it.)"""
 
     def __init__(self, buffer: memoryview) -> None:
         config = BlobTierConfig(shared=False, start_in_background=False, max_bytes=16 * (env.HEADER_BYTES + 64))
         super().__init__(MemoryBackend(), buffer, config, name="evicts-blocks-being-loaded", wrap=FaultyBackend)
-        self._ledger.__class__ = _PinBlindLedger
+        ledger = self._ledger
+
+        def evict(budget: int) -> list[tuple[OffloadKey, int]]:
+            victims: list[tuple[OffloadKey, int]] = []
+            with ledger.lock:
+                excess = -(-(ledger.used_bytes - budget) // (env.HEADER_BYTES + 64))
+                for key in list(ledger.index)[: max(excess, 0)]:  # the bug: blocks being loaded are not skipped
+                    ledger._ticket += 1
+                    victims.append((key, ledger._ticket))
+                for key, ticket in victims:
+                    del ledger.index[key]
+                    ledger.doomed[key] = ticket
+                if victims:
+                    ledger.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self.name))
+            return victims
+
+        setattr(ledger, "evict", evict)  # noqa: B010 - replaces the engine's method on this instance
 
 
 def evicts_blocks_being_loaded() -> TierSpec:
@@ -210,7 +221,7 @@ class _InPlaceFiles:
 
     def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
         base = self.root / namespace
-        for path in base.rglob(f"*{SUFFIX}"):
+        for path in base.rglob("*.kvb"):
             yield f"{namespace}/{path.relative_to(base).as_posix()}", path.stat().st_size
 
     def clear(self, namespace: str) -> None:
