@@ -84,6 +84,11 @@ def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
         obstore.put(tier.store, path, bytes(data))
 
 
+def _fork_safe(tier: ObjTier) -> bool:
+    """No: obstore's runtime does not survive a fork, so a forked child cannot store (TIER-24 is not checked)."""
+    return False
+
+
 OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
@@ -92,6 +97,7 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_next_jobs": _arm("fail_next_jobs"),
     "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
+    "fork_safe": _fork_safe,
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
 
