@@ -130,7 +130,8 @@ class SecondaryCrashChecks(SecondaryRole):
 
     # ---- the child's side ----------------------------------------------------------------
     def _writer(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], arm: Arm | None) -> Child:
-        """A child process storing ``keys``, ``_BATCH`` per job, in a new instance over ``template``'s storage."""
+        """A child process storing ``keys`` in a new instance over ``template``'s storage: ``_BATCH`` per job,
+        or one per job when ``arm`` sets a kill point (so the block cut short is the same every run)."""
         caps, limits = kit.capabilities, kit.limits
 
         def run(say: Callable[[str], None]) -> None:
@@ -139,8 +140,9 @@ class SecondaryCrashChecks(SecondaryRole):
             if arm is not None:
                 arm(writer.tier, keys)
             say("R")
-            for i in range(0, len(keys), _BATCH):
-                batch = keys[i : i + _BATCH]
+            per_job = _BATCH if arm is None else 1  # at a kill point, one block at a time: the same block is cut
+            for i in range(0, len(keys), per_job):
+                batch = keys[i : i + per_job]
                 result = writer.store(batch, store_slots(writer, len(batch)))
                 done = result.succeeded_keys(writer.jobs[result.job_id])
                 for key in batch:
