@@ -28,6 +28,8 @@ class Capabilities:
     * ``eviction``: the tier may drop stored blocks on its own.
     * ``sharing``: several processes may use one storage at once.
     * ``partial_jobs``: a job may finish with only some of its keys done.
+    * ``lru``: with ``eviction``, the least recently used block goes first, and ``touch`` makes a
+      block recently used (CAP-6).
     """
 
     async_lookup: bool = False
@@ -36,6 +38,7 @@ class Capabilities:
     eviction: bool = False
     sharing: bool = False
     partial_jobs: bool = False
+    lru: bool = False
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def has(self, ability: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvproto.errors import ConfigurationError
@@ -64,7 +65,7 @@ class MemoryPrimaryTier(SlotTable):
             ) from exc
         self._flat = memoryview(data)
         self._buffer = self._flat.cast("B", (num_slots, block_bytes))
-        self.capabilities = HOST_PRIMARY_CAPABILITIES
+        self.capabilities = replace(HOST_PRIMARY_CAPABILITIES, lru=True)  # its policy is "lru" (CAP-6)
 
     @property
     def buffer(self) -> memoryview:

@@ -102,6 +102,7 @@ class MemoryTier(JobFaultHooks):
             eviction=capacity_blocks is not None,
             sharing=False,
             partial_jobs=True,
+            lru=capacity_blocks is not None,  # evicts from the least recently used end (MEM-5, CAP-6)
             reasons={
                 "persistence": "in-memory by design",
                 "sharing": "one process's dict",

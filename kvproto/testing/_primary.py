@@ -19,6 +19,8 @@ from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import block_for, key_pool, row, tricky_keys
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._primary_class_checks import PrimaryClassChecks
+from kvproto.testing._primary_deadline_checks import PrimaryDeadlineChecks
 from kvproto.testing._primary_driver import PrimaryDriver
 from kvproto.testing._primary_pins import PrimaryPinChecks
 
@@ -28,7 +30,7 @@ PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 
-class PrimaryTierTests(PrimaryPinChecks):
+class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChecks):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 

@@ -18,14 +18,20 @@ from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_class_checks import SecondaryClassChecks
+from kvproto.testing._secondary_crash_checks import SecondaryCrashChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
+from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
-class SecondaryTierTests(SecondaryDataChecks):
+class SecondaryTierTests(
+    SecondaryClassChecks, SecondaryFaultChecks, SecondaryCrashChecks, SecondarySharingChecks, SecondaryDataChecks
+):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
     ``tier_factory`` returns a callable that builds an EMPTY tier bound to a

@@ -39,3 +39,7 @@ class HookTableTests(SecondaryTierTests):
 
     def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
         self._hook("corrupt_on_read", tier, keys)
+
+    def fork_safe(self, tier: SecondaryTier) -> bool:
+        hook = self.HOOKS.get("fork_safe")
+        return True if hook is None else bool(hook(tier))

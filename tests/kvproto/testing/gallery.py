@@ -896,3 +896,8 @@ GALLERY: dict[str, Expected] = {
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY  # noqa: E402 - needs this module's names first
 
 GALLERY.update(CAPS_GALLERY)
+
+# Section 1 of issue 17 (classes of bugs): gallery_classes.py, folded in the same way.
+from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY  # noqa: E402 - needs this module's names first
+
+GALLERY.update(CLASSES_GALLERY)

@@ -4,6 +4,8 @@
   kit supports with eviction declared).
 * ``stops_at_first_bad_key``: a tier whose jobs stop at the first key that fails; the keys after
   it fail untried (a partial result naming only the keys before it).
+* ``clocked_primary``: a MemoryPrimaryTier with a pending deadline on a clock the kit moves (the
+  ``advance_clock`` hook): its expired writes keep their slots quarantined (TIER-25).
 * ``no_eviction_primary``: a primary that declares no eviction and answers ``None`` when full; the
   pin checks run on it (not skipped) through what it does instead (CAP-5).
 """
@@ -94,3 +96,32 @@ def no_eviction_primary() -> TierSpec:
     """NoEvictionPrimary, 16 slots of 32 bytes, its declaration read from the tier."""
     build = NoEvictionPrimary
     return TierSpec("no-eviction-primary", "primary", lambda: build(num_slots=16, block_bytes=32), tier_class=build)
+
+
+class ClockedPrimary(MemoryPrimaryTier):
+    """A MemoryPrimaryTier with a 1 s pending deadline on a clock the kit moves (``advance_clock``)."""
+
+    tier_name = "clocked-primary"
+
+    def __init__(self, *, num_slots: int, block_bytes: int) -> None:
+        self.now = 0.0
+        super().__init__(
+            num_slots=num_slots, block_bytes=block_bytes, pending_deadline_s=1.0, name=self.tier_name,
+            clock=lambda: self.now,
+        )
+
+
+def _advance_clock(tier: ClockedPrimary, seconds: float) -> None:
+    tier.now += seconds
+
+
+def clocked_spec(cls: type[ClockedPrimary]) -> TierSpec:
+    """``cls`` (32 slots of 64 bytes) with the ``advance_clock`` hook."""
+    return TierSpec(
+        cls.__name__, "primary", lambda: cls(num_slots=32, block_bytes=64), hooks={"advance_clock": _advance_clock},
+        tier_class=cls,
+    )
+
+
+def clocked_primary() -> TierSpec:
+    return clocked_spec(ClockedPrimary)

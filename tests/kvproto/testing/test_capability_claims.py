@@ -84,7 +84,8 @@ def test_a_correct_non_evicting_primary_conforms_with_the_pin_checks_run(tmp_pat
     for name in _PIN_CHECKS:
         assert outcomes[name]["outcome"] == "passed", (name, outcomes[name])
     assert outcomes["test_eviction_reports_evicted_keys"]["outcome"] == "skipped"
-    assert tier["unchecked_clauses"] == {"TIER-6": ["no eviction"]}
+    # CAP-6 (a declared LRU order honours touch) binds only a tier declaring lru: named, not hidden (CAP-1).
+    assert tier["unchecked_clauses"] == {"TIER-6": ["no eviction"], "CAP-6": ["no lru"]}
 
 
 def test_an_evicting_primary_skips_only_the_vacuous_check(tmp_path: Path) -> None:

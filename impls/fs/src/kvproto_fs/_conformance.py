@@ -38,6 +38,12 @@ def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
     return FsTier(buffer, tier.config, name=tier.name, wrap=FaultyBackend)
 
 
+def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
+    """A new instance over the same root for another model layout (another namespace, TIER-22)."""
+    layout = {**tier.config.layout, "kvproto-kit": "another layout"}
+    return FsTier(buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, wrap=FaultyBackend)
+
+
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
     try:
         data = tier.path_of(key).read_bytes()
@@ -85,6 +91,7 @@ def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
 
 FS_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
+    "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "fail_next_jobs": _fail_next_jobs,

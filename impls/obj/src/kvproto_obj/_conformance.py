@@ -35,6 +35,14 @@ def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
     return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend)
 
 
+def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
+    """A second instance over the same store and prefix for another model layout (another namespace, TIER-22)."""
+    layout = {**tier.config.layout, "kvproto-kit": "another layout"}
+    return ObjTier(
+        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend
+    )
+
+
 def faults_of(tier: ObjTier) -> FaultyBackend:
     """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
     backend = tier.backend
@@ -76,13 +84,20 @@ def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
         obstore.put(tier.store, path, bytes(data))
 
 
+def _fork_safe(tier: ObjTier) -> bool:
+    """No: obstore's runtime does not survive a fork, so a forked child cannot store (TIER-24 is not checked)."""
+    return False
+
+
 OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
+    "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "fail_next_jobs": _arm("fail_next_jobs"),
     "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
+    "fork_safe": _fork_safe,
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
 

@@ -1,0 +1,90 @@
+"""The primary tier's check of its pending deadline (issue 17, section 1; TIER-25):
+:class:`PrimaryDeadlineChecks`, a base of :class:`~kvproto.testing.PrimaryTierTests`.
+
+A primary that declares a pending deadline (``pending_deadline_s``) fails a write still pending
+past it; the transfer of that write may still land in its slot later, so the slot must not be
+reused before the write's late completion arrives. The kit moves the tier's clock with the backdoor
+hook ``advance_clock(tier, seconds)`` instead of waiting seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import PrimaryTier
+from kvproto.testing._checks import check
+from kvproto.testing._common import TierChecks
+from kvproto.testing._data import block_for, key_pool, row
+from kvproto.testing._driver import short_key
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._primary_driver import PrimaryDriver
+
+__all__ = ["PrimaryDeadlineChecks"]
+
+
+class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
+    """The pending deadline, in the kit's order (see ``PrimaryTierTests``)."""
+
+    def advance_clock(self, tier: PrimaryTier, seconds: float) -> None:
+        """Move the clock ``tier`` measures its pending deadline by forward by ``seconds``: the
+        backdoor hook of :meth:`test_a_late_write_never_lands_in_a_reused_slot` (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-25", hooks=("advance_clock",))
+    def test_a_late_write_never_lands_in_a_reused_slot(self, kit: PrimaryDriver) -> None:
+        """A write still pending past the declared ``pending_deadline_s`` (the clock moved by the
+        advance_clock hook) answers MISS; its slot is reserved for no other key while its late
+        transfer may still land, however many stores follow; its late ``complete_store`` is accepted,
+        and every block stored meanwhile keeps its bytes."""
+        deadline: object = getattr(kit.tier, "pending_deadline_s", None)
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not math.isfinite(deadline):
+            pytest.skip("needs a primary with a declared pending deadline (a finite pending_deadline_s)")
+        key = key_pool("p-late", 1)[0]
+        out = kit.prepare([key])
+        if out is None or list(out.keys_to_store) != [key]:
+            raise ConformanceFailure("TIER-6", "prepare_store of one new key into an empty tier did not reserve it")
+        slot = out.slots[0]
+        self.advance_clock(kit.tier, float(deadline) * 2 + 1.0)
+        answer = kit.lookup(key)
+        if answer is not lr.MISS:
+            raise ConformanceFailure(
+                "TIER-25",
+                f"a write pending for twice its declared pending_deadline_s ({deadline:g} s) answers {answer.name}: "
+                "past the deadline it is failed and answers MISS",
+            )
+        kit.tier.on_step_end()
+        placed: dict[int, OffloadKey] = {}
+        fill = key_pool("p-late-fill", kit.num_slots + 8)
+        for i in range(0, len(fill), 4):
+            batch = fill[i : i + 4]
+            more = kit.prepare(batch)
+            if more is None:
+                break  # full, and it evicts nothing more: the slot was never offered
+            if slot in more.slots:
+                taker = more.keys_to_store[more.slots.index(slot)]
+                raise ConformanceFailure(
+                    "TIER-25",
+                    f"slot {slot}, whose write of {short_key(key)} passed its pending deadline, was reserved for "
+                    f"{short_key(taker)} before that write's late completion arrived: the late transfer may still "
+                    "land there and overwrite the new block",
+                )
+            kit.tier.complete_store(more.keys_to_store, True)
+            for stored, where in zip(more.keys_to_store, more.slots, strict=True):
+                placed[where] = stored
+        row(kit.buffer, slot)[:] = block_for(key, kit.block_bytes)  # the late transfer lands
+        try:
+            kit.tier.complete_store([key], True)
+        except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+            raise ConformanceFailure(
+                "TIER-25",
+                f"the late complete_store of {short_key(key)}, past its pending deadline, raised "
+                f"{type(error).__name__}: {error}; a late completion must be accepted (it frees the slot)",
+            ) from error
+        held = [k for k in placed.values() if kit.lookup(k) is lr.HIT]
+        for i in range(0, len(held), 8):
+            kit.load(held[i : i + 8])  # checks each slot still holds its key's bytes (TIER-8)
+            kit.tier.complete_load(held[i : i + 8])

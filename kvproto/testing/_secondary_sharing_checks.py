@@ -1,0 +1,123 @@
+"""The secondary tier's checks of visibility across instances (issue 17, section 1; TIER-18 with
+``sharing``, TIER-4): :class:`SecondarySharingChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+Two live instances over the same storage (the ``reopen`` hook). An existence verdict lives only as
+long as a request that refers to it: a request asked before the other instance stored, and once it
+finished a new request sees the block. One request finishing never disturbs another's pending
+lookups. And a block another instance removed while a request held its HIT fails that request's
+load; the request is not told HIT again unless a load right after succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kvproto import members as lr
+from kvproto.testing._checks import check
+from kvproto.testing._data import key_pool, make_buffer
+from kvproto.testing._driver import TrackedContext, short_key
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_roles import SecondaryRole, load_right_after_hit, load_slots, store_slots
+
+__all__ = ["SecondarySharingChecks"]
+
+
+class SecondarySharingChecks(SecondaryRole):
+    """Visibility across live instances, in the kit's order (see ``SecondaryTierTests``)."""
+
+    @contextmanager
+    def _second_instance(self, kit: SecondaryDriver, first_job_id: int) -> Iterator[SecondaryDriver]:
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=first_job_id)
+        try:
+            yield other
+        finally:
+            other.shutdown()
+
+    @check("TIER-18", needs=("sharing",), hooks=("reopen",))
+    def test_verdicts_never_outlive_their_request(self, kit: SecondaryDriver) -> None:
+        """Asked in one instance before a second one stores (MISS): once that request finished, a new
+        request is not told MISS at once (it asks again: RETRY, or HIT) and a HIT loads. Two requests
+        ask the same fresh keys; the first finishes while the second's lookups are pending: the second's
+        RETRYs still resolve within ``max_retry_steps``, and as HIT wherever an undisturbed request
+        asking other stored keys right after the finish was told HIT (a check that ran out of time may answer
+        MISS, AP-5: the undisturbed request is the control)."""
+        with self._second_instance(kit, 9901) as other:
+            keys = key_pool("share-late", 4)
+            early = TrackedContext("kvproto-kit-asked-early")
+            kit.expect(kit.resolve(keys, early), lr.MISS, "TIER-4", "before any instance stored it")
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise ConformanceFailure("TIER-10", f"a store of {len(keys)} blocks into the second instance failed")
+            kit.tier.on_request_finished(early)
+            later = TrackedContext("kvproto-kit-asked-later")
+            first_answers = {k: kit.lookup(k, later) for k in keys}
+            stale = [k for k in keys if first_answers[k] is lr.MISS]
+            if stale:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"key {short_key(stale[0])} answered MISS at once to a new request of the first instance after "
+                    "the second instance stored it: the MISS it answered to an earlier, finished request outlived "
+                    "that request (an existence verdict lives only while a request refers to it)",
+                )
+            answers = kit.resolve(keys, later)  # a check that ran out of time may still answer MISS (AP-5)
+            held = [k for k in keys if answers[k] is lr.HIT]
+            if held:
+                kit.load(held, load_slots(kit, len(held)), context=later)
+            kit.tier.on_request_finished(later)
+            fresh = key_pool("share-pending", 4)  # two for the disturbed request, two for an undisturbed one
+            if not other.store(fresh, store_slots(other, len(fresh))).success:
+                raise ConformanceFailure("TIER-10", f"a store of {len(fresh)} blocks into the second instance failed")
+            first = TrackedContext("kvproto-kit-finishes-first")
+            second = TrackedContext("kvproto-kit-still-asking")
+            control = TrackedContext("kvproto-kit-undisturbed")
+            for key in fresh[:2]:
+                kit.lookup(key, first)
+                kit.lookup(key, second)
+            kit.tier.on_request_finished(first)  # while the second request's lookups are pending
+            for key in fresh[2:]:
+                kit.lookup(key, control)  # asked after the finish: nothing disturbs these
+            undisturbed = kit.resolve(fresh[2:], control)
+            disturbed = kit.resolve(fresh[:2], second)
+            kit.tier.on_request_finished(control)
+            kit.tier.on_request_finished(second)
+            if all(undisturbed[k] is lr.HIT for k in fresh[2:]):
+                wrong = [k for k in fresh[:2] if disturbed[k] is not lr.HIT]
+                if wrong:
+                    raise ConformanceFailure(
+                        "TIER-18",
+                        f"key {short_key(wrong[0])}, stored by the second instance, answered {disturbed[wrong[0]].name} "
+                        "to a request whose lookups were pending when another request asking the same keys finished, "
+                        "while keys asked right after by an undisturbed request answered HIT: one request "
+                        "finishing must not disturb another's pending lookups",
+                    )
+
+    @check("TIER-4", needs=("sharing",), hooks=("reopen",))
+    def test_no_hit_after_a_failed_load_in_a_live_request(self, kit: SecondaryDriver) -> None:
+        """A live request saw HIT; then another instance removed the blocks (its reset_cache, which in
+        a shared storage removes them for everyone) and the request's load of one failed: the
+        request's next lookups of it answer HIT only if a load right after succeeds."""
+        keys = key_pool("share-gone", 2)
+        kit.store(keys, store_slots(kit, len(keys)))
+        kit.quiet_steps(2)
+        live = TrackedContext("kvproto-kit-live-across")
+        kit.expect(kit.resolve(keys, live), lr.HIT, "TIER-10", "right after its store reported success")
+        with self._second_instance(kit, 9951) as other:
+            other.quiet_steps(1)
+            if other.tier.reset_cache() is not True:
+                raise ConformanceFailure("TIER-16", "reset_cache of an idle second instance did not answer True")
+            other.quiet_steps(1)
+        slot, spare = load_slots(kit, 2)
+        result = kit.load(keys[:1], [slot], context=live)
+        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
+            kit.tier.on_request_finished(live)
+            return  # the tier still held a readable copy: nothing failed (the driver checked its bytes)
+        for _ in range(2):
+            if kit.lookup(keys[0], live) is lr.HIT:
+                load_right_after_hit(
+                    kit, keys[0], spare, when=" again, to the live request whose load of it had just failed"
+                )
+            kit.step()
+        kit.tier.on_request_finished(live)

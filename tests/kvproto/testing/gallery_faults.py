@@ -1,0 +1,292 @@
+"""Broken tiers for the faults below the tier (issue 17, section 1): BlobTiers over an in-memory
+backend, built with ``wrap=FaultyBackend`` so the kit injects backend faults under them, each with
+one bug the kit passed before it injected faults below the tier (its own hooks refuse jobs before
+any I/O, so a tier's retry logic and its verification of what it reads were never exercised).
+
+``FAULTS_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
+gallery_classes.py folds it into ``CLASSES_GALLERY``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from kvproto import EventKind, OffloadingEvent, OffloadKey, envelope as env
+from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
+
+from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.honest_tiers import ClockedPrimary, clocked_spec
+
+
+def _private() -> BlobTierConfig:
+    return BlobTierConfig(shared=False, start_in_background=False)
+
+
+class _RetriesOnce(FaultyBackend):
+    """The tier's storage client: retries a failed publish once."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        try:
+            return super().publish(name, parts, size)
+        except OSError:
+            try:
+                return super().publish(name, parts, size)  # one retry
+            except OSError:
+                return Published.CREATED  # the bug: the retry's outcome is never looked at
+
+
+class RetryReportsStored(BlobTier):
+    """Bug: its storage client retries a failed write once and reports the blob created whatever the
+    retry did."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(MemoryBackend(), buffer, _private(), name="retry-reports-stored", wrap=_RetriesOnce)
+
+
+class HeaderOnlyVerification(BlobTier):
+    """Bug: verifies the header of what it reads, never the size read or the payload's checksum (to
+    save a pass over the block): a short or damaged read is served. (The engine's verification is
+    replaced on this instance: no public seam lets a BlobTier skip it.)"""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(MemoryBackend(), buffer, _private(), name="header-only-verification", wrap=FaultyBackend)
+        ops = self._ops
+        verify = ops._verify
+
+        def header_only(key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> object:
+            verdict = verify(key, name, head, row, size)
+            try:
+                env.verify_header(head, key=key, namespace=self.namespace, payload_len=len(row))
+            except env.EnvelopeError:
+                return verdict
+            return type(verdict).LOADED  # the bug: neither the size read nor the payload's checksum counts
+
+        setattr(ops, "_verify", header_only)  # noqa: B010 - replaces the engine's method on this instance
+
+
+class _SaysCreated(FaultyBackend):
+    """The tier's storage client: cannot tell a blob it created from one it found there."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        super().publish(name, parts, size)
+        return Published.CREATED  # the bug: a blob found there is reported created, as of now
+
+
+class ExistedVouchesNow(BlobTier):
+    """Bug: a store that finds the block's blob already there (create-if-absent) vouches for it as
+    of when the store ends (its storage client reports it created), not as of when it looked: a
+    deletion in between (a load found the blob damaged) is missed, and the block answers HIT with no
+    blob behind it."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(MemoryBackend(), buffer, _private(), name="existed-vouches-now", wrap=_SaysCreated)
+
+
+class EvictsBlocksBeingLoaded(BlobTier):
+    """Bug: its byte budget (16 blocks) evicts the least recently used blocks whether or not a load of
+    them is in flight; the load then vouches for a block whose blob the eviction deleted. (The
+    engine's eviction is replaced on this instance: no public seam changes it.)"""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=False, start_in_background=False, max_bytes=16 * (env.HEADER_BYTES + 64))
+        super().__init__(MemoryBackend(), buffer, config, name="evicts-blocks-being-loaded", wrap=FaultyBackend)
+        ledger = self._ledger
+
+        def evict(budget: int) -> list[tuple[OffloadKey, int]]:
+            victims: list[tuple[OffloadKey, int]] = []
+            with ledger.lock:
+                excess = -(-(ledger.used_bytes - budget) // (env.HEADER_BYTES + 64))
+                for key in list(ledger.index)[: max(excess, 0)]:  # the bug: blocks being loaded are not skipped
+                    ledger._ticket += 1
+                    victims.append((key, ledger._ticket))
+                for key, ticket in victims:
+                    del ledger.index[key]
+                    ledger.doomed[key] = ticket
+                if victims:
+                    ledger.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self.name))
+            return victims
+
+        setattr(ledger, "evict", evict)  # noqa: B010 - replaces the engine's method on this instance
+
+
+def evicts_blocks_being_loaded() -> TierSpec:
+    return TierSpec(
+        "EvictsBlocksBeingLoaded", "secondary", EvictsBlocksBeingLoaded, limits=_QUICK,
+        tier_class=EvictsBlocksBeingLoaded,
+    )
+
+
+def retry_reports_stored() -> TierSpec:
+    return TierSpec("RetryReportsStored", "secondary", RetryReportsStored, limits=_QUICK, tier_class=RetryReportsStored)
+
+
+def header_only_verification() -> TierSpec:
+    return TierSpec(
+        "HeaderOnlyVerification", "secondary", HeaderOnlyVerification, limits=_QUICK, tier_class=HeaderOnlyVerification
+    )
+
+
+def existed_vouches_now() -> TierSpec:
+    return TierSpec("ExistedVouchesNow", "secondary", ExistedVouchesNow, limits=_QUICK, tier_class=ExistedVouchesNow)
+
+
+_HERE = __name__
+FAULTS_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:retry_reports_stored": Expected(
+        "test_backend_write_faults_are_reported_truly", "TIER-10", "its publish failed twice below the tier"
+    ),
+    f"{_HERE}:header_only_verification": Expected(
+        "test_backend_read_faults_never_serve_wrong_bytes", "TIER-10", "never serve it unchecked"
+    ),
+    f"{_HERE}:evicts_blocks_being_loaded": Expected(
+        "test_eviction_racing_a_load", "TIER-4", "raced its eviction and the deletion of its blob"
+    ),
+    f"{_HERE}:existed_vouches_now": Expected(
+        "test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged"
+    ),
+}
+
+
+# ---- crash consistency (TIER-24) ----------------------------------------------------------------
+_TORN = "after the header, before the payload"
+_roots: list[Path] = []
+
+
+def _fresh_root() -> Path:
+    if not _roots:
+        _roots.append(Path(tempfile.mkdtemp(prefix="kvproto-gallery-crash-")))
+        atexit.register(shutil.rmtree, _roots[0], True)
+    return Path(tempfile.mkdtemp(dir=_roots[0]))
+
+
+class _InPlaceFiles:
+    """A file backend that writes each blob in place: it creates the file, sizes it, then writes its
+    parts one by one (no temporary file, no rename)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.crash_at: str | None = None
+
+    def _path(self, name: str) -> Path:
+        return self.root / name
+
+    def prepare(self, namespace: str) -> None:
+        (self.root / namespace).mkdir(parents=True, exist_ok=True)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        path = self._path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return Published.EXISTED
+        try:
+            os.ftruncate(fd, size)  # the bug: the file has its full size before it has its bytes
+            offset = 0
+            for i, part in enumerate(parts):
+                if i == 1 and self.crash_at == _TORN:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                os.pwrite(fd, part, offset)
+                offset += len(part)
+        finally:
+            os.close(fd)
+        return Published.CREATED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        fd = os.open(self._path(name), os.O_RDONLY)
+        try:
+            os.preadv(fd, list(buffers), 0)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        out: list[int | None] = []
+        for name in names:
+            try:
+                out.append(os.stat(self._path(name)).st_size)
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
+    def delete(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        base = self.root / namespace
+        for path in base.rglob("*.kvb"):
+            yield f"{namespace}/{path.relative_to(base).as_posix()}", path.stat().st_size
+
+    def clear(self, namespace: str) -> None:
+        shutil.rmtree(self.root / namespace, ignore_errors=True)
+
+    def close(self) -> None:
+        return None
+
+
+class PreallocatingFileTier(BlobTier):
+    """Bug: a persistent BlobTier over :class:`_InPlaceFiles`: a write cut short by a crash leaves a
+    blob of the full size with a valid header and no payload, which its restart scan indexes (HIT) and
+    create-if-absent then keeps (a later store finds it there)."""
+
+    def __init__(self, buffer: memoryview, *, root: Path | None = None) -> None:
+        self.root = _fresh_root() if root is None else root
+        super().__init__(_InPlaceFiles(self.root), buffer, _private(), name="preallocating-file-tier", wrap=FaultyBackend)
+
+
+def _files(tier: PreallocatingFileTier) -> _InPlaceFiles:
+    backend = tier.backend
+    assert isinstance(backend, FaultyBackend) and isinstance(backend.inner, _InPlaceFiles)
+    return backend.inner
+
+
+def _reopen_files(tier: PreallocatingFileTier, buffer: memoryview) -> PreallocatingFileTier:
+    return PreallocatingFileTier(buffer, root=tier.root)
+
+
+def _crash_points(tier: PreallocatingFileTier) -> list[str]:
+    return [_TORN]
+
+
+def _arm_crash(tier: PreallocatingFileTier, point: str) -> None:
+    _files(tier).crash_at = point
+
+
+def preallocating_file_tier() -> TierSpec:
+    return TierSpec(
+        "PreallocatingFileTier", "secondary", PreallocatingFileTier, limits=_QUICK, tier_class=PreallocatingFileTier,
+        hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash},
+    )
+
+
+FAULTS_GALLERY[f"{_HERE}:preallocating_file_tier"] = Expected(
+    "test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT"
+)
+
+
+# ---- primary deadlines (TIER-25) -------------------------------------------------------------------
+class ExpiryFreesItsSlot(ClockedPrimary):
+    """Bug: a write past its pending deadline gives its slot back at once (no quarantine): the next
+    store may take the slot while the late transfer can still land in it."""
+
+    tier_name = "expiry-frees-its-slot"
+
+    def _expire(self, key: OffloadKey, pending: tuple[int, float], now: float) -> None:
+        super()._expire(key, pending, now)
+        self._free.append(self._quarantine.pop(key))  # the bug: reused before the late write lands
+
+
+def expiry_frees_its_slot() -> TierSpec:
+    return clocked_spec(ExpiryFreesItsSlot)
+
+
+FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived"
+)

@@ -1,0 +1,131 @@
+"""Broken tiers for visibility across instances (issue 17, section 1): shared BlobTiers over one
+in-memory backend (the ``reopen`` hook builds a second live instance over it), each with one bug
+the kit passed while it asked only after the other instance had stored.
+
+``SHARING_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
+gallery_classes.py folds it into ``CLASSES_GALLERY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members as lr
+from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend
+
+from tests.kvproto.testing.gallery import _QUICK, Expected
+
+
+class _Shared(BlobTier):
+    """A shared BlobTier over ``storage`` (a new MemoryBackend if None), built with wrap=FaultyBackend."""
+
+    tier_name = "shared"
+
+    def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
+        config = BlobTierConfig(shared=True, start_in_background=False)
+        super().__init__(
+            MemoryBackend() if storage is None else storage, buffer, config, name=self.tier_name, wrap=FaultyBackend
+        )
+
+    def storage(self) -> BlobBackend:
+        backend = self.backend
+        return backend.inner if isinstance(backend, FaultyBackend) else backend
+
+
+class MissRememberedAcrossRequests(_Shared):
+    """Bug: remembers, tier-wide, the keys it answered MISS for (a negative cache), forgotten only
+    when this instance stores them: another instance's store is never seen."""
+
+    tier_name = "miss-remembered-across-requests"
+
+    def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
+        super().__init__(buffer, storage=storage)
+        self._misses: set[OffloadKey] = set()
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if key in self._misses:
+            return lr.MISS  # the bug: a verdict that outlives every request
+        answer = super().lookup(key, req_context)
+        if answer is lr.MISS:
+            self._misses.add(key)
+        return answer
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        return [self.lookup(key, req_context) for key in keys]
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._misses.difference_update(job.keys)
+        super().submit_store(job)
+
+
+class FinishCancelsPendingChecks(_Shared):
+    """Bug: a finishing request cancels the existence checks queued for it, and with them those
+    queued for every other request (one queue): their lookups never resolve as the storage says."""
+
+    tier_name = "finish-cancels-pending-checks"
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        super().on_request_finished(req_context)
+        self._probe._queue.clear()  # the bug: the queue is shared by every request
+
+
+class _HitsSeen(set[OffloadKey]):
+    """The keys a request was told HIT for (its scratch state, TIER-2)."""
+
+
+class HitKeptForTheRequest(_Shared):
+    """Bug: answers HIT for the rest of a request to every key it once answered that request HIT
+    for, also after the request's load of it failed (another instance had removed it)."""
+
+    tier_name = "hit-kept-for-the-request"
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        seen = req_context.state(_HitsSeen)
+        if key in seen:
+            return lr.HIT  # the bug: the request's verdict outlives what its load found
+        answer = super().lookup(key, req_context)
+        if answer is lr.HIT:
+            seen.add(key)
+        return answer
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        return [self.lookup(key, req_context) for key in keys]
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        req_context.drop_state(_HitsSeen)
+        super().on_request_finished(req_context)
+
+
+def _reopen(tier: _Shared, buffer: memoryview) -> _Shared:
+    return type(tier)(buffer, storage=tier.storage())
+
+
+def _spec(cls: type[_Shared]) -> TierSpec:
+    return TierSpec(cls.__name__, "secondary", cls, hooks={"reopen": _reopen}, limits=_QUICK, tier_class=cls)
+
+
+def miss_remembered_across_requests() -> TierSpec:
+    return _spec(MissRememberedAcrossRequests)
+
+
+def finish_cancels_pending_checks() -> TierSpec:
+    return _spec(FinishCancelsPendingChecks)
+
+
+def hit_kept_for_the_request() -> TierSpec:
+    return _spec(HitKeptForTheRequest)
+
+
+_HERE = __name__
+SHARING_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:miss_remembered_across_requests": Expected(
+        "test_verdicts_never_outlive_their_request", "TIER-18", "outlived that request"
+    ),
+    f"{_HERE}:finish_cancels_pending_checks": Expected(
+        "test_verdicts_never_outlive_their_request", "TIER-18", "must not disturb another's pending lookups"
+    ),
+    f"{_HERE}:hit_kept_for_the_request": Expected(
+        "test_no_hit_after_a_failed_load_in_a_live_request", "TIER-4", "whose load of it had just failed"
+    ),
+}
