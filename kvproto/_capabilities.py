@@ -28,6 +28,9 @@ class Capabilities:
     * ``eviction``: the tier may drop stored blocks on its own.
     * ``sharing``: several processes may use one storage at once.
     * ``partial_jobs``: a job may finish with only some of its keys done.
+    * ``holds_hits``: a key answered HIT loads its bytes within the tier's
+      bound of steps even if another instance on the same storage deleted
+      or replaced the block meanwhile (TIERKIT-6).
     """
 
     async_lookup: bool = False
@@ -36,6 +39,7 @@ class Capabilities:
     eviction: bool = False
     sharing: bool = False
     partial_jobs: bool = False
+    holds_hits: bool = False
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def has(self, ability: str) -> bool:

@@ -1,0 +1,237 @@
+"""Held HITs of :class:`~kvproto.tierkit.BlobTier`: a read handle taken when a lookup answers HIT (TIERKIT-6).
+
+In shared storage another instance may delete a block between the lookup
+that answered HIT and the load (its eviction, its ``reset_cache``). A
+backend that offers :class:`~kvproto.tierkit.HeldReads` can open the blob at
+the HIT; the load then reads from that handle, which still reads the same
+bytes (an unlinked file stays readable while open). :class:`Holds` keeps
+those handles, one per key, shared by every request that was answered HIT
+for it, and closes each on every path: the load that used it ended, every
+request that asked finished, ``reset_cache``, ``shutdown``, or
+``max_steps`` end-of-step hooks passed. At most ``cap`` are held at once;
+past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
+the feature and counted.
+
+The scheduler's thread calls every method except :meth:`release` and the
+backend's ``read_held``, which the load's worker thread runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kvproto._keys import OffloadKey
+from kvproto.tierkit._backend import HeldReads
+from kvproto.tierkit._blob_jobs import KeyRun
+from kvproto.tierkit._blob_ops import KeyVerdict
+
+__all__ = ["DEFAULT_HOLD_STEPS", "HeldLoad", "Holds", "default_hold_cap"]
+
+_log = logging.getLogger("kvproto.tierkit")
+
+DEFAULT_HOLD_STEPS = 64
+"""End-of-step hooks a handle taken at a HIT is kept for at most (``BlobTierConfig.hold_hits_steps``)."""
+
+_MAX_CAP = 4096
+
+HeldLoad = Callable[[OffloadKey, int, "tuple[HeldReads, object] | None"], tuple[KeyVerdict, int]]
+"""``BlobOps.load``: ``(key, slot, held) -> (verdict, tick)``, reading from ``held`` if given."""
+
+
+def default_hold_cap() -> int:
+    """The smaller of 4,096 and a quarter of this process's open-file soft limit (at least 1)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 256
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return _MAX_CAP
+    return max(1, min(_MAX_CAP, soft // 4))
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    handle: object
+    step: int
+    refs: set[str] = field(default_factory=set)
+
+
+class Holds:
+    """Read handles held from HIT to load, bounded in number and in steps (TIERKIT-6).
+
+    ``count(counter, n)`` adds to the tier's stats: ``held_handles`` (a
+    gauge: held now, including those a load is using), ``held_taken``,
+    ``held_fallbacks`` (HITs answered without a handle: the cap was reached,
+    or opening failed for another reason than "absent").
+    """
+
+    def __init__(
+        self,
+        backend: HeldReads,
+        *,
+        name_of: Callable[[OffloadKey], str],
+        max_steps: int,
+        cap: int,
+        count: Callable[[str, int], None],
+        tier_name: str,
+    ) -> None:
+        self.backend = backend
+        self._name_of = name_of
+        self.max_steps = max_steps
+        self.cap = cap
+        self._count = count
+        self._tier = tier_name
+        self._held: OrderedDict[OffloadKey, _Held] = OrderedDict()  # oldest first
+        self._req_keys: dict[str, set[OffloadKey]] = {}
+        self._evicted: set[OffloadKey] = set()  # held keys this instance evicted: their bytes are still on disk
+        self._in_loads = 0  # handles handed to loads whose report has not come yet
+        self._claimed: dict[int, dict[OffloadKey, object]] = {}  # job id -> claimed handles its load has not read
+        self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
+        self._step = 0
+
+    @property
+    def evicted_held(self) -> int:
+        """How many blocks this instance evicted are still kept on storage by a handle (the budget counts them)."""
+        return len(self._evicted)
+
+    def take(self, key: OffloadKey, req_id: str) -> bool:
+        """At a HIT of ``key`` for request ``req_id``: hold a handle (open one unless held). False if the blob
+        is absent now (the caller answers MISS); True otherwise (held, or a counted fallback)."""
+        held = self._held.get(key)
+        if held is not None:
+            held.refs.add(req_id)
+            self._ref(req_id, key)
+            return True
+        if len(self._held) + self._in_loads >= self.cap:
+            self._count("held_fallbacks", 1)
+            return True
+        try:
+            handle = self.backend.open_held(self._name_of(key))
+        except FileNotFoundError:
+            return False
+        except Exception as exc:  # EMFILE, EIO...: answer as without the feature
+            self._count("held_fallbacks", 1)
+            _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
+            return True
+        self._held[key] = _Held(handle, self._step, {req_id})
+        self._ref(req_id, key)
+        self._count("held_taken", 1)
+        self._count("held_handles", 1)
+        return True
+
+    def claim(self, job_id: int, keys: Sequence[OffloadKey]) -> None:
+        """Load ``job_id`` of ``keys`` starts: it takes the handles held for them (reads from, then releases, each)."""
+        out: dict[OffloadKey, object] = {}
+        for key in keys:
+            held = self._held.pop(key, None)
+            if held is None:
+                continue
+            for rid in held.refs:
+                self._unref(rid, key)
+            out[key] = held.handle
+        if out:
+            self._in_loads += len(out)
+            self._claimed[job_id] = out
+            self._claims[job_id] = len(out)
+
+    def load_run(self, job_id: int, load: HeldLoad) -> KeyRun | None:
+        """Load ``job_id``'s key operation: ``load`` from the handle claimed for the key, if any, then closed
+        at once (on the worker), else by name; None if the job claimed no handle (load by name)."""
+        claimed = self._claimed.get(job_id)
+        if claimed is None:
+            return None
+
+        def run(key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+            handle = claimed.pop(key, None)
+            if handle is None:
+                return load(key, slot, None)
+            try:
+                return load(key, slot, (self.backend, handle))
+            finally:
+                self.release(handle)
+
+        return run
+
+    def load_reported(self, job_id: int, keys: Iterable[OffloadKey]) -> None:
+        """Scheduler: load ``job_id`` was reported; close the handles it claimed and never read (refused keys,
+        keys past the job timeout)."""
+        claimed = self._claimed.pop(job_id, None)
+        if claimed:
+            for key in list(claimed):
+                self.release(claimed.pop(key))
+        self._in_loads -= self._claims.pop(job_id, 0)
+        self._evicted.difference_update(keys)
+
+    def release(self, handle: object) -> None:
+        """Close a handle a load claimed (the load's worker, or the scheduler for handles a load left unused)."""
+        try:
+            self.backend.close_held(handle)
+        except Exception as exc:
+            _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+        self._count("held_handles", -1)
+
+    def request_finished(self, req_id: str) -> None:
+        """Drop ``req_id``'s references; close handles nothing refers to any more."""
+        keys = self._req_keys.pop(req_id, None)
+        if not keys:
+            return
+        for key in keys:
+            held = self._held.get(key)
+            if held is None:
+                continue
+            held.refs.discard(req_id)
+            if not held.refs:
+                self._close(key)
+
+    def step(self) -> None:
+        """An end-of-step hook: close handles held for ``max_steps`` hooks."""
+        self._step += 1
+        oldest = self._step - self.max_steps
+        while self._held:
+            key, held = next(iter(self._held.items()))
+            if held.step > oldest:
+                break
+            self._close(key)
+
+    def note_evicted(self, keys: Iterable[OffloadKey]) -> int:
+        """This instance evicted ``keys``: those held stay counted by the budget until their handle closes.
+        Returns how many of them are held."""
+        held = [k for k in keys if k in self._held]
+        self._evicted.update(held)
+        return len(held)
+
+    def close_all(self, *, claimed: bool = False) -> None:
+        """``reset_cache``: close every handle not in a load's hands; ``shutdown`` (``claimed``, no load running
+        any more): those a load claimed and never read too."""
+        for key in list(self._held):
+            self._close(key)
+        self._req_keys.clear()
+        if claimed:
+            for handles in self._claimed.values():
+                for key in list(handles):
+                    self.release(handles.pop(key))
+
+    def _close(self, key: OffloadKey) -> None:
+        held = self._held.pop(key)
+        for rid in held.refs:
+            self._unref(rid, key)
+        self._evicted.discard(key)
+        self.release(held.handle)
+
+    def _ref(self, req_id: str, key: OffloadKey) -> None:
+        keys = self._req_keys.get(req_id)
+        if keys is None:
+            self._req_keys[req_id] = {key}
+        else:
+            keys.add(key)
+
+    def _unref(self, req_id: str, key: OffloadKey) -> None:
+        keys = self._req_keys.get(req_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._req_keys[req_id]
