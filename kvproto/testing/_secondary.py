@@ -18,6 +18,7 @@ from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._holds_hits import HeldHitsChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryTierFactory
@@ -25,7 +26,7 @@ from kvproto.testing._secondary_roles import SecondaryTierFactory
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
-class SecondaryTierTests(SecondaryDataChecks):
+class SecondaryTierTests(SecondaryDataChecks, HeldHitsChecks):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
     ``tier_factory`` returns a callable that builds an EMPTY tier bound to a

@@ -198,6 +198,12 @@ class HeldReads(Protocol):
     on the scheduler's thread.
     """
 
+    @property
+    def held_reads(self) -> bool:
+        """True if :meth:`open_held` works (a forwarding wrapper offers the methods, and says here whether
+        what it wraps does)."""
+        ...
+
     def open_held(self, name: str) -> object:
         """A read handle on blob ``name``; ``FileNotFoundError`` if absent, any other exception (EMFILE) transient."""
         ...

@@ -125,7 +125,7 @@ class BlobTier:
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
         self._holds: Holds | None = None  # TIERKIT-6: read handles taken at HITs, over a HeldReads backend
-        if config.hold_hits_steps and isinstance(sync, HeldReads) and self._loop_io is None:
+        if config.hold_hits_steps and isinstance(sync, HeldReads) and sync.held_reads and self._loop_io is None:
             cap = config.hold_hits_max if config.hold_hits_max is not None else default_hold_cap()
             self._holds = Holds(sync, name_of=self._ops.name_of, max_steps=config.hold_hits_steps, cap=cap,
                                 count=self._count, tier_name=name)
@@ -139,6 +139,7 @@ class BlobTier:
             sharing=config.shared,
             partial_jobs=config.partial_jobs,
             holds_hits=self._holds is not None,
+            max_hold_steps=config.hold_hits_steps if self._holds is not None else 0,
             reasons={
                 **({} if self._holds is not None else {"holds_hits": "hold_hits_steps=0, or the backend has no "
                                                                      "HeldReads"}),
@@ -357,6 +358,11 @@ class BlobTier:
         """Index ``keys`` as present now, as a restart scan would (tests and tools seeding blobs)."""
         tick = self._ops.tick()
         self._ledger.vouch([(k, tick) for k in keys])
+
+    @property
+    def held_hits(self) -> int:
+        """Read handles held now, taken at HITs (TIERKIT-6; ``stats.held_handles``)."""
+        return self.stats.held_handles
 
     @property
     def used_bytes(self) -> int:

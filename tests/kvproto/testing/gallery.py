@@ -896,3 +896,8 @@ GALLERY: dict[str, Expected] = {
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY  # noqa: E402 - needs this module's names first
 
 GALLERY.update(CAPS_GALLERY)
+
+# The tiers that break a held HIT (TIERKIT-6) live in gallery_hits.py, folded in the same way.
+from tests.kvproto.testing.gallery_hits import HITS_GALLERY  # noqa: E402 - needs this module's names first
+
+GALLERY.update(HITS_GALLERY)

@@ -182,6 +182,9 @@ class FileBackend:
 
     # -- HeldReads (TIERKIT-6, FS-13) ------------------------------------------------------------
 
+    held_reads = True
+    """Blobs are files: an open descriptor keeps reading an unlinked file (FS-13)."""
+
     def open_held(self, name: str) -> int:
         """An open file descriptor on blob ``name``: it reads the same bytes after an unlink (FS-13)."""
         return self._ops.open(self.path(name), os.O_RDONLY)
