@@ -3,8 +3,8 @@
 
 A HIT is kept: a second instance on the same storage deletes the blocks (its ``reset_cache``) between the
 first's HIT and its load, and the load must still bring the right bytes; and the handles the tier holds
-(its ``held_hits`` count) are released on every path: load done, request ended, the declared bound of
-steps, ``reset_cache``, ``shutdown``.
+(its ``held_hits`` count) are released on every path: load done, load failed, request ended, the declared
+bound of steps, ``reset_cache``, ``shutdown``.
 """
 
 from __future__ import annotations
@@ -108,3 +108,18 @@ class HeldHitsChecks(SecondaryRole):
         _expect_holding(tier, keys[4])
         kit.shutdown()
         _expect_released(tier, "shutdown")
+
+    @check("TIERKIT-6", needs=("holds_hits",), hooks=("fail_keys",))
+    def test_held_hits_are_released_after_a_failed_load(self, kit: SecondaryDriver) -> None:
+        """A load of keys answered HIT that fails (the ``fail_keys`` hook) releases their handles when reported."""
+        tier = kit.tier
+        keys = key_pool("held-failed", 3)
+        kit.store(keys)
+        kit.settle()
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after its store succeeded")
+        _expect_holding(tier, keys[0])
+        self.fail_keys(tier, keys[:2])
+        result = kit.load(keys, [10, 11, 12])
+        if result.succeeded_keys(kit.jobs[result.job_id]) & set(keys[:2]):
+            raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect: the load of the keys it names succeeded")
+        _expect_released(tier, "a load of the keys answered HIT was reported, failed for two of them")
