@@ -8,12 +8,18 @@ and PUTs in flight are bounded by ``max_concurrency`` together, HEADs by
 ``probe_concurrency``; each request is bounded by ``job_timeout_s`` (on top
 of obstore's own retry and timeout settings), an existence batch by
 ``probe_timeout_s``.
+
+A HIT is not held (no ``HeldReads``: an object has no handle that outlives its deletion), so a block
+another instance deletes between the lookup and the load fails its load, never serves other bytes
+(OBJ-11). Where the lookup's HEAD saw an ETag, the load's GET is conditional on it (``If-Match``):
+an object replaced meanwhile is a failed load too, not a different block.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -36,6 +42,7 @@ _T = TypeVar("_T")
 
 _BLOCK_SUFFIX = ".kvb"
 _LIST_CHUNK = 1000
+_SEEN_ETAGS = 65536  # ETags of HEADs not yet used by a load (OBJ-11); the oldest are forgotten past it
 
 
 class ObstoreBackend:
@@ -56,6 +63,7 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
+        self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-11)
 
     def path(self, name: str) -> str:
         """The object path of blob ``name``."""
@@ -102,6 +110,7 @@ class ObstoreBackend:
                     raise
                 _log.warning("ObjTier %r: the store refuses conditional writes; overwriting %s", self._tier, path)
                 await self._bounded(obstore.put_async(self.store, path, body, use_multipart=False))
+        self._etags.pop(name, None)  # this instance wrote it: a HEAD's ETag from before no longer applies
         if block:
             self._stats.uploads += 1
         return Published.CREATED
@@ -115,10 +124,22 @@ class ObstoreBackend:
         """One GET; its bytes are copied into ``buffers`` in order (the one copy into the slot row, OBJ-6).
 
         A missing object raises ``FileNotFoundError`` (obstore's own); any
-        other error is transient.
+        other error is transient. If a HEAD (the lookup's existence check)
+        saw an ETag for ``name`` since, the GET is ``If-Match`` on it: an
+        object replaced meanwhile raises ``FileNotFoundError`` too, counted
+        in ``stats.replaced_on_load`` (OBJ-11).
         """
+        etag = self._etags.pop(name, None)
         async with self._io:
-            result = await self._bounded(obstore.get_async(self.store, self.path(name)))
+            try:
+                if etag is None:
+                    result = await self._bounded(obstore.get_async(self.store, self.path(name)))
+                else:
+                    result = await self._bounded(
+                        obstore.get_async(self.store, self.path(name), options={"if_match": etag}))
+            except PreconditionError as exc:
+                self._stats.replaced_on_load += 1
+                raise FileNotFoundError(f"{name}: replaced since the lookup saw ETag {etag}") from exc
             data = memoryview(await self._bounded(result.bytes_async()))
         offset = 0
         total = data.nbytes
@@ -140,11 +161,14 @@ class ObstoreBackend:
         async def one(name: str) -> int | None | BaseException:
             async with self._heads:
                 try:
-                    return (await obstore.head_async(self.store, self.path(name)))["size"]
+                    meta = await obstore.head_async(self.store, self.path(name))
                 except FileNotFoundError:
+                    self._etags.pop(name, None)
                     return None
                 except Exception as exc:
                     return exc
+            self._saw(name, meta["e_tag"])
+            return meta["size"]
 
         async with asyncio.timeout(self._probe_timeout):
             answers = await asyncio.gather(*(one(n) for n in names))
@@ -157,8 +181,19 @@ class ObstoreBackend:
                 raise errors[0]
         return [a if isinstance(a, int) else None for a in answers]
 
+    def _saw(self, name: str, etag: str | None) -> None:
+        """Remember the ETag a HEAD saw for ``name``, for the next load's conditional GET (OBJ-11)."""
+        if etag is None:
+            self._etags.pop(name, None)
+            return
+        self._etags[name] = etag
+        self._etags.move_to_end(name)
+        if len(self._etags) > _SEEN_ETAGS:
+            self._etags.popitem(last=False)
+
     async def delete(self, name: str) -> None:
         """DELETE the object; a missing one is not an error."""
+        self._etags.pop(name, None)
         try:
             await self._bounded(obstore.delete_async(self.store, self.path(name)))
         except FileNotFoundError:
@@ -181,6 +216,7 @@ class ObstoreBackend:
                 if paths:
                     await obstore.delete_async(self.store, paths)
 
+        self._etags.clear()
         await self._bounded(run())
 
     async def close(self) -> None:

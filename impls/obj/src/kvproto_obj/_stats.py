@@ -19,11 +19,15 @@ class ObjTierStats(BlobTierStats):
     * ``skipped_uploads`` (read-only): stores of keys this instance stored
       or loaded, reported done without any request.
     * ``timed_out_jobs``: requests that ran past ``job_timeout_s`` (they fail).
+    * ``replaced_on_load``: loads whose GET, conditional on the ETag the
+      lookup's HEAD saw, found the object replaced: failed, never another
+      block's bytes (OBJ-11).
     """
 
     uploads: int = 0
     already_present: int = 0
     timed_out_jobs: int = 0
+    replaced_on_load: int = 0
 
     @property
     def skipped_uploads(self) -> int:
