@@ -195,7 +195,7 @@ class HeldReads(Protocol):
     a lookup answers HIT, reads from it at the load and closes it on every
     path (load done or failed, request ended, reset, shutdown, a bound of
     steps). Opening must be cheap (one system call, no data read): it runs
-    on the scheduler's thread.
+    on the existence check's worker, or at a lookup on the scheduler's thread.
     """
 
     @property

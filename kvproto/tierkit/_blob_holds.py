@@ -12,14 +12,20 @@ request that asked finished, ``reset_cache``, ``shutdown``, or
 past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
 the feature and counted.
 
-The scheduler's thread calls every method except :meth:`release` and the
-backend's ``read_held``, which the load's worker thread runs.
+Where an existence check (the probe's worker thread) found a blob, :meth:`preopen` opens it there,
+off the scheduler's thread; the lookup that then answers HIT takes that handle (a dict lookup, no
+system call). Other HITs (the index, keys this instance stored) open at the lookup. Pre-opened handles
+a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` and at ``shutdown``.
+
+The scheduler's thread calls every method except :meth:`release`, :meth:`preopen` (the probe's
+worker) and the backend's ``read_held`` (the load's worker thread).
 """
 
 from __future__ import annotations
 
 import logging
 import resource
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +98,40 @@ class Holds:
         self._claimed: dict[int, dict[OffloadKey, object]] = {}  # job id -> claimed handles its load has not read
         self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
         self._step = 0
+        self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
+        self._pre: OrderedDict[OffloadKey, tuple[object, int]] = OrderedDict()  # key -> (handle, step), oldest first
+        self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
+
+    @property
+    def generation(self) -> int:
+        """Read before an existence check starts; :meth:`preopen` gets it back."""
+        return self._generation
+
+    def preopen(self, keys: Sequence[OffloadKey], generation: int) -> None:
+        """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob),
+        for the lookup that answers HIT to take. Within the cap; a failure only means the lookup opens."""
+        room = self.cap - (len(self._held) + self._in_loads + len(self._pre))
+        opened: list[tuple[OffloadKey, object]] = []
+        for key in keys[: max(0, room)]:
+            if key in self._held or key in self._pre:
+                continue
+            try:
+                opened.append((key, self.backend.open_held(self._name_of(key))))
+            except Exception:  # absent again, EMFILE...: the lookup decides
+                continue
+        stale: list[object] = []
+        with self._lock:
+            for key, handle in opened:
+                if generation != self._generation or key in self._pre:
+                    stale.append(handle)
+                else:
+                    self._pre[key] = (handle, self._step)
+            taken = len(opened) - len(stale)
+        for handle in stale:
+            self._close_quietly(handle)
+        if taken:
+            self._count("held_taken", taken)
+            self._count("held_handles", taken)
 
     @property
     def evicted_held(self) -> int:
@@ -106,7 +146,14 @@ class Holds:
             held.refs.add(req_id)
             self._ref(req_id, key)
             return True
-        if len(self._held) + self._in_loads >= self.cap:
+        if self._pre:
+            with self._lock:
+                pre = self._pre.pop(key, None)
+            if pre is not None:  # opened by the existence check that found it
+                self._held[key] = _Held(pre[0], pre[1], {req_id})
+                self._ref(req_id, key)
+                return True
+        if len(self._held) + self._in_loads + len(self._pre) >= self.cap:
             self._count("held_fallbacks", 1)
             return True
         try:
@@ -191,6 +238,8 @@ class Holds:
         """An end-of-step hook: close handles held for ``max_steps`` hooks."""
         self._step += 1
         oldest = self._step - self.max_steps
+        if self._pre:
+            self._close_pre(lambda step: step <= oldest)
         while self._held:
             key, held = next(iter(self._held.items()))
             if held.step > oldest:
@@ -207,6 +256,7 @@ class Holds:
     def close_all(self, *, claimed: bool = False) -> None:
         """``reset_cache``: close every handle not in a load's hands; ``shutdown`` (``claimed``, no load running
         any more): those a load claimed and never read too."""
+        self._close_pre(lambda step: True, bump=True)
         for key in list(self._held):
             self._close(key)
         self._req_keys.clear()
@@ -214,6 +264,28 @@ class Holds:
             for handles in self._claimed.values():
                 for key in list(handles):
                     self.release(handles.pop(key))
+
+    def _close_pre(self, expired: Callable[[int], bool], *, bump: bool = False) -> None:
+        """Close pre-opened handles no lookup took whose step is ``expired`` (oldest first); ``bump``: a later
+        deposit of a check started before now closes its own."""
+        with self._lock:
+            if bump:
+                self._generation += 1
+            gone: list[object] = []
+            while self._pre:
+                key, (handle, step) = next(iter(self._pre.items()))
+                if not expired(step):
+                    break
+                del self._pre[key]
+                gone.append(handle)
+        for handle in gone:
+            self.release(handle)
+
+    def _close_quietly(self, handle: object) -> None:
+        try:
+            self.backend.close_held(handle)
+        except Exception as exc:
+            _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
 
     def _close(self, key: OffloadKey) -> None:
         held = self._held.pop(key)

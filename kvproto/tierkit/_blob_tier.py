@@ -183,8 +183,10 @@ class BlobTier:
         """HIT for an indexed key; otherwise MISS (private, after the scan) or the probe's verdict (TIER-4).
 
         Never does I/O, except that with ``holds_hits`` a HIT opens a read
-        handle (one system call, no data read; TIERKIT-6); never HIT_PENDING. A key stays indexed only while a
-        store or load vouched for it after the last deletion seen (TIERKIT-2).
+        handle (one system call, unless the existence check that found the
+        blob opened it; TIERKIT-6); never HIT_PENDING. A key stays indexed
+        only while a store or load vouched for it after the last deletion
+        seen (TIERKIT-2).
         """
         if key in self._index:
             return lr.HIT if self._holds is None else self._held_hit(key, req_context)
@@ -570,8 +572,16 @@ class BlobTier:
                 self._ops.delete(key, damaged=False)
 
     def _exists(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
-        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long."""
-        return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long.
+
+        With held HITs, each found blob is opened here for the lookup that answers HIT (TIERKIT-6)."""
+        holds = self._holds
+        if holds is None:
+            return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+        generation = holds.generation
+        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+        holds.preopen(found, generation)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
+        return found
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,53 @@ def test_bad_settings_are_refused_naming_the_field() -> None:
         BlobTierConfig(hold_hits_max=0)
     with pytest.raises(ConfigurationError, match="hold_hits_steps"):
         FsTierConfig(root=Path("."), hold_hits_steps=-1)
+
+
+class _WhereOpened(FileOps):
+    """Records the thread of every read-only ``open`` (a held handle, or a load's read)."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            self.threads.append(threading.get_ident())
+        return super().open(path, flags, mode)
+
+
+def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path: Path) -> None:
+    """Shared mode: the probe's worker opens the blobs it found; the lookups answering HIT take those
+    handles without a system call on the scheduler's thread (TIERKIT-6, the cost of a HIT)."""
+    ops = _WhereOpened()
+    buf_a, buf_b = make_buffer(), make_buffer()
+    a = FsTier(buf_a, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="a")
+    b = FsTier(buf_b, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="b", ops=ops)
+    with shut_down_after((a, Runner(a, buf_a))) as (_, ra), shut_down_after((b, Runner(b, buf_b))) as (_, rb):
+        assert a.wait_ready(10) and b.wait_ready(10)
+        ks = [key(i, b"pre") for i in range(4)]
+        ra.store(ks)
+        assert rb.resolve(ks) == {k: "HIT" for k in ks}
+        assert b.stats.held_handles == 4 and b.stats.held_taken == 4
+        assert len(ops.threads) == 4 and threading.get_ident() not in ops.threads
+        for k in ks:
+            a.files.delete(a.name_of(k))
+        result, right, wrong = rb.load(ks)
+        assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
+
+
+def test_a_check_that_ends_after_reset_closes_the_handles_it_opened(tmp_path: Path) -> None:
+    """A pre-opening existence check that started before ``reset_cache`` keeps nothing past it."""
+    with opened_tier(tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE) as (tier, run):
+        holds = tier._holds
+        assert holds is not None
+        before = holds.generation
+        assert tier.reset_cache()
+        k = key(5)
+        run.store([k])
+        fds = len(os.listdir("/proc/self/fd"))
+        holds.preopen([k], before)  # the check's deposit, after the reset
+        assert tier.stats.held_handles == 0 and len(os.listdir("/proc/self/fd")) == fds
+        holds.preopen([k], holds.generation)  # a check started after it deposits
+        assert tier.stats.held_handles == 1
+        tier.on_step_end()
+        assert tier.reset_cache() and tier.stats.held_handles == 0
