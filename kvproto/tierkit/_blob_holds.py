@@ -215,10 +215,7 @@ class Holds:
 
     def release(self, handle: object) -> None:
         """Close a handle a load claimed (the load's worker, or the scheduler for handles a load left unused)."""
-        try:
-            self.backend.close_held(handle)
-        except Exception as exc:
-            _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+        self._close_quietly(handle)
         self._count("held_handles", -1)
 
     def request_finished(self, req_id: str) -> None:
@@ -226,13 +223,15 @@ class Holds:
         keys = self._req_keys.pop(req_id, None)
         if not keys:
             return
+        gone: list[object] = []
         for key in keys:
             held = self._held.get(key)
             if held is None:
                 continue
             held.refs.discard(req_id)
             if not held.refs:
-                self._close(key)
+                gone.append(self._drop(key))
+        self._release_many(gone)
 
     def step(self) -> None:
         """An end-of-step hook: close handles held for ``max_steps`` hooks."""
@@ -240,11 +239,13 @@ class Holds:
         oldest = self._step - self.max_steps
         if self._pre:
             self._close_pre(lambda step: step <= oldest)
+        gone: list[object] = []
         while self._held:
             key, held = next(iter(self._held.items()))
             if held.step > oldest:
                 break
-            self._close(key)
+            gone.append(self._drop(key))
+        self._release_many(gone)
 
     def note_evicted(self, keys: Iterable[OffloadKey]) -> int:
         """This instance evicted ``keys``: those held stay counted by the budget until their handle closes.
@@ -257,8 +258,7 @@ class Holds:
         """``reset_cache``: close every handle not in a load's hands; ``shutdown`` (``claimed``, no load running
         any more): those a load claimed and never read too."""
         self._close_pre(lambda step: True, bump=True)
-        for key in list(self._held):
-            self._close(key)
+        self._release_many([self._drop(key) for key in list(self._held)])
         self._req_keys.clear()
         if claimed:
             for handles in self._claimed.values():
@@ -278,8 +278,14 @@ class Holds:
                     break
                 del self._pre[key]
                 gone.append(handle)
-        for handle in gone:
-            self.release(handle)
+        self._release_many(gone)
+
+    def _release_many(self, handles: list[object]) -> None:
+        """Close ``handles`` (the scheduler's thread), counted once."""
+        for handle in handles:
+            self._close_quietly(handle)
+        if handles:
+            self._count("held_handles", -len(handles))
 
     def _close_quietly(self, handle: object) -> None:
         try:
@@ -287,12 +293,13 @@ class Holds:
         except Exception as exc:
             _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
 
-    def _close(self, key: OffloadKey) -> None:
+    def _drop(self, key: OffloadKey) -> object:
+        """Forget held ``key``; its handle, for the caller to close."""
         held = self._held.pop(key)
         for rid in held.refs:
             self._unref(rid, key)
         self._evicted.discard(key)
-        self.release(held.handle)
+        return held.handle
 
     def _ref(self, req_id: str, key: OffloadKey) -> None:
         keys = self._req_keys.get(req_id)
