@@ -27,7 +27,7 @@ import logging
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvproto._keys import OffloadKey
@@ -107,16 +107,18 @@ class Holds:
         """Read before an existence check starts; :meth:`preopen` gets it back."""
         return self._generation
 
-    def preopen(self, keys: Sequence[OffloadKey], generation: int) -> None:
-        """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob),
-        for the lookup that answers HIT to take. Within the cap; a failure only means the lookup opens."""
+    def preopen(self, keys: Sequence[OffloadKey], generation: int, names: Mapping[OffloadKey, str] | None = None) -> None:
+        """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob;
+        ``names``: their blob names, if known), for the lookup that answers HIT to take. Within the cap; a
+        failure only means the lookup opens."""
         room = self.cap - (len(self._held) + self._in_loads + len(self._pre))
         opened: list[tuple[OffloadKey, object]] = []
         for key in keys[: max(0, room)]:
             if key in self._held or key in self._pre:
                 continue
             try:
-                opened.append((key, self.backend.open_held(self._name_of(key))))
+                name = names.get(key) if names is not None else None
+                opened.append((key, self.backend.open_held(name if name is not None else self._name_of(key))))
             except Exception:  # absent again, EMFILE...: the lookup decides
                 continue
         stale: list[object] = []

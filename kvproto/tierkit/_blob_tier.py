@@ -579,8 +579,9 @@ class BlobTier:
         if holds is None:
             return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
         generation = holds.generation
-        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count)
-        holds.preopen(found, generation)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
+        names: dict[OffloadKey, str] = {}
+        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count, names=names)
+        holds.preopen(found, generation, names)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
         return found
 
     def _prepare(self, generation: int) -> None:
