@@ -33,7 +33,7 @@ class Capabilities:
       same storage deleted or replaced the block meanwhile; the tier exposes
       ``held_hits`` (read handles held now), 0 once the load that used one is
       reported, every request that asked finished, after ``reset_cache`` or
-      ``shutdown``, and ``max_hold_steps`` hooks after the HIT (TIERKIT-6).
+      ``shutdown``, and ``max_hold_steps`` hooks after the HIT (TIER-19; BlobTier: TIERKIT-6).
     """
 
     async_lookup: bool = False

@@ -1,4 +1,4 @@
-"""Checks of a secondary tier declaring ``holds_hits`` (TIERKIT-6): :class:`HeldHitsChecks`, a base of
+"""Checks of a secondary tier declaring ``holds_hits`` (TIER-19, TIERKIT-6): :class:`HeldHitsChecks`, a base of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
 A HIT is kept: a second instance on the same storage deletes the blocks (its ``reset_cache``) between the
@@ -27,7 +27,7 @@ def _held(tier: SecondaryTier) -> int:
     count: object = getattr(tier, "held_hits", None)
     if type(count) is not int:
         raise ConformanceFailure(
-            "TIERKIT-6", f"the tier declares holds_hits but its held_hits is {count!r:.60}, not an int count"
+            "TIER-19", f"the tier declares holds_hits but its held_hits is {count!r:.60}, not an int count"
         )
     return count
 
@@ -35,25 +35,25 @@ def _held(tier: SecondaryTier) -> int:
 def _expect_released(tier: SecondaryTier, path: str) -> None:
     held = _held(tier)
     if held:
-        raise ConformanceFailure("TIERKIT-6", f"{held} read handle(s) still held after {path}: a leak")
+        raise ConformanceFailure("TIER-19", f"{held} read handle(s) still held after {path}: a leak")
 
 
 def _expect_holding(tier: SecondaryTier, key: OffloadKey) -> None:
     if _held(tier) < 1:
         raise ConformanceFailure(
-            "TIERKIT-6", f"lookup({short_key(key)}) answered HIT but held_hits stayed 0 (the tier declares holds_hits)"
+            "TIER-19", f"lookup({short_key(key)}) answered HIT but held_hits stayed 0 (the tier declares holds_hits)"
         )
 
 
 class HeldHitsChecks(SecondaryRole):
-    """The ``holds_hits`` checks (TIERKIT-6)."""
+    """The ``holds_hits`` checks (TIER-19, TIERKIT-6)."""
 
-    @check("TIERKIT-6", needs=("holds_hits", "sharing"), hooks=("reopen",))
+    @check("TIER-19", needs=("holds_hits", "sharing"), hooks=("reopen",))
     def test_a_hit_loads_after_another_instance_deleted_the_block(self, kit: SecondaryDriver) -> None:
         """HIT, then a second instance on the same storage deletes every block; the load brings the right bytes."""
         keys = key_pool("held", 2)
         kit.store(keys)
-        kit.expect(kit.resolve(keys), lr.HIT, "TIERKIT-6", "after its store succeeded")
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-19", "after its store succeeded")
         other_buffer = make_buffer(self.num_slots, self.block_bytes)
         other = SecondaryDriver(
             self.reopen(kit.tier, other_buffer), other_buffer, kit.capabilities, kit.limits, first_job_id=9701
@@ -61,7 +61,7 @@ class HeldHitsChecks(SecondaryRole):
         try:
             other.settle()
             if not other.tier.reset_cache():
-                raise ConformanceFailure("TIERKIT-6", "a second instance with no job in flight refused reset_cache")
+                raise ConformanceFailure("TIER-19", "a second instance with no job in flight refused reset_cache")
         finally:
             other.shutdown()
         slots = [10, 11]
@@ -71,12 +71,12 @@ class HeldHitsChecks(SecondaryRole):
                 if k not in done or kit.slot_bytes(s) != block_for(k, self.block_bytes)]
         if lost:
             raise ConformanceFailure(
-                "TIERKIT-6",
+                "TIER-19",
                 f"the load of {', '.join(lost)}, answered HIT, failed after a second instance deleted the "
                 "blocks: a tier declaring holds_hits keeps what a HIT found readable until the load",
             )
 
-    @check("TIERKIT-6", needs=("holds_hits",))
+    @check("TIER-19", needs=("holds_hits",))
     def test_held_hits_are_released_on_every_path(self, kit: SecondaryDriver) -> None:
         """``held_hits`` returns to 0 after the load, the request's end, the bound of steps, reset and shutdown."""
         tier = kit.tier
@@ -101,7 +101,7 @@ class HeldHitsChecks(SecondaryRole):
         kit.resolve(keys[3:4])
         _expect_holding(tier, keys[3])
         if not tier.reset_cache():
-            raise ConformanceFailure("TIERKIT-6", "reset_cache refused with no job in flight")
+            raise ConformanceFailure("TIER-19", "reset_cache refused with no job in flight")
         _expect_released(tier, "reset_cache")
         kit.store(keys[4:])
         kit.expect(kit.resolve(keys[4:]), lr.HIT, "TIER-10", "after its store succeeded")
@@ -109,7 +109,7 @@ class HeldHitsChecks(SecondaryRole):
         kit.shutdown()
         _expect_released(tier, "shutdown")
 
-    @check("TIERKIT-6", needs=("holds_hits",), hooks=("fail_keys",))
+    @check("TIER-19", needs=("holds_hits",), hooks=("fail_keys",))
     def test_held_hits_are_released_after_a_failed_load(self, kit: SecondaryDriver) -> None:
         """A load of keys answered HIT that fails (the ``fail_keys`` hook) releases their handles when reported."""
         tier = kit.tier

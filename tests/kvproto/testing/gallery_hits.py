@@ -1,4 +1,4 @@
-"""Broken tiers that declare ``holds_hits`` and do not keep it (TIERKIT-6; issue 23).
+"""Broken tiers that declare ``holds_hits`` and do not keep it (TIER-19, TIERKIT-6; issue 23).
 
 Each is the filesystem tier in shared mode with exactly one bug; ``HITS_GALLERY`` maps each ``kvproto
 conform`` target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
@@ -98,12 +98,12 @@ def leaks_handles_of_failed_loads() -> TierSpec:
 _HERE = __name__
 HITS_GALLERY: dict[str, Expected] = {
     f"{_HERE}:closes_handle_early": Expected(
-        "test_a_hit_loads_after_another_instance_deleted_the_block", "TIERKIT-6", "failed after a second instance"
+        "test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-19", "failed after a second instance"
     ),
     f"{_HERE}:leaks_handles_past_bound": Expected(
-        "test_held_hits_are_released_on_every_path", "TIERKIT-6", "still held after 2 end-of-step hooks"
+        "test_held_hits_are_released_on_every_path", "TIER-19", "still held after 2 end-of-step hooks"
     ),
     f"{_HERE}:leaks_handles_of_failed_loads": Expected(
-        "test_held_hits_are_released_after_a_failed_load", "TIERKIT-6", "still held after a load of the keys"
+        "test_held_hits_are_released_after_a_failed_load", "TIER-19", "still held after a load of the keys"
     ),
 }
