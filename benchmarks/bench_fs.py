@@ -10,6 +10,11 @@ load; target >= 0.85 (issue 16). Figures also give the checksum GB/s of xxh3-64,
 CRC-32C and zlib CRC-32 on 2 MiB blocks, and existence checks per second in
 shared mode for 8,192 keys (lookups answered through AsyncProbe).
 
+Held HITs (TIERKIT-6, issue 23): each load job's keys are looked up first (as an engine does; with
+``hold_hits_steps`` on, a HIT opens the block's file and the load reads from that descriptor), and the
+same round runs with the feature on and off side by side, as do the existence checks:
+``held_load_ratio`` and ``held_existence_ratio`` are on / off (target >= 0.9, medians of the reps).
+
 The page cache is not dropped (that needs root): both sides see the same
 cache, which is what a ratio measured side by side needs.
 """
@@ -104,9 +109,10 @@ def run(quick: bool = False) -> BenchResult:
         keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(blocks)]
         per_job = 16
 
-        def ours_round(tag: str) -> tuple[float, float, bool]:
+        def ours_round(tag: str, hold_steps: int = 64) -> tuple[float, float, bool]:
             (root / tag).mkdir()
-            cfg = FsTierConfig(root=root / tag, read_threads=THREADS, write_threads=THREADS)
+            cfg = FsTierConfig(root=root / tag, read_threads=THREADS, write_threads=THREADS,
+                               hold_hits_steps=hold_steps)
             tier = FsTier(buffer, cfg, name="bench")
             tier.wait_ready(10)
             t0 = time.perf_counter()
@@ -119,11 +125,14 @@ def run(quick: bool = False) -> BenchResult:
             store_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             ids = set()
+            req = ReqContext(f"bench-{tag}")
             for j in range(0, blocks, per_job):
                 job = TransferJob(10_000 + j, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), True)
+                ok &= all(tier.lookup(k, req) is lr.HIT for k in job.keys)  # held HITs: a descriptor each
                 tier.submit_load(job)
                 ids.add(job.job_id)
             ok &= _wait_all(tier, ids)
+            tier.on_request_finished(req)
             load_s = time.perf_counter() - t0
             direct = tier.direct_io_counts[0] > 0
             tier.shutdown()
@@ -161,10 +170,18 @@ def run(quick: bool = False) -> BenchResult:
         gb = blocks * BLOCK_BYTES / 1e9
         ratios_store: list[float] = []
         ratios_load: list[float] = []
+        held_load: list[float] = []
         ok_all = True
         for rep in range(1 if quick else 3):
-            o_store, o_load, ok = ours_round(f"ours{rep}")
-            ok_all &= ok
+            if rep % 2:  # the feature off first in odd reps: neither side always runs after the other
+                _, off_load, ok_off = ours_round(f"off{rep}", hold_steps=0)
+                o_store, o_load, ok = ours_round(f"ours{rep}")
+            else:
+                o_store, o_load, ok = ours_round(f"ours{rep}")
+                _, off_load, ok_off = ours_round(f"off{rep}", hold_steps=0)
+            ok_all &= ok and ok_off
+            held_load.append(off_load / o_load)
+            figures[f"held_off_load_gbps_{rep}"] = gb / off_load
             direct = figures.get("ours_used_o_direct", 0.0) > 0
             r_store, r_load = raw_round(f"raw{rep}", direct)
             ratios_store.append(r_store / o_store)
@@ -173,7 +190,7 @@ def run(quick: bool = False) -> BenchResult:
             figures[f"ours_load_gbps_{rep}"] = gb / o_load
             figures[f"raw_store_gbps_{rep}"] = gb / r_store
             figures[f"raw_load_gbps_{rep}"] = gb / r_load
-            for tag in (f"ours{rep}", f"raw{rep}"):
+            for tag in (f"ours{rep}", f"off{rep}", f"raw{rep}"):
                 shutil.rmtree(root / tag, ignore_errors=True)
         store_ratio = sorted(ratios_store)[len(ratios_store) // 2]
         load_ratio = sorted(ratios_load)[len(ratios_load) // 2]
@@ -193,28 +210,48 @@ def run(quick: bool = False) -> BenchResult:
             writer.submit_store(job)
             _wait_all(writer, {job.job_id})
         writer.shutdown()
-        shared = FsTier(small, FsTierConfig(root=root / "probe", shared=True, probe_min_interval_s=0.0,
-                                            probe_deadline_steps=10**6), name="probe")
-        req = ReqContext("bench")
-        t0 = time.perf_counter()
-        pending = list(probe_keys)
+        def existence_round(hold_steps: int) -> tuple[float, int]:
+            shared = FsTier(small, FsTierConfig(root=root / "probe", shared=True, probe_min_interval_s=0.0,
+                                                probe_deadline_steps=10**6, hold_hits_steps=hold_steps), name="probe")
+            req = ReqContext("bench")
+            t0 = time.perf_counter()
+            pending = list(probe_keys)
+            hits = 0
+            while pending:
+                still = []
+                for k in pending:
+                    answer = shared.lookup(k, req)
+                    if answer is lr.RETRY:
+                        still.append(k)
+                    elif answer is lr.HIT:
+                        hits += 1
+                pending = still
+                shared.on_step_end()
+                if pending:
+                    time.sleep(0.0005)
+            shared.on_request_finished(req)
+            probe_s = time.perf_counter() - t0
+            shared.shutdown()
+            return n_keys / probe_s, hits
+
+        held_existence: list[float] = []
         hits = 0
-        while pending:
-            still = []
-            for k in pending:
-                answer = shared.lookup(k, req)
-                if answer is lr.RETRY:
-                    still.append(k)
-                elif answer is lr.HIT:
-                    hits += 1
-            pending = still
-            shared.on_step_end()
-            if pending:
-                time.sleep(0.0005)
-        probe_s = time.perf_counter() - t0
-        shared.shutdown()
-        figures["shared_existence_checks_per_s"] = n_keys / probe_s
+        for rep in range(1 if quick else 3):  # on and off side by side, alternating
+            if rep % 2:
+                off_rate, off_hits = existence_round(0)
+                on_rate, hits = existence_round(64)
+            else:
+                on_rate, hits = existence_round(64)
+                off_rate, off_hits = existence_round(0)
+            ok_all &= hits == off_hits
+            held_existence.append(on_rate / off_rate)
+            figures[f"held_existence_checks_per_s_{rep}"] = on_rate
+            figures[f"held_off_existence_checks_per_s_{rep}"] = off_rate
+        figures["shared_existence_checks_per_s"] = figures["held_existence_checks_per_s_0"]
         figures["shared_existence_hits"] = float(hits)
+        figures["held_load_ratio"] = sorted(held_load)[len(held_load) // 2]
+        figures["held_existence_ratio"] = sorted(held_existence)[len(held_existence) // 2]
+        figures["all_jobs_succeeded"] = float(ok_all)
         # Issue 21 item 5: the 4,096 leading probe keys (stored) asked in one step of a fresh shared tier
         # with the default probe deadline (8 hooks), hooks 2 ms and 10 ms apart: the leading HITs after it.
         for gap_ms in (2, 10):
@@ -227,6 +264,8 @@ def run(quick: bool = False) -> BenchResult:
             f"{figures['ours_load_gbps_0']:.2f} vs {figures['raw_load_gbps_0']:.2f} (median ratio {load_ratio:.2f}); "
             f"O_DIRECT {'on' if figures['ours_used_o_direct'] else 'off'}; "
             f"{figures['shared_existence_checks_per_s']:.0f} existence checks/s (shared, {n_keys} keys); "
+            f"held HITs on/off (TIERKIT-6): load {figures['held_load_ratio']:.2f}, existence checks "
+            f"{figures['held_existence_ratio']:.2f}; "
             f"leading HITs of {LEADING_KEYS} asked in one step, hooks 2/10 ms apart: "
             f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_2ms_steps']:.0f}/"
             f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_10ms_steps']:.0f}; "

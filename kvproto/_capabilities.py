@@ -30,6 +30,12 @@ class Capabilities:
     * ``partial_jobs``: a job may finish with only some of its keys done.
     * ``lru``: with ``eviction``, the least recently used block goes first, and ``touch`` makes a
       block recently used (CAP-6).
+    * ``holds_hits``: a key answered HIT loads its bytes within
+      ``max_hold_steps`` end-of-step hooks even if another instance on the
+      same storage deleted or replaced the block meanwhile; the tier exposes
+      ``held_hits`` (read handles held now), 0 once the load that used one is
+      reported, every request that asked finished, after ``reset_cache`` or
+      ``shutdown``, and ``max_hold_steps`` hooks after the HIT (TIER-26; BlobTier: TIERKIT-6).
     """
 
     async_lookup: bool = False
@@ -39,6 +45,8 @@ class Capabilities:
     sharing: bool = False
     partial_jobs: bool = False
     lru: bool = False
+    holds_hits: bool = False
+    max_hold_steps: int = 0
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def has(self, ability: str) -> bool:

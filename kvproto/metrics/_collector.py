@@ -20,7 +20,7 @@ from kvproto._tiering import TieringConfig, TieringManager
 from kvproto.errors import ConfigurationError
 from kvproto.metrics._figures import STEP_BUCKETS, Buckets, TierFigures
 from kvproto.metrics._metered import MeteredSecondary
-from kvproto.metrics._names import METRICS
+from kvproto.metrics._names import GAUGE_STATS, METRICS
 from kvproto.tierkit import slot_buffer_shape
 
 if TYPE_CHECKING:
@@ -208,13 +208,19 @@ class KvMetrics:
         deferral.add_metric([], self.deferral_steps.cumulative(), self.deferral_steps.sum)
         yield deferral
         own = family("kvproto_tier_stats", ["tier", "stat"])
-        for name, tier in ((m.figures.tier, m.inner) for m in self._tiers):
-            for stat, value in tier_stats(tier).items():
-                own.add_metric([name, stat], value)
+        gauges = {stat: family(metric, ["tier"]) for stat, metric in GAUGE_STATS.items()}
+        named: list[tuple[str, object]] = [(m.figures.tier, m.inner) for m in self._tiers]
         if self._primary is not None:
-            for stat, value in tier_stats(self._primary).items():
-                own.add_metric([self._primary.name, stat], value)
+            named.append((self._primary.name, self._primary))
+        for name, tier in named:
+            for stat, value in tier_stats(tier).items():
+                gauge = gauges.get(stat)
+                if gauge is None:
+                    own.add_metric([name, stat], value)
+                else:  # a figure "now" (it goes down) is a gauge of its own, never a counter
+                    gauge.add_metric([name], value)
         yield own
+        yield from gauges.values()
         if self._manager is not None:
             for field_name, value in asdict(self._manager.stats).items():
                 fam = core.CounterMetricFamily(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["METRICS", "VLLM_PREFIX"]
+__all__ = ["GAUGE_STATS", "METRICS", "VLLM_PREFIX"]
 
 VLLM_PREFIX = "vllm:"
 
@@ -52,6 +52,8 @@ METRICS: Mapping[str, tuple[str, str, str]] = {
     "kvproto_tier_evicted_blocks": ("counter", "blocks a tier evicted (its REMOVED events)", ""),
     "kvproto_tier_stats": (
         "counter", "a tier's own counters (its stats dataclass: BlobTierStats, SlotStats...), by stat", ""),
+    "kvproto_tier_held_handles": (
+        "gauge", "read handles a tier holds now, taken at lookups' HITs so their loads find the bytes (TIERKIT-6)", ""),
     # the primary tier (label tier)
     "kv_offload_cpu_cache_usage_perc": (
         "gauge", "share of the primary's slots holding a block", "vllm:kv_offload_cpu_cache_usage_perc"),
@@ -62,3 +64,6 @@ METRICS: Mapping[str, tuple[str, str, str]] = {
     # the manager (no tier label): TieringStats, one counter per field
     "kvproto_manager": ("counter", "TieringManager.stats counters (one metric per field)", ""),
 }
+
+#: A tier's own stats that say "how many now" (they go down): each its own gauge, not in kvproto_tier_stats.
+GAUGE_STATS: Mapping[str, str] = {"held_handles": "kvproto_tier_held_handles"}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._keys import OffloadKey
 from kvproto.errors import InvalidArgumentError
-from kvproto.tierkit import BlobBackend, JobAdmission, Published
+from kvproto.tierkit import BlobBackend, HeldReads, JobAdmission, Published
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
 
@@ -68,6 +68,32 @@ class ForwardingBackend:
     def close(self) -> None:
         """Forwarded."""
         self.inner.close()
+
+    @property
+    def held_reads(self) -> bool:
+        """True if the inner backend holds reads (:class:`kvproto.tierkit.HeldReads`, TIERKIT-6)."""
+        inner = self.inner
+        return isinstance(inner, HeldReads) and inner.held_reads
+
+    def open_held(self, name: str) -> object:
+        """Forwarded (the handle carries ``name``, for wrappers that fault reads by name)."""
+        inner = self.inner
+        if not isinstance(inner, HeldReads):
+            raise NotImplementedError(f"{type(inner).__name__} holds no reads")
+        return (name, inner.open_held(name))
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        """Forwarded."""
+        inner = self.inner
+        if not isinstance(inner, HeldReads) or not isinstance(handle, tuple):
+            raise NotImplementedError(f"{type(inner).__name__} holds no reads")
+        return inner.read_held(handle[1], buffers)
+
+    def close_held(self, handle: object) -> None:
+        """Forwarded."""
+        inner = self.inner
+        if isinstance(inner, HeldReads) and isinstance(handle, tuple):
+            inner.close_held(handle[1])
 
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
         """The inner backend's refusals, if it has :class:`JobAdmission`; else none."""
@@ -174,6 +200,13 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         """Forwarded, within an armed ``read_into`` fault; a ``short`` fault reports a truncated blob."""
         fault = self._before("read_into", name)
         size = super().read_into(name, buffers)
+        self._after(fault)
+        return max(0, size - fault.short) if fault is not None else size
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        """As :meth:`read_into` (the same armed ``read_into`` fault), from a handle held since the HIT."""
+        fault = self._before("read_into", handle[0] if isinstance(handle, tuple) else "")
+        size = super().read_held(handle, buffers)
         self._after(fault)
         return max(0, size - fault.short) if fault is not None else size
 

@@ -18,6 +18,7 @@ from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._holds_hits import HeldHitsChecks
 from kvproto.testing._secondary_class_checks import SecondaryClassChecks
 from kvproto.testing._secondary_crash_checks import SecondaryCrashChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
@@ -30,7 +31,12 @@ __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
 class SecondaryTierTests(
-    SecondaryClassChecks, SecondaryFaultChecks, SecondaryCrashChecks, SecondarySharingChecks, SecondaryDataChecks
+    SecondaryClassChecks,
+    SecondaryFaultChecks,
+    SecondaryCrashChecks,
+    SecondarySharingChecks,
+    SecondaryDataChecks,
+    HeldHitsChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 

@@ -37,7 +37,8 @@ class SecondaryDataChecks(SecondaryRole):
             raise ConformanceFailure(
                 "TIER-18", "async_lookup is declared with max_retry_steps < 1: RETRY must resolve within a bound"
             )
-        known = {"async_lookup", "max_retry_steps", "persistence", "eviction", "sharing", "partial_jobs", "lru"}
+        known = {"async_lookup", "max_retry_steps", "persistence", "eviction", "sharing", "partial_jobs", "lru",
+                 "holds_hits"}
         unknown = sorted(set(caps.reasons) - known)
         if unknown:
             raise ConformanceFailure("TIER-18", f"capability reasons name unknown abilities: {unknown}")

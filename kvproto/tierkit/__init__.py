@@ -41,7 +41,7 @@ from kvproto._tiering._batch_scan import (
     batched_window as ready_window_scan,
     fast_flags as ready_flags,
 )
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission, Published
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission, Published
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
 from kvproto.tierkit._blob_tier import BlobTier
@@ -68,6 +68,7 @@ __all__ = [
     "BlobTier",
     "BlobTierConfig",
     "BlobTierStats",
+    "HeldReads",
     "JobAdmission",
     "MemoryBackend",
     "Published",

@@ -33,7 +33,7 @@ from typing import Protocol, runtime_checkable
 
 from kvproto._keys import OffloadKey
 
-__all__ = ["AsyncBlobBackend", "BlobBackend", "JobAdmission", "Published"]
+__all__ = ["AsyncBlobBackend", "BlobBackend", "HeldReads", "JobAdmission", "Published"]
 
 
 class Published(enum.Enum):
@@ -181,4 +181,37 @@ class JobAdmission(Protocol):
 
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
         """The keys of this job (a store if ``store``, else a load) to fail without I/O; usually empty."""
+        ...
+
+
+@runtime_checkable
+class HeldReads(Protocol):
+    """Optional: a synchronous backend that can keep a blob readable from a lookup's HIT to its load (TIERKIT-6).
+
+    :meth:`open_held` returns a handle that later reads the bytes the blob
+    held when it was opened, even if the blob is deleted or replaced
+    meanwhile (on POSIX an open file descriptor: an unlinked file stays
+    readable until closed). :class:`~kvproto.tierkit.BlobTier` opens one when
+    a lookup answers HIT, reads from it at the load and closes it on every
+    path (load done or failed, request ended, reset, shutdown, a bound of
+    steps). Opening must be cheap (one system call, no data read): it runs
+    on the existence check's worker, or at a lookup on the scheduler's thread.
+    """
+
+    @property
+    def held_reads(self) -> bool:
+        """True if :meth:`open_held` works (a forwarding wrapper offers the methods, and says here whether
+        what it wraps does)."""
+        ...
+
+    def open_held(self, name: str) -> object:
+        """A read handle on blob ``name``; ``FileNotFoundError`` if absent, any other exception (EMFILE) transient."""
+        ...
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        """As :meth:`BlobBackend.read_into`, from ``handle``: fill ``buffers``; return the blob's size then."""
+        ...
+
+    def close_held(self, handle: object) -> None:
+        """Release ``handle`` (exactly once per handle); never raises."""
         ...

@@ -49,6 +49,15 @@ class BlobTierConfig:
     * ``partial_jobs``: report the keys of a job that succeeded (the
       ``partial_jobs`` capability); False: a job with a failed key fails whole
       and none of its keys is indexed by it.
+    * ``hold_hits_steps``: with a backend offering
+      :class:`~kvproto.tierkit.HeldReads`, a lookup answering HIT opens a
+      read handle the load then reads from, so a block another instance
+      deletes meanwhile still loads (TIERKIT-6); a handle not used by a load
+      is closed when every request that was answered HIT for it finished, or
+      after this many end-of-step hooks (default 64). 0 turns the feature off.
+    * ``hold_hits_max``: at most this many handles held at once (``None``:
+      the smaller of 4,096 and a quarter of the open-file soft limit); past
+      it a HIT is answered without a handle (counted as ``held_fallbacks``).
     * ``start_in_background``: run the start-up (``prepare``, the manifest,
       the restart scan) on its own thread, unknown keys answering RETRY
       meanwhile; False: in the constructor (small storage, examples).
@@ -68,6 +77,8 @@ class BlobTierConfig:
     persistent: bool = True
     partial_jobs: bool = True
     start_in_background: bool = True
+    hold_hits_steps: int = 64
+    hold_hits_max: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse bad values with a :class:`ConfigurationError` naming each field (TIERKIT-1)."""
@@ -76,6 +87,10 @@ class BlobTierConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 bad.append(f"{name} must be an int >= 1, got {value!r}")
+        if type(self.hold_hits_steps) is not int or self.hold_hits_steps < 0:
+            bad.append(f"hold_hits_steps must be an int >= 0, got {self.hold_hits_steps!r}")
+        if self.hold_hits_max is not None and (type(self.hold_hits_max) is not int or self.hold_hits_max < 1):
+            bad.append(f"hold_hits_max must be None or an int >= 1, got {self.hold_hits_max!r}")
         if self.max_bytes is not None and (type(self.max_bytes) is not int or self.max_bytes < 1):
             bad.append(f"max_bytes must be None or an int >= 1, got {self.max_bytes!r}")
         interval: object = self.probe_min_interval_s  # checked at run time: callers may pass anything
@@ -108,6 +123,10 @@ class BlobTierStats:
     refused_keys: int = 0  # failed without I/O by the backend's JobAdmission
     lost_races: int = 0  # stores that found a block a concurrent deletion then removed (TIERKIT-2)
     probe_errors: int = 0
+    held_handles: int = 0  # read handles held now, taken at HITs (TIERKIT-6)
+    held_taken: int = 0  # read handles taken at HITs, in all
+    held_fallbacks: int = 0  # HITs answered without a handle: at the cap, or opening failed (EMFILE)
+    hit_load_failures: int = 0  # loads (of keys answered HIT) that failed after trying I/O: the figure to watch
 
     def as_dict(self) -> dict[str, int]:
         """Every counter by name."""

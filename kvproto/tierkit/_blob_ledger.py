@@ -48,6 +48,7 @@ class Ledger:
         self.unusable: OrderedDict[OffloadKey, None] = OrderedDict()
         self._name = tier_name
         self._blob_bytes = blob_bytes
+        self.blob_bytes = blob_bytes
         self._recent = recent_keys
         self._ticket = 0
         self.scanning = False  # while a restart scan runs, losses are remembered for it:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto._results import unreachable
-from kvproto.tierkit._backend import BlobBackend, Published
+from kvproto.tierkit._backend import BlobBackend, HeldReads, Published
 from kvproto.tierkit._blob_async import LoopBackend
 
 __all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
@@ -126,14 +126,21 @@ class BlobOps:
             case _ as other:
                 unreachable(other, where="BlobBackend.publish")
 
-    def load(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        """Read ``key``'s blob into slot row ``slot`` and verify it; delete it if damaged (TIERKIT-2, TIERKIT-3)."""
+    def load(
+        self, key: OffloadKey, slot: int, held: tuple[HeldReads, object] | None = None
+    ) -> tuple[KeyVerdict, int]:
+        """Read ``key``'s blob into slot row ``slot`` and verify it; delete it if damaged (TIERKIT-2, TIERKIT-3).
+
+        ``held``: read from this handle, taken at the HIT (TIERKIT-6), not by name."""
         name = self.name_of(key)
         head = self._scratch.head
         row = self._row(slot)
         before = next(self._ticks)
         try:
-            size = self.backend.read_into(name, (head, row))
+            if held is None:
+                size = self.backend.read_into(name, (head, row))
+            else:
+                size = held[0].read_held(held[1], (head, row))
         except FileNotFoundError:
             return KeyVerdict.GONE, before  # absent at some point after this tick: a store vouching later wins
         except Exception as exc:

@@ -93,7 +93,8 @@ def _check(
 
 
 def check_exists(
-    ops: BlobOps, keys: Sequence[OffloadKey], *, tier_name: str, count: Callable[[str, int], None]
+    ops: BlobOps, keys: Sequence[OffloadKey], *, tier_name: str, count: Callable[[str, int], None],
+    names: dict[OffloadKey, str] | None = None,
 ) -> list[OffloadKey]:
     """The keys of ``keys`` whose blob is one envelope long (the probe's check, off the scheduler; TIERKIT-5).
 
@@ -102,7 +103,7 @@ def check_exists(
     asked one by one, so a key whose check fails is MISS alone, until
     ``_FAILURES_IN_A_ROW`` fail in a row (the storage itself is failing:
     the rest is MISS, without more calls). Each failure is counted as a
-    ``probe_errors``.
+    ``probe_errors``. ``names``, if given, gets each key's blob name (for the caller's next step).
     """
     named: list[tuple[OffloadKey, str]] = []
     for key in keys:
@@ -119,6 +120,8 @@ def check_exists(
         _log.warning("BlobTier %r: an existence check of %d keys failed; checking them one by one: %s",
                      tier_name, len(named), exc)
         return _one_by_one(ops, named, tier_name=tier_name, count=count)
+    if names is not None:
+        names.update(named)
     return [key for (key, _), size in zip(named, sizes, strict=True) if size == want]
 
 

@@ -35,9 +35,10 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
+from kvproto.tierkit._blob_holds import Holds, default_hold_cap
 from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
@@ -123,6 +124,11 @@ class BlobTier:
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
+        self._holds: Holds | None = None  # TIERKIT-6: read handles taken at HITs, over a HeldReads backend
+        if config.hold_hits_steps and isinstance(sync, HeldReads) and sync.held_reads and self._loop_io is None:
+            cap = config.hold_hits_max if config.hold_hits_max is not None else default_hold_cap()
+            self._holds = Holds(sync, name_of=self._ops.name_of, max_steps=config.hold_hits_steps, cap=cap,
+                                count=self._count, tier_name=name)
         self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps,
                                  chunk_keys=PROBE_CHUNK_KEYS)
         self.capabilities = Capabilities(
@@ -132,7 +138,11 @@ class BlobTier:
             eviction=config.max_bytes is not None,
             sharing=config.shared,
             partial_jobs=config.partial_jobs,
+            holds_hits=self._holds is not None,
+            max_hold_steps=config.hold_hits_steps if self._holds is not None else 0,
             reasons={
+                **({} if self._holds is not None else {"holds_hits": "hold_hits_steps=0, or the backend has no "
+                                                                     "HeldReads"}),
                 **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
                 "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
                 **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
@@ -172,16 +182,24 @@ class BlobTier:
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         """HIT for an indexed key; otherwise MISS (private, after the scan) or the probe's verdict (TIER-4).
 
-        Never does I/O; never HIT_PENDING. A key stays indexed only while a
-        store or load vouched for it after the last deletion seen (TIERKIT-2).
+        Never does I/O, except that with ``holds_hits`` a HIT opens a read
+        handle (one system call, unless the existence check that found the
+        blob opened it; TIERKIT-6); never HIT_PENDING. A key stays indexed
+        only while a store or load vouched for it after the last deletion
+        seen (TIERKIT-2).
         """
         if key in self._index:
-            return lr.HIT
+            return lr.HIT if self._holds is None else self._held_hit(key, req_context)
         if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
-            return lr.HIT if key in self._index else lr.MISS
+            if key not in self._index:
+                return lr.MISS
+            return lr.HIT if self._holds is None else self._held_hit(key, req_context)
         if key in self._unusable:
             return lr.MISS  # a load found its blob unusable: not asked again until stored anew (TIER-4)
-        return self._probe.lookup(key, req_context)
+        answer = self._probe.lookup(key, req_context)
+        if answer is lr.HIT and self._holds is not None:
+            return self._held_hit(key, req_context)
+        return answer
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         """``[lookup(k, req_context) for k in keys]`` (TIER-17)."""
@@ -205,6 +223,8 @@ class BlobTier:
         """Start reading and verifying blobs into rows ``job.slots`` on the read pool or the loop (TIER-10)."""
         self._validate(job, promotion=True)
         self._ledger.begin_load(job.keys)
+        if self._holds is not None:
+            self._holds.claim(job.job_id, job.keys)
         self._start(job, store=False)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
@@ -220,8 +240,10 @@ class BlobTier:
     # -- TierLifecycle -------------------------------------------------------------------------
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        """Drop the request's references to existence verdicts (TIER-12, AP-4)."""
+        """Drop the request's references to existence verdicts and held HITs (TIER-12, AP-4, TIERKIT-6)."""
         self._probe.on_request_finished(req_context)
+        if self._holds is not None:
+            self._holds.request_finished(req_context.req_id)
 
     def on_step_end(self) -> None:
         """Post queued existence checks, apply answers, expire deadlines, keep the byte budget (TIER-13).
@@ -233,6 +255,8 @@ class BlobTier:
         if now - self._probe_tick >= self.blob_config.probe_min_interval_s:
             self._probe_tick = now
             self._probe.on_step_end()
+        if self._holds is not None:
+            self._holds.step()
         self._enforce_budget()
 
     def take_events(self) -> Sequence[OffloadingEvent]:
@@ -257,6 +281,8 @@ class BlobTier:
             generation = self._generation
         self._ledger.clear()
         self._probe.reset()
+        if self._holds is not None:
+            self._holds.close_all()
         try:
             self.backend.clear(self._ops.namespace_hex)
         except Exception as exc:
@@ -288,6 +314,8 @@ class BlobTier:
         if house is not None:
             house.shutdown(wait=True)
         self._probe.shutdown()
+        if self._holds is not None:
+            self._holds.close_all(claimed=True)  # no load runs any more; their results stay reportable
         if not already:
             try:
                 self.backend.close()
@@ -332,6 +360,11 @@ class BlobTier:
         """Index ``keys`` as present now, as a restart scan would (tests and tools seeding blobs)."""
         tick = self._ops.tick()
         self._ledger.vouch([(k, tick) for k in keys])
+
+    @property
+    def held_hits(self) -> int:
+        """Read handles held now, taken at HITs (TIERKIT-6; ``stats.held_handles``)."""
+        return self.stats.held_handles
 
     @property
     def used_bytes(self) -> int:
@@ -402,9 +435,20 @@ class BlobTier:
                 future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name,
                                  timeout_s=timeout)
             else:
-                future = run_job(job, since, self._readers, self._ops.load, refused, tier_name=self._name,
-                                 timeout_s=timeout)
+                held = None if self._holds is None else self._holds.load_run(job.job_id, self._ops.load)
+                load = self._ops.load if held is None else held
+                future = run_job(job, since, self._readers, load, refused,
+                                 tier_name=self._name, timeout_s=timeout)
             self._running[job.job_id] = future
+
+    def _held_hit(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        """HIT, holding a read handle on ``key``'s blob for the load (TIERKIT-6); MISS if the blob is gone now."""
+        holds = self._holds
+        if holds is None or holds.take(key, req_context.req_id):
+            return lr.HIT
+        self._probe.mark_miss((key,))
+        self._ledger.emit(EventKind.REMOVED, self._ledger.lose([(key, self._ops.tick())], gone=True))
+        return lr.MISS
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         trusted = self._trusted(key)
@@ -435,6 +479,8 @@ class BlobTier:
         ledger = self._ledger
         if job.promotion:
             ledger.end_load(job.keys)
+            if self._holds is not None:
+                self._holds.load_reported(job.job_id, job.keys)
             loaded: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
             unusable: list[OffloadKey] = []
@@ -472,6 +518,7 @@ class BlobTier:
                 self.stats.loaded_blocks += len(ok)
                 self.stats.failed_loads += len(failed)
                 self.stats.transient_load_errors += len(transient)
+                self.stats.hit_load_failures += len(failed) - len(refused)
         else:
             results = [
                 (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
@@ -498,9 +545,18 @@ class BlobTier:
     def _enforce_budget(self) -> None:
         """Evict least recently used blocks beyond ``max_bytes``; never one being loaded or stored."""
         budget = self.blob_config.max_bytes
-        if budget is None or self._ledger.used_bytes <= budget:
+        if budget is None:
             return
-        victims = self._ledger.evict(budget)
+        holds = self._holds
+        victims: list[tuple[OffloadKey, int]] = []
+        while True:  # evicted blocks a handle keeps on storage still count until it closes (TIERKIT-6)
+            left = budget if holds is None else max(0, budget - holds.evicted_held * self._ledger.blob_bytes)
+            if self._ledger.used_bytes <= left:
+                break
+            more = self._ledger.evict(left)
+            victims += more
+            if not more or holds is None or not holds.note_evicted(k for k, _ in more):
+                break
         if not victims:
             return
         self._count("evicted_blocks", len(victims))
@@ -516,8 +572,17 @@ class BlobTier:
                 self._ops.delete(key, damaged=False)
 
     def _exists(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
-        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long."""
-        return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long.
+
+        With held HITs, each found blob is opened here for the lookup that answers HIT (TIERKIT-6)."""
+        holds = self._holds
+        if holds is None:
+            return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+        generation = holds.generation
+        names: dict[OffloadKey, str] = {}
+        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count, names=names)
+        holds.preopen(found, generation, names)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
+        return found
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""

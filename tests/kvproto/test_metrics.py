@@ -17,6 +17,7 @@ import kvproto
 from kvproto import BatchLookup, LookupResult, MemoryPrimaryTier, MemoryTier, ReqContext, TieringConfig, TieringManager
 from kvproto.errors import ConfigurationError
 from kvproto.metrics import METRICS, Buckets, KvMetrics, MeteredSecondary
+from kvproto.metrics._names import GAUGE_STATS
 from kvproto.testing.faults import LatencySecondary
 
 from tests.kvproto.tiering_stack import key
@@ -133,10 +134,11 @@ def test_the_exposition_has_vllm_names_and_the_tier_label() -> None:
     assert samples[("kvproto:kvproto_manager_write_through_jobs_total", ())] == 1
     vllm = scrape(KvMetricsFor(manager, prefix="vllm:").exposition())
     assert ("vllm:kv_offload_tiering_write_bytes_total", tier) in vllm
-    # Every documented name is exported.
+    # Every documented name is exported (a gauge of a tier's own stat only for a tier keeping that stat:
+    # test_held_hits_are_a_gauge_and_their_counters_are_tier_stats).
     names = {name for name, _ in samples}
     for name in METRICS:
-        if name != "kvproto_manager":
+        if name != "kvproto_manager" and name not in GAUGE_STATS.values():
             assert any(n.startswith(f"kvproto:{name}") for n in names), name
     manager.shutdown()
 
@@ -263,4 +265,29 @@ def test_a_reference_tiers_own_stats_are_exported_through_its_wrappers(tmp_path:
     stored = samples[("kvproto:kvproto_tier_stats_total", (("stat", "stored_blocks"), ("tier", "fs")))]
     assert stored == fs.stats.stored_blocks == 2
     assert ("kvproto:kvproto_tier_stats_total", (("stat", "stores_completed"), ("tier", primary.name))) in samples
+    manager.shutdown()
+
+
+def test_held_hits_are_a_gauge_and_their_counters_are_tier_stats(tmp_path: Path) -> None:
+    """TIERKIT-6: the fs tier's held handles are exported as a gauge (it goes down), the rest as tier stats."""
+    from kvproto_fs import FsTier, FsTierConfig
+
+    primary = MemoryPrimaryTier(num_slots=8, block_bytes=BLOCK)
+    fs = FsTier(primary.buffer, FsTierConfig(root=tmp_path), name="fs")
+    metrics = KvMetrics()
+    manager = TieringManager(primary, metrics.instrument(primary, [fs]))
+    metrics.watch(manager)
+    store(manager, primary, [key(1)])
+    while manager.has_pending_work():
+        manager.on_step_end()
+    asker = ReqContext("asker")
+    assert fs.lookup(key(1), asker) is LookupResult.HIT
+    samples = scrape(metrics.exposition())
+    assert samples[("kvproto:kvproto_tier_held_handles", (("tier", "fs"),))] == 1
+    assert samples[("kvproto:kvproto_tier_stats_total", (("stat", "held_taken"), ("tier", "fs")))] == 1
+    assert ("kvproto:kvproto_tier_stats_total", (("stat", "held_handles"), ("tier", "fs"))) not in samples
+    fs.on_request_finished(asker)
+    samples = scrape(metrics.exposition())
+    assert samples[("kvproto:kvproto_tier_held_handles", (("tier", "fs"),))] == 0
+    assert samples[("kvproto:kvproto_tier_stats_total", (("stat", "hit_load_failures"), ("tier", "fs")))] == 0
     manager.shutdown()

@@ -59,3 +59,7 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
     assert {o for name, o in outcomes.items() if name not in vacuous | needs} == {"passed"}, outcomes
     assert outcomes["test_a_killed_writer_leaves_no_false_hit"] == "passed"
     assert outcomes["test_sharing_between_instances"] == "passed"
+    assert caps["holds_hits"] is True  # TIERKIT-6: a HIT kept through another instance's deletion
+    assert outcomes["test_a_hit_loads_after_another_instance_deleted_the_block"] == "passed"
+    assert outcomes["test_held_hits_are_released_on_every_path"] == "passed"
+    assert outcomes["test_held_hits_are_released_after_a_failed_load"] == "passed"

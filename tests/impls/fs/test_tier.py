@@ -322,7 +322,7 @@ def test_shared_store_is_hit_at_once_even_over_a_cached_miss(tmp_path: Path) -> 
 
 def test_shared_failed_load_stops_answering_hit(tmp_path: Path) -> None:
     a, run_a = open_tier(tmp_path, shared=True)
-    b, run_b = open_tier(tmp_path, shared=True)
+    b, run_b = open_tier(tmp_path, shared=True, hold_hits_steps=0)  # a held HIT would load (test_held_hits.py)
     try:
         assert run_a.store([key(1)]).success
         assert run_b.resolve([key(1)]) == {key(1): "HIT"}

@@ -78,7 +78,8 @@ class TestObjTierOnLocalStore(_ObjHooks):
 
 
 def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:
-    """`kvproto conform obj` (in-memory store, no server): every capability but eviction declared, all pass."""
+    """`kvproto conform obj` (in-memory store, no server): every capability but eviction and holds_hits
+    declared, all pass."""
     report = tmp_path / "r.json"
     assert main(["conform", "obj", "--profile", "fast", "--json", str(report)]) == 0
     (tier,) = json.loads(report.read_text())["tiers"]
@@ -90,10 +91,15 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     # Only the checks of what an undeclared ability promises skip, as vacuous (CAP-1).
     vacuous = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped" and c["reason"].startswith("vacuous")}
     assert vacuous == {"test_retry_only_when_declared", "test_jobs_are_whole_without_partial_jobs"}
-    # The checks that need what obj does not declare (eviction, lru) or a forked writer (fork_safe: no) say so.
+    # The checks that need what obj does not declare (eviction, lru) or a forked writer (fork_safe: no) say so;
+    # so do the held-HIT checks (OBJ-12: an object has no handle outliving its deletion, no holds_hits).
+    assert caps["holds_hits"] is False
+    unheld = {"test_a_hit_loads_after_another_instance_deleted_the_block",
+              "test_held_hits_are_released_on_every_path", "test_held_hits_are_released_after_a_failed_load"}
     needs = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped" and c["reason"].startswith("needs ")}
     assert needs == {
-        "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit"
+        "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
+        *unheld,
     }
     assert {o for name, o in outcomes.items() if name not in vacuous | needs} == {"passed"}, outcomes
     assert outcomes["test_sharing_between_instances"] == "passed"

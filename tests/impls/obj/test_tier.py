@@ -368,3 +368,32 @@ def test_shutdown_reports_jobs_and_later_jobs_fail_without_a_request() -> None:
     assert not tier.has_pending_work()
     assert tier.lookup(key(5), ReqContext("after")) is lr.MISS
     tier.shutdown()  # idempotent
+
+
+# -- OBJ-12: a HIT is not held; a deleted or replaced object fails its load ---------------------------
+
+
+@pytest.mark.parametrize("change", ["replaced", "deleted"])
+def test_an_object_changed_between_the_hit_and_the_load_fails_its_load(
+    s3_server: S3Server, bucket: str, change: str
+) -> None:
+    """The lookup's HEAD saw an ETag; another writer replaces (a valid envelope of other bytes) or deletes
+    the object before the load: the load fails for that key, never brings other bytes (OBJ-12)."""
+    with two_instances(s3_server.config(bucket)) as ((a, run_a), (b, run_b)):
+        assert not b.capabilities.holds_hits
+        assert run_a.store([key(1), key(2)]).success
+        assert run_b.resolve([key(1), key(2)]) == {key(1): "HIT", key(2): "HIT"}  # b's HEADs saw the ETags
+        path = a.path_of(key(1))
+        if change == "replaced":
+            other = bytes(b ^ 0xFF for b in block_of(key(1)))  # verifies as key 1's envelope: a different block
+            s3_server.client().put_object(Bucket=bucket, Key=path, Body=env.encode(key(1), other, a.namespace))
+        else:
+            s3_server.client().delete_object(Bucket=bucket, Key=path)
+        result, right, wrong = run_b.load([key(1), key(2)], [4, 5])
+        assert not result.success and result.succeeded == frozenset({key(2)})
+        assert right == {key(2)} and not wrong
+        assert b.stats.replaced_on_load == (1 if change == "replaced" else 0)
+        assert b.stats.hit_load_failures == 1
+        assert run_b.resolve([key(2)]) == {key(2): "HIT"}
+        _, right, wrong = run_b.load([key(2)], [6])  # a key's ETag is used by one load: later loads GET as before
+        assert right == {key(2)} and not wrong

@@ -901,3 +901,7 @@ GALLERY.update(CAPS_GALLERY)
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY  # noqa: E402 - needs this module's names first
 
 GALLERY.update(CLASSES_GALLERY)
+# The tiers that break a held HIT (TIERKIT-6) live in gallery_hits.py, folded in the same way.
+from tests.kvproto.testing.gallery_hits import HITS_GALLERY  # noqa: E402 - needs this module's names first
+
+GALLERY.update(HITS_GALLERY)

@@ -11,6 +11,7 @@ Every system call of a block goes through :class:`FileOps` (fault injection).
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -53,6 +54,7 @@ class FileBackend:
         count: Callable[[str, int], None] | None = None,
     ) -> None:
         self.root = root
+        self._root_slash = os.path.join(os.fspath(root), "")
         self._durability = durability
         self.direct = direct
         self._grace = temp_grace_s
@@ -152,26 +154,55 @@ class FileBackend:
             direct = False
             fd = ops.open(path, os.O_RDONLY)
         try:
-            want = sum(b.nbytes for b in buffers)
-            if direct:
-                head = self.direct.header_buffer()
-                try:
-                    got = read_full(ops, fd, [head, buffers[1]], 0)
-                except OSError as exc:
-                    if exc.errno != errno.EINVAL:
-                        raise
-                    self.direct.refuse(self._dev, exc)
-                    direct = False
-                    got = read_full(ops, fd, buffers, 0)
-                else:
-                    buffers[0][:] = head
-            else:
-                got = read_full(ops, fd, buffers, 0)
-            self.direct.count(direct)
-            size = ops.fstat(fd).st_size
+            return self._read_fd(fd, buffers, direct)
         finally:
             ops.close(fd)
+
+    def _read_fd(self, fd: int, buffers: Sequence[memoryview], direct: bool) -> int:
+        """Read the file of ``fd`` into ``buffers`` (``direct``: it was opened with O_DIRECT); its size."""
+        ops = self._ops
+        want = sum(b.nbytes for b in buffers)
+        if direct:
+            head = self.direct.header_buffer()
+            try:
+                got = read_full(ops, fd, [head, buffers[1]], 0)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.direct.refuse(self._dev, exc)
+                direct = False
+                _set_direct(fd, on=False)
+                got = read_full(ops, fd, buffers, 0)
+            else:
+                buffers[0][:] = head
+        else:
+            got = read_full(ops, fd, buffers, 0)
+        self.direct.count(direct)
+        size = ops.fstat(fd).st_size
         return size if got == min(size, want) else got  # a short read reports a truncated file
+
+    # -- HeldReads (TIERKIT-6, FS-13) ------------------------------------------------------------
+
+    held_reads = True
+    """Blobs are files: an open descriptor keeps reading an unlinked file (FS-13)."""
+
+    def open_held(self, name: str) -> int:
+        """An open file descriptor on blob ``name``: it reads the same bytes after an unlink (FS-13)."""
+        return self._ops.open(self._root_slash + name, os.O_RDONLY)  # a str join: it runs per HIT
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        """As :meth:`read_into`, from the descriptor opened at the HIT (O_DIRECT switched on when the row allows)."""
+        if type(handle) is not int:
+            raise TypeError(f"FileBackend.read_held: not a descriptor: {handle!r:.40}")
+        return self._read_fd(handle, buffers, self._direct_ok(buffers) and _set_direct(handle, on=True))
+
+    def close_held(self, handle: object) -> None:
+        """Close the descriptor."""
+        if type(handle) is int:
+            try:
+                self._ops.close(handle)
+            except OSError:
+                pass
 
     def sizes(self, names: Sequence[str]) -> list[int | None]:
         """``stat`` of each file: its size if it is a regular file, else None (FS-5)."""
@@ -294,6 +325,16 @@ class FileBackend:
                 shutil.rmtree(entry.path, ignore_errors=True)
         if swept:
             self._count("swept_temps", swept)
+
+
+def _set_direct(fd: int, *, on: bool) -> bool:
+    """Switch O_DIRECT on or off for ``fd``; False if the filesystem refuses (the read is then buffered)."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+    except OSError:
+        return False
+    return True
 
 
 def _subdirs(path: Path) -> list[str]:

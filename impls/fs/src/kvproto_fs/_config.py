@@ -48,6 +48,12 @@ class FsTierConfig(BaseModel):
       fast does not turn a check that is a few microseconds late into MISS.
     * ``recent_keys``: in shared mode, how many keys this instance remembers
       as present (stored or loaded by it) without asking the filesystem.
+    * ``hold_hits_steps``: a lookup answering HIT opens the block's file;
+      the load reads from that descriptor, so a block another process
+      deletes meanwhile still loads (FS-13, TIERKIT-6); an unused descriptor
+      is closed when the requests that asked finished or after this many
+      end-of-step hooks. 0 turns it off. ``hold_hits_max``: at most this many
+      held at once (``None``: min(4096, a quarter of the open-file soft limit)).
 
     Invalid values raise :class:`kvproto.errors.ConfigurationError` naming
     every offending field; a ``root`` that does not exist or is not a
@@ -68,6 +74,8 @@ class FsTierConfig(BaseModel):
     probe_deadline_steps: int = Field(default=8, ge=1)
     probe_min_interval_s: float = Field(default=0.002, ge=0, le=1.0)
     recent_keys: int = Field(default=65536, ge=1)
+    hold_hits_steps: int = Field(default=64, ge=0)
+    hold_hits_max: int | None = Field(default=None, ge=1)
 
     def __init__(self, **data: Any) -> None:
         """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (FS-1)."""

@@ -88,7 +88,8 @@ class FsTier(BlobTier):
             shared=config.shared, layout=config.layout, max_bytes=config.max_bytes,
             read_threads=config.read_threads, write_threads=config.write_threads,
             probe_deadline_steps=config.probe_deadline_steps, probe_min_interval_s=config.probe_min_interval_s,
-            recent_keys=config.recent_keys,
+            recent_keys=config.recent_keys, hold_hits_steps=config.hold_hits_steps,
+            hold_hits_max=config.hold_hits_max,
         )
         super().__init__(self.files, buffer, engine, name=name, stats=stats, wrap=wrap)
         self.stats: FsTierStats = stats

@@ -9,12 +9,18 @@ and PUTs in flight are bounded by ``max_concurrency`` together, HEADs and
 existence LISTs by ``probe_concurrency``; each request is bounded by
 ``job_timeout_s`` (on top of obstore's own retry and timeout settings), an
 existence batch by ``probe_timeout_s`` (its listing by half of that).
+
+A HIT is not held (no ``HeldReads``: an object has no handle that outlives its deletion), so a block
+another instance deletes between the lookup and the load fails its load, never serves other bytes
+(OBJ-12). Where the lookup's HEAD (not a listing) saw an ETag, the load's GET is conditional on it (``If-Match``):
+an object replaced meanwhile is a failed load too, not a different block.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -39,6 +45,7 @@ _T = TypeVar("_T")
 _BLOCK_SUFFIX = ".kvb"
 _LIST_CHUNK = 1000
 _RANGED = frozenset({"s3"})  # lists in key order from a native start-after: ranged listings (OBJ-11)
+_SEEN_ETAGS = 65536  # ETags of HEADs not yet used by a load (OBJ-12); the oldest are forgotten past it
 
 
 class ObstoreBackend:
@@ -62,6 +69,7 @@ class ObstoreBackend:
         self.existence_batches = 0
         self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED,
                                    reuse_s=config.list_reuse_s)
+        self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-12)
 
     def path(self, name: str) -> str:
         """The object path of blob ``name``."""
@@ -108,6 +116,7 @@ class ObstoreBackend:
                     raise
                 _log.warning("ObjTier %r: the store refuses conditional writes; overwriting %s", self._tier, path)
                 await self._bounded(obstore.put_async(self.store, path, body, use_multipart=False))
+        self._etags.pop(name, None)  # this instance wrote it: a HEAD's ETag from before no longer applies
         if block:
             self._stats.uploads += 1
             self.planner.created(_namespace_of(name), path, size)
@@ -122,10 +131,22 @@ class ObstoreBackend:
         """One GET; its bytes are copied into ``buffers`` in order (the one copy into the slot row, OBJ-6).
 
         A missing object raises ``FileNotFoundError`` (obstore's own); any
-        other error is transient.
+        other error is transient. If a HEAD (the lookup's existence check)
+        saw an ETag for ``name`` since, the GET is ``If-Match`` on it: an
+        object replaced meanwhile raises ``FileNotFoundError`` too, counted
+        in ``stats.replaced_on_load`` (OBJ-12).
         """
+        etag = self._etags.pop(name, None)
         async with self._io:
-            result = await self._bounded(obstore.get_async(self.store, self.path(name)))
+            try:
+                if etag is None:
+                    result = await self._bounded(obstore.get_async(self.store, self.path(name)))
+                else:
+                    result = await self._bounded(
+                        obstore.get_async(self.store, self.path(name), options={"if_match": etag}))
+            except PreconditionError as exc:
+                self._stats.replaced_on_load += 1
+                raise FileNotFoundError(f"{name}: replaced since the lookup saw ETag {etag}") from exc
             data = memoryview(await self._bounded(result.bytes_async()))
         offset = 0
         total = data.nbytes
@@ -154,14 +175,20 @@ class ObstoreBackend:
             for namespace, group in _by_namespace(names).items():
                 answers.update(await self._listed(namespace, group))
 
+            for name in answers:
+                self._etags.pop(name, None)  # answered by a listing: its load is not conditional (OBJ-12)
+
             async def one(name: str) -> int | None | BaseException:
                 async with self._heads:
                     try:
-                        return (await obstore.head_async(self.store, self.path(name)))["size"]
+                        meta = await obstore.head_async(self.store, self.path(name))
                     except FileNotFoundError:
+                        self._etags.pop(name, None)
                         return None
                     except Exception as exc:
                         return exc
+                self._saw(name, meta["e_tag"])
+                return meta["size"]
 
             rest = [n for n in dict.fromkeys(names) if n not in answers]
             answers.update(zip(rest, await asyncio.gather(*(one(n) for n in rest)), strict=True))
@@ -204,8 +231,19 @@ class ObstoreBackend:
                          len(listing.errors), ranges, self.path(namespace), short_error(listing.errors[0]))
         return {path[cut:]: size for path, size in listing.sizes.items()}
 
+    def _saw(self, name: str, etag: str | None) -> None:
+        """Remember the ETag a HEAD saw for ``name``, for the next load's conditional GET (OBJ-12)."""
+        if etag is None:
+            self._etags.pop(name, None)
+            return
+        self._etags[name] = etag
+        self._etags.move_to_end(name)
+        if len(self._etags) > _SEEN_ETAGS:
+            self._etags.popitem(last=False)
+
     async def delete(self, name: str) -> None:
         """DELETE the object; a missing one is not an error."""
+        self._etags.pop(name, None)
         try:
             await self._bounded(obstore.delete_async(self.store, self.path(name)))
         except FileNotFoundError:
@@ -233,6 +271,7 @@ class ObstoreBackend:
                     await obstore.delete_async(self.store, paths)
 
         self.planner.cleared(namespace)  # before: no listing from before the deletions answers after them
+        self._etags.clear()
         await self._bounded(run())
         self.planner.cleared(namespace)
 

@@ -25,6 +25,9 @@ class ObjTierStats(BlobTierStats):
       from an earlier batch (within ``list_reuse_s``), without a request.
     * ``list_errors``: ranges of such listings that failed or timed out
       (their undecided keys got HEADs).
+    * ``replaced_on_load``: loads whose GET, conditional on the ETag the
+      lookup's HEAD saw, found the object replaced: failed, never another
+      block's bytes (OBJ-12).
     """
 
     uploads: int = 0
@@ -33,6 +36,7 @@ class ObjTierStats(BlobTierStats):
     existence_lists: int = 0
     existence_from_listing: int = 0
     list_errors: int = 0
+    replaced_on_load: int = 0
 
     @property
     def skipped_uploads(self) -> int:

@@ -1,0 +1,318 @@
+"""Held HITs of :class:`~kvproto.tierkit.BlobTier`: a read handle taken when a lookup answers HIT (TIERKIT-6).
+
+In shared storage another instance may delete a block between the lookup
+that answered HIT and the load (its eviction, its ``reset_cache``). A
+backend that offers :class:`~kvproto.tierkit.HeldReads` can open the blob at
+the HIT; the load then reads from that handle, which still reads the same
+bytes (an unlinked file stays readable while open). :class:`Holds` keeps
+those handles, one per key, shared by every request that was answered HIT
+for it, and closes each on every path: the load that used it ended, every
+request that asked finished, ``reset_cache``, ``shutdown``, or
+``max_steps`` end-of-step hooks passed. At most ``cap`` are held at once;
+past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
+the feature and counted.
+
+Where an existence check (the probe's worker thread) found a blob, :meth:`preopen` opens it there,
+off the scheduler's thread; the lookup that then answers HIT takes that handle (a dict lookup, no
+system call). Other HITs (the index, keys this instance stored) open at the lookup. Pre-opened handles
+a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` and at ``shutdown``.
+
+The scheduler's thread calls every method except :meth:`release`, :meth:`preopen` (the probe's
+worker) and the backend's ``read_held`` (the load's worker thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvproto._keys import OffloadKey
+from kvproto.tierkit._backend import HeldReads
+from kvproto.tierkit._blob_jobs import KeyRun
+from kvproto.tierkit._blob_ops import KeyVerdict
+
+__all__ = ["DEFAULT_HOLD_STEPS", "HeldLoad", "Holds", "default_hold_cap"]
+
+_log = logging.getLogger("kvproto.tierkit")
+
+DEFAULT_HOLD_STEPS = 64
+"""End-of-step hooks a handle taken at a HIT is kept for at most (``BlobTierConfig.hold_hits_steps``)."""
+
+_MAX_CAP = 4096
+
+HeldLoad = Callable[[OffloadKey, int, "tuple[HeldReads, object] | None"], tuple[KeyVerdict, int]]
+"""``BlobOps.load``: ``(key, slot, held) -> (verdict, tick)``, reading from ``held`` if given."""
+
+
+def default_hold_cap() -> int:
+    """The smaller of 4,096 and a quarter of this process's open-file soft limit (at least 1)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 256
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return _MAX_CAP
+    return max(1, min(_MAX_CAP, soft // 4))
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    handle: object
+    step: int
+    refs: set[str] = field(default_factory=set)
+
+
+class Holds:
+    """Read handles held from HIT to load, bounded in number and in steps (TIERKIT-6).
+
+    ``count(counter, n)`` adds to the tier's stats: ``held_handles`` (a
+    gauge: held now, including those a load is using), ``held_taken``,
+    ``held_fallbacks`` (HITs answered without a handle: the cap was reached,
+    or opening failed for another reason than "absent").
+    """
+
+    def __init__(
+        self,
+        backend: HeldReads,
+        *,
+        name_of: Callable[[OffloadKey], str],
+        max_steps: int,
+        cap: int,
+        count: Callable[[str, int], None],
+        tier_name: str,
+    ) -> None:
+        self.backend = backend
+        self._name_of = name_of
+        self.max_steps = max_steps
+        self.cap = cap
+        self._count = count
+        self._tier = tier_name
+        self._held: OrderedDict[OffloadKey, _Held] = OrderedDict()  # oldest first
+        self._req_keys: dict[str, set[OffloadKey]] = {}
+        self._evicted: set[OffloadKey] = set()  # held keys this instance evicted: their bytes are still on disk
+        self._in_loads = 0  # handles handed to loads whose report has not come yet
+        self._claimed: dict[int, dict[OffloadKey, object]] = {}  # job id -> claimed handles its load has not read
+        self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
+        self._step = 0
+        self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
+        self._pre: OrderedDict[OffloadKey, tuple[object, int]] = OrderedDict()  # key -> (handle, step), oldest first
+        self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
+
+    @property
+    def generation(self) -> int:
+        """Read before an existence check starts; :meth:`preopen` gets it back."""
+        return self._generation
+
+    def preopen(self, keys: Sequence[OffloadKey], generation: int, names: Mapping[OffloadKey, str] | None = None) -> None:
+        """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob;
+        ``names``: their blob names, if known), for the lookup that answers HIT to take. Within the cap; a
+        failure only means the lookup opens."""
+        room = self.cap - (len(self._held) + self._in_loads + len(self._pre))
+        opened: list[tuple[OffloadKey, object]] = []
+        for key in keys[: max(0, room)]:
+            if key in self._held or key in self._pre:
+                continue
+            try:
+                name = names.get(key) if names is not None else None
+                opened.append((key, self.backend.open_held(name if name is not None else self._name_of(key))))
+            except Exception:  # absent again, EMFILE...: the lookup decides
+                continue
+        stale: list[object] = []
+        with self._lock:
+            for key, handle in opened:
+                if generation != self._generation or key in self._pre:
+                    stale.append(handle)
+                else:
+                    self._pre[key] = (handle, self._step)
+            taken = len(opened) - len(stale)
+        for handle in stale:
+            self._close_quietly(handle)
+        if taken:
+            self._count("held_taken", taken)
+            self._count("held_handles", taken)
+
+    @property
+    def evicted_held(self) -> int:
+        """How many blocks this instance evicted are still kept on storage by a handle (the budget counts them)."""
+        return len(self._evicted)
+
+    def take(self, key: OffloadKey, req_id: str) -> bool:
+        """At a HIT of ``key`` for request ``req_id``: hold a handle (open one unless held). False if the blob
+        is absent now (the caller answers MISS); True otherwise (held, or a counted fallback)."""
+        held = self._held.get(key)
+        if held is not None:
+            held.refs.add(req_id)
+            self._ref(req_id, key)
+            return True
+        if self._pre:
+            with self._lock:
+                pre = self._pre.pop(key, None)
+            if pre is not None:  # opened by the existence check that found it
+                self._held[key] = _Held(pre[0], pre[1], {req_id})
+                self._ref(req_id, key)
+                return True
+        if len(self._held) + self._in_loads + len(self._pre) >= self.cap:
+            self._count("held_fallbacks", 1)
+            return True
+        try:
+            handle = self.backend.open_held(self._name_of(key))
+        except FileNotFoundError:
+            return False
+        except Exception as exc:  # EMFILE, EIO...: answer as without the feature
+            self._count("held_fallbacks", 1)
+            _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
+            return True
+        self._held[key] = _Held(handle, self._step, {req_id})
+        self._ref(req_id, key)
+        self._count("held_taken", 1)
+        self._count("held_handles", 1)
+        return True
+
+    def claim(self, job_id: int, keys: Sequence[OffloadKey]) -> None:
+        """Load ``job_id`` of ``keys`` starts: it takes the handles held for them (reads from, then releases, each)."""
+        out: dict[OffloadKey, object] = {}
+        for key in keys:
+            held = self._held.pop(key, None)
+            if held is None:
+                continue
+            for rid in held.refs:
+                self._unref(rid, key)
+            out[key] = held.handle
+        if out:
+            self._in_loads += len(out)
+            self._claimed[job_id] = out
+            self._claims[job_id] = len(out)
+
+    def load_run(self, job_id: int, load: HeldLoad) -> KeyRun | None:
+        """Load ``job_id``'s key operation: ``load`` from the handle claimed for the key, if any, then closed
+        at once (on the worker), else by name; None if the job claimed no handle (load by name)."""
+        claimed = self._claimed.get(job_id)
+        if claimed is None:
+            return None
+
+        def run(key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
+            handle = claimed.pop(key, None)
+            if handle is None:
+                return load(key, slot, None)
+            try:
+                return load(key, slot, (self.backend, handle))
+            finally:
+                self.release(handle)
+
+        return run
+
+    def load_reported(self, job_id: int, keys: Iterable[OffloadKey]) -> None:
+        """Scheduler: load ``job_id`` was reported; close the handles it claimed and never read (refused keys,
+        keys past the job timeout)."""
+        claimed = self._claimed.pop(job_id, None)
+        if claimed:
+            for key in list(claimed):
+                self.release(claimed.pop(key))
+        self._in_loads -= self._claims.pop(job_id, 0)
+        self._evicted.difference_update(keys)
+
+    def release(self, handle: object) -> None:
+        """Close a handle a load claimed (the load's worker, or the scheduler for handles a load left unused)."""
+        self._close_quietly(handle)
+        self._count("held_handles", -1)
+
+    def request_finished(self, req_id: str) -> None:
+        """Drop ``req_id``'s references; close handles nothing refers to any more."""
+        keys = self._req_keys.pop(req_id, None)
+        if not keys:
+            return
+        gone: list[object] = []
+        for key in keys:
+            held = self._held.get(key)
+            if held is None:
+                continue
+            held.refs.discard(req_id)
+            if not held.refs:
+                gone.append(self._drop(key))
+        self._release_many(gone)
+
+    def step(self) -> None:
+        """An end-of-step hook: close handles held for ``max_steps`` hooks."""
+        self._step += 1
+        oldest = self._step - self.max_steps
+        if self._pre:
+            self._close_pre(lambda step: step <= oldest)
+        gone: list[object] = []
+        while self._held:
+            key, held = next(iter(self._held.items()))
+            if held.step > oldest:
+                break
+            gone.append(self._drop(key))
+        self._release_many(gone)
+
+    def note_evicted(self, keys: Iterable[OffloadKey]) -> int:
+        """This instance evicted ``keys``: those held stay counted by the budget until their handle closes.
+        Returns how many of them are held."""
+        held = [k for k in keys if k in self._held]
+        self._evicted.update(held)
+        return len(held)
+
+    def close_all(self, *, claimed: bool = False) -> None:
+        """``reset_cache``: close every handle not in a load's hands; ``shutdown`` (``claimed``, no load running
+        any more): those a load claimed and never read too."""
+        self._close_pre(lambda step: True, bump=True)
+        self._release_many([self._drop(key) for key in list(self._held)])
+        self._req_keys.clear()
+        if claimed:
+            for handles in self._claimed.values():
+                for key in list(handles):
+                    self.release(handles.pop(key))
+
+    def _close_pre(self, expired: Callable[[int], bool], *, bump: bool = False) -> None:
+        """Close pre-opened handles no lookup took whose step is ``expired`` (oldest first); ``bump``: a later
+        deposit of a check started before now closes its own."""
+        with self._lock:
+            if bump:
+                self._generation += 1
+            gone: list[object] = []
+            while self._pre:
+                key, (handle, step) = next(iter(self._pre.items()))
+                if not expired(step):
+                    break
+                del self._pre[key]
+                gone.append(handle)
+        self._release_many(gone)
+
+    def _release_many(self, handles: list[object]) -> None:
+        """Close ``handles`` (the scheduler's thread), counted once."""
+        for handle in handles:
+            self._close_quietly(handle)
+        if handles:
+            self._count("held_handles", -len(handles))
+
+    def _close_quietly(self, handle: object) -> None:
+        try:
+            self.backend.close_held(handle)
+        except Exception as exc:
+            _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+
+    def _drop(self, key: OffloadKey) -> object:
+        """Forget held ``key``; its handle, for the caller to close."""
+        held = self._held.pop(key)
+        for rid in held.refs:
+            self._unref(rid, key)
+        self._evicted.discard(key)
+        return held.handle
+
+    def _ref(self, req_id: str, key: OffloadKey) -> None:
+        keys = self._req_keys.get(req_id)
+        if keys is None:
+            self._req_keys[req_id] = {key}
+        else:
+            keys.add(key)
+
+    def _unref(self, req_id: str, key: OffloadKey) -> None:
+        keys = self._req_keys.get(req_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._req_keys[req_id]

@@ -1,0 +1,226 @@
+"""A HIT is kept: a lookup's HIT holds the block's file open, so its load reads the right bytes even after
+another instance deleted the block meanwhile; every handle is closed on every path (TIERKIT-6, FS-13; issue 23)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from kvproto import ReqContext, members as lr
+from kvproto.errors import ConfigurationError
+from kvproto.tierkit import BlobTierConfig
+
+from kvproto_fs import FileOps, FsTier, FsTierConfig
+from tests.impls._tier_runner import Runner, block_of, key, make_buffer, shut_down_after
+from tests.impls.fs._support import opened_tier
+
+NO_DEADLINE = 1_000_000
+
+
+def _pair(root: Path, **options: object) -> tuple[tuple[FsTier, Runner[FsTier]], tuple[FsTier, Runner[FsTier]]]:
+    first = FsTier(buf_a := make_buffer(), FsTierConfig(root=root, shared=True, probe_deadline_steps=NO_DEADLINE,
+                                                        **options), name="a")
+    second = FsTier(buf_b := make_buffer(), FsTierConfig(root=root, shared=True, probe_deadline_steps=NO_DEADLINE),
+                    name="b")
+    assert first.wait_ready(10) and second.wait_ready(10)
+    return (first, Runner(first, buf_a)), (second, Runner(second, buf_b))
+
+
+@pytest.mark.parametrize("stored_by", ["first", "second"])
+def test_a_hit_loads_the_right_bytes_after_another_instance_deleted_the_block(tmp_path: Path, stored_by: str) -> None:
+    (a, ra), (b, rb) = _pair(tmp_path)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        ks = [key(i) for i in range(3)]
+        (ra if stored_by == "first" else rb).store(ks)  # first: its index answers; second: the probe does
+        assert ra.resolve(ks) == {k: "HIT" for k in ks}
+        assert a.capabilities.holds_hits and a.stats.held_handles == 3
+        for k in ks:
+            b.files.delete(b.name_of(k))  # between a's HIT and its load
+            assert not a.path_of(k).exists()
+        result, right, wrong = ra.load(ks)
+        assert result.success and right == set(ks) and not wrong
+        assert a.stats.held_handles == 0 and a.stats.held_taken == 3 and a.stats.hit_load_failures == 0
+
+
+def test_with_the_feature_off_the_same_load_fails_as_before(tmp_path: Path) -> None:
+    (a, ra), (b, rb) = _pair(tmp_path, hold_hits_steps=0)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        k = key(1)
+        ra.store([k])
+        assert ra.resolve([k]) == {k: "HIT"}
+        assert not a.capabilities.holds_hits and "holds_hits" in a.capabilities.reasons
+        b.files.delete(b.name_of(k))
+        result, right, wrong = ra.load([k])
+        assert not result.success and not right and not wrong
+        assert a.stats.held_taken == 0 and a.stats.hit_load_failures == 1
+
+
+def test_a_private_tier_holds_its_hits_too(tmp_path: Path) -> None:
+    with opened_tier(tmp_path) as (tier, run):
+        k = key(7)
+        run.store([k])
+        assert tier.lookup(k, run.req) is lr.HIT and tier.stats.held_handles == 1
+        os.unlink(tier.path_of(k))  # another process on the same root
+        result, right, _ = run.load([k])
+        assert result.success and right == {k} and tier.stats.held_handles == 0
+
+
+def test_a_hit_whose_file_is_gone_at_the_lookup_answers_miss(tmp_path: Path) -> None:
+    with opened_tier(tmp_path) as (tier, run):
+        k = key(8)
+        run.store([k])
+        os.unlink(tier.path_of(k))
+        assert tier.lookup(k, run.req) is lr.MISS and tier.stats.held_handles == 0
+
+
+def test_handles_close_when_the_request_ends_at_the_bound_at_reset_and_at_shutdown(tmp_path: Path) -> None:
+    with opened_tier(tmp_path, hold_hits_steps=3) as (tier, run):
+        ks = [key(i) for i in range(4)]
+        run.store(ks)
+        other = ReqContext("other")
+        assert tier.lookup(ks[0], run.req) is lr.HIT and tier.lookup(ks[0], other) is lr.HIT
+        assert tier.stats.held_handles == 1 and tier.stats.held_taken == 1  # one handle per key
+        tier.on_request_finished(run.req)
+        assert tier.stats.held_handles == 1  # "other" still refers to it
+        tier.on_request_finished(other)
+        assert tier.stats.held_handles == 0  # request ended
+        assert tier.lookup(ks[1], run.req) is lr.HIT and tier.stats.held_handles == 1
+        for _ in range(2):
+            tier.on_step_end()
+        assert tier.stats.held_handles == 1
+        tier.on_step_end()
+        assert tier.stats.held_handles == 0  # the bound of steps passed
+        assert tier.lookup(ks[2], run.req) is lr.HIT and tier.stats.held_handles == 1
+        assert tier.reset_cache()
+        assert tier.stats.held_handles == 0  # reset
+    with opened_tier(tmp_path) as (tier, run):
+        k = key(9)
+        run.store([k])
+        assert tier.lookup(k, run.req) is lr.HIT and tier.stats.held_handles == 1
+        tier.shutdown()
+        assert tier.stats.held_handles == 0  # shutdown
+
+
+def test_a_failed_load_closes_its_handle(tmp_path: Path) -> None:
+    with opened_tier(tmp_path) as (tier, run):
+        k = key(3)
+        run.store([k])
+        assert tier.lookup(k, run.req) is lr.HIT
+        with open(tier.path_of(k), "r+b") as f:  # damaged in place: the held descriptor reads it damaged
+            f.truncate(100)
+        result, right, wrong = run.load([k])
+        assert not result.success and not right and not wrong
+        assert tier.stats.held_handles == 0 and tier.stats.hit_load_failures == 1
+
+
+def test_past_the_cap_a_hit_is_answered_without_a_handle_and_counted(tmp_path: Path) -> None:
+    with opened_tier(tmp_path, hold_hits_max=2) as (tier, run):
+        ks = [key(i) for i in range(4)]
+        run.store(ks)
+        assert [tier.lookup(k, run.req) for k in ks] == [lr.HIT] * 4
+        assert tier.stats.held_handles == 2 and tier.stats.held_fallbacks == 2
+        result, right, _ = run.load(ks)
+        assert result.success and right == set(ks) and tier.stats.held_handles == 0
+
+
+class _NoDescriptors(FileOps):
+    """``open`` for reading fails with EMFILE while ``full`` is set (the process ran out of descriptors)."""
+
+    full = False
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if self.full and not flags & (os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EMFILE, "Too many open files (injected)")
+        return super().open(path, flags, mode)
+
+
+def test_emfile_while_opening_is_a_counted_fallback(tmp_path: Path) -> None:
+    ops = _NoDescriptors()
+    buf = make_buffer()
+    with shut_down_after((tier := FsTier(buf, FsTierConfig(root=tmp_path), ops=ops), Runner(tier, buf))) as (_, run):
+        assert tier.wait_ready(10)
+        k = key(4)
+        run.store([k])
+        ops.full = True
+        assert tier.lookup(k, run.req) is lr.HIT
+        assert tier.stats.held_fallbacks == 1 and tier.stats.held_handles == 0
+        ops.full = False
+        result, right, _ = run.load([k])
+        assert result.success and right == {k}
+
+
+def test_own_eviction_counts_a_held_block_until_its_handle_closes(tmp_path: Path) -> None:
+    blob = 4096 + len(block_of(key(0)))
+    with opened_tier(tmp_path, max_bytes=3 * blob) as (tier, run):
+        ks = [key(i) for i in range(3)]
+        run.store(ks)
+        assert tier.lookup(ks[0], run.req) is lr.HIT  # the least recently used one, now held
+        run.store([key(3)])  # one over budget: ks[0] is evicted, but its bytes stay on disk while held
+        assert ks[0] not in tier.indexed_keys()
+        assert tier.used_bytes <= 2 * blob  # 2 indexed + 1 held = the budget of 3
+        tier.on_request_finished(run.req)
+        run.store([key(4)])
+        assert tier.used_bytes == 3 * blob  # the handle closed: its block is freed
+
+
+def test_bad_settings_are_refused_naming_the_field() -> None:
+    with pytest.raises(ConfigurationError, match="hold_hits_steps"):
+        BlobTierConfig(hold_hits_steps=-1)
+    with pytest.raises(ConfigurationError, match="hold_hits_max"):
+        BlobTierConfig(hold_hits_max=0)
+    with pytest.raises(ConfigurationError, match="hold_hits_steps"):
+        FsTierConfig(root=Path("."), hold_hits_steps=-1)
+
+
+class _WhereOpened(FileOps):
+    """Records the thread of every read-only ``open`` (a held handle, or a load's read)."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            self.threads.append(threading.get_ident())
+        return super().open(path, flags, mode)
+
+
+def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path: Path) -> None:
+    """Shared mode: the probe's worker opens the blobs it found; the lookups answering HIT take those
+    handles without a system call on the scheduler's thread (TIERKIT-6, the cost of a HIT)."""
+    ops = _WhereOpened()
+    buf_a, buf_b = make_buffer(), make_buffer()
+    a = FsTier(buf_a, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="a")
+    b = FsTier(buf_b, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="b", ops=ops)
+    with shut_down_after((a, Runner(a, buf_a))) as (_, ra), shut_down_after((b, Runner(b, buf_b))) as (_, rb):
+        assert a.wait_ready(10) and b.wait_ready(10)
+        ks = [key(i, b"pre") for i in range(4)]
+        ra.store(ks)
+        assert rb.resolve(ks) == {k: "HIT" for k in ks}
+        assert b.stats.held_handles == 4 and b.stats.held_taken == 4
+        assert len(ops.threads) == 4 and threading.get_ident() not in ops.threads
+        for k in ks:
+            a.files.delete(a.name_of(k))
+        result, right, wrong = rb.load(ks)
+        assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
+
+
+def test_a_check_that_ends_after_reset_closes_the_handles_it_opened(tmp_path: Path) -> None:
+    """A pre-opening existence check that started before ``reset_cache`` keeps nothing past it."""
+    with opened_tier(tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE) as (tier, run):
+        holds = tier._holds
+        assert holds is not None
+        before = holds.generation
+        assert tier.reset_cache()
+        k = key(5)
+        run.store([k])
+        fds = len(os.listdir("/proc/self/fd"))
+        holds.preopen([k], before)  # the check's deposit, after the reset
+        assert tier.stats.held_handles == 0 and len(os.listdir("/proc/self/fd")) == fds
+        holds.preopen([k], holds.generation)  # a check started after it deposits
+        assert tier.stats.held_handles == 1
+        tier.on_step_end()
+        assert tier.reset_cache() and tier.stats.held_handles == 0

@@ -1,0 +1,109 @@
+"""Broken tiers that declare ``holds_hits`` and do not keep it (TIER-26, TIERKIT-6; issue 23).
+
+Each is the filesystem tier in shared mode with exactly one bug; ``HITS_GALLERY`` maps each ``kvproto
+conform`` target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from kvproto._keys import OffloadKey
+from kvproto.testing import FaultyBackend, ForwardingBackend, TierSpec
+from kvproto.tierkit import HeldReads
+
+from kvproto_fs import FsTier, FsTierConfig
+from kvproto_fs._conformance import FS_HOOKS, fresh_root
+from tests.kvproto.testing.gallery import _QUICK, Expected
+
+_HOOKS = {name: hook for name, hook in FS_HOOKS.items() if name in ("reopen", "read_block", "seed_block")}
+_FAULT_HOOKS = {**_HOOKS, "fail_keys": FS_HOOKS["fail_keys"]}
+
+
+class ClosesEarly(ForwardingBackend):
+    """Bug: closes the handle as soon as it opens it, then reads the blob by name at the load."""
+
+    def open_held(self, name: str) -> object:
+        inner = self.inner
+        assert isinstance(inner, HeldReads)
+        inner.close_held(inner.open_held(name))  # the bug: nothing is held from the HIT to the load
+        return (name, None)
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        assert isinstance(handle, tuple)
+        return self.inner.read_into(handle[0], buffers)
+
+    def close_held(self, handle: object) -> None:
+        pass
+
+
+def _closes_early(buffer: memoryview) -> FsTier:
+    return FsTier(buffer, FsTierConfig(root=fresh_root(), shared=True), name="closes-early", wrap=ClosesEarly)
+
+
+class LeaksPastBound(FsTier):
+    """Bug: declares a bound of 2 steps for its held HITs, but keeps each for 64."""
+
+    def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
+        super().__init__(buffer, config, name=name)
+        self.capabilities = replace(self.capabilities, max_hold_steps=2)  # the bug: the engine holds 64
+
+
+def _leaks_past_bound(buffer: memoryview) -> LeaksPastBound:
+    return LeaksPastBound(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-past-bound")
+
+
+class LeaksFailedLoads(FsTier):
+    """Bug: a load that failed without reading a key forgets the handle held for it, open (and counted)."""
+
+    def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
+        super().__init__(buffer, config, name=name, wrap=FaultyBackend)
+        holds = self._holds
+        assert holds is not None
+        self.leaked: list[object] = []
+
+        def load_reported(job_id: int, keys: Iterable[OffloadKey]) -> None:
+            self.leaked += holds._claimed.pop(job_id, {}).values()  # the bug: never closed nor uncounted
+            holds._in_loads -= holds._claims.pop(job_id, 0)
+
+        holds.load_reported = load_reported  # type: ignore[method-assign]  # the gallery's one bug, on this instance
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        holds = self._holds
+        assert holds is not None
+        for handle in self.leaked:  # the test process keeps no descriptor (the count stays wrong: the bug)
+            holds.backend.close_held(handle)
+
+
+def _leaks_failed_loads(buffer: memoryview) -> LeaksFailedLoads:
+    return LeaksFailedLoads(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-failed-loads")
+
+
+def closes_handle_early() -> TierSpec:
+    return TierSpec("closes-handle-early", "secondary", _closes_early, hooks=_HOOKS, limits=_QUICK, tier_class=FsTier)
+
+
+def leaks_handles_past_bound() -> TierSpec:
+    return TierSpec("leaks-handles-past-bound", "secondary", _leaks_past_bound, hooks=_HOOKS, limits=_QUICK,
+                    tier_class=LeaksPastBound)
+
+
+def leaks_handles_of_failed_loads() -> TierSpec:
+    return TierSpec("leaks-handles-of-failed-loads", "secondary", _leaks_failed_loads, hooks=_FAULT_HOOKS,
+                    limits=_QUICK, tier_class=LeaksFailedLoads)
+
+
+_HERE = __name__
+HITS_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:closes_handle_early": Expected(
+        "test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance"
+    ),
+    f"{_HERE}:leaks_handles_past_bound": Expected(
+        "test_held_hits_are_released_on_every_path", "TIER-26", "still held after 2 end-of-step hooks"
+    ),
+    f"{_HERE}:leaks_handles_of_failed_loads": Expected(
+        "test_held_hits_are_released_after_a_failed_load", "TIER-26", "still held after a load of the keys"
+    ),
+}
