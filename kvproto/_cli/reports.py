@@ -56,7 +56,8 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
             f"[{_STYLE[verdict]}]{verdict}",
             "; ".join(typecheck.all_problems()),
         )
-    for o in report.outcomes:
+    stopped = report.error is not None and all(o.outcome == "not run" for o in report.outcomes)
+    for o in [] if stopped else report.outcomes:  # a run stopped before any check: its one message
         clause = o.clause
         if o.outcome in ("failed", "error"):
             clause = o.violated or "-"  # "-": the check saw no clause broken (an error, nondeterminism)
@@ -69,7 +70,7 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
             first += " (steps below)" if STEPS_HEADING in rest else " (more below)"
         table.add_row(clause, _check_label(o.check), f"[{_STYLE.get(o.outcome, '')}]{o.outcome}", first)
     if report.error:
-        table.add_row("KIT-9", "run the kit", "[bold red]error", report.error)
+        table.add_row(report.error_clause, "run the kit", "[bold red]error", report.error)
     console.print(table)
     for label, clause, rest in below:
         console.print(f"{label} ({clause}):", style="bold", markup=False, highlight=False)
@@ -127,6 +128,7 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "unchecked_clauses": report.unchecked_by_declaration(),
                 "unchecked": [u.to_json() for u in report.unchecked()],
                 "error": report.error,
+                "error_clause": report.error_clause if report.error else None,
                 "typecheck": None if typecheck is None else typecheck.to_json(),
                 "checks": [o.to_json() for o in report.outcomes],
             }

@@ -24,7 +24,8 @@ from kvproto._cli.targets import build_test_class
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._checks import checks_of
 from kvproto.testing._driver import resolve_capabilities
-from kvproto.testing._failures import ConformanceFailure, clause_of
+from kvproto.testing._failures import ConformanceFailure, SetUpFailed, clause_of
+from kvproto.testing._preflight import preflight
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
@@ -133,6 +134,7 @@ class TierReport:
     capabilities: Capabilities
     outcomes: list[CheckOutcome] = field(default_factory=list)
     error: str | None = None  # the kit could not run at all
+    error_clause: str = "KIT-9"  # the clause that says why (KIT-17: the preflight stopped the run)
 
     @property
     def passed(self) -> bool:
@@ -207,6 +209,8 @@ class _Collector:
             message = str(error)
             notes = [str(n) for n in getattr(error, "__notes__", ())]
             clause = error.clause if isinstance(error, ConformanceFailure) else clause_of(message)
+            if isinstance(error, SetUpFailed):
+                report.user_properties.append(("kvproto_inconclusive", True))  # its own clause unjudged (KIT-17)
             if isinstance(error, NondeterministicTier):
                 clause = None  # no clause was seen broken: the check has no verdict (KIT-3)
                 report.user_properties.append(("kvproto_inconclusive", True))
@@ -349,6 +353,10 @@ def run_kit(
         return report
     if problem is not None and brief is not None:
         return _not_a_tier(report, problem, brief, on_progress)
+    down = preflight(spec, report.capabilities)
+    if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
+        report.error, report.error_clause = down, "KIT-17"
+        return report
     token = uuid.uuid4().hex
     _SPECS[token] = spec
     build_test_class(spec)  # fail early (in this process) on a bad spec

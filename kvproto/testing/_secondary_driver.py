@@ -51,6 +51,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         # KIT-5: the next ``_armed_left`` jobs submitted must fail whole (the kit armed fail_next_jobs).
         self._armed_left = 0
         self.armed_jobs: dict[int, str] = {}  # job id -> the hook armed for it
+        # KIT-17: stores reported failed while no fault hook had run: the check's set-up failed.
+        self.setup_failures: list[str] = []
+        self.faults_injected = False
         # What each slot must hold; None while a load job targets it or after a failed load.
         self._shadow: list[bytes | None] = []
         for slot in range(self.num_slots):
@@ -318,9 +321,15 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
     def store(
         self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None, *, context: ReqContext | None = None
     ) -> JobResult:
-        """Submit a store and wait for its result."""
+        """Submit a store and wait for its result. A store reported failed with no fault injected
+        (no hook armed or run) is recorded as a failed set-up step (KIT-17)."""
         job = self.submit_store(keys, slots, context=context)
-        return self.wait([job])[job.job_id]
+        result = self.wait([job])[job.job_id]
+        if not result.success and job.job_id not in self.armed_jobs and not self.faults_injected:
+            self.setup_failures.append(
+                f"the tier reported store job {job.job_id} ({len(job.keys)} block(s)) failed, with no fault injected"
+            )
+        return result
 
     def load(
         self, keys: Sequence[OffloadKey], slots: Sequence[int], *, context: ReqContext | None = None
