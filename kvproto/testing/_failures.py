@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ConformanceFailure", "HookRaised", "SetUpFailed", "clause_of"]
+__all__ = ["SEEN_AFTER_SET_UP", "ConformanceFailure", "HookRaised", "SetUpFailed", "clause_of"]
 
 _CLAUSE = re.compile(r"^\[([A-Z]+-\d+)\]")
 
@@ -30,6 +30,10 @@ def clause_of(message: str) -> str | None:
     return found.group(1) if found else None
 
 
+SEEN_AFTER_SET_UP = "; what it then saw follows from that: "
+"""Where a set-up failure's message goes on to what the check then saw (a report groups by what precedes it)."""
+
+
 class SetUpFailed(ConformanceFailure):
     """A check could not set up: a step it relies on (a store the kit made no fault for) failed, so
     its own clause (``check_clause``) was not judged. ``clause`` is the clause that governs that
@@ -37,7 +41,7 @@ class SetUpFailed(ConformanceFailure):
     failure of its own clause (KIT-17)."""
 
     def __init__(self, clause: str, step: str, check_clause: str, seen: str | None = None) -> None:
-        then = "" if seen is None else f"; what it then saw follows from that: {seen}"
+        then = "" if seen is None else f"{SEEN_AFTER_SET_UP}{seen}"
         super().__init__(
             clause, f"set-up failed: {step}, so this check of {check_clause} could not judge the tier{then}"
         )

@@ -4,15 +4,20 @@ gets one clear message instead of a blame on every clause whose check could not 
 A tier may fail a job (a failure ends as a MISS), so a failed store breaks no clause; but a tier
 that fails every store cannot be judged at all. The preflight stops the run only on that: the
 tier reported a store (or, after a successful store, a load) failed, twice in a row, with no
-fault injected. Anything else it sees (a job never reported, wrong bytes, an exception) is left
-to the checks, which judge it on its clause.
+fault injected; or the tier raised while storing or loading that one block. Anything else it sees
+(a job never reported, wrong bytes, a broken clause) is left to the checks, which judge it on its
+clause. It runs only before a run of every check (not for ``--check`` or ``-k``, where a
+tier's state shared between builds would be changed by it).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._protocols import SecondaryTier
+from kvproto.testing._attribution import tier_frames
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
@@ -40,8 +45,14 @@ def preflight(spec: TierSpec, capabilities: Capabilities) -> str | None:
         return _store_and_load(kit)
     except ConformanceFailure:
         return None  # a broken clause: the check of that clause says so
-    except Exception:
-        return None  # the tier raised: each check attributes it to its clause
+    except Exception as error:  # the tier raised on its most basic operations
+        frames = tier_frames(error)
+        where = "" if not frames else f" (in {frames[-1].name}, {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+        return (
+            f"preflight failed: the tier raised {type(error).__name__}: {error}{where} while the kit stored and "
+            "loaded one block. No check was run; fix that error (run the check that failed alone with --check, "
+            "or with -v, to see it in context) and run again"
+        )
     finally:
         try:
             kit.shutdown()

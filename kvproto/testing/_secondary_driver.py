@@ -13,7 +13,7 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
-from kvproto.testing._data import block_for, row, sentinel_for
+from kvproto.testing._data import block_for, differing_bytes, row, sentinel_for
 from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short_key, voluntary_switches
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
@@ -282,7 +282,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
                 return f"{head} holds the bytes of another key, {short_key(other_key)}{moved}"
         if got == sentinel_for(slot, self.block_bytes):
             return f"{head} was never written{moved}"
-        return f"{head} holds bytes that were never stored under any key{moved}"
+        return f"{head} holds bytes that were never stored under any key ({differing_bytes(want, got)}){moved}"
 
     def pending(self) -> list[int]:
         """Ids of submitted jobs not reported yet, oldest first."""

@@ -83,6 +83,16 @@ def test_the_preflight_passes_every_correct_tier_it_is_given() -> None:
         assert preflight(spec, resolve_capabilities(None, spec.build())) is None
 
 
+def test_a_tier_that_raises_on_its_first_store_gets_one_preflight_message(tmp_path: Path) -> None:
+    """A threaded tier whose worker crashes at the first job: the preflight says so, once."""
+    code, data = _conform(tmp_path, "tests.kvproto.testing.misfits:worker_crash_once")
+    assert code == 1
+    (tier,) = data["tiers"]
+    assert tier["error_clause"] == "KIT-17"
+    assert tier["error"].startswith("preflight failed: the tier raised RuntimeError: worker thread 2 died")
+    assert "(in get_finished_jobs, misfits.py:" in tier["error"]
+
+
 def test_an_exception_the_tier_raises_is_the_checks_failure_with_the_tiers_traceback(tmp_path: Path) -> None:
     """Regression: a tier's exception inside a check was reported with clause "-" and no traceback."""
     code, data = _conform(tmp_path, f"{HERE}:raises_from_take_events", "--check", "events_name_stored_blocks")
