@@ -18,7 +18,11 @@ from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 
-__all__ = ["SecondaryDriver"]
+__all__ = ["STARTUP_BOUND_S", "SecondaryDriver"]
+
+STARTUP_BOUND_S = 30.0
+"""How long the kit waits for a tier offering ``wait_ready`` to start (KIT-19): a bound on a
+condition, met at once by a healthy tier, never a wait for luck."""
 
 
 class SecondaryDriver(TierDriver[SecondaryTier]):
@@ -348,6 +352,18 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             self.step()
         time.sleep(0.005)
         self.collect()
+
+    def wait_started(self) -> None:
+        """Wait until the tier has started, where it can say so: a tier starting in the background
+        (a reopened instance scanning its storage) may offer ``wait_ready(timeout) -> bool``, as
+        :class:`~kvproto.tierkit.BlobTier` does. The kit then asks it only once started, on that
+        condition, instead of racing its start-up against the kit's clock (KIT-19). A tier still
+        not started after ``STARTUP_BOUND_S`` fails TIER-18 (its instances must come up)."""
+        ready = getattr(self.tier, "wait_ready", None)
+        if callable(ready) and ready(STARTUP_BOUND_S) is False:
+            raise ConformanceFailure(
+                "TIER-18", f"a new instance over the same storage had not started after {STARTUP_BOUND_S:g} s (wait_ready)"
+            )
 
     # ---- lookups --------------------------------------------------------------------------
     def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:
