@@ -122,3 +122,29 @@ def test_a_gallery_tier_fails_on_the_same_clause_every_run(target: str) -> None:
     expected = GALLERY[target]
     (verdict,) = _same_every_run(resolve_target(target), OTHER_RUNS, checks=[expected.check])
     assert verdict == (expected.check, "failed", expected.clause)
+
+
+SHARING_CHECKS = ["test_persistence_across_instances", "test_sharing_between_instances"]
+
+
+def test_a_new_instance_is_asked_once_started_not_while_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the sharing and persistence checks asked a reopened instance while it was still
+    starting, so the verdict depended on which came first. A reopened instance of this tier answers
+    MISS until its start-up is over (held here until ``wait_ready``): the kit waits for that
+    condition and passes it every time; asking at once (the kit before KIT-19) fails it."""
+    from kvproto.testing._secondary_driver import SecondaryDriver
+
+    from tests.kvproto.testing.trust_tiers import starts_in_the_background
+
+    _passes(_same_every_run(starts_in_the_background(), OTHER_RUNS, checks=SHARING_CHECKS))
+    monkeypatch.setattr(SecondaryDriver, "wait_started", lambda self: None)
+    asked_at_once = _verdicts(run_kit(starts_in_the_background(), profile="fast", checks=SHARING_CHECKS))
+    assert asked_at_once == [(c, "failed", "TIER-18") for c in SHARING_CHECKS]
+
+
+def test_an_instance_that_never_starts_fails_tier_18() -> None:
+    from tests.kvproto.testing.trust_tiers import never_starts
+
+    report = run_kit(never_starts(), profile="fast", checks=SHARING_CHECKS)
+    assert _verdicts(report) == [(c, "failed", "TIER-18") for c in SHARING_CHECKS]
+    assert all("had not started after 30 s (wait_ready)" in o.reason for o in report.outcomes)
