@@ -62,6 +62,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only this kit check (repeatable; e.g. lookup_does_not_block)",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed Hypothesis with N (a run with a seed repeats exactly; the report names the seed of each run)",
+    )
+    parser.add_argument(
+        "-x", "--failfast", action="store_true", help="stop at the first check that fails (the rest are not run)"
+    )
+    parser.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="run only the checks whose names match EXPR (pytest -k syntax, e.g. 'lookup and not many')",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show each failure's details and traceback under its table"
+    )
+    parser.add_argument(
         "--explain",
         metavar="CHECK",
         help="say what a kit check does, its clause, what it needs, and how to run it in your own pytest",
@@ -209,7 +227,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
 
     from kvproto._cli.progress import progress_display
     from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
-    from kvproto._cli.runner import CheckOutcome, TierReport, planned_checks, run_kit
+    from kvproto._cli.runner import CheckOutcome, TierReport, expected_failures_problem, planned_checks, run_kit
     from kvproto._cli.targets import TierUnavailable, parse_options, reference_tiers, resolve_target
     from kvproto.errors import KvprotoError
 
@@ -252,6 +270,11 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     if not specs:
         say(console, "no tiers to check: every installed reference tier lacks a dependency")
         return 2
+    for spec in specs:
+        problem = expected_failures_problem(spec)
+        if problem is not None:
+            say(console, problem)
+            return 2
     if only is not None:
         known = {p.check for spec in specs for p in planned_checks(spec)}
         unknown = sorted(set(only) - known)
@@ -283,7 +306,15 @@ def _run(console: Console, args: argparse.Namespace) -> int:
                 progress.update(task_id, advance=1, last=label, failed=shown)
 
             here = None if only is None else [p.check for p in planned]
-            report = run_kit(spec, profile=profile, on_progress=advance, checks=here)
+            report = run_kit(
+                spec,
+                profile=profile,
+                on_progress=advance,
+                checks=here,
+                seed=args.seed,
+                failfast=args.failfast,
+                keyword=args.keyword,
+            )
             bad = sum(1 for o in report.outcomes if not o.ok)
             total = len(report.outcomes)
             if report.error:
@@ -294,12 +325,14 @@ def _run(console: Console, args: argparse.Namespace) -> int:
                 verdict = f"[green]none of {total} checks failed"
             progress.update(task, total=total, completed=total, last=verdict, failed="")
             reports.append(report)
+            if args.failfast and not report.passed:
+                break  # -x: the first failing check ends the run, later tiers included
         if checker is not None:
             waiting = progress.add_task("typecheck", total=None, last="strict mypy", failed="")
             checker.join()
             progress.update(waiting, total=1, completed=1, last="done")
     for report in reports:
-        render_tier(console, report, typechecks.get(report.spec.name))
+        render_tier(console, report, typechecks.get(report.spec.name), verbose=args.verbose)
     render_summary(console, reports, typechecks)
     data = to_json(reports, typechecks, profile=profile)
     if args.json is not None:

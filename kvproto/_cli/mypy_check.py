@@ -18,6 +18,7 @@ import importlib
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,8 @@ class TypecheckResult:
     protocol: str
     problems: list[str] = field(default_factory=list)
     module_errors: list[str] = field(default_factory=list)
+    #: Why the tier's own module was not checked for strict errors (only the protocol was); None if it was.
+    unchecked_module: str | None = None
     mypy_output: str = ""
 
     @property
@@ -71,6 +74,8 @@ class TypecheckResult:
             "passed": self.passed,
             "problems": self.problems,
             "module_errors": self.module_errors,
+            "module_checked": self.unchecked_module is None,
+            "unchecked_module": self.unchecked_module,
         }
 
     def all_problems(self) -> list[str]:
@@ -244,6 +249,32 @@ def _root_of(module_file: Path, module_name: str) -> Path:
     return root
 
 
+@dataclass(frozen=True)
+class _Copy:
+    """An installed package copied for mypy: ``parent_root`` goes on mypy_path, ``module`` is checked."""
+
+    parent_root: Path
+    module: Path
+
+
+def _copy_installed(module_file: Path, root: Path, module_name: str, into: Path) -> _Copy | None:
+    """Copy the installed top-level package (or module) holding ``module_name`` from ``root`` into
+    ``into`` (a folder kept per install root, so mypy's cache stays warm); None if it cannot."""
+    top = module_name.split(".", 1)[0]
+    source = root / top if (root / top).is_dir() else root / f"{top}.py"
+    try:
+        if into.exists():
+            shutil.rmtree(into)
+        into.mkdir(parents=True)
+        if source.is_dir():
+            shutil.copytree(source, into / top, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+        else:
+            shutil.copy2(source, into / source.name)
+        return _Copy(into, into / module_file.relative_to(root))
+    except (OSError, ValueError):
+        return None
+
+
 class PendingTypecheck:
     """A type check running in a ``python -m mypy`` subprocess, so it overlaps the kit's run."""
 
@@ -320,11 +351,19 @@ def _prepare(
         str(snippet),
     ]
     if _installed(target_root):
-        # An installed (non-editable) package: mypy finds it through --python-executable (it needs
-        # py.typed). Naming its file would make mypy treat all of site-packages as the user's own
-        # code ("A user-defined top-level module with name 'typing_extensions' is not supported").
-        # mypy reports no errors inside installed packages, so only the protocol is checked.
-        return result, args, snippet, lines, None
+        # An installed (non-editable) package: mypy reports no errors inside site-packages, and
+        # naming a file there makes it treat all of site-packages as the user's own code. So the
+        # tier's top-level package is copied to a folder of its own, first on mypy_path (it shadows
+        # the installed copy), and the copy of the tier's module is checked (KIT-12).
+        copied = _copy_installed(Path(module_file).resolve(), target_root, cls.__module__, cache.parent / f"{root_id}-src")
+        if copied is None:
+            result.unchecked_module = (
+                f"{cls.__module__} is installed and could not be copied for mypy: its own strict errors were "
+                "not checked (only the protocol was)"
+            )
+            return result, args, snippet, lines, None
+        config.write_text(MYPY_SETTINGS + f"mypy_path = {_mypy_path(copied.parent_root, kvproto_root)}\n")
+        return result, [*args, str(copied.module)], snippet, lines, str(copied.module)
     return result, [*args, module_file], snippet, lines, module_file
 
 

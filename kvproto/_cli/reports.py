@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
@@ -13,9 +14,10 @@ from rich.table import Table
 from kvproto._cli.mypy_check import TypecheckResult
 from kvproto._cli.runner import TierReport
 from kvproto.errors import InvalidArgumentError
+from kvproto.testing._failures import SEEN_AFTER_SET_UP
 from kvproto.testing._steps import STEPS_HEADING
 
-__all__ = ["render_summary", "render_tier", "to_json", "unchecked_words", "write_json", "write_junit"]
+__all__ = ["cause_of", "render_summary", "render_tier", "to_json", "unchecked_words", "write_json", "write_junit"]
 
 _STYLE = {
     "passed": "green",
@@ -37,9 +39,13 @@ def _check_label(name: str) -> str:
     return name.removeprefix("test_")
 
 
-def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult | None) -> None:
+def render_tier(
+    console: Console, report: TierReport, typecheck: TypecheckResult | None, *, verbose: bool = False
+) -> None:
     """One table for one tier: clause, check (never cut), result, reason (its first line); then,
-    under the table, the rest of each failure's reason (a state machine's steps) (KIT-3, KIT-11)."""
+    under the table, the rest of each failure's reason (a state machine's steps) (KIT-3, KIT-11).
+    A later failure with the same cause as an earlier one says so instead of repeating it; with
+    ``verbose``, each failure's details and traceback follow (KIT-18)."""
     spec = report.spec
     table = Table(title=f"{spec.name} ({spec.kind} tier)", title_justify="left", expand=False)
     longest = max((len(_check_label(o.check)) for o in report.outcomes), default=5)
@@ -56,11 +62,19 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
             f"[{_STYLE[verdict]}]{verdict}",
             "; ".join(typecheck.all_problems()),
         )
-    for o in report.outcomes:
+    stopped = report.error is not None and all(o.outcome == "not run" for o in report.outcomes)
+    causes: dict[str, str] = {}
+    for o in [] if stopped else report.outcomes:  # a run stopped before any check: its one message
         clause = o.clause
+        reason = o.reason
         if o.outcome in ("failed", "error"):
             clause = o.violated or "-"  # "-": the check saw no clause broken (an error, nondeterminism)
-        reason = o.reason
+            first_seen = causes.setdefault(f"{o.violated}|{cause_of(o.reason)}", o.check)
+            if first_seen != o.check:
+                reason = f"same cause as {_check_label(first_seen)} (above)"
+            elif verbose:
+                more = "\n".join(part for part in (o.details, o.traceback) if part.strip())
+                reason = f"{reason}\n{more}" if more else reason
         if o.hypothesis and o.outcome == "passed":
             reason = f"{o.hypothesis.get('examples')} examples"
         first, _, rest = reason.partition("\n")
@@ -69,11 +83,22 @@ def render_tier(console: Console, report: TierReport, typecheck: TypecheckResult
             first += " (steps below)" if STEPS_HEADING in rest else " (more below)"
         table.add_row(clause, _check_label(o.check), f"[{_STYLE.get(o.outcome, '')}]{o.outcome}", first)
     if report.error:
-        table.add_row("KIT-9", "run the kit", "[bold red]error", report.error)
+        table.add_row(report.error_clause, "run the kit", "[bold red]error", report.error)
     console.print(table)
     for label, clause, rest in below:
         console.print(f"{label} ({clause}):", style="bold", markup=False, highlight=False)
         console.print(rest, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+_VARYING = re.compile(r"\b(?:job \d+|jobs? [\d, ]+|[0-9a-f]{12}\.\.[0-9a-f]{8}|\d+)\b")
+
+
+def cause_of(reason: str) -> str:
+    """A failure's cause: its first line, job ids, keys and numbers left out, so two checks that
+    failed the same way (the same store job failing, the same wrong byte) share it (KIT-18)."""
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    first = first.split(SEEN_AFTER_SET_UP, 1)[0]  # a failed set-up is the cause, not what followed
+    return _VARYING.sub("#", first)
 
 
 def unchecked_words(report: TierReport) -> str:
@@ -127,6 +152,8 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "unchecked_clauses": report.unchecked_by_declaration(),
                 "unchecked": [u.to_json() for u in report.unchecked()],
                 "error": report.error,
+                "error_clause": report.error_clause if report.error else None,
+                "seed": report.seed,
                 "typecheck": None if typecheck is None else typecheck.to_json(),
                 "checks": [o.to_json() for o in report.outcomes],
             }

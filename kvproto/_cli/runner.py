@@ -7,13 +7,14 @@ hands it to ``pytest.main`` with a plugin object that records each report.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from kvproto._cli.targets import build_test_class
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._checks import checks_of
 from kvproto.testing._driver import resolve_capabilities
-from kvproto.testing._failures import ConformanceFailure, clause_of
+from kvproto.testing._expected import unknown_names
+from kvproto.testing._failures import ConformanceFailure, SetUpFailed, clause_of
+from kvproto.testing._preflight import preflight
 from kvproto.testing._primary import PrimaryTierTests
 from kvproto.testing._secondary import SecondaryTierTests
 from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
@@ -83,6 +86,7 @@ class CheckOutcome:
     details: str = ""
     duration_s: float = 0.0
     hypothesis: dict[str, object] | None = None
+    traceback: str = ""  # pytest's full report of a failure or error (shown with -v)
 
     @property
     def ok(self) -> bool:
@@ -133,6 +137,8 @@ class TierReport:
     capabilities: Capabilities
     outcomes: list[CheckOutcome] = field(default_factory=list)
     error: str | None = None  # the kit could not run at all
+    error_clause: str = "KIT-9"  # the clause that says why (KIT-17: the preflight stopped the run)
+    seed: int | None = None  # the Hypothesis seed given with --seed (KIT-18)
 
     @property
     def passed(self) -> bool:
@@ -189,10 +195,14 @@ class _Collector:
         self.on_progress = on_progress
         self.collected = 0
         self.collect_errors: list[str] = []
+        self.deselected: set[str] = set()  # checks -k left out
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collect_errors.append(str(report.longrepr))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected.update(item.name for item in items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.collected = len(session.items)
@@ -207,6 +217,8 @@ class _Collector:
             message = str(error)
             notes = [str(n) for n in getattr(error, "__notes__", ())]
             clause = error.clause if isinstance(error, ConformanceFailure) else clause_of(message)
+            if isinstance(error, SetUpFailed):
+                report.user_properties.append(("kvproto_inconclusive", True))  # its own clause unjudged (KIT-17)
             if isinstance(error, NondeterministicTier):
                 clause = None  # no clause was seen broken: the check has no verdict (KIT-3)
                 report.user_properties.append(("kvproto_inconclusive", True))
@@ -239,6 +251,7 @@ class _Collector:
                 outcome.outcome = "xfailed" if xfail_reason is not None else "skipped"
                 outcome.reason = xfail_reason or _skip_reason(report)
             elif report.failed:
+                outcome.traceback = report.longreprtext
                 outcome.outcome = "error"
                 outcome.reason = str(props.get("kvproto_message") or _last_line(report))
                 outcome.violated = _as_str(props.get("kvproto_violated"))
@@ -256,6 +269,7 @@ class _Collector:
                     outcome.outcome = "skipped"
                     outcome.reason = _skip_reason(report)
             else:
+                outcome.traceback = report.longreprtext
                 outcome.outcome = "error" if props.get("kvproto_inconclusive") else "failed"
                 outcome.reason = str(props.get("kvproto_message") or _last_line(report))
                 outcome.violated = _as_str(props.get("kvproto_violated"))
@@ -320,14 +334,48 @@ def _not_a_tier(
     return report
 
 
+@contextlib.contextmanager
+def _hypothesis_in(folder: Path, seed: int | None) -> Iterator[None]:
+    """Hypothesis keeps its files (example database, constants cache) under ``folder`` while the
+    kit runs, never in the user's current directory; with ``seed``, every check is seeded with it
+    (the profiles otherwise derandomize, so a run repeats anyway) (KIT-18)."""
+    import hypothesis.core
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(folder / ".hypothesis")
+    before: object = hypothesis.core.global_force_seed
+    if seed is not None:
+        # What pytest's --hypothesis-seed sets; typeshed-less Hypothesis types it as None.
+        setattr(hypothesis.core, "global_force_seed", seed)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(hypothesis.core, "global_force_seed", before)  # noqa: B010
+        set_hypothesis_home_dir(None)
+
+
+def expected_failures_problem(spec: TierSpec) -> str | None:
+    """Why ``spec``'s ``expected_failures`` cannot be used: a name that is no kit check, with the
+    closest one suggested (KIT-6, KIT-18); None when each names a check (with or without ``test_``)."""
+    problems = unknown_names(spec.expected_failures, {o.check for o in planned_checks(spec)})
+    return f"{spec.name}: {'; '.join(problems)}" if problems else None
+
+
 def run_kit(
     spec: TierSpec,
     *,
     profile: str | None = None,
     on_progress: Callable[[CheckOutcome], None] | None = None,
     checks: list[str] | None = None,
+    seed: int | None = None,
+    failfast: bool = False,
+    keyword: str | None = None,
 ) -> TierReport:
-    """Run every kit check (or only ``checks``) against ``spec``; never raises for a broken tier."""
+    """Run every kit check (or only ``checks``, or those ``keyword`` selects, pytest ``-k``
+    syntax) against ``spec``; never raises for a broken tier. ``seed`` seeds Hypothesis (the
+    run repeats exactly); ``failfast`` stops at the first failing check (KIT-18). Nothing is
+    written into the current directory: Hypothesis keeps its files in the run's temporary
+    folder, pytest keeps no cache."""
     planned = planned_checks(spec)
     if checks is not None:
         unknown = sorted(set(checks) - {o.check for o in planned})
@@ -338,7 +386,7 @@ def run_kit(
             )
         planned = [o for o in planned if o.check in checks]
     outcomes = {o.check: o for o in planned}
-    report = TierReport(spec, spec.capabilities or Capabilities(), planned)
+    report = TierReport(spec, spec.capabilities or Capabilities(), planned, seed=seed)
     try:
         tier = spec.build()
         report.capabilities = resolve_capabilities(spec.capabilities, tier)
@@ -349,6 +397,10 @@ def run_kit(
         return report
     if problem is not None and brief is not None:
         return _not_a_tier(report, problem, brief, on_progress)
+    down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
+    if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
+        report.error, report.error_clause = down, "KIT-17"
+        return report
     token = uuid.uuid4().hex
     _SPECS[token] = spec
     build_test_class(spec)  # fail early (in this process) on a bad spec
@@ -371,12 +423,25 @@ def run_kit(
             if importlib.util.find_spec("pytest_timeout") is not None:
                 # A tier that deadlocks fails its check instead of hanging the run.
                 args += ["-o", f"timeout={CHECK_TIMEOUT_S}"]
-            code = pytest.main(args, plugins=[collector])
+            if failfast:
+                args.append("-x")
+            if keyword is not None:
+                args += ["-k", keyword]
+            with _hypothesis_in(folder, seed):
+                code = pytest.main(args, plugins=[collector])
             sys.modules.pop(module.stem, None)
     finally:
         _SPECS.pop(token, None)
     if code == pytest.ExitCode.INTERRUPTED:
         raise Interrupted(report)
+    if keyword is not None:  # the checks -k left out are no part of this run's verdict
+        report.outcomes = [o for o in report.outcomes if o.check not in collector.deselected]
+        if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+            code = pytest.ExitCode.OK
+    if failfast:
+        for outcome in report.outcomes:
+            if outcome.outcome == "not run":
+                outcome.outcome, outcome.reason = "skipped", "not run: -x stopped at the first failure"
     if collector.collect_errors:
         report.error = "the kit could not collect its checks: " + collector.collect_errors[0]
     elif code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

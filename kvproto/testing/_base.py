@@ -10,6 +10,7 @@ import pytest
 from kvproto._capabilities import Capabilities
 from kvproto.testing._checks import NEEDS, VACUOUS, CheckInfo, check, checks_of
 from kvproto.testing._driver import resolve_capabilities
+from kvproto.testing._expected import canonical, expected_reason, unknown_names
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits, KitProfile, profile_named
 
@@ -78,13 +79,13 @@ class KitBase:
         if info is None:
             return
         if name == GUARD_CHECK and getattr(type(self), name) is not getattr(self._kit_base, name):
-            if not self.expected_failures.get(name, "").strip():
+            if not (expected_reason(self.expected_failures, name) or "").strip():
                 raise ConformanceFailure(
                     "KIT-1", f"{type(self).__name__} overrides the guard check {GUARD_CHECK}"
                 )
         request.node.user_properties.append(("kvproto_check", name))
         request.node.user_properties.append(("kvproto_clause", info.clause))
-        reason = self.expected_failures.get(name)
+        reason = expected_reason(self.expected_failures, name)  # with or without test_ (KIT-6)
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=not info.hypothesis, reason=reason))
         if info.needs or info.unless:
@@ -116,17 +117,16 @@ class KitBase:
             if mine is original:
                 continue
             how = "removed" if not callable(mine) else "overridden"
-            reason = self.expected_failures.get(name, "").strip()
+            reason = (expected_reason(self.expected_failures, name) or "").strip()
             if not reason:
                 problems.append(
                     f"{name} ({info.clause}) is {how} in {cls.__name__} without a reason in "
                     "expected_failures"
                 )
         known = checks_of(base)
+        problems.extend(unknown_names(self.expected_failures, known))
         for name, reason in self.expected_failures.items():
-            if name not in known:
-                problems.append(f"expected_failures names {name!r}, which is not a kit check")
-            elif not str(reason).strip():
+            if canonical(name, known) is not None and not str(reason).strip():
                 problems.append(f"expected_failures[{name!r}] gives no reason")
         if problems:
             raise ConformanceFailure("KIT-1", "; ".join(problems))

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from kvproto.testing._attribution import attributed
+
 __all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of"]
 
 NEEDS = "needs capability '{ability}', which the tier does not declare"
@@ -58,8 +60,10 @@ def check(
     def mark(fn: _F) -> _F:
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
         info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis, unless)
-        setattr(fn, _ATTR, info)
-        marked: _F = pytest.mark.kvproto(fn)
+        # What the check raises is reported against whom it belongs to: the tier, a hook, a set-up step.
+        run = attributed(clause, fn)
+        setattr(run, _ATTR, info)
+        marked: _F = pytest.mark.kvproto(run)
         if hypothesis:
             marked = pytest.mark.kvproto_hypothesis(marked)
         return marked

@@ -7,7 +7,7 @@ import hashlib
 from kvproto._keys import OffloadKey, make_key
 from kvproto.errors import InvalidArgumentError
 
-__all__ = ["block_for", "key_pool", "make_buffer", "row", "sentinel_for", "tricky_keys"]
+__all__ = ["block_for", "differing_bytes", "key_pool", "make_buffer", "row", "sentinel_for", "tricky_keys"]
 
 
 def block_for(key: bytes, block_bytes: int) -> bytes:
@@ -65,3 +65,16 @@ def row(buffer: memoryview, slot: int) -> memoryview:
         raise InvalidArgumentError(f"the primary buffer must be 2-D (slots, block bytes), got ndim={buffer.ndim}")
     block_bytes = buffer.shape[1]
     return buffer.cast("B")[slot * block_bytes : (slot + 1) * block_bytes]
+
+
+def differing_bytes(want: bytes, got: bytes) -> str:
+    """Where ``got`` differs from ``want``, in words: the first wrong byte's offset and values, and
+    how many bytes differ in all (the root cause of a TIER-10 failure, KIT-18)."""
+    wrong = [i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b]
+    if len(want) != len(got):
+        return f"{len(got)} bytes where {len(want)} were stored"
+    if not wrong:
+        return "no byte differs"
+    first = wrong[0]
+    at = f"at offset {first} (0x{got[first]:02x} where 0x{want[first]:02x} was stored)"
+    return f"one wrong byte, {at}" if len(wrong) == 1 else f"{len(wrong)} wrong bytes, the first {at}"

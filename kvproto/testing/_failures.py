@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ConformanceFailure", "clause_of"]
+__all__ = ["SEEN_AFTER_SET_UP", "ConformanceFailure", "HookRaised", "SetUpFailed", "clause_of"]
 
 _CLAUSE = re.compile(r"^\[([A-Z]+-\d+)\]")
 
@@ -28,3 +28,34 @@ def clause_of(message: str) -> str | None:
     """The clause id a failure message starts with, if any."""
     found = _CLAUSE.match(message.strip())
     return found.group(1) if found else None
+
+
+SEEN_AFTER_SET_UP = "; what it then saw follows from that: "
+"""Where a set-up failure's message goes on to what the check then saw (a report groups by what precedes it)."""
+
+
+class SetUpFailed(ConformanceFailure):
+    """A check could not set up: a step it relies on (a store the kit made no fault for) failed, so
+    its own clause (``check_clause``) was not judged. ``clause`` is the clause that governs that
+    step (TIER-10 for a store or load job); the runner reports the check as an error, never as a
+    failure of its own clause (KIT-17)."""
+
+    def __init__(self, clause: str, step: str, check_clause: str, seen: str | None = None) -> None:
+        then = "" if seen is None else f"{SEEN_AFTER_SET_UP}{seen}"
+        super().__init__(
+            clause, f"set-up failed: {step}, so this check of {check_clause} could not judge the tier{then}"
+        )
+        self.check_clause = check_clause
+
+
+class HookRaised(ConformanceFailure):
+    """A backdoor hook (KIT-5) raised: the hook's fault, not the tier's; the hook's traceback is in
+    the failure's notes (KIT-17)."""
+
+    def __init__(self, hook: str, error: BaseException) -> None:
+        super().__init__(
+            "KIT-5",
+            f"the backdoor hook {hook}() raised {type(error).__name__}: {error} (the error came from the "
+            "test hook, not from the tier)",
+        )
+        self.hook = hook

@@ -95,6 +95,7 @@ class SecondaryTierTests(
         reopened = self.reopen(kit.tier, primary_buffer)
         other = SecondaryDriver(reopened, primary_buffer, kit.capabilities, kit.limits, first_job_id=9001)
         try:
+            other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
             other.expect(other.resolve(keys), lr.HIT, "TIER-18", "in a new instance over the same storage")
             other.load(keys, [10, 11, 12])
         finally:
@@ -108,6 +109,7 @@ class SecondaryTierTests(
             self.reopen(kit.tier, other_buffer), other_buffer, kit.capabilities, kit.limits, first_job_id=9501
         )
         try:
+            other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
             keys = key_pool("share", 4)
             kit.store(keys[:2])
             other.expect(other.resolve(keys[:2]), lr.HIT, "TIER-18", "in a second live instance after the first stored it")

@@ -162,6 +162,7 @@ class SecondaryDataChecks(SecondaryRole):
         failed ones do not. Stopping at the first bad block (the keys after it fail untried) is allowed."""
         keys = key_pool("partial", 4)
         failing = {keys[1], keys[3]}
+        kit.store(key_pool("partial-control", 1))  # set-up: a store with no fault must go through (KIT-17)
         self.fail_keys(kit.tier, sorted(failing))
         result = kit.store(keys)
         done = result.succeeded_keys(kit.jobs[result.job_id])
@@ -194,6 +195,7 @@ class SecondaryDataChecks(SecondaryRole):
         """``fail_next_jobs(n)`` SETS the count: exactly the next n jobs fail whole, later ones run;
         a hook with too little or too much effect fails KIT-5."""
         keys = key_pool("hook-n", 6)
+        kit.store(key_pool("hook-n-control", 1))  # set-up: a store with no fault must go through (KIT-17)
         self.fail_next_jobs(kit.tier, 1)
         self.fail_next_jobs(kit.tier, 2)  # sets the count to two; it does not add
         outcome = [kit.store(keys[i : i + 1], store_slots(kit, 1)).success for i in range(4)]

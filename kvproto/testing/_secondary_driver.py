@@ -13,12 +13,16 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
-from kvproto.testing._data import block_for, row, sentinel_for
+from kvproto.testing._data import block_for, differing_bytes, row, sentinel_for
 from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short_key, voluntary_switches
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 
-__all__ = ["SecondaryDriver"]
+__all__ = ["STARTUP_BOUND_S", "SecondaryDriver"]
+
+STARTUP_BOUND_S = 30.0
+"""How long the kit waits for a tier offering ``wait_ready`` to start (KIT-19): a bound on a
+condition, met at once by a healthy tier, never a wait for luck."""
 
 
 class SecondaryDriver(TierDriver[SecondaryTier]):
@@ -51,6 +55,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         # KIT-5: the next ``_armed_left`` jobs submitted must fail whole (the kit armed fail_next_jobs).
         self._armed_left = 0
         self.armed_jobs: dict[int, str] = {}  # job id -> the hook armed for it
+        # KIT-17: stores reported failed while no fault hook had run: the check's set-up failed.
+        self.setup_failures: list[str] = []
+        self.faults_injected = False
         # What each slot must hold; None while a load job targets it or after a failed load.
         self._shadow: list[bytes | None] = []
         for slot in range(self.num_slots):
@@ -279,7 +286,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
                 return f"{head} holds the bytes of another key, {short_key(other_key)}{moved}"
         if got == sentinel_for(slot, self.block_bytes):
             return f"{head} was never written{moved}"
-        return f"{head} holds bytes that were never stored under any key{moved}"
+        return f"{head} holds bytes that were never stored under any key ({differing_bytes(want, got)}){moved}"
 
     def pending(self) -> list[int]:
         """Ids of submitted jobs not reported yet, oldest first."""
@@ -318,9 +325,15 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
     def store(
         self, keys: Sequence[OffloadKey], slots: Sequence[int] | None = None, *, context: ReqContext | None = None
     ) -> JobResult:
-        """Submit a store and wait for its result."""
+        """Submit a store and wait for its result. A store reported failed with no fault injected
+        (no hook armed or run) is recorded as a failed set-up step (KIT-17)."""
         job = self.submit_store(keys, slots, context=context)
-        return self.wait([job])[job.job_id]
+        result = self.wait([job])[job.job_id]
+        if not result.success and job.job_id not in self.armed_jobs and not self.faults_injected:
+            self.setup_failures.append(
+                f"the tier reported store job {job.job_id} ({len(job.keys)} block(s)) failed, with no fault injected"
+            )
+        return result
 
     def load(
         self, keys: Sequence[OffloadKey], slots: Sequence[int], *, context: ReqContext | None = None
@@ -339,6 +352,18 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             self.step()
         time.sleep(0.005)
         self.collect()
+
+    def wait_started(self) -> None:
+        """Wait until the tier has started, where it can say so: a tier starting in the background
+        (a reopened instance scanning its storage) may offer ``wait_ready(timeout) -> bool``, as
+        :class:`~kvproto.tierkit.BlobTier` does. The kit then asks it only once started, on that
+        condition, instead of racing its start-up against the kit's clock (KIT-19). A tier still
+        not started after ``STARTUP_BOUND_S`` fails TIER-18 (its instances must come up)."""
+        ready = getattr(self.tier, "wait_ready", None)
+        if callable(ready) and ready(STARTUP_BOUND_S) is False:
+            raise ConformanceFailure(
+                "TIER-18", f"a new instance over the same storage had not started after {STARTUP_BOUND_S:g} s (wait_ready)"
+            )
 
     # ---- lookups --------------------------------------------------------------------------
     def _vet(self, key: OffloadKey, answer: LookupResult) -> LookupResult:

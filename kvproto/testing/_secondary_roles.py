@@ -16,6 +16,7 @@ import pytest
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
+from kvproto.testing._attribution import report_hooks
 from kvproto.testing._common import CLOSED, Finish, PendingWorkWords, TierChecks
 from kvproto.testing._data import make_buffer
 from kvproto.testing._driver import short_key
@@ -50,6 +51,9 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
     """``count`` slots in the upper half of the buffer, where the shared checks load."""
     first = kit.num_slots // 2
     return list(range(first, first + count))
+
+
+_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen")
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):
@@ -97,6 +101,7 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         driver = SecondaryDriver(
             tier, primary_buffer, self.declared_capabilities(tier), self.limits, on_close=closed
         )
+        report_hooks(self, _HOOKS, self.has_hook, driver)  # a hook that raises says so (KIT-17)
         yield driver
         driver.shutdown()
 

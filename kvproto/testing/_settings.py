@@ -90,8 +90,11 @@ class KitLimits:
 
 def hypothesis_settings(profile: KitProfile) -> settings:
     """Hypothesis settings for the kit's state machines under ``profile``."""
+    import hypothesis.core
     from hypothesis import HealthCheck, Phase, settings as make_settings
 
+    # A seed given (kvproto conform --seed) wins over derandomizing, which would ignore it (KIT-18).
+    seeded = hypothesis.core.global_force_seed is not None
     phases = [Phase.explicit, Phase.reuse, Phase.generate]
     if profile.shrink:
         phases.append(Phase.shrink)
@@ -99,7 +102,7 @@ def hypothesis_settings(profile: KitProfile) -> settings:
         max_examples=profile.machine_examples,
         stateful_step_count=profile.machine_steps,
         deadline=None,
-        derandomize=not profile.shrink,
+        derandomize=not profile.shrink and not seeded,
         database=None,
         phases=phases,
         report_multiple_bugs=False,
