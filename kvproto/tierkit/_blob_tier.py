@@ -22,11 +22,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
+from contextlib import contextmanager
+from functools import partial
 
 from kvproto import envelope as env, members as lr
-from kvproto._async_probe import AsyncProbe
+from kvproto._async_probe import AsyncProbe, BatchCheck
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
@@ -35,13 +37,13 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, JobAdmission
-from kvproto.tierkit._blob_async import LoopBackend, is_async_backend
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, ExistenceBatches, JobAdmission
+from kvproto.tierkit._blob_async import LoopBackend, is_async_backend, loop_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
-from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, check_exists, restart_scan
+from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, check_exists, names_of, restart_scan
 
 __all__ = ["BlobTier"]
 
@@ -86,7 +88,7 @@ class BlobTier:
         sync: BlobBackend
         self._loop_io: LoopBackend | None = None  # jobs run on its loop (an async backend, not wrapped)
         if is_async_backend(backend):
-            sync = LoopBackend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
+            sync = loop_backend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
             admission = backend if isinstance(backend, JobAdmission) else None
             if wrap is None:
                 self._loop_io = sync
@@ -123,8 +125,10 @@ class BlobTier:
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
+        self._batches = sync if isinstance(sync, ExistenceBatches) else None  # TIERKIT-6
         self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps,
-                                 chunk_keys=PROBE_CHUNK_KEYS)
+                                 chunk_keys=PROBE_CHUNK_KEYS,
+                                 batch_scope=None if self._batches is None else partial(self._existence_batch, self._batches))
         self.capabilities = Capabilities(
             async_lookup=True,
             max_retry_steps=config.probe_deadline_steps,
@@ -301,12 +305,15 @@ class BlobTier:
         return self._scan_done.wait(timeout)
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Block until every job is finished and every queued deletion ran (tests, tools)."""
+        """Block until every job is finished, every posted existence batch is back (its end included,
+        TIERKIT-6) and every queued deletion ran (tests, tools)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
                 running = list(self._running.values())
             if all(f.done() for f in running):
+                if not self._probe.wait_idle(max(0.0, deadline - time.monotonic())):
+                    return False
                 if self._starter.is_alive():
                     self._starter.join(max(0.0, deadline - time.monotonic()))
                 try:
@@ -518,6 +525,21 @@ class BlobTier:
     def _exists(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
         """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long."""
         return check_exists(self._ops, keys, tier_name=self._name, count=self._count)
+
+    @contextmanager
+    def _existence_batch(self, batches: ExistenceBatches, keys: Sequence[OffloadKey]) -> Iterator[BatchCheck]:
+        """The probe's scope of one batch (its worker thread, TIERKIT-6): the backend sees every name of
+        the batch, then its chunks under the batch's token, then the batch's end, whatever happens."""
+        token = batches.begin_sizes(names_of(self._ops, keys))
+
+        def check(chunk: Sequence[OffloadKey]) -> list[OffloadKey]:
+            return check_exists(self._ops, chunk, tier_name=self._name, count=self._count,
+                                sizes=lambda names: batches.batch_sizes(token, names))
+
+        try:
+            yield check
+        finally:
+            batches.end_sizes(token)
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""
