@@ -6,8 +6,9 @@ holds ``n_keys / 8`` objects and the manifest) asked in one step of a shared
 (the probe checks them front first, in chunks of 64), side by side in one
 run with a plain sequential loop of ``obstore.head`` calls:
 
-* ``tier_list``: the tier as configured by default (``list_page_cost`` 16,
-  ``list_reuse_s`` 1 s): it answers from LIST pages (OBJ-11);
+* ``tier_list``: the tier as configured by default (``list_page_cost`` 16):
+  it answers the batch from one LIST made at its first chunk, which answers
+  that batch's chunks only (OBJ-11, TIERKIT-7);
 * ``tier_heads``: the same tier with ``list_page_cost=0``: concurrent HEADs
   only (``probe_concurrency`` at a time, one chunk after the other);
 * ``sequential``: one ``obstore.head`` after the other.

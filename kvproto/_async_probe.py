@@ -14,6 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 
 from kvproto import members as lr
@@ -22,12 +23,16 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError
 
-__all__ = ["AsyncProbe", "BatchCheck"]
+__all__ = ["AsyncProbe", "BatchCheck", "BatchScope"]
 
 _log = logging.getLogger("kvproto.async_probe")
 
 BatchCheck = Callable[[Sequence[OffloadKey]], Iterable[OffloadKey]]
 """Checks a batch of keys and returns those that are stored (may block; runs off the scheduler)."""
+
+BatchScope = Callable[[Sequence[OffloadKey]], AbstractContextManager[BatchCheck]]
+"""Opens one posted batch (all its keys): the context's value checks that batch's chunks; its exit ends
+the batch (AP-10)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +77,13 @@ class AsyncProbe:
       asked (a prefix scan's front first), each chunk's verdicts applying at
       the first hook after that chunk came back, and a chunk whose check
       raises becomes MISS alone (AP-9).
+    * ``batch_scope``: None checks every chunk with ``check``. Otherwise it
+      is called with all the keys of each posted batch before its first
+      chunk; the context manager it returns is entered (its value checks
+      the batch's chunks) and exited once, after the last chunk, also when
+      a chunk raised, the probe was reset (chunks not yet started are then
+      skipped) or shut down. If opening it raises, the batch is checked
+      with ``check`` (AP-10).
     """
 
     def __init__(
@@ -83,6 +95,7 @@ class AsyncProbe:
         resolve_after_steps: int = 1,
         background: bool = True,
         chunk_keys: int | None = None,
+        batch_scope: BatchScope | None = None,
     ) -> None:
         if type(resolve_after_steps) is not int or resolve_after_steps < 1:
             raise ConfigurationError(
@@ -99,6 +112,8 @@ class AsyncProbe:
                 f"AsyncProbe {name!r}: chunk_keys must be None or an int >= 1, got {chunk_keys!r}"
             )
         self._check = check
+        self._scope = batch_scope
+        self._epoch = 0  # bumped by reset: a batch checked across it skips its chunks not yet started
         self._chunk = chunk_keys
         self.name = name
         self.deadline_steps = deadline_steps
@@ -205,7 +220,9 @@ class AsyncProbe:
         return bool(self._outcomes) or bool(self._held)
 
     def reset(self) -> None:
-        """Forget every verdict, queued key and reference; answers still in flight are ignored (AP-3)."""
+        """Forget every verdict, queued key and reference; answers still in flight are ignored (AP-3), and
+        the chunks of a batch being checked that have not started are skipped (AP-10)."""
+        self._epoch += 1
         self._entries.clear()
         self._req_keys.clear()
         self._queue.clear()
@@ -295,9 +312,9 @@ class AsyncProbe:
             )
             self._worker.start()
 
-    def _run_check(self, keys: tuple[OffloadKey, ...]) -> frozenset[OffloadKey]:
+    def _run_check(self, keys: tuple[OffloadKey, ...], check: BatchCheck) -> frozenset[OffloadKey]:
         try:
-            found = frozenset(self._check(keys))
+            found = frozenset(check(keys))
         except Exception:
             _log.warning(
                 "AsyncProbe %r: existence check of %d keys raised; answering MISS for the batch",
@@ -310,15 +327,41 @@ class AsyncProbe:
 
     def _check_batch(self, batch: _Batch) -> None:
         """Check ``batch`` whole, or chunk by chunk, front first, each chunk's outcome handed over as
-        soon as it is back (AP-6, AP-9). Once shutdown began, chunks not yet started are MISS."""
-        size = self._chunk
-        if size is None or len(batch.keys) <= size:
-            self._outcomes.append(_BatchOutcome(batch, self._run_check(batch.keys)))
-            return
-        for start in range(0, len(batch.keys), size):
-            part = _Batch(batch.keys[start : start + size], batch.gens[start : start + size], batch.posted_step)
-            found = frozenset() if self._stopping else self._run_check(part.keys)
-            self._outcomes.append(_BatchOutcome(part, found))
+        soon as it is back (AP-6, AP-9), inside the batch's scope if any (AP-10). Once shutdown began,
+        or after a reset, chunks not yet started are MISS without a check."""
+        with ExitStack() as stack:
+            check = self._open(batch, stack)
+            size = self._chunk
+            if size is None or len(batch.keys) <= size:
+                self._outcomes.append(_BatchOutcome(batch, self._run_check(batch.keys, check)))
+                return
+            epoch = self._epoch
+            for start in range(0, len(batch.keys), size):
+                part = _Batch(batch.keys[start : start + size], batch.gens[start : start + size], batch.posted_step)
+                skip = self._stopping or self._epoch != epoch
+                found: frozenset[OffloadKey] = frozenset() if skip else self._run_check(part.keys, check)
+                self._outcomes.append(_BatchOutcome(part, found))
+
+    def _open(self, batch: _Batch, stack: ExitStack) -> BatchCheck:
+        """The check for ``batch``'s chunks: its scope's (exited with ``stack``, errors logged), else ``check``."""
+        if self._scope is None:
+            return self._check
+        try:
+            scope = self._scope(batch.keys)
+            check = scope.__enter__()
+        except Exception:
+            _log.warning("AsyncProbe %r: opening a batch of %d keys raised; checking it chunk by chunk",
+                         self.name, len(batch.keys), exc_info=True)
+            return self._check
+
+        def close() -> None:
+            try:
+                scope.__exit__(None, None, None)
+            except Exception:
+                _log.warning("AsyncProbe %r: closing a batch raised", self.name, exc_info=True)
+
+        stack.callback(close)
+        return check
 
     def _work(self) -> None:
         while True:

@@ -17,7 +17,8 @@ Secondary tiers:
 * :class:`BlobTier` over a :class:`BlobBackend` (or :class:`AsyncBlobBackend`): the backend is a
   tier's storage I/O (publish create-if-absent, read into the slot row, sizes, delete, list); the
   engine owns names, the envelope, jobs, verdicts, events (at most :data:`MAX_PENDING_EVENTS`),
-  budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict.
+  budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict. A backend
+  offering :class:`ExistenceBatches` sees each existence batch whole before its chunks (TIERKIT-7).
 
 Scans over a ready view (MGR-20):
 
@@ -41,9 +42,18 @@ from kvproto._tiering._batch_scan import (
     batched_window as ready_window_scan,
     fast_flags as ready_flags,
 )
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission, Published
+from kvproto.tierkit._backend import (
+    AsyncBlobBackend,
+    AsyncExistenceBatches,
+    BlobBackend,
+    ExistenceBatches,
+    HeldReads,
+    JobAdmission,
+    Published,
+)
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
+from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS
 from kvproto.tierkit._blob_tier import BlobTier
 from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
 from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
@@ -63,11 +73,14 @@ __all__ = [
     "make_policy",
     # secondary tiers
     "MAX_PENDING_EVENTS",
+    "PROBE_CHUNK_KEYS",
     "AsyncBlobBackend",
+    "AsyncExistenceBatches",
     "BlobBackend",
     "BlobTier",
     "BlobTierConfig",
     "BlobTierStats",
+    "ExistenceBatches",
     "HeldReads",
     "JobAdmission",
     "MemoryBackend",

@@ -33,7 +33,10 @@ from typing import Protocol, runtime_checkable
 
 from kvproto._keys import OffloadKey
 
-__all__ = ["AsyncBlobBackend", "BlobBackend", "HeldReads", "JobAdmission", "Published"]
+__all__ = [
+    "AsyncBlobBackend", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldReads", "JobAdmission",
+    "Published",
+]
 
 
 class Published(enum.Enum):
@@ -214,4 +217,52 @@ class HeldReads(Protocol):
 
     def close_held(self, handle: object) -> None:
         """Release ``handle`` (exactly once per handle); never raises."""
+        ...
+
+
+@runtime_checkable
+class ExistenceBatches(Protocol):
+    """Optional: a synchronous backend that sees a whole existence batch, then its chunks (TIERKIT-7).
+
+    The engine checks a probe batch in chunks (TIERKIT-5). A backend offering
+    these methods gets :meth:`begin_sizes` with every name of the batch
+    before the first chunk, :meth:`batch_sizes` (the token, a chunk's names)
+    for each chunk, and :meth:`end_sizes` once, after the last chunk was
+    answered or the batch was abandoned (a chunk raised, reset, shutdown):
+    whatever the backend learnt for the batch (a listing) may answer its
+    chunks, and must answer nothing else: a verdict never outlives the batch
+    that asked, so a blob another instance stores after it is seen by the
+    next batch. All three run on the probe's worker, one batch at a time per
+    tier. ``begin_sizes`` raising: the batch's chunks go to plain
+    :meth:`BlobBackend.sizes`; ``batch_sizes`` raising: as ``sizes`` raising
+    (the chunk's keys are asked one by one through ``sizes``).
+    """
+
+    def begin_sizes(self, names: Sequence[str]) -> object:
+        """A batch of existence checks of ``names`` begins; return a token for its chunks."""
+        ...
+
+    def batch_sizes(self, batch: object, names: Sequence[str]) -> Sequence[int | None]:
+        """As :meth:`BlobBackend.sizes`, for ``names`` (a chunk of the batch ``batch`` began with)."""
+        ...
+
+    def end_sizes(self, batch: object) -> None:
+        """The batch is over: forget what it learnt. Called once per token; must not raise."""
+        ...
+
+
+@runtime_checkable
+class AsyncExistenceBatches(Protocol):
+    """The asyncio flavour of :class:`ExistenceBatches` (TIERKIT-7), awaited on the engine's loop."""
+
+    async def begin_sizes(self, names: Sequence[str]) -> object:
+        """As :meth:`ExistenceBatches.begin_sizes`."""
+        ...
+
+    async def batch_sizes(self, batch: object, names: Sequence[str]) -> Sequence[int | None]:
+        """As :meth:`ExistenceBatches.batch_sizes`."""
+        ...
+
+    async def end_sizes(self, batch: object) -> None:
+        """As :meth:`ExistenceBatches.end_sizes`."""
         ...

@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, Published
+from kvproto.tierkit._backend import AsyncBlobBackend, AsyncExistenceBatches, BlobBackend, Published
 
-__all__ = ["LoopBackend", "is_async_backend"]
+__all__ = ["BatchedLoopBackend", "LoopBackend", "is_async_backend", "loop_backend"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -119,3 +119,35 @@ class LoopBackend:
             self._thread.join(timeout=10.0)
             if not self._thread.is_alive():
                 self._loop.close()
+
+
+class BatchedLoopBackend(LoopBackend):
+    """A :class:`LoopBackend` over a backend that also offers :class:`AsyncExistenceBatches` (TIERKIT-7):
+    the synchronous :class:`~kvproto.tierkit.ExistenceBatches` face of it."""
+
+    def __init__(self, inner: AsyncBlobBackend, batches: AsyncExistenceBatches, *, name: str,
+                 op_timeout_s: float | None) -> None:
+        super().__init__(inner, name=name, op_timeout_s=op_timeout_s)
+        self._batches = batches
+
+    def begin_sizes(self, names: Sequence[str]) -> object:
+        """As :meth:`ExistenceBatches.begin_sizes`."""
+        return self._call(self._batches.begin_sizes(names))
+
+    def batch_sizes(self, batch: object, names: Sequence[str]) -> Sequence[int | None]:
+        """As :meth:`ExistenceBatches.batch_sizes`."""
+        return self._call(self._batches.batch_sizes(batch, names))
+
+    def end_sizes(self, batch: object) -> None:
+        """As :meth:`ExistenceBatches.end_sizes`; after the loop closed, nothing (close dropped it)."""
+        try:
+            self._call(self._batches.end_sizes(batch))
+        except ConnectionError:
+            pass
+
+
+def loop_backend(inner: AsyncBlobBackend, *, name: str, op_timeout_s: float | None) -> LoopBackend:
+    """The synchronous face of ``inner``: a :class:`BatchedLoopBackend` if it offers existence batches."""
+    if isinstance(inner, AsyncExistenceBatches):
+        return BatchedLoopBackend(inner, inner, name=name, op_timeout_s=op_timeout_s)
+    return LoopBackend(inner, name=name, op_timeout_s=op_timeout_s)

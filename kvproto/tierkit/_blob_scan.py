@@ -21,7 +21,7 @@ from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto.tierkit._blob_ops import SUFFIX, BlobOps
 
-__all__ = ["PROBE_CHUNK_KEYS", "check_exists", "restart_scan"]
+__all__ = ["PROBE_CHUNK_KEYS", "Sizes", "check_exists", "names_of", "restart_scan"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -92,9 +92,24 @@ def _check(
         return None
 
 
+Sizes = Callable[[Sequence[str]], Sequence[int | None]]
+
+
+def names_of(ops: BlobOps, keys: Sequence[OffloadKey]) -> list[str]:
+    """The blob names of the keys of ``keys`` that can be named (a batch's names for TIERKIT-7)."""
+    names: list[str] = []
+    for key in keys:
+        try:
+            names.append(ops.name_of(key))
+        except Exception:
+            continue  # check_exists counts and logs it when its chunk comes
+    return names
+
+
 def check_exists(
     ops: BlobOps, keys: Sequence[OffloadKey], *, tier_name: str, count: Callable[[str, int], None],
     names: dict[OffloadKey, str] | None = None,
+    sizes: Sizes | None = None,
 ) -> list[OffloadKey]:
     """The keys of ``keys`` whose blob is one envelope long (the probe's check, off the scheduler; TIERKIT-5).
 
@@ -104,6 +119,9 @@ def check_exists(
     ``_FAILURES_IN_A_ROW`` fail in a row (the storage itself is failing:
     the rest is MISS, without more calls). Each failure is counted as a
     ``probe_errors``. ``names``, if given, gets each key's blob name (for the caller's next step).
+    ``sizes``: the chunk's batch call (a batch's
+    :meth:`~kvproto.tierkit.ExistenceBatches.batch_sizes`, TIERKIT-7),
+    else the backend's ``sizes``; one by one always asks ``sizes``.
     """
     named: list[tuple[OffloadKey, str]] = []
     for key in keys:
@@ -114,7 +132,7 @@ def check_exists(
             _log.warning("BlobTier %r: key %r cannot be checked (MISS): %s", tier_name, key, exc)
     want = ops.blob_bytes
     try:
-        sizes = ops.backend.sizes([name for _, name in named])
+        found = (ops.backend.sizes if sizes is None else sizes)([name for _, name in named])
     except Exception as exc:
         count("probe_errors", 1)
         _log.warning("BlobTier %r: an existence check of %d keys failed; checking them one by one: %s",
@@ -122,7 +140,7 @@ def check_exists(
         return _one_by_one(ops, named, tier_name=tier_name, count=count)
     if names is not None:
         names.update(named)
-    return [key for (key, _), size in zip(named, sizes, strict=True) if size == want]
+    return [key for (key, _), size in zip(named, found, strict=True) if size == want]
 
 
 def _one_by_one(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -97,3 +99,38 @@ def test_bad_chunk_keys_is_a_configuration_error(bad: object) -> None:
     """AP-9: chunk_keys is None or an int >= 1."""
     with pytest.raises(ConfigurationError, match="chunk_keys"):
         AsyncProbe(lambda keys: [], name="p", chunk_keys=bad)  # type: ignore[arg-type]  # the misuse under test
+
+
+def test_a_scope_that_cannot_open_leaves_the_batch_to_check() -> None:
+    """AP-10: a ``batch_scope`` that raises when opened: the batch is checked chunk by chunk with ``check``
+    (right verdicts, nothing lost), and a scope that opens sees all the keys once, then its exit."""
+    stored = {key(i) for i in range(0, 10, 2)}
+    check = Chunks(stored)
+    seen: list[tuple[str, int]] = []
+
+    def broken(keys: Sequence[OffloadKey]) -> Any:
+        raise OSError("cannot open a batch")
+
+    probe = AsyncProbe(check, name="scoped", background=False, chunk_keys=4, batch_scope=broken)
+    keys = [key(i) for i in range(10)]
+    assert all(probe.lookup(k, REQ) is LookupResult.RETRY for k in keys)
+    probe.on_step_end()
+    assert [len(c) for c in check.calls] == [4, 4, 2]
+    assert {k for k in keys if probe.lookup(k, REQ) is LookupResult.HIT} == stored
+
+    @contextmanager
+    def scope(keys: Sequence[OffloadKey]) -> Iterator[Callable[[Sequence[OffloadKey]], list[OffloadKey]]]:
+        seen.append(("open", len(keys)))
+
+        def chunked(chunk: Sequence[OffloadKey]) -> list[OffloadKey]:
+            seen.append(("chunk", len(chunk)))
+            return check(chunk)
+
+        yield chunked
+        seen.append(("exit", 0))
+
+    scoped = AsyncProbe(check, name="scoped", background=False, chunk_keys=4, batch_scope=scope)
+    assert all(scoped.lookup(k, REQ) is LookupResult.RETRY for k in keys)
+    scoped.on_step_end()
+    assert seen == [("open", 10), ("chunk", 4), ("chunk", 4), ("chunk", 2), ("exit", 0)]
+    assert {k for k in keys if scoped.lookup(k, REQ) is LookupResult.HIT} == stored

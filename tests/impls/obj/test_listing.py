@@ -1,5 +1,6 @@
 """Existence from LIST (OBJ-11) against the real S3 server: the same verdicts as HEADs, per key when a
-listing fails or outgrows its budget, and one listing for a probe batch's chunks while it is kept."""
+listing fails or outgrows its budget, one listing for a probe batch's chunks, and none beyond that batch
+(TIERKIT-7): another instance's store after a listing is seen by the next request at once."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from typing import Any
 
 import obstore
 
-from kvproto import OffloadKey, ReqContext, envelope as env
+from kvproto import OffloadKey, envelope as env
 
 from kvproto_obj import ObjTier
+from kvproto_obj._listing import MAX_OPEN_BATCHES, OpenBatches
 from tests.impls._tier_runner import BLOCK, Runner, key, shut_down_after
 from tests.impls.obj._list_proxy import list_proxy
-from tests.impls.obj._support import S3Server, open_tier
+from tests.impls.obj._support import S3Server, open_tier, two_instances
 
 NO_DEADLINE = 1_000_000
 BLOB_BYTES = env.HEADER_BYTES + BLOCK  # one envelope: what a HIT needs
 HEADS_ONLY: dict[str, Any] = {"list_page_cost": 0}
-LIST_EVERY_BATCH: dict[str, Any] = {"list_page_cost": 1, "list_reuse_s": 0.0}
+LIST_EVERY_BATCH: dict[str, Any] = {"list_page_cost": 1}
 
 
 def _config(server: S3Server, bucket: str, endpoint: str | None = None, **options: Any) -> Any:
@@ -116,8 +118,7 @@ def test_a_listing_stops_at_its_page_budget_and_teaches_the_planner(s3_server: S
     with shut_down_after(open_tier(_config(s3_server, bucket))) as (tier, _):
         _fill(bucket, tier.base, 1500)
     with list_proxy(s3_server.port) as proxy:
-        config = _config(s3_server, bucket, endpoint=f"http://127.0.0.1:{proxy.port}", list_page_cost=64,
-                         list_reuse_s=0.0)
+        config = _config(s3_server, bucket, endpoint=f"http://127.0.0.1:{proxy.port}", list_page_cost=64)
         with shut_down_after(open_tier(config)) as (tier, run):
             assert run.resolve(keys, timeout=60) == expected
             assert tier.stats.existence_lists == 1 and proxy.lists == 1  # one page, then HEADs only
@@ -126,22 +127,46 @@ def test_a_listing_stops_at_its_page_budget_and_teaches_the_planner(s3_server: S
             assert tier.stats.list_errors == tier.stats.probe_errors == 0
 
 
-def test_one_listing_answers_every_chunk_of_a_batch_while_kept(s3_server: S3Server, bucket: str) -> None:
-    """OBJ-11: a batch of 101 keys is checked in chunks of 64: one listing, kept for ``list_reuse_s``,
-    answers both chunks (the second without a request); this instance's own deletion drops it (the
-    next batch lists again and sees the object gone)."""
+def test_one_listing_answers_every_chunk_of_its_batch_and_no_later_batch(s3_server: S3Server, bucket: str) -> None:
+    """OBJ-11, TIERKIT-7: a batch of 101 keys is checked in chunks of 64 (64 + 37): one listing, made at
+    the first chunk for all 101, answers both (the second without a request); the next batch, in a new
+    request, lists again; a direct ``sizes`` call (no batch) lists for itself."""
     keys, expected = _mixed(s3_server, bucket)
     with list_proxy(s3_server.port) as proxy:
-        config = _config(s3_server, bucket, endpoint=f"http://127.0.0.1:{proxy.port}", list_page_cost=1,
-                         list_reuse_s=60.0)
+        config = _config(s3_server, bucket, endpoint=f"http://127.0.0.1:{proxy.port}", list_page_cost=1)
         with shut_down_after(open_tier(config)) as (tier, run):
-            assert run.resolve(keys, timeout=60, req=ReqContext("first")) == expected
+            assert run.resolve(keys, timeout=60) == expected
             assert (tier.stats.existence_lists, tier.stats.existence_from_listing) == (1, 1)
             assert proxy.lists == 1 and proxy.heads == 0
+            assert tier.wait_idle() and tier.open_existence_batches == 0  # the batch ended: its listing is gone
+            run.finish()
+            assert run.resolve(keys, timeout=60) == expected
+            assert (tier.stats.existence_lists, tier.stats.existence_from_listing) == (2, 2)
+            assert proxy.lists == 2 and proxy.heads == 0
             gone = next(k for k in keys if expected[k] == "HIT")
             tier.backend.delete(tier.name_of(gone))
             assert list(tier.backend.sizes([tier.name_of(gone)])) == [None]
-            assert proxy.lists == 2 and proxy.heads == 0
+            assert proxy.lists == 3 and proxy.heads == 0
+
+
+def test_another_instances_store_after_a_listing_is_seen_by_the_next_request(
+    s3_server: S3Server, bucket: str
+) -> None:
+    """TIERKIT-7, OBJ-11 (issue 17 §1, visibility across instances): instance A's lookup in request 1
+    answers MISS from a listing; instance B then stores the key; A's lookup in a new request 2, at once,
+    answers HIT: no listing outlives the batch that asked."""
+    wanted = key(7, b"fresh")
+    others = [key(i, b"fresh-other") for i in range(3)]
+    config = _config(s3_server, bucket, list_page_cost=1)
+    with two_instances(config) as ((a, run_a), (_, run_b)):
+        _store(run_b, others)
+        assert run_a.resolve([wanted, *others], timeout=60) == {wanted: "MISS", **dict.fromkeys(others, "HIT")}
+        assert a.stats.existence_lists == 1  # request 1 was answered from a listing
+        assert a.wait_idle() and a.open_existence_batches == 0
+        run_a.finish()
+        _store(run_b, [wanted])
+        assert run_a.resolve([wanted], timeout=60) == {wanted: "HIT"}
+        assert run_a.load([wanted])[1] == {wanted}
 
 
 def test_a_ranged_listing_answers_like_heads(s3_server: S3Server, bucket: str) -> None:
@@ -162,3 +187,20 @@ def test_a_ranged_listing_answers_like_heads(s3_server: S3Server, bucket: str) -
         assert list(tier.backend.sizes(names)) == by_head
         assert proxy.lists - first >= 3 and tier.stats.list_errors == 0
         assert [s == BLOB_BYTES for s in by_head] == [expected[k] == "HIT" for k in keys]
+
+
+def test_open_batches_are_bounded_and_forget_a_namespace_this_instance_deleted_in() -> None:
+    """OBJ-11, TIERKIT-7 (memory): at most MAX_OPEN_BATCHES batches are open, beginning one more ends the
+    oldest; an open batch's listing takes this instance's creations and is dropped by its deletions."""
+    batches = OpenBatches()
+    tokens = [batches.begin({"ns": [f"ns/{i}"]}) for i in range(MAX_OPEN_BATCHES + 1)]
+    assert len(batches) == MAX_OPEN_BATCHES and batches.get(tokens[0]) is None
+    newest = batches.get(tokens[-1])
+    assert newest is not None
+    newest.listed["ns"] = {"ns/a": None}
+    batches.created("ns", "ns/a", 7)
+    assert newest.listed["ns"] == {"ns/a": 7}
+    batches.deleted("ns")
+    assert "ns" not in newest.listed
+    batches.end(tokens[-1])
+    assert batches.get(tokens[-1]) is None and len(batches) == MAX_OPEN_BATCHES - 1

@@ -4,7 +4,9 @@ Blob ``name`` lives at object ``<prefix>/<name>``. Every request is one
 obstore call on the event loop the engine keeps for the backend (OBJ-3..OBJ-6,
 OBJ-8): PUT create-if-absent (``If-None-Match: *``), one GET copied into the
 caller's buffers, HEADs batched with ``asyncio.gather`` (or a batch answered
-from LIST pages where that costs fewer requests, OBJ-11), DELETE, LIST. GETs
+from LIST pages where that costs fewer requests, OBJ-11: the backend sees each
+probe batch whole, ``kvproto.tierkit.AsyncExistenceBatches``, TIERKIT-7, and a
+listing answers that batch's chunks only), DELETE, LIST. GETs
 and PUTs in flight are bounded by ``max_concurrency`` together, HEADs and
 existence LISTs by ``probe_concurrency``; each request is bounded by
 ``job_timeout_s`` (on top of obstore's own retry and timeout settings), an
@@ -30,7 +32,7 @@ from obstore.exceptions import AlreadyExistsError, NotSupportedError, Preconditi
 from kvproto.tierkit import Published
 
 from kvproto_obj._config import ObjTierConfig
-from kvproto_obj._listing import ListPlanner, list_sizes
+from kvproto_obj._listing import ListPlanner, OpenBatches, list_sizes
 from kvproto_obj._stats import ObjTierStats
 
 if TYPE_CHECKING:
@@ -67,8 +69,8 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
-        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED,
-                                   reuse_s=config.list_reuse_s)
+        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED)
+        self.batches = OpenBatches()
         self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-12)
 
     def path(self, name: str) -> str:
@@ -119,7 +121,9 @@ class ObstoreBackend:
         self._etags.pop(name, None)  # this instance wrote it: a HEAD's ETag from before no longer applies
         if block:
             self._stats.uploads += 1
-            self.planner.created(_namespace_of(name), path, size)
+            namespace = _namespace_of(name)
+            self.planner.created(namespace)
+            self.batches.created(namespace, name, size)
         return Published.CREATED
 
     def _existed(self, block: bool) -> Published:
@@ -161,37 +165,89 @@ class ObstoreBackend:
     async def sizes(self, names: Sequence[str]) -> list[int | None]:
         """Each object's size, or ``None``; the batch within ``probe_timeout_s`` (OBJ-5, OBJ-11).
 
-        Names under a namespace whose listing fits the batch's budget
+        Names under a namespace whose listing fits this call's budget
         (:class:`~kvproto_obj._listing.ListPlanner`) are answered from LIST
-        pages: a listed name by its listed size, an unlisted one as absent
-        if its range was read to the end. Every other name, and every name a
-        listing left undecided (it failed, timed out or outgrew its budget),
-        gets a HEAD (at most ``probe_concurrency`` at once). A 404 or a
-        failed HEAD answers ``None``; raises only when every name's HEAD failed.
+        pages made for this call: a listed name by its listed size, an
+        unlisted one as absent if its range was read to the end. Every other
+        name, and every name a listing left undecided (it failed, timed out
+        or outgrew its budget), gets a HEAD (at most ``probe_concurrency`` at
+        once). A 404 or a failed HEAD answers ``None``; raises only when
+        every name's HEAD failed.
         """
         self.existence_batches += 1
         answers: dict[str, int | None | BaseException] = {}
         async with asyncio.timeout(self._probe_timeout):
             for namespace, group in _by_namespace(names).items():
-                answers.update(await self._listed(namespace, group))
+                pages = self.planner.pages_for(namespace, len(set(group)))
+                if pages:
+                    answers.update(await self._listed(namespace, group, pages))
+            await self._head_rest(names, answers)
+        return self._answer(names, answers)
 
-            for name in answers:
-                self._etags.pop(name, None)  # answered by a listing: its load is not conditional (OBJ-12)
+    async def begin_sizes(self, names: Sequence[str]) -> object:
+        """A probe batch of ``names`` begins (TIERKIT-7): its token. Nothing is asked yet."""
+        return self.batches.begin(_by_namespace(names))
 
-            async def one(name: str) -> int | None | BaseException:
-                async with self._heads:
-                    try:
-                        meta = await obstore.head_async(self.store, self.path(name))
-                    except FileNotFoundError:
-                        self._etags.pop(name, None)
-                        return None
-                    except Exception as exc:
-                        return exc
-                self._saw(name, meta["e_tag"])
-                return meta["size"]
+    async def batch_sizes(self, batch: object, names: Sequence[str]) -> list[int | None]:
+        """As :meth:`sizes`, for a chunk of ``batch`` (OBJ-11, TIERKIT-7).
 
-            rest = [n for n in dict.fromkeys(names) if n not in answers]
-            answers.update(zip(rest, await asyncio.gather(*(one(n) for n in rest)), strict=True))
+        At the batch's first chunk under a namespace, the planner chooses
+        for the batch's names there (its budget: all of them): a listing
+        (made now, after every key of the batch was asked) or HEADs. The
+        names the listing decided answer this chunk and the batch's later
+        chunks without a request; the others get HEADs. The listing ends
+        with the batch (:meth:`end_sizes`). An unknown ``batch`` (ended, or
+        pushed out by newer batches) answers as :meth:`sizes`.
+        """
+        open_batch = self.batches.get(batch)
+        if open_batch is None:
+            return await self.sizes(names)
+        self.existence_batches += 1
+        answers: dict[str, int | None | BaseException] = {}
+        async with asyncio.timeout(self._probe_timeout):
+            for namespace, group in _by_namespace(names).items():
+                listed = open_batch.listed.get(namespace)
+                if listed is not None:
+                    self._stats.existence_from_listing += 1
+                elif namespace not in open_batch.tried:
+                    open_batch.tried.add(namespace)
+                    asked = open_batch.names.get(namespace, group)
+                    pages = self.planner.pages_for(namespace, len(set(asked)))
+                    if pages:
+                        deletions = self.planner.deletions(namespace)
+                        listed = await self._listed(namespace, asked, pages)
+                        if self.planner.deletions(namespace) == deletions and self.batches.get(batch) is open_batch:
+                            open_batch.listed[namespace] = listed  # not across a deletion of ours
+                if listed is not None:
+                    answers.update((n, listed[n]) for n in group if n in listed)
+            await self._head_rest(names, answers)
+        return self._answer(names, answers)
+
+    async def end_sizes(self, batch: object) -> None:
+        """The batch is over (TIERKIT-7): its listings go."""
+        self.batches.end(batch)
+
+    async def _head_rest(self, names: Sequence[str], answers: dict[str, int | None | BaseException]) -> None:
+        """A HEAD for each name of ``names`` not in ``answers`` (at most ``probe_concurrency`` at once)."""
+        for name in answers:
+            self._etags.pop(name, None)  # answered by a listing: its load is not conditional (OBJ-12)
+
+        async def one(name: str) -> int | None | BaseException:
+            async with self._heads:
+                try:
+                    meta = await obstore.head_async(self.store, self.path(name))
+                except FileNotFoundError:
+                    self._etags.pop(name, None)
+                    return None
+                except Exception as exc:
+                    return exc
+            self._saw(name, meta["e_tag"])
+            return meta["size"]
+
+        rest = [n for n in dict.fromkeys(names) if n not in answers]
+        answers.update(zip(rest, await asyncio.gather(*(one(n) for n in rest)), strict=True))
+
+    def _answer(self, names: Sequence[str], answers: dict[str, int | None | BaseException]) -> list[int | None]:
         errors = [a for a in (answers[n] for n in names) if isinstance(a, BaseException)]
         if errors:
             self._stats.probe_errors += len(errors)
@@ -201,30 +257,19 @@ class ObstoreBackend:
                 raise errors[0]
         return [a if isinstance(a, int) else None for a in (answers[n] for n in names)]
 
-    async def _listed(self, namespace: str, names: list[str]) -> dict[str, int | None]:
-        """The names of ``names`` (all under ``namespace``) a listing decides: a kept one, or a new one
-        if the planner lists (OBJ-11)."""
-        loop = asyncio.get_running_loop()
+    async def _listed(self, namespace: str, names: list[str], pages: int) -> dict[str, int | None]:
+        """The names of ``names`` (all under ``namespace``) a listing of at most ``pages`` pages decides
+        (OBJ-11); teaches the planner the namespace's size."""
         cut = len(self._prefix)
-        kept = self.planner.kept(namespace, loop.time())
-        if kept is not None:
-            self._stats.existence_from_listing += 1
-            return {name: kept.get(self.path(name)) for name in names}
         distinct = len(set(names))
-        pages = self.planner.pages_for(namespace, distinct)
-        if not pages:
-            return {}
         ranges = self.planner.ranges_for(namespace, pages, distinct)
         self._stats.existence_lists += 1
-        started, deletions = loop.time(), self.planner.deletions(namespace)
         listing = await list_sizes(self.store, self.path(namespace) + "/", [self.path(n) for n in names],
                                    pages=pages, ranges=ranges, time_limit=self._probe_timeout / 2, slots=self._heads)
         if listing.objects is not None:
             self.planner.counted(namespace, listing.objects)
         elif not listing.errors:
             self.planner.outgrew(namespace, pages, listing.seen)
-        if listing.everything is not None:
-            self.planner.keep(namespace, started, listing.everything, deletions)
         if listing.errors:
             self._stats.list_errors += len(listing.errors)
             _log.warning("ObjTier %r: %d of %d listings of %s failed; their keys get HEADs: %s", self._tier,
@@ -248,7 +293,9 @@ class ObstoreBackend:
             await self._bounded(obstore.delete_async(self.store, self.path(name)))
         except FileNotFoundError:
             pass
-        self.planner.deleted(_namespace_of(name))
+        namespace = _namespace_of(name)
+        self.planner.deleted(namespace)
+        self.batches.deleted(namespace)
 
     async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
         """Every object under ``<prefix>/<namespace>/`` as ``(blob name, size)``."""
@@ -272,11 +319,14 @@ class ObstoreBackend:
 
         self.planner.cleared(namespace)  # before: no listing from before the deletions answers after them
         self._etags.clear()
+        self.batches.deleted(namespace)
         await self._bounded(run())
         self.planner.cleared(namespace)
+        self.batches.deleted(namespace)
 
     async def close(self) -> None:
-        """Nothing to release: obstore's connection pools go with the store object."""
+        """Open existence batches end; obstore's connection pools go with the store object."""
+        self.batches.clear()
 
 
 def _namespace_of(name: str) -> str:

@@ -58,19 +58,15 @@ class ObjTierConfig(BaseModel):
       listing of the namespace when that listing needs at most
       ``n // list_page_cost`` pages (so it never costs more requests than
       the HEADs it replaces, and a listing that outgrows the budget stops
-      there: its unlisted keys take HEADs); ``0`` never lists. The default
-      16 lists for the engine's chunks of 64 keys while the namespace holds
-      at most ~4,000 objects: it pays where the server's per-request cost
-      or its round trips dominate (a loopback or S3-compatible server, a
-      store far away); raise it (or 0) where HEADs are cheap and LIST
+      there: its unlisted keys take HEADs); ``0`` never lists. The budget
+      counts a whole probe batch (the engine hands it over before its
+      chunks, TIERKIT-7); the default 16 lists a batch of ``n`` keys while
+      the namespace holds at most ``n * 1000 / 16`` objects (~4,000 for 64
+      keys, ~512,000 for 8,192), and that listing answers only that batch
+      (made at its first chunk, so that chunk waits for it). It pays where
+      the server's per-request cost or its round trips dominate (a loopback
+      or S3-compatible server, a store far away); raise it (or 0) where HEADs are cheap and LIST
       pages slow (OBJ-11).
-    * ``list_reuse_s``: a listing read to its end also answers the next
-      batches under its namespace for this many seconds after it started
-      (the engine checks a probe batch in chunks of 64 keys: one listing
-      serves them all); an object another writer creates in that window
-      may answer MISS, one it deletes HIT then fail its load, as after a
-      HEAD (never wrong bytes: loads verify). ``0``: a listing answers only
-      the batch that made it (OBJ-11).
     * ``probe_deadline_steps``, ``probe_min_interval_s``, ``probe_timeout_s``:
       an existence check unanswered after this many end-of-step hooks (hooks
       closer than the interval count once) answers MISS; one batch of HEADs
@@ -110,7 +106,6 @@ class ObjTierConfig(BaseModel):
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     probe_concurrency: int = Field(default=64, ge=1, le=1024)
     list_page_cost: int = Field(default=16, ge=0, le=1_000_000)
-    list_reuse_s: float = Field(default=1.0, ge=0, le=60.0)
     probe_deadline_steps: int = Field(default=16, ge=1)
     probe_min_interval_s: float = Field(default=0.01, ge=0, le=1.0)
     probe_timeout_s: float = Field(default=10.0, gt=0, le=3600)

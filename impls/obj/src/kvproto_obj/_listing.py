@@ -16,19 +16,17 @@ asked name of the range before), and answers per asked name:
 * a name of a range that stopped early (its page budget spent, an error, its
   time bound) and not listed: undecided; the caller sends it a HEAD.
 
-The backend sees the engine's existence checks in chunks of 64 keys
-(``kvproto.tierkit``'s probe checks a batch front first, chunk by chunk), so
-one probe batch of 8,192 keys is 128 calls. A listing read to its end is
-therefore kept for ``list_reuse_s`` seconds after it started (one per
-namespace, at most the pages it was allowed: bounded) and answers the next
-chunks under that namespace without a request; this instance's own creations
-update it, and a deletion drops it. Its verdicts are those of a HEAD sent when
-the listing ran: an object another writer creates within that window may
-answer MISS (a lost hit), one another writer deletes may answer HIT and then
-fail its load, as after any HEAD (never wrong bytes: loads verify). ``list_reuse_s = 0``
-lets a listing answer only the call that made it. Otherwise what is
-remembered is one number per namespace (objects under it), refreshed by each
-listing and by this instance's own creations and deletions.
+The engine hands the backend each probe batch whole before its chunks of
+64 keys (``kvproto.tierkit.ExistenceBatches``, TIERKIT-7): a batch's
+budget is counted over all its names, and its listing, made at its first
+chunk under a namespace, answers that batch's later chunks without a
+request. :class:`OpenBatches` holds it for exactly that batch and drops it
+when the batch ends: a verdict never outlives the batch that asked, so an
+object another instance creates after a listing is seen by the next batch.
+This instance's own creations update an open batch's listing, its
+deletions drop it. What outlives a batch is one number per namespace
+(objects under it), refreshed by each listing and by this instance's own
+creations and deletions.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ import obstore
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
-__all__ = ["LIST_PAGE", "ListPlanner", "Listing", "list_sizes"]
+__all__ = ["LIST_PAGE", "MAX_OPEN_BATCHES", "ListPlanner", "Listing", "OpenBatches", "list_sizes"]
 
 _log = logging.getLogger("kvproto_obj")
 
@@ -54,6 +52,9 @@ LIST_PAGE = 1000
 _RELEARN_BATCHES = 256  # a namespace estimated too big to list is tried again after this many batches
 _MAX_NAMESPACES = 64  # estimates kept (a tier asks about one namespace; bounded all the same)
 
+MAX_OPEN_BATCHES = 4
+"""Existence batches open at once (a tier opens one at a time); beginning one more ends the oldest."""
+
 
 class ListPlanner:
     """Per batch: list, or send HEADs (OBJ-11). ``page_cost``: one LIST page in HEADs; 0 never lists.
@@ -62,36 +63,16 @@ class ListPlanner:
     concurrent ranges that each stop past their last asked name.
     """
 
-    def __init__(self, page_cost: int, *, ordered: bool, reuse_s: float = 0.0) -> None:
+    def __init__(self, page_cost: int, *, ordered: bool) -> None:
         self.page_cost = page_cost
         self.ordered = ordered
-        self.reuse_s = reuse_s
         self._objects: dict[str, int] = {}  # namespace -> objects under it (an estimate)
         self._skipped: dict[str, int] = {}  # namespace -> batches sent as HEADs since it was last listed
-        self._kept: dict[str, tuple[float, dict[str, int]]] = {}  # namespace -> (listing start, path -> size)
         self._deletions: dict[str, int] = {}  # namespace -> deletions seen (a listing across one is not kept)
-
-    def kept(self, namespace: str, now: float) -> dict[str, int] | None:
-        """The complete listing of ``namespace`` started less than ``reuse_s`` before ``now``, if any."""
-        entry = self._kept.get(namespace)
-        if entry is None:
-            return None
-        if now - entry[0] >= self.reuse_s:
-            del self._kept[namespace]
-            return None
-        return entry[1]
 
     def deletions(self, namespace: str) -> int:
         """How many deletions under ``namespace`` this instance made so far (read before a listing)."""
         return self._deletions.get(namespace, 0)
-
-    def keep(self, namespace: str, started: float, listed: dict[str, int], deletions: int) -> None:
-        """Keep a complete listing of ``namespace`` (started at ``started``) for ``reuse_s`` seconds,
-        unless this instance deleted an object there since it started (``deletions``: the count then)."""
-        if self.reuse_s > 0 and self.deletions(namespace) == deletions:
-            if namespace not in self._kept and len(self._kept) >= _MAX_NAMESPACES:
-                self._kept.clear()
-            self._kept[namespace] = (started, listed)
 
     def estimate(self, namespace: str) -> int | None:
         """The estimated number of objects under ``namespace`` (None: unknown)."""
@@ -136,28 +117,81 @@ class ListPlanner:
         """A listing of ``pages`` pages did not reach the end after ``seen`` objects: too big for that budget."""
         self.counted(namespace, max(seen, pages * LIST_PAGE))
 
-    def created(self, namespace: str, path: str, size: int) -> None:
-        """This instance created object ``path`` (``size`` bytes) under ``namespace``."""
+    def created(self, namespace: str) -> None:
+        """This instance created an object under ``namespace``."""
         if namespace in self._objects:
             self._objects[namespace] += 1
-        entry = self._kept.get(namespace)
-        if entry is not None:
-            entry[1][path] = size
 
     def deleted(self, namespace: str) -> None:
-        """This instance deleted (at most) one object under ``namespace``: its kept listing goes, and a
-        listing running now will not be kept (it may have listed the object)."""
+        """This instance deleted (at most) one object under ``namespace``: a listing running now will
+        not be kept for its batch (it may have listed the object)."""
         if self._objects.get(namespace, 0) > 0:
             self._objects[namespace] -= 1
-        self._kept.pop(namespace, None)
         if namespace not in self._deletions and len(self._deletions) >= _MAX_NAMESPACES:
             self._deletions.clear()
         self._deletions[namespace] = self._deletions.get(namespace, 0) + 1
 
     def cleared(self, namespace: str) -> None:
-        """Every block object of ``namespace`` was deleted (reset_cache): forget its listing."""
+        """Every block object of ``namespace`` was deleted (reset_cache): count it empty."""
         self.deleted(namespace)
         self.counted(namespace, 0)
+
+
+@dataclass
+class _Open:
+    names: dict[str, list[str]]  # namespace -> the batch's blob names under it
+    listed: dict[str, dict[str, int | None]] = field(default_factory=dict)  # namespace -> name -> size
+    tried: set[str] = field(default_factory=set)  # namespaces this batch listed (or chose HEADs for)
+
+
+class OpenBatches:
+    """The existence batches open now (TIERKIT-7) and what their listings decided, per blob name.
+
+    At most :data:`MAX_OPEN_BATCHES`; a batch lives from :meth:`begin` to
+    :meth:`end`, and its listings with it (bounded by the pages each was
+    allowed). Runs on one event loop: no lock.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[int, _Open] = {}
+        self._next = 0
+
+    def begin(self, names: dict[str, list[str]]) -> int:
+        """Open a batch of ``names`` (by namespace); the token for its chunks. Ends the oldest if full."""
+        while len(self._open) >= MAX_OPEN_BATCHES:
+            del self._open[next(iter(self._open))]
+        self._next += 1
+        self._open[self._next] = _Open(names)
+        return self._next
+
+    def get(self, token: object) -> _Open | None:
+        """The open batch of ``token`` (None: ended, dropped, or not a token of ours)."""
+        return self._open.get(token) if isinstance(token, int) else None
+
+    def end(self, token: object) -> None:
+        """The batch is over: its listings go."""
+        if isinstance(token, int):
+            self._open.pop(token, None)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def created(self, namespace: str, name: str, size: int) -> None:
+        """This instance created blob ``name``: an open batch that listed ``namespace`` now sees it."""
+        for batch in self._open.values():
+            listed = batch.listed.get(namespace)
+            if listed is not None and name in listed:
+                listed[name] = size
+
+    def deleted(self, namespace: str) -> None:
+        """This instance deleted a blob under ``namespace``: open batches forget their listings of it
+        (their later chunks send HEADs)."""
+        for batch in self._open.values():
+            batch.listed.pop(namespace, None)
+
+    def clear(self) -> None:
+        """Every batch ends (the backend closes)."""
+        self._open.clear()
 
 
 @dataclass
@@ -169,7 +203,6 @@ class Listing:
     objects: int | None = None
     seen: int = 0
     errors: list[BaseException] = field(default_factory=list)
-    everything: dict[str, int] | None = None  # every listed path and size, when the listing is complete
 
 
 @dataclass
@@ -237,5 +270,4 @@ async def list_sizes(
                 listing.sizes[path] = None
     if all(part.complete for part in done):
         listing.objects = listing.seen
-        listing.everything = {path: size for part in done for path, size in part.found.items()}
     return listing

@@ -21,8 +21,9 @@ class ObjTierStats(BlobTierStats):
     * ``timed_out_jobs``: requests that ran past ``job_timeout_s`` (they fail).
     * ``existence_lists``: batches of existence checks answered (in part)
       from LIST pages instead of HEADs (OBJ-11).
-    * ``existence_from_listing``: batches answered from a listing kept
-      from an earlier batch (within ``list_reuse_s``), without a request.
+    * ``existence_from_listing``: chunks of a probe batch answered from the
+      listing an earlier chunk of the same batch made (TIERKIT-7), without
+      a request.
     * ``list_errors``: ranges of such listings that failed or timed out
       (their undecided keys got HEADs).
     * ``replaced_on_load``: loads whose GET, conditional on the ETag the

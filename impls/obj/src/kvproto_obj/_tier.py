@@ -157,6 +157,11 @@ class ObjTier(BlobTier):
         return self._io.planner.estimate(self.namespace.hex())
 
     @property
+    def open_existence_batches(self) -> int:
+        """Probe batches open in the backend now, each with its listings (TIERKIT-7: none outlives its batch)."""
+        return len(self._io.batches)
+
+    @property
     def existence_batches(self) -> int:
         """How many batches of existence checks (HEAD requests) went to the store so far."""
         return self._io.existence_batches
