@@ -450,7 +450,10 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
             f"latency {c.latency_steps} steps ({c.jobs_delayed:,} jobs)", "")
     if report.log_records:
         add("warnings logged", ", ".join(f"{k} {v:,}" for k, v in sorted(report.log_records.items())), "")
-    add("memory (RSS)", f"{_mib(report.rss_start)} -> {_mib(report.rss_end)}", "")
+    indexed = ", ".join(f"{n} {k:,}" for n, k in report.end_indexed_keys.items())
+    add("memory (RSS)", f"{_mib(report.rss_start)} -> {_mib(report.rss_end)}"
+        + (f" (keys the tiers' indexes remember: {indexed}; bounded, RSS grows with them until full)"
+           if indexed else ""), "")
     add("threads", f"{report.threads_start} -> {report.threads_end}", "")
     add("drain", f"{report.drain_steps} steps" + ("" if report.drained else ", work still pending"), "")
     console.print(table)

@@ -54,7 +54,8 @@ def test_table_and_json_report_the_documented_figures(
     assert data["deferral_steps"]["p50"] <= data["deferral_steps"]["p99"] <= data["deferral_steps"]["max"]
     assert data["lookups_per_second"] > 0
     resources = data["resources"]
-    assert set(resources) == {"rss_bytes_start", "rss_bytes_end", "threads_start", "threads_end", "rss_samples"}
+    assert set(resources) == {"rss_bytes_start", "rss_bytes_end", "threads_start", "threads_end", "rss_samples",
+                              "indexed_keys_end"}
     assert resources["rss_bytes_start"] > 0 and resources["threads_start"] >= 1
     assert set(data["manager"]) >= {"promotions_started", "write_through_jobs", "tier_errors"}
     assert data["config"]["steps"] == 300 and data["config"]["seconds"] is None

@@ -31,6 +31,22 @@ def test_a_brownout_run_ends_clean_and_idle(tmp_path: Path) -> None:
     assert data["resources"]["rss_samples"]
 
 
+def test_the_report_counts_the_keys_each_tier_index_remembers(tmp_path: Path) -> None:
+    """RSS grows with what the tiers' indexes remember (bounded: an fs tier's by its capacity, a shared
+    ObjTier's by ``recent_keys``); the report gives each indexed tier's count after the drain, so a slope
+    in ``rss_samples`` can be told from a leak. A tier without ``indexed_keys()`` (memory) is left out."""
+    (tmp_path / "fs").mkdir()
+    code, data = simulate(
+        tmp_path, "--steps", "400", "--secondary", "memory",
+        "--secondary", f"fs:root={tmp_path / 'fs'},capacity_blocks=40",
+    )
+    assert code == 0
+    assert_clean(data)
+    indexed = data["resources"]["indexed_keys_end"]
+    assert set(indexed) == {"fs"}
+    assert 0 < indexed["fs"] <= 40
+
+
 def test_a_stack_left_busy_after_the_drain_fails_the_run(tmp_path: Path) -> None:
     """A secondary that never reports its jobs leaves jobs in flight after the drain: the run says so."""
     code, data = simulate(tmp_path, "--steps", "300", "--secondary", "tests.kvproto.sim_tiers:silent_memory")

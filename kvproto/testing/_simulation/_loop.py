@@ -78,6 +78,7 @@ class _Simulation:
         # A request may wait out a brown-out (its promotion held): that is not deferring without end.
         self.stuck_seconds = config.stuck_seconds + config.faults.brownout
         self.drivers: dict[str, _FaultDriver] = {}
+        self.secondaries = list(secondaries)  # unwrapped: their own indexes are read at the end
         # The live requests' blocks fit in the primary with room to spare.
         self.workload = Workload(config, self.rng, num_slots=self.num_slots, block_bytes=self.block_bytes)
         self.expected = self.workload.expected
@@ -439,6 +440,13 @@ class _Simulation:
             report.end_tracked = dict(self.manager.tracked_sizes())
         except Exception as exc:  # noqa: BLE001 - counted
             self._escaped("tracked_sizes", exc)
+        for tier in self.secondaries:
+            indexed = getattr(tier, "indexed_keys", None)
+            if callable(indexed):
+                try:
+                    report.end_indexed_keys[tier.name] = len(indexed())
+                except Exception as exc:  # noqa: BLE001 - counted
+                    self._escaped(f"{tier.name}.indexed_keys", exc)
 
     def _shutdown(self) -> None:
         report = self.report

@@ -139,6 +139,9 @@ class SimReport:
     end_pins: int | None = None
     end_tracked: dict[str, int] = field(default_factory=dict)
     rss_samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds into the run, bytes), bounded
+    # After the drain: keys each secondary's index remembers (tiers with ``indexed_keys()``). A tier's own
+    # bounded memory that RSS grows with until it is full: a shared ObjTier keeps up to ``recent_keys``.
+    end_indexed_keys: dict[str, int] = field(default_factory=dict)
 
     def sample_rss(self, at: float, rss: int | None) -> None:
         """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
@@ -328,6 +331,7 @@ class SimReport:
                 "threads_start": self.threads_start,
                 "threads_end": self.threads_end,
                 "rss_samples": [list(sample) for sample in self.rss_samples],
+                "indexed_keys_end": dict(self.end_indexed_keys),
             },
             "end_state": {
                 "slots": dict(self.end_slots),
