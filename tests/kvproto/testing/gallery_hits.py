@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from kvproto._keys import OffloadKey
+from kvproto import OffloadKey
 from kvproto.testing import FaultyBackend, ForwardingBackend, TierSpec
 from kvproto.tierkit import HeldReads
 

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend
-from kvproto.testing._tier_spec import TierSpec
+from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts

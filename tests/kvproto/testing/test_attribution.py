@@ -14,11 +14,7 @@ from typing import Any
 
 import pytest
 
-import kvproto._cli.runner as runner
-from kvproto.testing._driver import resolve_capabilities
-
 from tests.cli import kvproto_cli as main
-from tests.kvproto.testing.trust_tiers import broken_hook, raises_from_take_events, storage_down
 
 HERE = "tests.kvproto.testing.trust_tiers"
 #: The clauses a tier whose storage is down used to be blamed on (none of them broken).
@@ -59,28 +55,34 @@ SET_UP_CHECKS = [
 ]
 
 
-def test_a_check_whose_set_up_store_failed_blames_the_store_clause_not_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the preflight (as in an author's own pytest), each check verifies its own set-up:
-    a store the kit made no fault for, reported failed, is "set-up failed" on TIER-10 (the clause
-    of store jobs), an error (its own clause unjudged), never a failure of the check's clause."""
-    monkeypatch.setattr(runner, "preflight", lambda spec, caps: None)
-    report = runner.run_kit(storage_down(), profile="fast", checks=SET_UP_CHECKS)
-    assert report.error is None
-    for outcome in report.outcomes:
-        assert outcome.outcome == "error", outcome
-        assert outcome.violated == "TIER-10", outcome
-        assert outcome.reason.startswith("[TIER-10] set-up failed: the tier reported store job"), outcome
-        assert f"this check of {outcome.clause} could not judge the tier" in outcome.reason
-    assert not {o.violated for o in report.outcomes} & FALSE_BLAMES
+def test_a_check_whose_set_up_store_failed_blames_the_store_clause_not_its_own(tmp_path: Path) -> None:
+    """Without the preflight (a run of selected checks, as in an author's own pytest), each check
+    verifies its own set-up: a store the kit made no fault for, reported failed, is "set-up failed"
+    on TIER-10 (the clause of store jobs), an error (its own clause unjudged), never a failure of the
+    check's clause."""
+    selected = [arg for name in SET_UP_CHECKS for arg in ("--check", name)]
+    code, data = _conform(tmp_path, f"{HERE}:storage_down", *selected)
+    assert code == 1
+    (tier,) = data["tiers"]
+    assert tier["error"] is None
+    checks = tier["checks"]
+    assert sorted(c["check"] for c in checks) == sorted(SET_UP_CHECKS)
+    for c in checks:
+        assert c["outcome"] == "error", c
+        assert c["violated_clause"] == "TIER-10", c
+        assert c["reason"].startswith("[TIER-10] set-up failed: the tier reported store job"), c
+        assert f"this check of {c['clause']} could not judge the tier" in c["reason"]
+    assert not {c["violated_clause"] for c in checks} & FALSE_BLAMES
 
 
-def test_the_preflight_passes_every_correct_tier_it_is_given() -> None:
-    """The preflight stops nothing that can store: a correct MemoryTier and the tier whose hook is
-    broken (its storage is fine) go on to their checks."""
-    from kvproto.testing._preflight import preflight
-
-    for spec in (broken_hook(), raises_from_take_events()):
-        assert preflight(spec, resolve_capabilities(None, spec.build())) is None
+def test_the_preflight_passes_every_correct_tier_it_is_given(tmp_path: Path) -> None:
+    """The preflight stops nothing that can store: the tier whose hook is broken (its storage is
+    fine) and the one raising from take_events go on to their checks."""
+    for target in ("broken_hook", "raises_from_take_events"):
+        _, data = _conform(tmp_path, f"{HERE}:{target}", "--check", "test_empty_tier_misses")
+        (tier,) = data["tiers"]
+        assert tier["error"] is None, tier["error"]
+        assert [c["outcome"] for c in tier["checks"]] == ["passed"]
 
 
 def test_a_tier_that_raises_on_its_first_store_gets_one_preflight_message(tmp_path: Path) -> None:

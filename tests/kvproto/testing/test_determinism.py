@@ -2,8 +2,8 @@
 tier, gives the same outcome and violated clause for every check, on each reference tier and on
 each gallery tier.
 
-Each run goes through :func:`kvproto._cli.runner.run_kit`, the runner behind ``kvproto conform``
-(in-process: a subprocess per run would cost an interpreter start and the kit's imports each time).
+Each run is ``kvproto conform TARGET --json ...`` through the installed script's ``main``, in this
+process (a subprocess per run would cost an interpreter start and the kit's imports each time).
 The profile is ``fast`` and the type check is left out: neither changes whether a check waits for
 conditions, and the whole file must stay well under three minutes on two cores.
 
@@ -24,14 +24,18 @@ Bounds (stated, not hidden), so the file stays near three minutes on two shared 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import tempfile
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from kvproto._cli.runner import TierReport, run_kit
-from kvproto._cli.targets import resolve_target
-from kvproto.testing import TierSpec
+from kvproto.testing import FaultyBackend, SecondaryDriver, TierSpec
 
+from tests.cli import kvproto_cli
 from tests.kvproto.testing.gallery import GALLERY
 
 RUNS = 10
@@ -48,19 +52,35 @@ NO_MACHINES = "not state_machine and not differential"
 Verdicts = list[tuple[str, str, str | None]]
 
 
-def _verdicts(report: TierReport) -> Verdicts:
-    assert report.error is None, report.error
-    return [(o.check, o.outcome, o.violated) for o in report.outcomes]
+def _run(target: str, *, keyword: str | None = None, checks: list[str] | None = None) -> dict[str, object]:
+    """``kvproto conform TARGET --json`` (fast profile, no type check): the target's JSON report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        argv = ["conform", target, "--no-typecheck", "--profile", "fast", "--json", str(out)]
+        argv += ["-k", keyword] if keyword else []
+        for name in checks or []:
+            argv += ["--check", name]
+        kvproto_cli(argv)
+        (tier,) = json.loads(out.read_text())["tiers"]
+    assert isinstance(tier, dict)
+    return tier
 
 
-def _same_every_run(spec: TierSpec, runs: int, *, keyword: str | None = None, checks: list[str] | None = None) -> Verdicts:
-    """Run the kit ``runs`` times on ``spec``; every run's verdicts equal the first's, which are returned."""
-    first = _verdicts(run_kit(spec, profile="fast", keyword=keyword, checks=checks))
-    assert first, f"no check selected on {spec.name} by {keyword or checks}"
+def _verdicts(tier: dict[str, object]) -> Verdicts:
+    assert tier["error"] is None, tier["error"]
+    checks = tier["checks"]
+    assert isinstance(checks, list)
+    return [(c["check"], c["outcome"], c["violated_clause"]) for c in checks if c["outcome"] != "deselected"]
+
+
+def _same_every_run(target: str, runs: int, *, keyword: str | None = None, checks: list[str] | None = None) -> Verdicts:
+    """Run the kit ``runs`` times on ``target``; every run's verdicts equal the first's, which are returned."""
+    first = _verdicts(_run(target, keyword=keyword, checks=checks))
+    assert first, f"no check selected on {target} by {keyword or checks}"
     for run in range(2, runs + 1):
-        again = _verdicts(run_kit(spec, profile="fast", keyword=keyword, checks=checks))
+        again = _verdicts(_run(target, keyword=keyword, checks=checks))
         differ = [(a, b) for a, b in zip(first, again, strict=True) if a != b]
-        assert not differ, f"run {run} on {spec.name} differs from run 1: {differ}"
+        assert not differ, f"run {run} on {target} differs from run 1: {differ}"
     return first
 
 
@@ -73,7 +93,7 @@ def _passes(verdicts: Verdicts) -> None:
 def test_an_in_memory_reference_tier_gets_the_same_verdict_every_run(tier: str) -> None:
     if tier == "cpu" and importlib.util.find_spec("torch") is None:
         pytest.skip("the cpu tier needs torch, which is not installed here")
-    _passes(_same_every_run(resolve_target(tier), RUNS))
+    _passes(_same_every_run(tier, RUNS))
 
 
 @pytest.fixture(scope="module")
@@ -88,33 +108,47 @@ def s3_endpoint() -> Iterator[object]:
         server.stop()
 
 
-def _obj_on_moto(server: object) -> TierSpec:
-    obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj")
-    from kvproto.testing import FaultyBackend
+_S3_ENDPOINT = "KVPROTO_DETERMINISM_S3_ENDPOINT"
+_S3_BUCKET = "KVPROTO_DETERMINISM_S3_BUCKET"
+OBJ_ON_MOTO = f"{__name__}:obj_on_moto"
 
-    from tests.impls.obj._support import S3ServerProcess
 
-    assert isinstance(server, S3ServerProcess)
-    bucket = server.create_bucket("kvproto-determinism")
-    prefixes = iter(range(1_000_000))
+def obj_on_moto() -> TierSpec:
+    """The obj tier on the moto server the ``s3_endpoint`` fixture started (a ``kvproto conform``
+    target): every instance under a fresh prefix of the bucket named in the environment."""
+    import kvproto_obj
+    from tests.impls.obj._support import config_for
+
+    endpoint, bucket = os.environ[_S3_ENDPOINT], os.environ[_S3_BUCKET]
 
     def build(buffer: memoryview) -> object:
-        return obj.ObjTier(buffer, server.config(bucket, prefix=f"run-{next(prefixes)}"), wrap=FaultyBackend)
+        config = config_for(endpoint, bucket, prefix=f"run-{uuid.uuid4().hex[:8]}")
+        return kvproto_obj.ObjTier(buffer, config, wrap=FaultyBackend)
 
-    return TierSpec("obj-s3", "secondary", build, hooks=obj.OBJ_HOOKS, tier_class=obj.ObjTier)
+    return TierSpec("obj-s3", "secondary", build, hooks=kvproto_obj.OBJ_HOOKS, tier_class=kvproto_obj.ObjTier)
 
 
 @pytest.mark.parametrize("tier", ["fs", "obj", "obj-s3"])
-def test_a_reference_tier_over_storage_gets_the_same_verdict_every_run(tier: str, request: pytest.FixtureRequest) -> None:
+def test_a_reference_tier_over_storage_gets_the_same_verdict_every_run(
+    tier: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     distribution = "kvproto-fs" if tier == "fs" else "kvproto-obj"
     pytest.importorskip(distribution.replace("-", "_"), reason=f"{distribution} is not installed: ./dev installs it")
-    spec = _obj_on_moto(request.getfixturevalue("s3_endpoint")) if tier == "obj-s3" else resolve_target(tier)
-    first = _verdicts(run_kit(spec, profile="fast"))
+    target = tier
+    if tier == "obj-s3":
+        from tests.impls.obj._support import S3ServerProcess
+
+        server = request.getfixturevalue("s3_endpoint")
+        assert isinstance(server, S3ServerProcess)
+        monkeypatch.setenv(_S3_ENDPOINT, server.endpoint)
+        monkeypatch.setenv(_S3_BUCKET, server.create_bucket("kvproto-determinism"))
+        target = OBJ_ON_MOTO
+    first = _verdicts(_run(target))
     _passes(first)
     ran = {check: outcome for check, outcome, _ in first}
     assert ran["test_persistence_across_instances"] == ran["test_sharing_between_instances"] == "passed"
-    flipped = _same_every_run(spec, RUNS, keyword=FLIPPED)
-    rest = _same_every_run(spec, OTHER_RUNS - 1, keyword=f"not ({FLIPPED}) and {NO_MACHINES}")
+    flipped = _same_every_run(target, RUNS, keyword=FLIPPED)
+    rest = _same_every_run(target, OTHER_RUNS - 1, keyword=f"not ({FLIPPED}) and {NO_MACHINES}")
     assert len(flipped) == 3
     assert sorted(flipped + rest) == sorted(v for v in first if v[0] in {c for c, _, _ in flipped + rest})
 
@@ -122,7 +156,7 @@ def test_a_reference_tier_over_storage_gets_the_same_verdict_every_run(tier: str
 @pytest.mark.parametrize("target", sorted(GALLERY), ids=lambda t: t.rsplit(":", 1)[-1])
 def test_a_gallery_tier_fails_on_the_same_clause_every_run(target: str) -> None:
     expected = GALLERY[target]
-    (verdict,) = _same_every_run(resolve_target(target), OTHER_RUNS, checks=[expected.check])
+    (verdict,) = _same_every_run(target, OTHER_RUNS, checks=[expected.check])
     assert verdict == (expected.check, "failed", expected.clause)
 
 
@@ -134,19 +168,16 @@ def test_a_new_instance_is_asked_once_started_not_while_it_starts(monkeypatch: p
     starting, so the verdict depended on which came first. A reopened instance of this tier answers
     MISS until its start-up is over (held here until ``wait_ready``): the kit waits for that
     condition and passes it every time; asking at once (the kit before KIT-19) fails it."""
-    from kvproto.testing._secondary_driver import SecondaryDriver
-
-    from tests.kvproto.testing.trust_tiers import starts_in_the_background
-
-    _passes(_same_every_run(starts_in_the_background(), OTHER_RUNS, checks=SHARING_CHECKS))
+    target = "tests.kvproto.testing.trust_tiers:starts_in_the_background"
+    _passes(_same_every_run(target, OTHER_RUNS, checks=SHARING_CHECKS))
     monkeypatch.setattr(SecondaryDriver, "wait_started", lambda self: None)
-    asked_at_once = _verdicts(run_kit(starts_in_the_background(), profile="fast", checks=SHARING_CHECKS))
+    asked_at_once = _verdicts(_run(target, checks=SHARING_CHECKS))
     assert asked_at_once == [(c, "failed", "TIER-18") for c in SHARING_CHECKS]
 
 
 def test_an_instance_that_never_starts_fails_tier_18() -> None:
-    from tests.kvproto.testing.trust_tiers import never_starts
-
-    report = run_kit(never_starts(), profile="fast", checks=SHARING_CHECKS)
-    assert _verdicts(report) == [(c, "failed", "TIER-18") for c in SHARING_CHECKS]
-    assert all("had not started after 30 s (wait_ready)" in o.reason for o in report.outcomes)
+    tier = _run("tests.kvproto.testing.trust_tiers:never_starts", checks=SHARING_CHECKS)
+    assert _verdicts(tier) == [(c, "failed", "TIER-18") for c in SHARING_CHECKS]
+    checks = tier["checks"]
+    assert isinstance(checks, list)
+    assert all("had not started after 30 s (wait_ready)" in c["reason"] for c in checks if c["outcome"] == "failed")
