@@ -23,7 +23,10 @@ from kvproto.testing import Rebuilds, TierSpec, fresh_directory
 
 from kvproto_lmcache._as_kvproto import LmcacheSecondaryTier
 
-__all__ = ["NO_RESET_FAILURES", "SHARED_NO_RESET_FAILURES", "build_adapter", "fresh_dir", "lmcache_fs", "lmcache_mock", "remember_rebuild"]
+__all__ = [
+    "NO_RESET_FAILURES", "SHARED_NO_RESET_FAILURES", "build_adapter", "fresh_dir",
+    "lmcache_fs", "lmcache_mock", "remember_rebuild",
+]
 
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")  # no usage report leaves a kit run
 
