@@ -36,12 +36,16 @@ def test_the_report_counts_the_keys_each_tier_index_remembers(tmp_path: Path) ->
     ObjTier's by ``recent_keys``); the report gives each indexed tier's count after the drain, so a slope
     in ``rss_samples`` can be told from a leak. A tier without ``indexed_keys()`` (memory) is left out."""
     (tmp_path / "fs").mkdir()
+    # 2 ms steps: the fs tier's existence checks run in the background; with CPU-bound steps (0 ms) they
+    # may not answer before the workload cancels its requests, and then nothing is stored at all.
     code, data = simulate(
-        tmp_path, "--steps", "400", "--secondary", "memory",
+        tmp_path, "--steps", "400", "--step-ms", "2", "--secondary", "memory",
         "--secondary", f"fs:root={tmp_path / 'fs'},capacity_blocks=40",
     )
     assert code == 0
-    assert_clean(data)
+    # The 40-block fs tier below memory may serve nothing in 400 steps: a useless-tier warning, not a problem.
+    assert data["problems"] == [] and all(w.startswith("useless tier") for w in data["warnings"]), data["warnings"]
+    assert data["wrong_bytes"] == 0 and data["stuck_requests"] == 0 and data["leaked_pins"] == 0
     indexed = data["resources"]["indexed_keys_end"]
     assert set(indexed) == {"fs"}
     assert 0 < indexed["fs"] <= 40
