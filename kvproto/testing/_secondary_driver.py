@@ -17,6 +17,7 @@ from kvproto.testing._data import block_for, differing_bytes, row, sentinel_for
 from kvproto.testing._driver import SlowCalls, TierDriver, expect_answers, short_key, voluntary_switches
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
+from kvproto.testing._thread_ledger import ThreadLedger
 
 __all__ = ["STARTUP_BOUND_S", "SecondaryDriver"]
 
@@ -58,6 +59,8 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         # KIT-17: stores reported failed while no fault hook had run: the check's set-up failed.
         self.setup_failures: list[str] = []
         self.faults_injected = False
+        # TIER-16: the threads the tier started and which were joined (set by the kit's fixture).
+        self.threads: ThreadLedger | None = None
         # What each slot must hold; None while a load job targets it or after a failed load.
         self._shadow: list[bytes | None] = []
         for slot in range(self.num_slots):

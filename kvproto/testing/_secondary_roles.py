@@ -22,9 +22,13 @@ from kvproto.testing._data import make_buffer
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._thread_ledger import ThreadLedger
 from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 
 __all__ = ["SecondaryRole", "SecondaryTierFactory", "load_right_after_hit", "load_slots", "store_slots"]
+
+THREADS = pytest.StashKey[ThreadLedger]()
+"""Where the ``tier`` fixture keeps the ledger of the threads the tier started."""
 
 SecondaryTierFactory = Callable[[memoryview], SecondaryTier]
 """Builds an EMPTY secondary tier bound to the given primary buffer."""
@@ -83,11 +87,21 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
     def tier(
         self, tier_factory: SecondaryTierFactory, primary_buffer: memoryview, request: pytest.FixtureRequest
     ) -> Iterator[SecondaryTier]:
-        """An empty tier bound to ``primary_buffer``, shut down after the check (once)."""
-        built = tier_factory(primary_buffer)
-        yield built
-        if not request.node.stash.get(CLOSED, False):
-            built.shutdown()
+        """An empty tier bound to ``primary_buffer``, shut down after the check (once); the threads
+        it starts are recorded from its construction on, for a check marked ``records_threads``
+        (TIER-16, :class:`ThreadLedger`)."""
+        if not getattr(request.function, "records_threads", False):
+            built = tier_factory(primary_buffer)
+            yield built
+            if not request.node.stash.get(CLOSED, False):
+                built.shutdown()
+            return
+        with ThreadLedger(hold_s=self.limits.job_timeout_s) as ledger:
+            request.node.stash[THREADS] = ledger
+            built = tier_factory(primary_buffer)
+            yield built
+            if not request.node.stash.get(CLOSED, False):
+                built.shutdown()
 
     @pytest.fixture
     def kit(
@@ -101,6 +115,7 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         driver = SecondaryDriver(
             tier, primary_buffer, self.declared_capabilities(tier), self.limits, on_close=closed
         )
+        driver.threads = request.node.stash.get(THREADS, None)
         report_hooks(self, _HOOKS, self.has_hook, driver)  # a hook that raises says so (KIT-17)
         yield driver
         driver.shutdown()

@@ -375,6 +375,23 @@ class ShutdownDropsQueuedJobs(_OneWorker):
             self._cv.notify()
 
 
+class LeavesThreadsUnjoined(MemoryTier):
+    """Bug: each store also starts a short thread (a metrics flush, say) that shutdown never joins.
+    The thread's work ends at once, so a look at the threads after shutdown would almost always
+    miss it; the kit holds each thread's end until it is joined, and finds it every run (TIER-16)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="leaves-threads-unjoined")
+        self.flushed = 0
+
+    def submit_store(self, job: TransferJob) -> None:
+        super().submit_store(job)
+        threading.Thread(target=self._flush, name="metrics-flush", daemon=True).start()  # the bug: never joined
+
+    def _flush(self) -> None:
+        self.flushed += 1
+
+
 class RequestStateLeak(MemoryTier):
     """Bug: counts the blocks moved per request (for metrics) in a dict keyed by req_id that
     on_request_finished never prunes."""
@@ -657,6 +674,10 @@ def shutdown_drops_queued_jobs() -> TierSpec:
     return _secondary(ShutdownDropsQueuedJobs)
 
 
+def leaves_threads_unjoined() -> TierSpec:
+    return _secondary(LeavesThreadsUnjoined)
+
+
 def request_state_leak() -> TierSpec:
     return _secondary(RequestStateLeak)
 
@@ -864,6 +885,9 @@ GALLERY: dict[str, Expected] = {
         "test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"
     ),
     f"{_HERE}:shutdown_drops_queued_jobs": Expected("test_shutdown_reports_queued_work", "TIER-16", "never reported"),
+    f"{_HERE}:leaves_threads_unjoined": Expected(
+        "test_shutdown_reports_queued_work", "TIER-16", "shutdown never joined it"
+    ),
     f"{_HERE}:request_state_leak": Expected("test_request_state_does_not_grow", "TIER-12", "finished requests"),
     f"{_HERE}:pending_work_ignores_loads": Expected("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight"),
     f"{_HERE}:batch_lookup_bypasses_gate": Expected("test_lookup_many_matches_lookup", "TIER-17", "also while unresolved"),
