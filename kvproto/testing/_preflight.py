@@ -12,6 +12,7 @@ tier's state shared between builds would be changed by it).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from kvproto import members as lr
@@ -41,8 +42,11 @@ def preflight(spec: TierSpec, capabilities: Capabilities) -> str | None:
     except Exception:  # the factory's failure is reported by the run itself
         return None
     kit = SecondaryDriver(tier, buffer, capabilities, spec.limits, first_job_id=6001)
+    logged = _FirstWarning()
+    logging.getLogger().addHandler(logged)
     try:
-        return _store_and_load(kit)
+        why = _store_and_load(kit)
+        return None if why is None else why + logged.said()
     except ConformanceFailure:
         return None  # a broken clause: the check of that clause says so
     except Exception as error:  # the tier raised on its most basic operations
@@ -54,10 +58,35 @@ def preflight(spec: TierSpec, capabilities: Capabilities) -> str | None:
             "or with -v, to see it in context) and run again"
         )
     finally:
+        logging.getLogger().removeHandler(logged)
         try:
             kit.shutdown()
         except Exception:  # a shutdown failure is TIER-16's business, checked by its own check
             pass
+
+
+class _FirstWarning(logging.Handler):
+    """Keeps the first warning (or worse) logged while the preflight runs: a tier reports a failed
+    job as ``success=False`` only, and its log line is often the one clue to why."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.first: logging.LogRecord | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.first is None:
+            self.first = record
+
+    def said(self) -> str:
+        if self.first is None:
+            return ""
+        try:
+            text = self.first.getMessage()
+        except Exception:  # a malformed log call of the tier's: its raw format string will do
+            text = str(self.first.msg)
+        text = " ".join(text.split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        return f" The first warning logged meanwhile ({self.first.name}): {text}"
 
 
 def _store_and_load(kit: SecondaryDriver) -> str | None:
@@ -77,16 +106,17 @@ def _store_and_load(kit: SecondaryDriver) -> str | None:
     if len(failed_stores) == PREFLIGHT_TRIES:
         jobs = ", ".join(str(j) for j in failed_stores)
         return (
-            f"preflight failed: the tier reported every store failed ({PREFLIGHT_TRIES} stores of one block "
-            f"into an empty tier, jobs {jobs}, no fault injected): its storage looks down or unreachable. "
-            "No check was run, since none could set up; fix the storage (or the tier's configuration) and "
-            "run again"
+            f"preflight failed: the tier reported every store failed ({PREFLIGHT_TRIES} stores of one "
+            f"{kit.block_bytes}-byte block into an empty tier, jobs {jobs}, no fault injected), so no check "
+            "could set up and none was run. Either its storage looks down or unreachable, or the tier cannot "
+            f"store on it at all as configured (blocks of {kit.block_bytes} bytes: a tier writing with O_DIRECT, "
+            "say, may need aligned sizes). Fix the storage or the tier's configuration and run again."
         )
     if failed_loads and len(failed_loads) + len(failed_stores) == PREFLIGHT_TRIES:
         jobs = ", ".join(str(j) for j in failed_loads)
         return (
             f"preflight failed: the tier stored a block and answered HIT, but reported its load failed "
             f"(jobs {jobs}, no fault injected): its storage cannot be read back. No check was run, since none "
-            "could set up; fix the storage (or the tier's configuration) and run again"
+            "could set up; fix the storage (or the tier's configuration) and run again."
         )
     return None

@@ -71,6 +71,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dic
             (tier,) = json.loads(path.read_text())["tiers"]
             assert tier["error_clause"] == "KIT-17", tier["error"]
             assert tier["error"].startswith(STOPPED_BY_PREFLIGHT[name]), tier["error"]
+            # The message quotes what vLLM's tier logged, the one clue a failed job leaves.
+            assert "[Errno 22] Invalid argument" in tier["error"], tier["error"]
             selected = [arg for check in DEFECTS[name] for arg in ("--check", check)]
             code = kvproto_cli(["conform", name, *selected, "--no-typecheck", "--profile", "fast", "--json", str(path)])
             assert code == 1

@@ -37,7 +37,9 @@ def test_a_tier_whose_storage_is_down_gets_one_preflight_message(tmp_path: Path,
     assert tier["passed"] is False
     assert tier["error_clause"] == "KIT-17"
     assert tier["error"].startswith("preflight failed: the tier reported every store failed")
-    assert "storage looks down" in tier["error"]
+    assert "storage looks down" in tier["error"] and "cannot store on it at all as configured" in tier["error"]
+    # The tier's own words (its first warning), since a failed job carries no reason.
+    assert "[Errno 111] Connection refused" in tier["error"]
     assert {c["outcome"] for c in tier["checks"]} == {"not run"}
     assert not {c["violated_clause"] for c in tier["checks"]} - {None}
     shown = capsys.readouterr().out

@@ -12,20 +12,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from kvproto import LookupResult, MemoryTier, OffloadingEvent, OffloadKey, ReqContext, TransferJob, members as lr
 from kvproto.testing import MEMORY_HOOKS, TierSpec
 
+_log = logging.getLogger(__name__)
 
 class StorageDown(MemoryTier):
-    """A MemoryTier whose storage is down: every store job is reported failed, nothing is kept."""
+    """A MemoryTier whose storage is down: every store job is reported failed, nothing is kept,
+    and the reason is logged (as a real tier would; the preflight's message quotes it)."""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(buffer, name="storage-down")
 
     def _run_store(self, job: TransferJob) -> list[OffloadKey]:
+        _log.warning("storage-down: store job %d failed: [Errno 111] Connection refused", job.job_id)
         return []
 
 
