@@ -9,8 +9,8 @@ original is put back. Mutants inside type annotations and ``if TYPE_CHECKING:`` 
 they never run. ``--sample N`` draws N source locations (seeded) and one mutant at each.
 
 Killed: the verdict is not "conforms" (a failed check; the kit could not run; no verdict within the
-per-mutant timeout). A rerun keeps the classification of each survivor whose id and diff are
-unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
+per-mutant timeout). A rerun keeps the classification of each survivor whose id and changed line
+are unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
 committed report's survivors (after a kit change, or with more ``kvproto conform`` targets);
 ``--timeouts`` reruns the mutants a timeout killed, with a longer ``--timeout`` (a loaded machine can
 time out a mutant that would conform, which would count it killed wrongly).
@@ -240,7 +240,8 @@ def _run_mutants(
                 entry.update((k, v) for k, v in verdict.items() if k != "passed")
             old = previous.get(m.id)
             if entry["outcome"] == "survived":
-                same = old is not None and old.get("diff") == entry["diff"]
+                # The changed line, not the diff: a line added above shifts the diff's hunk header only.
+                same = old is not None and old.get("change") == entry["change"]
                 entry["classification"] = old.get("classification") if same and old is not None else None
             results.append(entry)
             how = f"{entry['outcome']}" + (f" ({entry['killed_by']})" if entry.get("killed_by") else "")
