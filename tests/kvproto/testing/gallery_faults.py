@@ -290,3 +290,24 @@ def expiry_frees_its_slot() -> TierSpec:
 FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
     "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived"
 )
+
+
+class WrapperBesideTheJobs(BlobTier):
+    """Bug: the FaultyBackend it was built with (its ``backend``) sits beside the jobs, not under them:
+    its jobs read and write the storage directly, so faults injected below it reach nothing (what
+    BlobTier's ``wrap`` over an asynchronous backend did when the jobs stayed on the backend's loop)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        memory = MemoryBackend()
+        super().__init__(memory, buffer, _private(), name="wrapper-beside-the-jobs")
+        self.backend = FaultyBackend(memory)  # the bug: the jobs keep the unwrapped backend
+
+
+def wrapper_beside_the_jobs() -> TierSpec:
+    return TierSpec("wrapper-beside-the-jobs", "secondary", WrapperBesideTheJobs, limits=_QUICK,
+                    tier_class=WrapperBesideTheJobs)
+
+
+FAULTS_GALLERY[f"{_HERE}:wrapper_beside_the_jobs"] = Expected(
+    "test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper"
+)

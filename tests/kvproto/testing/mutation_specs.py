@@ -1,16 +1,18 @@
 """The BlobTier engine over an in-memory backend as ``kvproto conform`` targets, for ``./dev mutate
 blobtier`` (tests/kvproto/testing/mutation.py): the same set-up as tests/kvproto/tierkit/test_blob_kit.py
 (a FaultyBackend over a MemoryBackend, the backdoor hooks through them), as TierSpecs the kit's command
-line runs. ``blob_private``: the index answers, no eviction; ``blob_shared``: shared mode with a
+line runs. ``blob_private``: the index answers, no eviction, jobs reported whole (``partial_jobs=False``:
+the only spec that runs that path; the shared ones report partial jobs); ``blob_shared``: shared mode with a
 48-block byte budget, every capability declared; ``blob_async``: that shared mode over an
 AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
 (its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
 without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
-need no FaultyBackend (seed, read, corrupt, reopen)."""
+need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
@@ -34,6 +36,19 @@ def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
     if faulty.inner is memory:
         return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
     return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
+
+
+def _other_layout(config: BlobTierConfig) -> BlobTierConfig:
+    return replace(config, layout={**config.layout, "kvproto-kit": "another layout"})
+
+
+def _reopen_other_layout(tier: object, buffer: memoryview) -> SecondaryTier:
+    """A new instance over the same storage for another model layout (another namespace, TIER-22)."""
+    blob, faulty, memory = _parts(tier)
+    config = _other_layout(blob.blob_config)
+    if faulty.inner is memory:
+        return BlobTier(FaultyBackend(memory), buffer, config, name=blob.name)
+    return BlobTier(AsyncMemory(memory), buffer, config, name=blob.name, wrap=FaultyBackend)
 
 
 def _read_block(tier: object, key: OffloadKey) -> bytes | None:
@@ -67,6 +82,7 @@ def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
 
 _HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
+    "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "fail_next_jobs": _fail_next_jobs,
@@ -86,8 +102,8 @@ def _spec(name: str, config: BlobTierConfig) -> TierSpec:
 
 
 def blob_private() -> TierSpec:
-    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction)."""
-    return _spec("blob-private", BlobTierConfig())
+    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction), jobs reported whole."""
+    return _spec("blob-private", BlobTierConfig(partial_jobs=False))
 
 
 def blob_async() -> TierSpec:
@@ -113,6 +129,11 @@ def _loop_memory(tier: object) -> tuple[BlobTier, MemoryBackend]:
 def _loop_reopen(tier: object, buffer: memoryview) -> SecondaryTier:
     blob, memory = _loop_memory(tier)
     return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name)
+
+
+def _loop_reopen_other_layout(tier: object, buffer: memoryview) -> SecondaryTier:
+    blob, memory = _loop_memory(tier)
+    return BlobTier(AsyncMemory(memory), buffer, _other_layout(blob.blob_config), name=blob.name)
 
 
 def _loop_read(tier: object, key: OffloadKey) -> bytes | None:
@@ -144,7 +165,8 @@ def blob_loop() -> TierSpec:
         return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-loop")
 
     hooks: dict[str, Callable[..., Any]] = {
-        "reopen": _loop_reopen, "read_block": _loop_read, "seed_block": _loop_seed, "corrupt_on_read": _loop_corrupt,
+        "reopen": _loop_reopen, "reopen_other_layout": _loop_reopen_other_layout,
+        "read_block": _loop_read, "seed_block": _loop_seed, "corrupt_on_read": _loop_corrupt,
     }
     return TierSpec(
         "blob-loop", "secondary", build, hooks=hooks, tier_class=BlobTier,
