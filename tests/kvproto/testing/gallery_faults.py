@@ -292,6 +292,64 @@ FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
 )
 
 
+class ExpiresInMilliseconds(ClockedPrimary):
+    """Bug: ``on_step_end`` reads the clock in milliseconds and compares it with due times in seconds,
+    so it fails writes long before their deadline (found by mutation testing: docs/mutation/memory-primary.json)."""
+
+    tier_name = "expires-in-milliseconds"
+
+    def on_step_end(self) -> None:
+        seconds = self.now
+        self.now = seconds * 1000.0  # the bug: the wrong unit
+        try:
+            super().on_step_end()
+        finally:
+            self.now = seconds
+
+
+class ExpiredWritesStayPending(ClockedPrimary):
+    """Bug: ``has_pending_work`` counts the slots of expired writes, so a write that never completes
+    keeps the tier busy forever (the deadline bounds nothing)."""
+
+    tier_name = "expired-writes-stay-pending"
+
+    def has_pending_work(self) -> bool:
+        return super().has_pending_work() or self.quarantined_slots > 0  # the bug
+
+
+class DeadlineAsAMethod(ClockedPrimary):
+    """Bug: ``pending_deadline_s`` is a method, not the number it declares, so a kit reading the
+    declaration finds no deadline and would check none."""
+
+    tier_name = "deadline-as-a-method"
+
+    def pending_deadline_s(self) -> float:  # type: ignore[override]  # the bug: a method where a property is declared
+        return 1.0
+
+
+def expires_in_milliseconds() -> TierSpec:
+    return clocked_spec(ExpiresInMilliseconds)
+
+
+def expired_writes_stay_pending() -> TierSpec:
+    return clocked_spec(ExpiredWritesStayPending)
+
+
+def deadline_as_a_method() -> TierSpec:
+    return clocked_spec(DeadlineAsAMethod)
+
+
+FAULTS_GALLERY[f"{_HERE}:expires_in_milliseconds"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "a write is failed only past its deadline"
+)
+FAULTS_GALLERY[f"{_HERE}:expired_writes_stay_pending"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "no longer pending work"
+)
+FAULTS_GALLERY[f"{_HERE}:deadline_as_a_method"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "must be None or a number of seconds"
+)
+
+
 class WrapperBesideTheJobs(BlobTier):
     """Bug: the FaultyBackend it was built with (its ``backend``) sits beside the jobs, not under them:
     its jobs read and write the storage directly, so faults injected below it reach nothing (what
