@@ -369,3 +369,36 @@ def wrapper_beside_the_jobs() -> TierSpec:
 FAULTS_GALLERY[f"{_HERE}:wrapper_beside_the_jobs"] = Expected(
     "test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper"
 )
+
+
+# ---- a byte budget (TIERKIT-9) ----------------------------------------------------------------------
+class EvictsButNeverDeletes(BlobTier):
+    """Bug: beyond ``max_bytes`` it evicts blocks from its index (and says so in REMOVED events) but
+    never deletes their blobs, so the storage grows past the budget it declares."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=True, max_bytes=16 * (env.HEADER_BYTES + 64))
+        super().__init__(FaultyBackend(MemoryBackend()), buffer, config, name="evicts-but-never-deletes")
+
+    def _delete_doomed(self, victims: list[tuple[OffloadKey, int]]) -> None:
+        pass  # the bug: the evicted blobs stay
+
+
+def _read_stored(tier: object, key: OffloadKey) -> bytes | None:
+    assert isinstance(tier, BlobTier) and isinstance(tier.backend, FaultyBackend)
+    memory = tier.backend.inner
+    assert isinstance(memory, MemoryBackend)
+    data = memory.blobs.get(tier.name_of(key))
+    return None if data is None else data[env.HEADER_BYTES :]
+
+
+def evicts_but_never_deletes() -> TierSpec:
+    return TierSpec(
+        "evicts-but-never-deletes", "secondary", EvictsButNeverDeletes, hooks={"read_block": _read_stored},
+        limits=_QUICK, tier_class=EvictsButNeverDeletes,
+    )
+
+
+FAULTS_GALLERY[f"{_HERE}:evicts_but_never_deletes"] = Expected(
+    "test_a_byte_budget_is_kept", "TIERKIT-9", "the budget is not kept"
+)
