@@ -68,7 +68,10 @@ TARGETS: dict[str, Target] = {
             f"kvproto/tierkit/{name}.py"
             for name in ("_blob_tier", "_blob_ops", "_blob_ledger", "_blob_jobs", "_blob_scan", "_blob_config", "_memory_backend")
         ),
-        (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop"),
+        (
+            f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop",
+            f"{_SPECS}:blob_held",  # held HITs (TIERKIT-6): the only in-memory spec whose backend offers HeldReads
+        ),
     ),
     "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
     "obj": Target(tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_store", "_config", "_stats")), ("obj",)),

@@ -7,11 +7,12 @@ the only spec that runs that path; the shared ones report partial jobs); ``blob_
 AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
 (its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
 without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
-need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout)."""
+need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_held``: ``blob_shared``
+over a HeldMemory (a MemoryBackend offering HeldReads), so HITs are held (TIERKIT-6, TIER-26)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared"]
+__all__ = ["HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_private", "blob_shared"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -76,8 +77,13 @@ def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
     for key in keys:
         name = blob.name_of(key)
         data = memory.blobs.get(name)
-        if data is not None:
-            memory.blobs[name] = data[:-1] + bytes([data[-1] ^ 0xFF])
+        if data is None:
+            continue
+        damaged = data[:-1] + bytes([data[-1] ^ 0xFF])
+        if isinstance(memory, HeldMemory):
+            memory.damage_in_place(name, damaged)  # as a write into the file: open handles see it
+        else:
+            memory.blobs[name] = damaged
 
 
 _HOOKS: dict[str, Callable[..., Any]] = {
@@ -177,3 +183,64 @@ def blob_loop() -> TierSpec:
 def blob_shared() -> TierSpec:
     """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
     return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
+
+
+class HeldMemory(MemoryBackend):
+    """A MemoryBackend that keeps a blob readable from a HIT to its load (HeldReads, TIERKIT-6): a handle
+    is the blob's bytes when opened (immutable, so a later delete or replace leaves them readable)."""
+
+    @property
+    def held_reads(self) -> bool:
+        return True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[str, list[list[bytes]]] = {}  # name -> the handles open on it (a one-item list each)
+
+    def open_held(self, name: str) -> object:
+        with self._lock:
+            data = self.blobs.get(name)
+            if data is None:
+                raise FileNotFoundError(name)
+            handle = [data]
+            self._open.setdefault(name, []).append(handle)
+        return (name, handle)
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        assert isinstance(handle, tuple)
+        data: bytes = handle[1][0]
+        offset = 0
+        for buf in buffers:
+            n = max(0, min(buf.nbytes, len(data) - offset))
+            buf[:n] = data[offset : offset + n]
+            offset += n
+        return len(data)
+
+    def close_held(self, handle: object) -> None:
+        assert isinstance(handle, tuple)
+        with self._lock:
+            still = [h for h in self._open.get(handle[0], []) if h is not handle[1]]
+            if still:
+                self._open[handle[0]] = still
+            else:
+                self._open.pop(handle[0], None)
+
+    def damage_in_place(self, name: str, data: bytes) -> None:
+        """Overwrite blob ``name``'s bytes in place, as a write into its file: open handles read them too."""
+        with self._lock:
+            self.blobs[name] = data
+            for handle in self._open.get(name, []):
+                handle[0] = data
+
+
+def blob_held() -> TierSpec:
+    """blob_shared over a HeldMemory: HITs are held (holds_hits declared; the TIER-26 checks run)."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(FaultyBackend(HeldMemory()), buffer, config, name="blob-held")
+
+    return TierSpec(
+        "blob-held", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(FaultyBackend(HeldMemory()), {config!r})",
+    )
