@@ -1,4 +1,4 @@
-"""The byte budget of a :class:`~kvproto.tierkit.BlobTier` (TIERKIT-9): :class:`SecondaryBudgetChecks`,
+"""The byte budget of a :class:`~kvproto.tierkit.BlobTier` (TIER-29): :class:`SecondaryBudgetChecks`,
 a base of :class:`~kvproto.testing.SecondaryTierTests`.
 
 A BlobTier configured with ``max_bytes`` declares how much storage it may hold; the kit stores past
@@ -29,7 +29,7 @@ __all__ = ["SecondaryBudgetChecks"]
 class SecondaryBudgetChecks(SecondaryRole):
     """The byte budget, in the kit's order (see ``SecondaryTierTests``)."""
 
-    @check("TIERKIT-9", needs=("eviction",), hooks=("read_block",))
+    @check("TIER-29", needs=("eviction",), hooks=("read_block",))
     def test_a_byte_budget_is_kept(self, kit: SecondaryDriver) -> None:
         """A BlobTier with ``max_bytes``: after storing 16 blocks more than the budget holds (8 per
         job, a step after each), at most the budget's worth of the stored blocks are left in the
@@ -57,7 +57,7 @@ class SecondaryBudgetChecks(SecondaryRole):
                 break
         if len(left) > room:
             raise ConformanceFailure(
-                "TIERKIT-9",
+                "TIER-29",
                 f"after storing {len(keys)} blocks into a BlobTier whose max_bytes ({budget}) holds {room}, the "
                 f"storage still holds {len(left)} of them ({kit.limits.job_timeout_s:g} s after the last job was "
                 "reported): the budget is not kept (the least recently used blocks must be evicted and deleted)",

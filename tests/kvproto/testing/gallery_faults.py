@@ -371,7 +371,7 @@ FAULTS_GALLERY[f"{_HERE}:wrapper_beside_the_jobs"] = Expected(
 )
 
 
-# ---- a byte budget (TIERKIT-9) ----------------------------------------------------------------------
+# ---- a byte budget (TIER-29) ----------------------------------------------------------------------
 class EvictsButNeverDeletes(BlobTier):
     """Bug: beyond ``max_bytes`` it evicts blocks from its index (and says so in REMOVED events) but
     never deletes their blobs, so the storage grows past the budget it declares."""
@@ -400,5 +400,5 @@ def evicts_but_never_deletes() -> TierSpec:
 
 
 FAULTS_GALLERY[f"{_HERE}:evicts_but_never_deletes"] = Expected(
-    "test_a_byte_budget_is_kept", "TIERKIT-9", "the budget is not kept"
+    "test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept"
 )
