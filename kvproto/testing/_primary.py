@@ -22,6 +22,7 @@ from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._primary_class_checks import PrimaryClassChecks
 from kvproto.testing._primary_deadline_checks import PrimaryDeadlineChecks
 from kvproto.testing._primary_driver import PrimaryDriver
+from kvproto.testing._primary_optional_checks import PrimaryOptionalChecks
 from kvproto.testing._primary_pins import PrimaryPinChecks
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
@@ -30,7 +31,7 @@ PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 
-class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChecks):
+class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChecks, PrimaryOptionalChecks):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 

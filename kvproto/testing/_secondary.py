@@ -19,6 +19,7 @@ from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._holds_hits import HeldHitsChecks
+from kvproto.testing._secondary_budget_checks import SecondaryBudgetChecks
 from kvproto.testing._secondary_class_checks import SecondaryClassChecks
 from kvproto.testing._secondary_crash_checks import SecondaryCrashChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
@@ -37,6 +38,7 @@ class SecondaryTierTests(
     SecondarySharingChecks,
     SecondaryDataChecks,
     HeldHitsChecks,
+    SecondaryBudgetChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 

@@ -92,6 +92,7 @@ class SecondaryFaultChecks(SecondaryRole):
             keys[2]: "its publish was slow to reply",
             keys[3]: "another key of its job failed below the tier",
         }
+        fired = backend.injected
         with instrumented(backend) as probe:
             backend.arm(OpFault("publish", count=2, match=name_of(keys[0])))
             probe.land_then_fail(name_of(keys[1]))
@@ -101,6 +102,13 @@ class SecondaryFaultChecks(SecondaryRole):
             finally:
                 backend.disarm()
         done = result.succeeded_keys(kit.jobs[result.job_id])
+        if backend.injected == fired:
+            raise ConformanceFailure(
+                "TIERKIT-8",
+                f"a store job of {len(keys)} new keys made no publish through the FaultyBackend the tier was built "
+                "with (none of the faults armed in it fired): the job's backend calls bypass the wrapper, so faults "
+                "injected below the tier reach nothing",
+            )
         kit.quiet_steps(2)
         answers = kit.resolve(keys)
         spare = load_slots(kit, 8)[4:]

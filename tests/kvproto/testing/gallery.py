@@ -929,3 +929,7 @@ GALLERY.update(CLASSES_GALLERY)
 from tests.kvproto.testing.gallery_hits import HITS_GALLERY  # noqa: E402 - needs this module's names first
 
 GALLERY.update(HITS_GALLERY)
+# The primaries that break an optional ability the manager relies on (TIER-27, TIER-28): gallery_optional.py.
+from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY  # noqa: E402 - needs this module's names first
+
+GALLERY.update(OPTIONAL_GALLERY)

@@ -290,3 +290,115 @@ def expiry_frees_its_slot() -> TierSpec:
 FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
     "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived"
 )
+
+
+class ExpiresInMilliseconds(ClockedPrimary):
+    """Bug: ``on_step_end`` reads the clock in milliseconds and compares it with due times in seconds,
+    so it fails writes long before their deadline (found by mutation testing: docs/mutation/memory-primary.json)."""
+
+    tier_name = "expires-in-milliseconds"
+
+    def on_step_end(self) -> None:
+        seconds = self.now
+        self.now = seconds * 1000.0  # the bug: the wrong unit
+        try:
+            super().on_step_end()
+        finally:
+            self.now = seconds
+
+
+class ExpiredWritesStayPending(ClockedPrimary):
+    """Bug: ``has_pending_work`` counts the slots of expired writes, so a write that never completes
+    keeps the tier busy forever (the deadline bounds nothing)."""
+
+    tier_name = "expired-writes-stay-pending"
+
+    def has_pending_work(self) -> bool:
+        return super().has_pending_work() or self.quarantined_slots > 0  # the bug
+
+
+class DeadlineAsAMethod(ClockedPrimary):
+    """Bug: ``pending_deadline_s`` is a method, not the number it declares, so a kit reading the
+    declaration finds no deadline and would check none."""
+
+    tier_name = "deadline-as-a-method"
+
+    def pending_deadline_s(self) -> float:  # type: ignore[override]  # the bug: a method where a property is declared
+        return 1.0
+
+
+def expires_in_milliseconds() -> TierSpec:
+    return clocked_spec(ExpiresInMilliseconds)
+
+
+def expired_writes_stay_pending() -> TierSpec:
+    return clocked_spec(ExpiredWritesStayPending)
+
+
+def deadline_as_a_method() -> TierSpec:
+    return clocked_spec(DeadlineAsAMethod)
+
+
+FAULTS_GALLERY[f"{_HERE}:expires_in_milliseconds"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "a write is failed only past its deadline"
+)
+FAULTS_GALLERY[f"{_HERE}:expired_writes_stay_pending"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "no longer pending work"
+)
+FAULTS_GALLERY[f"{_HERE}:deadline_as_a_method"] = Expected(
+    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "must be None or a number of seconds"
+)
+
+
+class WrapperBesideTheJobs(BlobTier):
+    """Bug: the FaultyBackend it was built with (its ``backend``) sits beside the jobs, not under them:
+    its jobs read and write the storage directly, so faults injected below it reach nothing (what
+    BlobTier's ``wrap`` over an asynchronous backend did when the jobs stayed on the backend's loop)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        memory = MemoryBackend()
+        super().__init__(memory, buffer, _private(), name="wrapper-beside-the-jobs")
+        self.backend = FaultyBackend(memory)  # the bug: the jobs keep the unwrapped backend
+
+
+def wrapper_beside_the_jobs() -> TierSpec:
+    return TierSpec("wrapper-beside-the-jobs", "secondary", WrapperBesideTheJobs, limits=_QUICK,
+                    tier_class=WrapperBesideTheJobs)
+
+
+FAULTS_GALLERY[f"{_HERE}:wrapper_beside_the_jobs"] = Expected(
+    "test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper"
+)
+
+
+# ---- a byte budget (TIER-29) ----------------------------------------------------------------------
+class EvictsButNeverDeletes(BlobTier):
+    """Bug: beyond ``max_bytes`` it evicts blocks from its index (and says so in REMOVED events) but
+    never deletes their blobs, so the storage grows past the budget it declares."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=True, max_bytes=16 * (env.HEADER_BYTES + 64))
+        super().__init__(FaultyBackend(MemoryBackend()), buffer, config, name="evicts-but-never-deletes")
+
+    def _delete_doomed(self, victims: list[tuple[OffloadKey, int]]) -> None:
+        pass  # the bug: the evicted blobs stay
+
+
+def _read_stored(tier: object, key: OffloadKey) -> bytes | None:
+    assert isinstance(tier, BlobTier) and isinstance(tier.backend, FaultyBackend)
+    memory = tier.backend.inner
+    assert isinstance(memory, MemoryBackend)
+    data = memory.blobs.get(tier.name_of(key))
+    return None if data is None else data[env.HEADER_BYTES :]
+
+
+def evicts_but_never_deletes() -> TierSpec:
+    return TierSpec(
+        "evicts-but-never-deletes", "secondary", EvictsButNeverDeletes, hooks={"read_block": _read_stored},
+        limits=_QUICK, tier_class=EvictsButNeverDeletes,
+    )
+
+
+FAULTS_GALLERY[f"{_HERE}:evicts_but_never_deletes"] = Expected(
+    "test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept"
+)

@@ -59,14 +59,19 @@ TARGETS: dict[str, Target] = {
     "memory": Target(("kvproto/_memory_tier.py",), ("memory", "memory-async", "memory-threaded")),
     "memory-primary": Target(
         ("kvproto/_memory_primary_tier.py", "kvproto/tierkit/_slots.py", "kvproto/tierkit/_slot_checks.py"),
-        ("memory-primary",),
+        # The reference spec, and the same tier with a pending deadline on a clock the kit moves (the
+        # advance_clock hook: TIER-25), the fully hooked spec the honest-tier tests run.
+        ("memory-primary", "tests.kvproto.testing.honest_tiers:clocked_primary"),
     ),
     "blobtier": Target(
         tuple(
             f"kvproto/tierkit/{name}.py"
             for name in ("_blob_tier", "_blob_ops", "_blob_ledger", "_blob_jobs", "_blob_scan", "_blob_config", "_memory_backend")
         ),
-        (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop"),
+        (
+            f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop",
+            f"{_SPECS}:blob_held",  # held HITs (TIERKIT-6): the only in-memory spec whose backend offers HeldReads
+        ),
     ),
     "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
     "obj": Target(tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_store", "_config", "_stats")), ("obj",)),

@@ -1,16 +1,19 @@
 """The BlobTier engine over an in-memory backend as ``kvproto conform`` targets, for ``./dev mutate
 blobtier`` (tests/kvproto/testing/mutation.py): the same set-up as tests/kvproto/tierkit/test_blob_kit.py
 (a FaultyBackend over a MemoryBackend, the backdoor hooks through them), as TierSpecs the kit's command
-line runs. ``blob_private``: the index answers, no eviction; ``blob_shared``: shared mode with a
+line runs. ``blob_private``: the index answers, no eviction, jobs reported whole (``partial_jobs=False``:
+the only spec that runs that path; the shared ones report partial jobs); ``blob_shared``: shared mode with a
 48-block byte budget, every capability declared; ``blob_async``: that shared mode over an
 AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
 (its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
 without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
-need no FaultyBackend (seed, read, corrupt, reopen)."""
+need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_held``: ``blob_shared``
+over a HeldMemory (a MemoryBackend offering HeldReads), so HITs are held (TIERKIT-6, TIER-26)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
@@ -19,7 +22,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared"]
+__all__ = ["HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_private", "blob_shared"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -34,6 +37,19 @@ def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
     if faulty.inner is memory:
         return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
     return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
+
+
+def _other_layout(config: BlobTierConfig) -> BlobTierConfig:
+    return replace(config, layout={**config.layout, "kvproto-kit": "another layout"})
+
+
+def _reopen_other_layout(tier: object, buffer: memoryview) -> SecondaryTier:
+    """A new instance over the same storage for another model layout (another namespace, TIER-22)."""
+    blob, faulty, memory = _parts(tier)
+    config = _other_layout(blob.blob_config)
+    if faulty.inner is memory:
+        return BlobTier(FaultyBackend(memory), buffer, config, name=blob.name)
+    return BlobTier(AsyncMemory(memory), buffer, config, name=blob.name, wrap=FaultyBackend)
 
 
 def _read_block(tier: object, key: OffloadKey) -> bytes | None:
@@ -61,12 +77,18 @@ def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
     for key in keys:
         name = blob.name_of(key)
         data = memory.blobs.get(name)
-        if data is not None:
-            memory.blobs[name] = data[:-1] + bytes([data[-1] ^ 0xFF])
+        if data is None:
+            continue
+        damaged = data[:-1] + bytes([data[-1] ^ 0xFF])
+        if isinstance(memory, HeldMemory):
+            memory.damage_in_place(name, damaged)  # as a write into the file: open handles see it
+        else:
+            memory.blobs[name] = damaged
 
 
 _HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
+    "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "fail_next_jobs": _fail_next_jobs,
@@ -86,8 +108,8 @@ def _spec(name: str, config: BlobTierConfig) -> TierSpec:
 
 
 def blob_private() -> TierSpec:
-    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction)."""
-    return _spec("blob-private", BlobTierConfig())
+    """BlobTier over a MemoryBackend, private mode (the index answers, no eviction), jobs reported whole."""
+    return _spec("blob-private", BlobTierConfig(partial_jobs=False))
 
 
 def blob_async() -> TierSpec:
@@ -113,6 +135,11 @@ def _loop_memory(tier: object) -> tuple[BlobTier, MemoryBackend]:
 def _loop_reopen(tier: object, buffer: memoryview) -> SecondaryTier:
     blob, memory = _loop_memory(tier)
     return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name)
+
+
+def _loop_reopen_other_layout(tier: object, buffer: memoryview) -> SecondaryTier:
+    blob, memory = _loop_memory(tier)
+    return BlobTier(AsyncMemory(memory), buffer, _other_layout(blob.blob_config), name=blob.name)
 
 
 def _loop_read(tier: object, key: OffloadKey) -> bytes | None:
@@ -144,7 +171,8 @@ def blob_loop() -> TierSpec:
         return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-loop")
 
     hooks: dict[str, Callable[..., Any]] = {
-        "reopen": _loop_reopen, "read_block": _loop_read, "seed_block": _loop_seed, "corrupt_on_read": _loop_corrupt,
+        "reopen": _loop_reopen, "reopen_other_layout": _loop_reopen_other_layout,
+        "read_block": _loop_read, "seed_block": _loop_seed, "corrupt_on_read": _loop_corrupt,
     }
     return TierSpec(
         "blob-loop", "secondary", build, hooks=hooks, tier_class=BlobTier,
@@ -155,3 +183,64 @@ def blob_loop() -> TierSpec:
 def blob_shared() -> TierSpec:
     """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
     return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
+
+
+class HeldMemory(MemoryBackend):
+    """A MemoryBackend that keeps a blob readable from a HIT to its load (HeldReads, TIERKIT-6): a handle
+    is the blob's bytes when opened (immutable, so a later delete or replace leaves them readable)."""
+
+    @property
+    def held_reads(self) -> bool:
+        return True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[str, list[list[bytes]]] = {}  # name -> the handles open on it (a one-item list each)
+
+    def open_held(self, name: str) -> object:
+        with self._lock:
+            data = self.blobs.get(name)
+            if data is None:
+                raise FileNotFoundError(name)
+            handle = [data]
+            self._open.setdefault(name, []).append(handle)
+        return (name, handle)
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        assert isinstance(handle, tuple)
+        data: bytes = handle[1][0]
+        offset = 0
+        for buf in buffers:
+            n = max(0, min(buf.nbytes, len(data) - offset))
+            buf[:n] = data[offset : offset + n]
+            offset += n
+        return len(data)
+
+    def close_held(self, handle: object) -> None:
+        assert isinstance(handle, tuple)
+        with self._lock:
+            still = [h for h in self._open.get(handle[0], []) if h is not handle[1]]
+            if still:
+                self._open[handle[0]] = still
+            else:
+                self._open.pop(handle[0], None)
+
+    def damage_in_place(self, name: str, data: bytes) -> None:
+        """Overwrite blob ``name``'s bytes in place, as a write into its file: open handles read them too."""
+        with self._lock:
+            self.blobs[name] = data
+            for handle in self._open.get(name, []):
+                handle[0] = data
+
+
+def blob_held() -> TierSpec:
+    """blob_shared over a HeldMemory: HITs are held (holds_hits declared; the TIER-26 checks run)."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(FaultyBackend(HeldMemory()), buffer, config, name="blob-held")
+
+    return TierSpec(
+        "blob-held", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(FaultyBackend(HeldMemory()), {config!r})",
+    )

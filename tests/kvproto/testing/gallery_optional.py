@@ -1,0 +1,57 @@
+"""Broken primaries that offer an optional ability the tiering manager relies on and do not keep it:
+``ready_contains`` (TIER-27) and :class:`kvproto.SlotQuarantine` (TIER-28). Found by mutation
+testing (issue 17, section 5: docs/mutation/memory-primary.json).
+
+Each is a MemoryPrimaryTier with exactly one bug; ``OPTIONAL_GALLERY`` maps each ``kvproto conform``
+target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kvproto import MemoryPrimaryTier, OffloadKey
+from kvproto.testing import TierSpec
+
+from tests.kvproto.testing.gallery import Expected, memory_primary_spec
+
+
+class SnapshotReadyContains(MemoryPrimaryTier):
+    """Bug: ``ready_contains`` tests a copy of the ready keys taken when it is read, not the live
+    dict: the manager reads it once, at its construction, and would find no key HIT ever after."""
+
+    @property
+    def ready_contains(self) -> Callable[[OffloadKey], bool]:
+        return set(self.ready_slots).__contains__  # the bug: a snapshot
+
+
+class QuarantineFreesItsSlot(MemoryPrimaryTier):
+    """Bug: ``quarantine_stores`` gives the slot of an abandoned store back at once, so a later store
+    may be reserved in a row the abandoned transfer can still land in."""
+
+    def quarantine_stores(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        slots = super().quarantine_stores(keys)
+        super().release_slots(slots)  # the bug: the slot is not held
+        return slots
+
+    def release_slots(self, slots: object) -> None:
+        pass  # nothing held, so nothing to give back
+
+
+def snapshot_ready_contains() -> TierSpec:
+    return memory_primary_spec(SnapshotReadyContains)
+
+
+def quarantine_frees_its_slot() -> TierSpec:
+    return memory_primary_spec(QuarantineFreesItsSlot)
+
+
+_HERE = __name__
+OPTIONAL_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:snapshot_ready_contains": Expected(
+        "test_ready_contains_agrees_with_ready_keys", "TIER-27", "must stay a live test of ready_keys"
+    ),
+    f"{_HERE}:quarantine_frees_its_slot": Expected(
+        "test_quarantined_stores_free_the_key_and_hold_the_slot", "TIER-28", "before release_slots gave it back"
+    ),
+}
