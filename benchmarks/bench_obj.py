@@ -27,7 +27,10 @@ phases back to back in ABBA order (ours store, raw store, raw load, ours
 load; the next round starts with raw), each phase's ratio is taken within
 its round, and the result is the median over the rounds (seven; one with
 ``--quick``). Ratio = ours / raw MB/s, the worse of store and load; target
->= 0.9.
+>= 0.9. Figures also give each side's CPU time in this process per phase
+(``*_client_cpu_ms``, medians; the server runs in its own process): on a
+machine whose cores the server shares, it is the steadier measure of what the
+tier adds (its scheduler-side polling included).
 
 Figures also give existence checks resolved per second
 (:mod:`benchmarks._obj_existence`): 8,192 keys (1 in 8 stored) looked up
@@ -100,9 +103,12 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
     tier = ObjTier(buffer, config("ours"), name="bench")
     next_job = iter(range(1, 1 << 30))
 
+    cpu_s: dict[str, list[float]] = {f"{side}_{phase}": [] for side in ("ours", "raw") for phase in ("store", "load")}
+
     def ours_jobs(round_keys: list[OffloadKey], promotion: bool) -> tuple[float, bool]:
         """Seconds to store (or load) ``round_keys`` in jobs of PER_JOB keys; whether every job succeeded."""
         t0 = time.perf_counter()
+        c0 = time.process_time()
         ids = set()
         for j in range(0, blocks, PER_JOB):
             job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
@@ -110,6 +116,7 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
             (tier.submit_load if promotion else tier.submit_store)(job)
             ids.add(job.job_id)
         ok = _wait_all(tier, ids)
+        cpu_s["ours_load" if promotion else "ours_store"].append(time.process_time() - c0)
         return time.perf_counter() - t0, ok
 
     store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
@@ -136,7 +143,9 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
                 return len(await result.bytes_async())
 
         t0 = time.perf_counter()
+        c0 = time.process_time()
         sizes = await asyncio.gather(*((get if promotion else put)(i) for i in range(blocks)))
+        cpu_s["raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
         return time.perf_counter() - t0, sum(sizes)
 
     def raw_phase(tag: str, promotion: bool) -> tuple[float, int]:
@@ -180,6 +189,9 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
 
     figures["store_ratio"] = sorted(ratios_store)[len(ratios_store) // 2]
     figures["load_ratio"] = sorted(ratios_load)[len(ratios_load) // 2]
+    for phase, seconds in cpu_s.items():  # the timed rounds only (the warm-up's come first)
+        timed = sorted(seconds[-rounds:])
+        figures[f"{phase}_client_cpu_ms"] = round(timed[len(timed) // 2] * 1e3, 1)
     return figures, ok_all
 
 
@@ -235,6 +247,9 @@ def run(quick: bool = False) -> BenchResult:
             f"{blocks} x 2 MiB on a loopback moto S3 server: store {figures['ours_store_mbps_0']:.0f} MB/s vs raw "
             f"obstore {figures['raw_store_mbps_0']:.0f} (median ratio {store_ratio:.2f}); load "
             f"{figures['ours_load_mbps_0']:.0f} vs {figures['raw_load_mbps_0']:.0f} (median ratio {load_ratio:.2f}); "
+            f"client CPU per phase (median, ours / raw): store {figures['ours_store_client_cpu_ms']:.0f} / "
+            f"{figures['raw_store_client_cpu_ms']:.0f} ms, load {figures['ours_load_client_cpu_ms']:.0f} / "
+            f"{figures['raw_load_client_cpu_ms']:.0f} ms; "
             f"{n_keys} existence checks (namespace of {n_keys // 8 + 1} objects): tier (LIST) "
             f"{near['tier_list_per_s']:.0f}/s, tier HEADs {near['tier_heads_per_s']:.0f}/s, sequential HEADs "
             f"{near['sequential_per_s']:.0f}/s (x{near['tier_list_over_sequential']:.1f} / "
