@@ -2,15 +2,30 @@
 
 256 blocks of 2 MiB (one 16-token Llama-3-8B block each: 32 layers x K and V
 x 16 tokens x 8 KV heads x 128 dims, bf16) are stored from a "device" KV cache
-(per-layer tensors) into a :class:`impls.cpu.CpuTier` and loaded back, through
-``prepare_store`` / ``CpuTransferHandler.submit_store`` / ``poll`` and
-``prepare_load`` / ``submit_load`` / ``poll``. The baseline is one
-``copy_`` of the same number of bytes between two contiguous tensors. Ratio =
-our GB/s / plain GB/s, the worse of store and load; target >= 0.8.
+(per-layer tensors, each its own allocation, as vLLM allocates them) into a
+:class:`impls.cpu.CpuTier` and loaded back, through ``prepare_store`` /
+``CpuTransferHandler.submit_store`` / ``wait`` and ``prepare_load`` /
+``submit_load`` / ``wait``. The baseline is one ``copy_`` of the same number
+of bytes between two contiguous tensors, on the calling thread.
+
+What each side does: ours reserves the slots, checks the job, hands it to the
+data plane's worker thread and copies each layer's blocks into the slot rows
+(one ``copy_`` per layer and run of consecutive blocks: 32 strided copies of
+64 KiB pieces here, CPU-13), then completes the blocks in the tier; the
+baseline copies one contiguous buffer. Both use torch's intra-op threads.
+
+Timing: ``repeats`` rounds, each timing the four copies back to back in ABBA
+order (ours store, plain store, plain load, ours load; the next round starts
+with plain); each figure is the best round (the uncontended speed: this runs
+on shared, loaded machines). Ratio = our GB/s / plain GB/s, the worse of
+store and load; target >= 0.9. The same is measured with one intra-op thread
+(``cpu.one_thread.*``): on a loaded two-core machine the second thread is
+often busy elsewhere, and 32 copies wait for it 32 times where the baseline
+waits once, so that figure shows what the copies themselves cost.
 
 Where CUDA is available the same is measured with the KV cache on the GPU
 against one plain copy between a GPU tensor and a pinned host tensor; those
-figures are reported as ``cuda.*`` (target >= 0.8 as well) but the headline
+figures are reported as ``cuda.*`` (target >= 0.9 as well) but the headline
 ratio stays the CPU one, so results compare across machines. A further
 figure, ``scattered_store_gbps``, stores device blocks in reverse order (no
 two consecutive): on CPU tensors one copy per block and layer, the data
@@ -95,12 +110,20 @@ def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float
     ours_store = ours_load = plain_store_s = plain_load_s = float("inf")
     store()
     load()  # warm-up round (page faults, allocator, worker thread)
-    for _ in range(repeats):
+    plain_store()
+    plain_load()
+    for rep in range(repeats):
         reset()
-        ours_store = min(ours_store, _elapsed_s(store))
-        ours_load = min(ours_load, _elapsed_s(load))
-        plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
-        plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
+        if rep % 2 == 0:  # ABBA: ours store, plain store, plain load, ours load
+            ours_store = min(ours_store, _elapsed_s(store))
+            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
+            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
+            ours_load = min(ours_load, _elapsed_s(load))
+        else:  # BAAB
+            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
+            ours_store = min(ours_store, _elapsed_s(store))
+            ours_load = min(ours_load, _elapsed_s(load))
+            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
     # Worst case for run coalescing: device blocks in reverse order, every block its own run.
     scattered = float("inf")
     for _ in range(max(1, repeats // 2)):
@@ -130,9 +153,19 @@ def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float
     }
 
 
+def _one_thread(device: torch.device, blocks: int, repeats: int) -> dict[str, float]:
+    """:func:`_measure` with one intra-op thread on both sides (this process only; restored after)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(device, blocks, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run(quick: bool = False) -> BenchResult:
     blocks = 64 if quick else 256
-    repeats = 3 if quick else 7
+    repeats = 4 if quick else 15
     figures: dict[str, float] = {}
     cpu = _measure(torch.device("cpu"), blocks, repeats)
     figures.update({f"cpu.{k}": v for k, v in cpu.items()})
@@ -142,6 +175,10 @@ def run(quick: bool = False) -> BenchResult:
         f"(x{cpu['store_ratio']}), load {cpu['load_gbps']} vs {cpu['plain_load_gbps']} "
         f"(x{cpu['load_ratio']})"
     )
+    if torch.get_num_threads() > 1:
+        one = _one_thread(torch.device("cpu"), blocks, repeats)
+        figures.update({f"cpu.one_thread.{k}": v for k, v in one.items()})
+        summary += f"; one thread each: store x{one['store_ratio']}, load x{one['load_ratio']}"
     if torch.cuda.is_available():
         gpu = _measure(torch.device("cuda"), blocks, repeats)
         figures.update({f"cuda.{k}": v for k, v in gpu.items()})
@@ -150,4 +187,4 @@ def run(quick: bool = False) -> BenchResult:
             f"(x{gpu['store_ratio']}), h2d {gpu['load_gbps']} vs {gpu['plain_load_gbps']} "
             f"(x{gpu['load_ratio']})"
         )
-    return BenchResult("cpu", ratio, 0.8, False, summary, figures)
+    return BenchResult("cpu", ratio, 0.9, False, summary, figures)

@@ -2,18 +2,35 @@
 
 A loopback S3 server (moto's threaded server, started here in a child process
 on 127.0.0.1 with an ephemeral port, so it does not share the benchmark's GIL)
-serves both sides. 64 blocks of 2 MiB (one 16-token
-Llama-3-8B block each) are stored from a primary buffer into an
-:class:`kvproto_obj.ObjTier` and loaded back (``submit_store`` /
-``submit_load`` / ``get_finished_jobs``, four jobs of 16 keys), side by side
-in one run with raw obstore ``put_async`` / ``get_async`` of the same rows
-(the same 16 requests in flight, the tier's ``max_concurrency``; raw gets
-stop at the downloaded bytes, while the tier also verifies the envelope and
-copies the payload into the slot; the scheduler side polls every 1 ms). A
-warm-up round of each side, not timed, goes first; the tier is built once and
-kept across rounds (as the raw side keeps its store), each round storing fresh
-keys. Ratio = ours / raw MB/s, the worse of store and load (median of three
-alternating rounds); target >= 0.9.
+serves both sides. 64 blocks of 2 MiB (one 16-token Llama-3-8B block each)
+are stored from a primary buffer into an :class:`kvproto_obj.ObjTier` and
+loaded back (``submit_store`` / ``submit_load`` / ``get_finished_jobs``, four
+jobs of 16 keys; the scheduler side polls every 1 ms), side by side in one
+run with raw obstore ``put_async`` / ``get_async`` on one asyncio loop.
+
+What both sides do, request for request: the same 16 requests in flight (the
+tier's ``max_concurrency``), objects of the same size (the raw side puts
+``HEADER_BYTES + 2 MiB``, the size of the tier's envelope, from one
+contiguous buffer), the same conditional PUT (``If-None-Match: *``, obstore's
+``mode="create"``, which the tier uses so a block another instance wrote is
+not overwritten, OBJ-3), one GET per object, the same obstore client
+settings. What only the tier does: it builds the envelope header (an xxh3
+checksum of the row) before each PUT, copies each GET's bytes into the slot
+row and verifies header and checksum (raw gets stop at the downloaded bytes),
+and keeps its index, events and job reports. A warm-up round of each side,
+not timed, goes first; the tier is built once and kept across rounds (as the
+raw side keeps its store), each round storing fresh keys.
+
+Timing. This runs on shared, loaded machines, where throughput drifts by
+tens of percent from one second to the next; so each round times the four
+phases back to back in ABBA order (ours store, raw store, raw load, ours
+load; the next round starts with raw), each phase's ratio is taken within
+its round, and the result is the median over the rounds (seven; one with
+``--quick``). Ratio = ours / raw MB/s, the worse of store and load; target
+>= 0.9. Figures also give each side's CPU time in this process per phase
+(``*_client_cpu_ms``, medians; the server runs in its own process): on a
+machine whose cores the server shares, it is the steadier measure of what the
+tier adds (its scheduler-side polling included).
 
 Figures also give existence checks resolved per second
 (:mod:`benchmarks._obj_existence`): 8,192 keys (1 in 8 stored) looked up
@@ -36,16 +53,22 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from kvproto import OffloadKey, TransferJob, make_key
+from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
 from benchmarks._delay_proxy import delay_proxy, stop_child
 from benchmarks._obj_existence import SERVER, crossover, existence_rates, seed
 from benchmarks._result import BenchResult
 
+if TYPE_CHECKING:
+    from kvproto_obj import ObjTierConfig
+
 BLOCK_BYTES = 2 << 20
 CONCURRENCY = 16
 PER_JOB = 16
+ROUNDS = 7  # ABBA rounds; the median of their ratios is the result
 PROXY_DELAY_MS = 2.0  # each way: a server 4 ms of round trip away
 CROSSOVER_BATCHES = (64, 100)
 
@@ -64,11 +87,118 @@ def _wait_all(tier: object, ids: set[int]) -> bool:
     return ok
 
 
-def run(quick: bool = False) -> BenchResult:
-    import boto3
+def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int) -> tuple[dict[str, float], bool]:
+    """Store and load ``blocks`` blocks through the tier and raw obstore, ``rounds`` ABBA rounds (see the
+    module docstring): per-round MB/s figures, the median ``store_ratio`` and ``load_ratio``, and whether
+    every job and request succeeded."""
     import obstore
 
-    from kvproto_obj import ObjTier, ObjTierConfig, make_store
+    from kvproto_obj import ObjTier, make_store
+
+    raw_mem = bytearray(os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20))
+    buffer = memoryview(raw_mem).cast("B", (blocks, BLOCK_BYTES))
+    rows = [memoryview(raw_mem)[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] for i in range(blocks)]
+
+    # One tier across rounds, warmed up once untimed like the raw side's store; fresh keys per round.
+    tier = ObjTier(buffer, config("ours"), name="bench")
+    next_job = iter(range(1, 1 << 30))
+
+    cpu_s: dict[str, list[float]] = {f"{side}_{phase}": [] for side in ("ours", "raw") for phase in ("store", "load")}
+
+    def ours_jobs(round_keys: list[OffloadKey], promotion: bool) -> tuple[float, bool]:
+        """Seconds to store (or load) ``round_keys`` in jobs of PER_JOB keys; whether every job succeeded."""
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        ids = set()
+        for j in range(0, blocks, PER_JOB):
+            job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
+                              tuple(range(j, min(j + PER_JOB, blocks))), promotion)
+            (tier.submit_load if promotion else tier.submit_store)(job)
+            ids.add(job.job_id)
+        ok = _wait_all(tier, ids)
+        cpu_s["ours_load" if promotion else "ours_store"].append(time.process_time() - c0)
+        return time.perf_counter() - t0, ok
+
+    store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
+
+    envelope_bytes = env.HEADER_BYTES + BLOCK_BYTES  # the tier's object size
+    raw_objects = bytearray(blocks * envelope_bytes)
+    for i, row in enumerate(rows):  # a header-sized zero prefix, then the same row
+        raw_objects[i * envelope_bytes + env.HEADER_BYTES : (i + 1) * envelope_bytes] = row
+    raw_bodies = [memoryview(raw_objects)[i * envelope_bytes : (i + 1) * envelope_bytes] for i in range(blocks)]
+
+    async def raw_async(tag: str, promotion: bool) -> tuple[float, int]:
+        """Seconds to put (or get) ``blocks`` objects, CONCURRENCY at a time; bytes got."""
+        slots = asyncio.Semaphore(CONCURRENCY)
+
+        async def put(i: int) -> int:
+            async with slots:
+                await obstore.put_async(store, f"raw-{tag}/{i}", raw_bodies[i], mode="create",
+                                        use_multipart=False)
+                return 0
+
+        async def get(i: int) -> int:
+            async with slots:
+                result = await obstore.get_async(store, f"raw-{tag}/{i}")
+                return len(await result.bytes_async())
+
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        sizes = await asyncio.gather(*((get if promotion else put)(i) for i in range(blocks)))
+        cpu_s["raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
+        return time.perf_counter() - t0, sum(sizes)
+
+    def raw_phase(tag: str, promotion: bool) -> tuple[float, int]:
+        return asyncio.run(raw_async(tag, promotion))
+
+    def round_keys(tag: str) -> list[OffloadKey]:
+        return [make_key(hashlib.sha256(tag.encode() + i.to_bytes(8, "big")).digest(), 0) for i in range(blocks)]
+
+    try:
+        raw_phase("warm-up", False)  # the server imports its S3 backend on first use: not timed
+        raw_phase("warm-up", True)
+        warm = round_keys("warm-up")
+        ours_jobs(warm, False)  # the tier's pools, loop and connections: not timed either
+        ours_jobs(warm, True)
+        mb = blocks * BLOCK_BYTES / 1e6
+        figures: dict[str, float] = {}
+        ratios_store: list[float] = []
+        ratios_load: list[float] = []
+        ok_all = True
+        for rep in range(rounds):
+            keys = round_keys(str(rep))
+            if rep % 2 == 0:  # ABBA: ours store, raw store, raw load, ours load
+                o_store, stored = ours_jobs(keys, False)
+                r_store, _ = raw_phase(str(rep), False)
+                r_load, got = raw_phase(str(rep), True)
+                o_load, loaded = ours_jobs(keys, True)
+            else:  # BAAB: raw store, ours store, ours load, raw load
+                r_store, _ = raw_phase(str(rep), False)
+                o_store, stored = ours_jobs(keys, False)
+                o_load, loaded = ours_jobs(keys, True)
+                r_load, got = raw_phase(str(rep), True)
+            ok_all &= stored and loaded and got == blocks * envelope_bytes
+            ratios_store.append(r_store / o_store)
+            ratios_load.append(r_load / o_load)
+            figures[f"ours_store_mbps_{rep}"] = mb / o_store
+            figures[f"ours_load_mbps_{rep}"] = mb / o_load
+            figures[f"raw_store_mbps_{rep}"] = mb / r_store
+            figures[f"raw_load_mbps_{rep}"] = mb / r_load
+    finally:
+        tier.shutdown()
+
+    figures["store_ratio"] = sorted(ratios_store)[len(ratios_store) // 2]
+    figures["load_ratio"] = sorted(ratios_load)[len(ratios_load) // 2]
+    for phase, seconds in cpu_s.items():  # the timed rounds only (the warm-up's come first)
+        timed = sorted(seconds[-rounds:])
+        figures[f"{phase}_client_cpu_ms"] = round(timed[len(timed) // 2] * 1e3, 1)
+    return figures, ok_all
+
+
+def run(quick: bool = False) -> BenchResult:
+    import boto3
+
+    from kvproto_obj import ObjTierConfig, make_store
 
     blocks = 16 if quick else 64
     n_keys = 1024 if quick else 8192
@@ -87,84 +217,9 @@ def run(quick: bool = False) -> BenchResult:
                                  max_concurrency=CONCURRENCY, request_timeout_s=60.0, job_timeout_s=600.0,
                                  **options)
 
-        raw_mem = bytearray(os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20))
-        buffer = memoryview(raw_mem).cast("B", (blocks, BLOCK_BYTES))
-        rows = [memoryview(raw_mem)[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] for i in range(blocks)]
-
-        # One tier across rounds, warmed up once untimed like the raw side's store; fresh keys per round.
-        tier = ObjTier(buffer, config("ours"), name="bench")
-        next_job = iter(range(1, 1 << 30))
-
-        def ours_jobs(round_keys: list[OffloadKey], promotion: bool) -> tuple[float, bool]:
-            """Seconds to store (or load) ``round_keys`` in jobs of PER_JOB keys; whether every job succeeded."""
-            t0 = time.perf_counter()
-            ids = set()
-            for j in range(0, blocks, PER_JOB):
-                job = TransferJob(next(next_job), tuple(round_keys[j : j + PER_JOB]),
-                                  tuple(range(j, min(j + PER_JOB, blocks))), promotion)
-                (tier.submit_load if promotion else tier.submit_store)(job)
-                ids.add(job.job_id)
-            ok = _wait_all(tier, ids)
-            return time.perf_counter() - t0, ok
-
-        def ours_round(tag: str) -> tuple[float, float, bool]:
-            round_keys = [make_key(hashlib.sha256(tag.encode() + i.to_bytes(8, "big")).digest(), 0)
-                          for i in range(blocks)]
-            store_s, stored = ours_jobs(round_keys, False)
-            load_s, loaded = ours_jobs(round_keys, True)
-            return store_s, load_s, stored and loaded
-
-        store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
-
-        async def raw_async(tag: str) -> tuple[float, float, int]:
-            slots = asyncio.Semaphore(CONCURRENCY)
-
-            async def put(i: int) -> None:
-                async with slots:
-                    await obstore.put_async(store, f"raw-{tag}/{i}", rows[i], use_multipart=False)
-
-            async def get(i: int) -> int:
-                async with slots:
-                    result = await obstore.get_async(store, f"raw-{tag}/{i}")
-                    return len(await result.bytes_async())
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(put(i) for i in range(blocks)))
-            store_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            sizes = await asyncio.gather(*(get(i) for i in range(blocks)))
-            load_s = time.perf_counter() - t0
-            return store_s, load_s, sum(sizes)
-
-        try:
-            asyncio.run(raw_async("warm-up"))  # the server imports its S3 backend on first use: not timed
-            ours_round("warm-up")  # the tier's pools, loop and connections: not timed either
-            mb = blocks * BLOCK_BYTES / 1e6
-            figures: dict[str, float] = {}
-            ratios_store: list[float] = []
-            ratios_load: list[float] = []
-            ok_all = True
-            for rep in range(1 if quick else 3):
-                if rep % 2 == 0:
-                    o_store, o_load, ok = ours_round(str(rep))
-                    r_store, r_load, got = asyncio.run(raw_async(str(rep)))
-                else:
-                    r_store, r_load, got = asyncio.run(raw_async(str(rep)))
-                    o_store, o_load, ok = ours_round(str(rep))
-                ok_all &= ok and got == blocks * BLOCK_BYTES
-                ratios_store.append(r_store / o_store)
-                ratios_load.append(r_load / o_load)
-                figures[f"ours_store_mbps_{rep}"] = mb / o_store
-                figures[f"ours_load_mbps_{rep}"] = mb / o_load
-                figures[f"raw_store_mbps_{rep}"] = mb / r_store
-                figures[f"raw_load_mbps_{rep}"] = mb / r_load
-        finally:
-            tier.shutdown()
-
-        store_ratio = sorted(ratios_store)[len(ratios_store) // 2]
-        load_ratio = sorted(ratios_load)[len(ratios_load) // 2]
-        figures["store_ratio"] = store_ratio
-        figures["load_ratio"] = load_ratio
+        figures, ok_all = throughput(config, blocks, 1 if quick else ROUNDS)
+        store_ratio = figures["store_ratio"]
+        load_ratio = figures["load_ratio"]
         figures["all_jobs_succeeded"] = float(ok_all)
 
         # Existence checks: n_keys keys, 1 in 8 stored, against the server and behind the delay proxy.
@@ -192,6 +247,9 @@ def run(quick: bool = False) -> BenchResult:
             f"{blocks} x 2 MiB on a loopback moto S3 server: store {figures['ours_store_mbps_0']:.0f} MB/s vs raw "
             f"obstore {figures['raw_store_mbps_0']:.0f} (median ratio {store_ratio:.2f}); load "
             f"{figures['ours_load_mbps_0']:.0f} vs {figures['raw_load_mbps_0']:.0f} (median ratio {load_ratio:.2f}); "
+            f"client CPU per phase (median, ours / raw): store {figures['ours_store_client_cpu_ms']:.0f} / "
+            f"{figures['raw_store_client_cpu_ms']:.0f} ms, load {figures['ours_load_client_cpu_ms']:.0f} / "
+            f"{figures['raw_load_client_cpu_ms']:.0f} ms; "
             f"{n_keys} existence checks (namespace of {n_keys // 8 + 1} objects): tier (LIST) "
             f"{near['tier_list_per_s']:.0f}/s, tier HEADs {near['tier_heads_per_s']:.0f}/s, sequential HEADs "
             f"{near['sequential_per_s']:.0f}/s (x{near['tier_list_over_sequential']:.1f} / "
