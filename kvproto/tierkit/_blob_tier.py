@@ -22,13 +22,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
-from contextlib import contextmanager
 from functools import partial
 
 from kvproto import envelope as env, members as lr
-from kvproto._async_probe import AsyncProbe, BatchCheck
+from kvproto._async_probe import AsyncProbe
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
@@ -37,14 +36,15 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, ExistenceBatches, HeldReads, JobAdmission
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend, loop_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
+from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
 from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
-from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, Sizes, check_exists, names_of, restart_scan
+from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
 
 __all__ = ["BlobTier"]
 
@@ -131,10 +131,11 @@ class BlobTier:
             cap = config.hold_hits_max if config.hold_hits_max is not None else default_hold_cap()
             self._holds = Holds(sync, name_of=self._ops.name_of, max_steps=config.hold_hits_steps, cap=cap,
                                 count=self._count, tier_name=name)
-        self._batches = sync if isinstance(sync, ExistenceBatches) else None  # TIERKIT-7
-        self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps,
+        self._existence = Existence(self._ops, self._holds, tier_name=name, count=self._count)  # TIERKIT-5..7
+        batches = self._existence.batches
+        self._probe = AsyncProbe(self._existence.check, name=name, deadline_steps=config.probe_deadline_steps,
                                  chunk_keys=PROBE_CHUNK_KEYS,
-                                 batch_scope=None if self._batches is None else partial(self._existence_batch, self._batches))
+                                 batch_scope=None if batches is None else partial(self._existence.batch, batches))
         self.capabilities = Capabilities(
             async_lookup=True,
             max_retry_steps=config.probe_deadline_steps,
@@ -577,34 +578,6 @@ class BlobTier:
         for key, ticket in victims:
             if self._ledger.still_doomed(key, ticket):
                 self._ops.delete(key, damaged=False)
-
-    def _exists(self, keys: Sequence[OffloadKey], sizes: Sizes | None = None) -> list[OffloadKey]:
-        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long.
-
-        ``sizes``: the batch's chunk call (TIERKIT-7), else the backend's ``sizes``. With held HITs, each
-        found blob is opened here for the lookup that answers HIT (TIERKIT-6)."""
-        holds = self._holds
-        if holds is None:
-            return check_exists(self._ops, keys, tier_name=self._name, count=self._count, sizes=sizes)
-        generation = holds.generation
-        names: dict[OffloadKey, str] = {}
-        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count, names=names, sizes=sizes)
-        holds.preopen(found, generation, names)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
-        return found
-
-    @contextmanager
-    def _existence_batch(self, batches: ExistenceBatches, keys: Sequence[OffloadKey]) -> Iterator[BatchCheck]:
-        """The probe's scope of one batch (its worker thread, TIERKIT-7): the backend sees every name of
-        the batch, then its chunks under the batch's token, then the batch's end, whatever happens."""
-        token = batches.begin_sizes(names_of(self._ops, keys))
-
-        def check(chunk: Sequence[OffloadKey]) -> list[OffloadKey]:
-            return self._exists(chunk, sizes=lambda names: batches.batch_sizes(token, names))
-
-        try:
-            yield check
-        finally:
-            batches.end_sizes(token)
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""
