@@ -95,6 +95,24 @@ class ForwardingBackend:
         if isinstance(inner, HeldReads) and isinstance(handle, tuple):
             inner.close_held(handle[1])
 
+    def open_sizes(self, names: Sequence[str]) -> tuple[list[int | None], list[object | None]]:
+        """:class:`kvproto.tierkit.HeldExistence` through this wrapper's own methods: :meth:`sizes`, then
+        :meth:`open_held` on each blob found, so a subclass's faults and handles apply as they would
+        without it (TIERKIT-6). A found blob that cannot be opened keeps its size, without a handle."""
+        sizes = list(self.sizes(names))
+        handles: list[object | None] = []
+        for name, size in zip(names, sizes, strict=True):
+            handle: object | None = None
+            if size is not None:
+                try:
+                    handle = self.open_held(name)
+                except FileNotFoundError:
+                    sizes[len(handles)] = None  # gone since the size was read
+                except Exception:
+                    pass  # EMFILE...: the lookup tries (and counts) again
+            handles.append(handle)
+        return sizes, handles
+
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
         """The inner backend's refusals, if it has :class:`JobAdmission`; else none."""
         inner = self.inner

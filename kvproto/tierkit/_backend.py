@@ -34,8 +34,8 @@ from typing import Protocol, runtime_checkable
 from kvproto._keys import OffloadKey
 
 __all__ = [
-    "AsyncBlobBackend", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldReads", "JobAdmission",
-    "Published",
+    "AsyncBlobBackend", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence", "HeldReads",
+    "JobAdmission", "Published",
 ]
 
 
@@ -217,6 +217,27 @@ class HeldReads(Protocol):
 
     def close_held(self, handle: object) -> None:
         """Release ``handle`` (exactly once per handle); never raises."""
+        ...
+
+
+@runtime_checkable
+class HeldExistence(Protocol):
+    """Optional, with :class:`HeldReads`: an existence check that opens what it finds (TIERKIT-6, TIERKIT-5).
+
+    With held HITs on, :class:`~kvproto.tierkit.BlobTier` keeps a read handle on every blob an
+    existence check found, for the lookup answering HIT. Asking :meth:`BlobBackend.sizes`, then
+    :meth:`HeldReads.open_held` for each blob found, costs two round trips per found blob; a backend
+    offering :meth:`open_sizes` answers both at once (files: one ``open`` per name, the size from the
+    descriptor). Runs on the probe's worker thread, like ``sizes``.
+    """
+
+    def open_sizes(self, names: Sequence[str]) -> tuple[Sequence[int | None], Sequence[object | None]]:
+        """``(sizes, handles)``, one entry per name, in order: ``sizes`` as :meth:`BlobBackend.sizes`
+        answers; ``handles[i]`` a handle as :meth:`HeldReads.open_held` returns on blob ``names[i]``, or
+        None where none was opened (absent, or opening failed, e.g. EMFILE: the size is then still
+        answered as ``sizes`` would). The caller closes every handle returned (``close_held``). Raise
+        only if the whole batch failed, with no handle left open (every key then degrades as when
+        ``sizes`` raises)."""
         ...
 
 

@@ -107,13 +107,16 @@ class Holds:
         """Read before an existence check starts; :meth:`preopen` gets it back."""
         return self._generation
 
+    def room(self) -> int:
+        """How many more handles may be held now (the cap less those held, in loads and pre-opened)."""
+        return self.cap - (len(self._held) + self._in_loads + len(self._pre))
+
     def preopen(self, keys: Sequence[OffloadKey], generation: int, names: Mapping[OffloadKey, str] | None = None) -> None:
         """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob;
         ``names``: their blob names, if known), for the lookup that answers HIT to take. Within the cap; a
         failure only means the lookup opens."""
-        room = self.cap - (len(self._held) + self._in_loads + len(self._pre))
         opened: list[tuple[OffloadKey, object]] = []
-        for key in keys[: max(0, room)]:
+        for key in keys[: max(0, self.room())]:
             if key in self._held or key in self._pre:
                 continue
             try:
@@ -121,10 +124,16 @@ class Holds:
                 opened.append((key, self.backend.open_held(name if name is not None else self._name_of(key))))
             except Exception:  # absent again, EMFILE...: the lookup decides
                 continue
+        self.deposit(opened, generation)
+
+    def deposit(self, opened: Sequence[tuple[OffloadKey, object]], generation: int) -> None:
+        """The probe's worker: keep handles an existence check of ``generation`` opened on blobs it found,
+        for the lookups answering HIT to take; close those of a check older than the last ``close_all``
+        and those of keys already held or pre-opened."""
         stale: list[object] = []
         with self._lock:
             for key, handle in opened:
-                if generation != self._generation or key in self._pre:
+                if generation != self._generation or key in self._pre or key in self._held:
                     stale.append(handle)
                 else:
                     self._pre[key] = (handle, self._step)
@@ -144,18 +153,20 @@ class Holds:
         """At a HIT of ``key`` for request ``req_id``: hold a handle (open one unless held). False if the blob
         is absent now (the caller answers MISS); True otherwise (held, or a counted fallback)."""
         held = self._held.get(key)
-        if held is not None:
-            held.refs.add(req_id)
-            self._ref(req_id, key)
-            return True
-        if self._pre:
+        if held is None and self._pre:
             with self._lock:
                 pre = self._pre.pop(key, None)
             if pre is not None:  # opened by the existence check that found it
-                self._held[key] = _Held(pre[0], pre[1], {req_id})
-                self._ref(req_id, key)
-                return True
-        if len(self._held) + self._in_loads + len(self._pre) >= self.cap:
+                held = self._held[key] = _Held(pre[0], pre[1], set())
+        if held is not None:
+            held.refs.add(req_id)
+            keys = self._req_keys.get(req_id)  # inlined _ref: this runs per HIT
+            if keys is None:
+                self._req_keys[req_id] = {key}
+            else:
+                keys.add(key)
+            return True
+        if self.room() <= 0:
             self._count("held_fallbacks", 1)
             return True
         try:
@@ -226,13 +237,20 @@ class Holds:
         if not keys:
             return
         gone: list[object] = []
-        for key in keys:
-            held = self._held.get(key)
+        held_of = self._held
+        evicted = self._evicted
+        for key in keys:  # inlined _drop: a request ending closes every handle it was the only one to hold
+            held = held_of.get(key)
             if held is None:
                 continue
-            held.refs.discard(req_id)
-            if not held.refs:
-                gone.append(self._drop(key))
+            refs = held.refs
+            refs.discard(req_id)
+            if refs:
+                continue
+            del held_of[key]
+            if evicted:
+                evicted.discard(key)
+            gone.append(held.handle)
         self._release_many(gone)
 
     def step(self) -> None:
@@ -284,10 +302,15 @@ class Holds:
 
     def _release_many(self, handles: list[object]) -> None:
         """Close ``handles`` (the scheduler's thread), counted once."""
+        if not handles:
+            return
+        close = self.backend.close_held
         for handle in handles:
-            self._close_quietly(handle)
-        if handles:
-            self._count("held_handles", -len(handles))
+            try:
+                close(handle)
+            except Exception as exc:
+                _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+        self._count("held_handles", -len(handles))
 
     def _close_quietly(self, handle: object) -> None:
         try:

@@ -22,29 +22,30 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
-from contextlib import contextmanager
 from functools import partial
 
 from kvproto import envelope as env, members as lr
-from kvproto._async_probe import AsyncProbe, BatchCheck
+from kvproto._async_probe import AsyncProbe
 from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
-from kvproto._results import LookupResult, unreachable
+from kvproto._results import LookupResult
 from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, ExistenceBatches, HeldReads, JobAdmission
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission
+from kvproto.tierkit._blob_apply import Outcomes
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend, loop_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
+from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
 from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
-from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, Sizes, check_exists, names_of, restart_scan
+from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
 
 __all__ = ["BlobTier"]
 
@@ -131,10 +132,13 @@ class BlobTier:
             cap = config.hold_hits_max if config.hold_hits_max is not None else default_hold_cap()
             self._holds = Holds(sync, name_of=self._ops.name_of, max_steps=config.hold_hits_steps, cap=cap,
                                 count=self._count, tier_name=name)
-        self._batches = sync if isinstance(sync, ExistenceBatches) else None  # TIERKIT-7
-        self._probe = AsyncProbe(self._exists, name=name, deadline_steps=config.probe_deadline_steps,
+        self._existence = Existence(self._ops, self._holds, tier_name=name, count=self._count)  # TIERKIT-5..7
+        batches = self._existence.batches
+        self._probe = AsyncProbe(self._existence.check, name=name, deadline_steps=config.probe_deadline_steps,
                                  chunk_keys=PROBE_CHUNK_KEYS,
-                                 batch_scope=None if self._batches is None else partial(self._existence_batch, self._batches))
+                                 batch_scope=None if batches is None else partial(self._existence.batch, batches))
+        self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats, self._stats_lock,
+                                  partial_jobs=config.partial_jobs, tier_name=name)
         self.capabilities = Capabilities(
             async_lookup=True,
             max_retry_steps=config.probe_deadline_steps,
@@ -236,7 +240,7 @@ class BlobTier:
         with self._lock:
             done = [job_id for job_id, f in self._running.items() if f.done()]
             futures = [self._running.pop(job_id) for job_id in done]
-        results = [self._apply(f.result()) for f in futures]
+        results = [self._outcomes.apply(f.result()) for f in futures]
         if results:
             self._enforce_budget()
         return results
@@ -481,74 +485,6 @@ class BlobTier:
             self._count("skipped_stores")
         return verdict
 
-    def _apply(self, out: JobOutcome) -> JobResult:
-        job = out.job
-        ledger = self._ledger
-        if job.promotion:
-            ledger.end_load(job.keys)
-            if self._holds is not None:
-                self._holds.load_reported(job.job_id, job.keys)
-            loaded: list[tuple[OffloadKey, int]] = []
-            gone: list[tuple[OffloadKey, int]] = []
-            unusable: list[OffloadKey] = []
-            transient: list[tuple[OffloadKey, int]] = []
-            refused: list[OffloadKey] = []
-            for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
-                match verdict:
-                    case KeyVerdict.LOADED:
-                        loaded.append((key, tick))
-                    case KeyVerdict.GONE | KeyVerdict.DAMAGED:
-                        gone.append((key, tick))  # missing, or damaged and deleted: a new blob may come
-                    case KeyVerdict.FOREIGN:
-                        gone.append((key, tick))
-                        unusable.append(key)  # left alone (not ours to delete): never HIT again (TIER-4)
-                    case KeyVerdict.TRANSIENT | KeyVerdict.FAILED:
-                        transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
-                    case KeyVerdict.REFUSED:
-                        refused.append(key)  # no I/O was tried: what the index knows stands
-                    case KeyVerdict.CREATED | KeyVerdict.EXISTED:
-                        raise InvalidArgumentError(f"BlobTier {self._name!r}: a load ended with {verdict}")
-                    case _ as other:
-                        unreachable(other, where="BlobTier._apply (load)")
-            if loaded:
-                ledger.vouch(loaded)
-            ledger.mark_unusable(unusable)
-            removed = ledger.lose(gone, gone=True)
-            ledger.lose(transient, gone=False)
-            ledger.emit(EventKind.REMOVED, removed)
-            failed = [k for k, _ in gone] + [k for k, _ in transient]
-            if failed:
-                self._probe.mark_miss(failed)
-            failed += refused
-            ok = [k for k, _ in loaded]
-            with self._stats_lock:
-                self.stats.loaded_blocks += len(ok)
-                self.stats.failed_loads += len(failed)
-                self.stats.transient_load_errors += len(transient)
-                self.stats.hit_load_failures += len(failed) - len(refused)
-        else:
-            results = [
-                (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
-                for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True)
-            ]
-            if not self.blob_config.partial_jobs and any(tick is None for _, tick in results):
-                results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
-            created = [key for key, (verdict, _) in zip(job.keys, out.verdicts, strict=True)
-                       if verdict is KeyVerdict.CREATED]
-            ok, lost = ledger.end_store(results, created)
-            ledger.emit(EventKind.STORED, ok)
-            if ok:
-                self._probe.mark_hit(ok)
-            with self._stats_lock:
-                self.stats.stored_blocks += len(ok)
-                self.stats.failed_stores += len(job.keys) - len(ok)
-                self.stats.lost_races += lost
-        if len(ok) == len(job.keys):
-            return JobResult(job.job_id, True)
-        if not self.blob_config.partial_jobs:
-            return JobResult(job.job_id, False)
-        return JobResult(job.job_id, False, frozenset(ok) if ok else None)
-
     def _enforce_budget(self) -> None:
         """Evict least recently used blocks beyond ``max_bytes``; never one being loaded or stored."""
         budget = self.blob_config.max_bytes
@@ -577,34 +513,6 @@ class BlobTier:
         for key, ticket in victims:
             if self._ledger.still_doomed(key, ticket):
                 self._ops.delete(key, damaged=False)
-
-    def _exists(self, keys: Sequence[OffloadKey], sizes: Sizes | None = None) -> list[OffloadKey]:
-        """The probe's check (its worker thread), per key (TIERKIT-5): keys whose blob is one envelope long.
-
-        ``sizes``: the batch's chunk call (TIERKIT-7), else the backend's ``sizes``. With held HITs, each
-        found blob is opened here for the lookup that answers HIT (TIERKIT-6)."""
-        holds = self._holds
-        if holds is None:
-            return check_exists(self._ops, keys, tier_name=self._name, count=self._count, sizes=sizes)
-        generation = holds.generation
-        names: dict[OffloadKey, str] = {}
-        found = check_exists(self._ops, keys, tier_name=self._name, count=self._count, names=names, sizes=sizes)
-        holds.preopen(found, generation, names)  # TIERKIT-6: the HIT's handle, opened here, off the scheduler's thread
-        return found
-
-    @contextmanager
-    def _existence_batch(self, batches: ExistenceBatches, keys: Sequence[OffloadKey]) -> Iterator[BatchCheck]:
-        """The probe's scope of one batch (its worker thread, TIERKIT-7): the backend sees every name of
-        the batch, then its chunks under the batch's token, then the batch's end, whatever happens."""
-        token = batches.begin_sizes(names_of(self._ops, keys))
-
-        def check(chunk: Sequence[OffloadKey]) -> list[OffloadKey]:
-            return self._exists(chunk, sizes=lambda names: batches.batch_sizes(token, names))
-
-        try:
-            yield check
-        finally:
-            batches.end_sizes(token)
 
     def _prepare(self, generation: int) -> None:
         """Housekeeping thread: let the backend prepare the namespace; write its manifest."""

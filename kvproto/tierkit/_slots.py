@@ -15,17 +15,14 @@ the table's.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeAlias
 
 import kvproto.members as lr
-from kvproto._capabilities import Capabilities
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
 from kvproto._keys import OffloadKey
@@ -34,32 +31,11 @@ from kvproto._results import LookupResult
 from kvproto.errors import InvalidArgumentError, TierMisuseError
 from kvproto.tierkit._eviction import EvictionPolicy, PolicyName
 from kvproto.tierkit._slot_checks import check_config, check_not_a_single_key, key_batch, make_policy_of
+from kvproto.tierkit._slot_types import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats
 
 __all__ = ["HOST_PRIMARY_CAPABILITIES", "BlockState", "SlotStats", "SlotTable"]
 
 _log = logging.getLogger("kvproto.tierkit")
-
-
-class BlockState(enum.Enum):
-    """Where one key stands in a primary tier built on :class:`SlotTable` (CPU-3)."""
-
-    ABSENT = "absent"
-    WRITING = "writing"
-    READY = "ready"
-    PINNED = "pinned"
-
-
-@dataclass(slots=True)
-class SlotStats:
-    """Counters an operator can read (``tier.stats``)."""
-
-    stores_completed: int = 0
-    stores_failed: int = 0
-    evictions: int = 0
-    expired_writes: int = 0
-    late_completions: int = 0
-    abandoned_stores: int = 0  # ended by quarantine_stores: key free, slot held (MGR-17)
-    released_slots: int = 0  # held slots given back by release_slots
 
 
 # A WRITING key's (slot, due): due is the clock time after which the write is expired (started +
@@ -69,18 +45,6 @@ _Writing: TypeAlias = tuple[int, float]
 
 _NOTHING_TO_STORE = PrepareStoreOutput((), ())
 _NEVER = float("inf")  # the due time of a write when there is no deadline
-
-#: What a primary tier on a SlotTable over one process's host memory declares (KIT-2): it evicts,
-#: never answers RETRY, keeps nothing across restarts and completes each store per call.
-HOST_PRIMARY_CAPABILITIES = Capabilities(
-    eviction=True,
-    reasons={
-        "async_lookup": "a primary tier never answers RETRY",
-        "persistence": "host memory",
-        "sharing": "one process's buffer",
-        "partial_jobs": "stores complete per call",
-    },
-)
 
 
 class SlotTable:

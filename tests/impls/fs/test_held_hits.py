@@ -208,6 +208,45 @@ def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path
         assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
 
 
+class _Opened(FileOps):
+    """Records the path of every read-only ``open``."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            self.paths.append(path)
+        return super().open(path, flags, mode)
+
+
+def test_the_existence_check_opens_each_name_once_and_holds_what_it_found(tmp_path: Path) -> None:
+    """``FileBackend.open_sizes`` (``HeldExistence``): a shared tier's check opens each asked name once (no
+    ``stat`` then ``open``): the stored ones stay open for the HITs, no other open follows, and a file of the
+    wrong size is answered MISS with its descriptor closed (TIERKIT-6, FS-13)."""
+    ops = _Opened()
+    buf_a, buf_b = make_buffer(), make_buffer()
+    a = FsTier(buf_a, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="a")
+    b = FsTier(buf_b, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="b", ops=ops)
+    with shut_down_after((a, Runner(a, buf_a))) as (_, ra), shut_down_after((b, Runner(b, buf_b))) as (_, rb):
+        assert a.wait_ready(10) and b.wait_ready(10)
+        stored, absent, short = [key(i, b"open") for i in range(3)], [key(i, b"none") for i in range(3)], key(9, b"s")
+        ra.store([*stored, short])
+        with open(a.files.path(a.name_of(short)), "r+b") as f:
+            f.truncate(100)  # the wrong size: not a block
+        fds = len(os.listdir("/proc/self/fd"))
+        answers = rb.resolve([*stored, *absent, short])
+        assert answers == {**{k: "HIT" for k in stored}, **{k: "MISS" for k in absent}, short: "MISS"}
+        names = [b.files.path(b.name_of(k)) for k in (*stored, *absent, short)]
+        assert sorted(ops.paths) == sorted(names)  # each asked once, by the check; the lookups opened nothing
+        assert b.stats.held_handles == 3 and b.stats.held_taken == 3
+        assert len(os.listdir("/proc/self/fd")) == fds + 3  # the short file's descriptor was closed
+        for k in stored:
+            a.files.delete(a.name_of(k))
+        result, right, wrong = rb.load(stored)
+        assert result.success and right == set(stored) and not wrong and b.stats.held_handles == 0
+
+
 def test_a_check_that_ends_after_reset_closes_the_handles_it_opened(tmp_path: Path) -> None:
     """A pre-opening existence check that started before ``reset_cache`` keeps nothing past it."""
     with opened_tier(tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE) as (tier, run):

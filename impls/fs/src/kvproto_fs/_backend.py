@@ -204,6 +204,51 @@ class FileBackend:
             except OSError:
                 pass
 
+    def open_sizes(self, names: Sequence[str]) -> tuple[list[int | None], list[object | None]]:
+        """An existence check that holds what it finds (:class:`kvproto.tierkit.HeldExistence`, FS-13).
+
+        One ``open`` per name: a found file stays open (the HIT's handle) and its size comes from
+        ``lseek(SEEK_END)`` on the descriptor (no second path walk, no stat record); an absent one costs
+        the failed open. Where opening fails for another reason (EMFILE, EACCES) the size is a ``stat``'s,
+        as :meth:`sizes` answers, with no handle. A directory at a blob's name opens too: its "size" is
+        what the filesystem reports for it, which is never an envelope's on ext4 and tmpfs; elsewhere such
+        a name would answer present and its load fail as transient (a directory is never written there)."""
+        sizes: list[int | None] = []
+        handles: list[object | None] = []
+        prefix = self._root_slash
+        open_ = self._ops.open
+        lseek = os.lseek
+        try:
+            for name in names:
+                try:
+                    fd = open_(prefix + name, os.O_RDONLY)
+                except (FileNotFoundError, NotADirectoryError):
+                    sizes.append(None)
+                    handles.append(None)
+                    continue
+                except OSError:  # EMFILE...: answer as sizes does; the lookup tries (and counts) again
+                    sizes.append(self._stat_size(prefix + name))
+                    handles.append(None)
+                    continue
+                handles.append(fd)
+                try:
+                    sizes.append(lseek(fd, 0, os.SEEK_END))
+                except OSError:
+                    sizes.append(None)  # not a seekable file: not a blob
+        except BaseException:
+            for handle in handles:
+                self.close_held(handle)
+            raise
+        return sizes, handles
+
+    @staticmethod
+    def _stat_size(path: str) -> int | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
     def sizes(self, names: Sequence[str]) -> list[int | None]:
         """``stat`` of each file: its size if it is a regular file, else None (FS-5)."""
         out: list[int | None] = []

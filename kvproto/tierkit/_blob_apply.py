@@ -1,0 +1,118 @@
+"""How a finished job of :class:`~kvproto.tierkit.BlobTier` is reported: its keys' verdicts applied (TIER-11).
+
+The scheduler's thread only (``get_finished_jobs``). A load's verdicts vouch
+for, lose or mark unusable its keys in the ledger, tell the probe which keys
+are gone, release what held HITs the load claimed and emit REMOVED only for
+blocks known gone (never for a transient failure, TIERKIT-3); a store's
+vouch for its keys as of their ticks (TIERKIT-2) and emit STORED.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kvproto._async_probe import AsyncProbe
+from kvproto._events import EventKind
+from kvproto._jobs import JobResult
+from kvproto._keys import OffloadKey
+from kvproto._results import unreachable
+from kvproto.errors import InvalidArgumentError
+from kvproto.tierkit._blob_config import BlobTierStats
+from kvproto.tierkit._blob_holds import Holds
+from kvproto.tierkit._blob_jobs import JobOutcome
+from kvproto.tierkit._blob_ledger import Ledger
+from kvproto.tierkit._blob_ops import KeyVerdict
+
+__all__ = ["Outcomes"]
+
+
+class Outcomes:
+    """Applies finished jobs to the tier's ledger, probe, held HITs and ``stats`` (under ``stats_lock``)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        probe: AsyncProbe,
+        holds: Holds | None,
+        stats: BlobTierStats,
+        stats_lock: threading.Lock,
+        *,
+        partial_jobs: bool,
+        tier_name: str,
+    ) -> None:
+        self._ledger = ledger
+        self._probe = probe
+        self._holds = holds
+        self.stats = stats
+        self._stats_lock = stats_lock
+        self._partial_jobs = partial_jobs
+        self._tier = tier_name
+
+    def apply(self, out: JobOutcome) -> JobResult:
+        """Report ``out``: vouch, lose and mark keys by verdict, emit events, count (TIER-11, TIERKIT-2, TIERKIT-3)."""
+        job = out.job
+        ledger = self._ledger
+        if job.promotion:
+            ledger.end_load(job.keys)
+            if self._holds is not None:
+                self._holds.load_reported(job.job_id, job.keys)
+            loaded: list[tuple[OffloadKey, int]] = []
+            gone: list[tuple[OffloadKey, int]] = []
+            unusable: list[OffloadKey] = []
+            transient: list[tuple[OffloadKey, int]] = []
+            refused: list[OffloadKey] = []
+            for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True):
+                match verdict:
+                    case KeyVerdict.LOADED:
+                        loaded.append((key, tick))
+                    case KeyVerdict.GONE | KeyVerdict.DAMAGED:
+                        gone.append((key, tick))  # missing, or damaged and deleted: a new blob may come
+                    case KeyVerdict.FOREIGN:
+                        gone.append((key, tick))
+                        unusable.append(key)  # left alone (not ours to delete): never HIT again (TIER-4)
+                    case KeyVerdict.TRANSIENT | KeyVerdict.FAILED:
+                        transient.append((key, out.since))  # the blob may be there: never REMOVED (TIERKIT-3)
+                    case KeyVerdict.REFUSED:
+                        refused.append(key)  # no I/O was tried: what the index knows stands
+                    case KeyVerdict.CREATED | KeyVerdict.EXISTED:
+                        raise InvalidArgumentError(f"BlobTier {self._tier!r}: a load ended with {verdict}")
+                    case _ as other:
+                        unreachable(other, where="BlobTier: Outcomes.apply (load)")
+            if loaded:
+                ledger.vouch(loaded)
+            ledger.mark_unusable(unusable)
+            removed = ledger.lose(gone, gone=True)
+            ledger.lose(transient, gone=False)
+            ledger.emit(EventKind.REMOVED, removed)
+            failed = [k for k, _ in gone] + [k for k, _ in transient]
+            if failed:
+                self._probe.mark_miss(failed)
+            failed += refused
+            ok = [k for k, _ in loaded]
+            with self._stats_lock:
+                self.stats.loaded_blocks += len(ok)
+                self.stats.failed_loads += len(failed)
+                self.stats.transient_load_errors += len(transient)
+                self.stats.hit_load_failures += len(failed) - len(refused)
+        else:
+            results = [
+                (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
+                for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True)
+            ]
+            if not self._partial_jobs and any(tick is None for _, tick in results):
+                results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
+            created = [key for key, (verdict, _) in zip(job.keys, out.verdicts, strict=True)
+                       if verdict is KeyVerdict.CREATED]
+            ok, lost = ledger.end_store(results, created)
+            ledger.emit(EventKind.STORED, ok)
+            if ok:
+                self._probe.mark_hit(ok)
+            with self._stats_lock:
+                self.stats.stored_blocks += len(ok)
+                self.stats.failed_stores += len(job.keys) - len(ok)
+                self.stats.lost_races += lost
+        if len(ok) == len(job.keys):
+            return JobResult(job.job_id, True)
+        if not self._partial_jobs:
+            return JobResult(job.job_id, False)
+        return JobResult(job.job_id, False, frozenset(ok) if ok else None)

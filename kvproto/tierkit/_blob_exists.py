@@ -1,0 +1,105 @@
+"""The existence checks of :class:`~kvproto.tierkit.BlobTier` (shared mode, the probe's worker; TIERKIT-5..7).
+
+:class:`Existence` is what :class:`kvproto.AsyncProbe` calls: one chunk of
+keys at a time (:func:`~kvproto.tierkit._blob_scan.check_exists` degrades per
+key), inside the scope of a batch when the backend offers
+:class:`~kvproto.tierkit.ExistenceBatches` (TIERKIT-7). With held HITs
+(TIERKIT-6) every blob a check found is opened there, off the scheduler's
+thread, for the lookup that answers HIT to take: in the same call as the
+check when the backend offers :class:`~kvproto.tierkit.HeldExistence` (one
+``open`` per found file instead of a ``stat`` and an ``open``), else after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from kvproto._async_probe import BatchCheck
+from kvproto._keys import OffloadKey
+from kvproto.tierkit._backend import BlobBackend, ExistenceBatches, HeldExistence
+from kvproto.tierkit._blob_holds import Holds
+from kvproto.tierkit._blob_ops import BlobOps
+from kvproto.tierkit._blob_scan import Sizes, check_exists, names_of
+
+__all__ = ["Existence"]
+
+
+class Existence:
+    """The probe's check over ``ops.backend`` (its worker thread only); ``holds``: held HITs, if on."""
+
+    def __init__(
+        self, ops: BlobOps, holds: Holds | None, *, tier_name: str, count: Callable[[str, int], None]
+    ) -> None:
+        self._ops = ops
+        self._holds = holds
+        self._tier = tier_name
+        self._count = count
+        backend: BlobBackend = ops.backend
+        self.batches = backend if isinstance(backend, ExistenceBatches) else None
+        self._opener = backend if holds is not None and isinstance(backend, HeldExistence) else None
+
+    def check(self, keys: Sequence[OffloadKey], sizes: Sizes | None = None) -> list[OffloadKey]:
+        """The keys of ``keys`` whose blob is one envelope long (TIERKIT-5).
+
+        ``sizes``: the batch's chunk call (TIERKIT-7), else the backend's. With held HITs, each found
+        blob is opened here for the lookup that answers HIT (TIERKIT-6)."""
+        holds = self._holds
+        if holds is None:
+            return check_exists(self._ops, keys, tier_name=self._tier, count=self._count, sizes=sizes)
+        generation = holds.generation
+        names: dict[OffloadKey, str] = {}
+        if self._opener is None or sizes is not None:
+            found = check_exists(self._ops, keys, tier_name=self._tier, count=self._count, names=names, sizes=sizes)
+            holds.preopen(found, generation, names)
+            return found
+        return self._check_opening(self._opener, holds, keys, generation)
+
+    def _check_opening(
+        self, opener: HeldExistence, holds: Holds, keys: Sequence[OffloadKey], generation: int
+    ) -> list[OffloadKey]:
+        """:meth:`check` where the check itself opens what it finds (``open_sizes``), within the cap;
+        every handle it opened is kept for a found key or closed, whatever happens."""
+        opened: dict[str, object] = {}
+        room = max(0, holds.room())
+        backend = self._ops.backend
+
+        def open_sizes(chunk: Sequence[str]) -> Sequence[int | None]:
+            first = chunk[:room]
+            got, handles = opener.open_sizes(first)
+            for name, handle in zip(first, handles, strict=True):
+                if handle is not None:
+                    opened[name] = handle
+            if len(chunk) <= room:
+                return got
+            return [*got, *backend.sizes(chunk[room:])]  # past the cap: answered, not held
+
+        names: dict[OffloadKey, str] = {}
+        kept: list[tuple[OffloadKey, object]] = []
+        try:
+            found = check_exists(self._ops, keys, tier_name=self._tier, count=self._count, names=names,
+                                 sizes=open_sizes)
+            for key in found:
+                name = names.get(key)  # none where the check degraded to sizes, key by key
+                handle = None if name is None else opened.pop(name, None)
+                if handle is not None:
+                    kept.append((key, handle))
+        finally:
+            for handle in opened.values():  # wrong size, or the check degraded: not a HIT's
+                holds.backend.close_held(handle)
+        holds.deposit(kept, generation)
+        return found
+
+    @contextmanager
+    def batch(self, batches: ExistenceBatches, keys: Sequence[OffloadKey]) -> Iterator[BatchCheck]:
+        """The probe's scope of one batch (TIERKIT-7): the backend sees every name of the batch, then its
+        chunks under the batch's token, then the batch's end, whatever happens."""
+        token = batches.begin_sizes(names_of(self._ops, keys))
+
+        def check(chunk: Sequence[OffloadKey]) -> list[OffloadKey]:
+            return self.check(chunk, sizes=lambda names: batches.batch_sizes(token, names))
+
+        try:
+            yield check
+        finally:
+            batches.end_sizes(token)
