@@ -99,7 +99,20 @@ class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChec
         """Nothing: a primary has no jobs that end after the kit's calls."""
 
     def _role_check_forgotten(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
-        """Nothing beyond the MISS: a primary's MISS is authoritative (prepare_load of it is misuse)."""
+        """A primary's MISS is authoritative (prepare_load of it is misuse); and with every block
+        forgotten and nothing in flight, every slot is free again: a prepare_store of as many new keys
+        as the tier has slots reserves them all (failed at once, they leave nothing) (TIER-16)."""
+        fresh = key_pool("p-after-reset", kit.num_slots)
+        out = kit.prepare(fresh)
+        reserved = 0 if out is None else len(out.keys_to_store)
+        if out is not None:
+            kit.tier.complete_store(out.keys_to_store, False)
+        if reserved != len(fresh):
+            raise ConformanceFailure(
+                "TIER-16",
+                f"after reset_cache answered True with nothing in flight, prepare_store of {len(fresh)} new keys "
+                f"(one per slot) reserved {reserved}: reset_cache forgets every block, so every slot is free again",
+            )
 
     def _role_check_shut_down(self, kit: PrimaryDriver, keys: Sequence[OffloadKey]) -> None:
         """Each store that was in flight was failed: it answers MISS."""

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kvproto import members as lr
 from kvproto._events import EventKind
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier
@@ -31,6 +34,39 @@ class PrimaryClassChecks(ClassChecks[PrimaryDriver]):
     test_driven_from_alternating_threads = ClassChecks._driven_from_alternating_threads
     test_jobs_and_lookups_on_two_threads = ClassChecks._jobs_and_lookups_on_two_threads
     test_touch_keeps_a_block_under_lru = ClassChecks._touch_keeps_a_block_under_lru
+
+    @check("TIER-1")
+    def test_keys_given_as_any_iterable(self, kit: PrimaryDriver) -> None:
+        """``touch``, ``complete_store`` and ``complete_load`` take any iterable of keys (their protocol
+        signatures say ``Iterable``): given a one-shot generator, each reads it once and does its work."""
+        tier = kit.tier
+        keys = key_pool("p-iterable", 3)
+        out = kit.prepare(keys)
+        if out is None or len(out.keys_to_store) != len(keys):
+            raise ConformanceFailure("TIER-6", f"prepare_store of {len(keys)} new keys into an empty tier did not reserve them")
+
+        def given_once(method: str, call: Callable[[], object]) -> None:
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+                raise ConformanceFailure(
+                    "TIER-1",
+                    f"{method} given its keys as a generator raised {type(error).__name__}: {error}; its protocol "
+                    "signature takes any iterable of keys (read it once)",
+                ) from error
+
+        given_once("complete_store", lambda: tier.complete_store((k for k in out.keys_to_store), True))
+        kit.expect(keys, lr.HIT, "TIER-1", "after complete_store(True) was given them as a generator")
+        given_once("touch", lambda: tier.touch(k for k in keys))
+        kit.load(keys)
+        given_once("complete_load", lambda: tier.complete_load(k for k in keys))
+        pending: object = tier.has_pending_work()
+        if pending is not False:
+            raise ConformanceFailure(
+                "TIER-1",
+                f"has_pending_work answered {pending!r} after complete_load released, through a generator, the only "
+                "pins taken: complete_load takes any iterable of keys",
+            )
 
     @check("TIER-21")
     def test_events_follow_complete_store_and_eviction(self, kit: PrimaryDriver) -> None:

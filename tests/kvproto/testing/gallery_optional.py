@@ -1,6 +1,7 @@
 """Broken primaries that offer an optional ability the tiering manager relies on and do not keep it:
-``ready_contains`` (TIER-27) and :class:`kvproto.SlotQuarantine` (TIER-28). Found by mutation
-testing (issue 17, section 5: docs/mutation/memory-primary.json).
+``ready_contains`` (TIER-27) and :class:`kvproto.SlotQuarantine` (TIER-28); and one whose reset loses
+slots (TIER-16) and one that takes only sequences where its protocol says any iterable (TIER-1).
+Found by mutation testing (issue 17, section 5: docs/mutation/memory-primary.json).
 
 Each is a MemoryPrimaryTier with exactly one bug; ``OPTIONAL_GALLERY`` maps each ``kvproto conform``
 target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
@@ -8,7 +9,7 @@ target to the check and clause it must fail on, and gallery.py folds it into ``G
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kvproto import MemoryPrimaryTier, OffloadKey
 from kvproto.testing import TierSpec
@@ -38,12 +39,41 @@ class QuarantineFreesItsSlot(MemoryPrimaryTier):
         pass  # nothing held, so nothing to give back
 
 
+class ResetLosesSlots(MemoryPrimaryTier):
+    """Bug: ``reset_cache`` rebuilds its free list from slot 2 up, so every reset loses slots 0 and 1
+    (found by mutation testing, like the two above)."""
+
+    def reset_cache(self) -> bool:
+        done = super().reset_cache()
+        if done:
+            self._free[:] = [s for s in self._free if s > 1]  # the bug
+        return done
+
+
+class SequencesOnly(MemoryPrimaryTier):
+    """Bug: ``complete_store`` sizes its keys with ``len`` first, so the iterable its protocol signature
+    allows (a generator) raises TypeError (found by mutation testing: a fast path that did so)."""
+
+    def complete_store(self, keys: Iterable[OffloadKey], success: bool) -> None:
+        if len(keys) == 0:  # type: ignore[arg-type]  # the bug: an Iterable has no len
+            return
+        super().complete_store(keys, success)
+
+
 def snapshot_ready_contains() -> TierSpec:
     return memory_primary_spec(SnapshotReadyContains)
 
 
 def quarantine_frees_its_slot() -> TierSpec:
     return memory_primary_spec(QuarantineFreesItsSlot)
+
+
+def reset_loses_slots() -> TierSpec:
+    return memory_primary_spec(ResetLosesSlots)
+
+
+def sequences_only() -> TierSpec:
+    return memory_primary_spec(SequencesOnly)
 
 
 _HERE = __name__
@@ -54,4 +84,6 @@ OPTIONAL_GALLERY: dict[str, Expected] = {
     f"{_HERE}:quarantine_frees_its_slot": Expected(
         "test_quarantined_stores_free_the_key_and_hold_the_slot", "TIER-28", "before release_slots gave it back"
     ),
+    f"{_HERE}:reset_loses_slots": Expected("test_reset_cache_forgets_blocks", "TIER-16", "every slot is free again"),
+    f"{_HERE}:sequences_only": Expected("test_keys_given_as_any_iterable", "TIER-1", "takes any iterable of keys"),
 }
