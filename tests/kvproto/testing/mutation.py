@@ -69,7 +69,9 @@ TARGETS: dict[str, Target] = {
         (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop"),
     ),
     "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
-    "obj": Target(tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_store", "_config", "_stats")), ("obj",)),
+    "obj": Target(
+        tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats")), ("obj",)
+    ),
 }
 assert tuple(TARGETS) == TIERS
 
