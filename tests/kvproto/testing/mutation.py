@@ -68,7 +68,8 @@ TARGETS: dict[str, Target] = {
         ),
         (f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop"),
     ),
-    "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
+    # FsTier's shared mode (its entry point) and its private mode (the restart scan: tests/impls/fs).
+    "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs", f"{_SPECS}:fs_private")),
     "obj": Target(
         tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats")), ("obj",)
     ),

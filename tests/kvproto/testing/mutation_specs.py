@@ -19,7 +19,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared"]
+__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared", "fs_private"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -155,3 +155,11 @@ def blob_loop() -> TierSpec:
 def blob_shared() -> TierSpec:
     """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
     return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
+
+
+def fs_private() -> TierSpec:
+    """``kvproto_fs``'s kit spec in private mode (the index answers, the restart scan, no eviction): the mode
+    tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``."""
+    from kvproto_fs._conformance import fs_spec
+
+    return fs_spec("fs-private", shared=False, eviction=False)
