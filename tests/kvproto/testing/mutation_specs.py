@@ -11,6 +11,7 @@ need no FaultyBackend (seed, read, corrupt, reopen)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
@@ -19,7 +20,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared", "fs_private"]
+__all__ = ["blob_async", "blob_loop", "blob_private", "blob_shared", "fs_direct", "fs_private"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -163,3 +164,17 @@ def fs_private() -> TierSpec:
     from kvproto_fs._conformance import fs_spec
 
     return fs_spec("fs-private", shared=False, eviction=False)
+
+
+def fs_direct() -> TierSpec:
+    """``kvproto_fs``'s kit spec over 4 KiB page-aligned slot rows, so FileBackend takes its O_DIRECT
+    path (the kit's 64-byte rows never do), with a 48-block budget, for ``./dev mutate fs``."""
+    from kvproto_fs._conformance import fs_spec
+
+    base = fs_spec("fs-direct")
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        tier: SecondaryTier = base.factory(buffer, capacity_blocks=48)
+        return tier
+
+    return replace(base, factory=build, block_bytes=4096, description=f"{base.description}, 4 KiB rows")
