@@ -265,5 +265,7 @@ def build_test_class(spec: TierSpec, *, profile: str | None = None) -> type[KitB
     }
     for hook_name, fn in spec.hooks.items():
         attrs[hook_name] = _hook_method(hook_name, fn)
+    if spec.kind == "secondary":
+        attrs["block_bytes"] = spec.block_bytes
     safe = re.sub(r"\W", "_", spec.name)
     return type(f"TestConform_{safe}", (base,), attrs)

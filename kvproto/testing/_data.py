@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 
 from kvproto._keys import OffloadKey, make_key
 from kvproto.errors import InvalidArgumentError
@@ -54,8 +55,14 @@ def tricky_keys() -> list[OffloadKey]:
     return keys
 
 
+_PAGE = 4096
+
+
 def make_buffer(num_slots: int, block_bytes: int) -> memoryview:
-    """A writable 2-D primary buffer of shape ``(num_slots, block_bytes)``, format ``"B"`` (TIER-3)."""
+    """A writable 2-D primary buffer of shape ``(num_slots, block_bytes)``, format ``"B"`` (TIER-3);
+    page-aligned rows (anonymous memory) when ``block_bytes`` is a multiple of 4,096."""
+    if block_bytes % _PAGE == 0:
+        return memoryview(mmap.mmap(-1, num_slots * block_bytes)).cast("B", (num_slots, block_bytes))
     return memoryview(bytearray(num_slots * block_bytes)).cast("B", (num_slots, block_bytes))
 
 

@@ -22,7 +22,7 @@ from kvproto.testing._attribution import tier_frames
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS, TierSpec
+from kvproto.testing._tier_spec import SECONDARY_NUM_SLOTS, TierSpec
 
 __all__ = ["PREFLIGHT_TRIES", "preflight"]
 
@@ -36,7 +36,7 @@ def preflight(spec: TierSpec, capabilities: Capabilities) -> str | None:
     (KIT-17). Secondary tiers only: a primary's store is the kit's own copy into its buffer."""
     if spec.kind != "secondary":
         return None
-    buffer = make_buffer(SECONDARY_NUM_SLOTS, SECONDARY_BLOCK_BYTES)
+    buffer = make_buffer(SECONDARY_NUM_SLOTS, spec.block_bytes)
     try:
         tier: SecondaryTier = spec.factory(buffer)
     except Exception:  # the factory's failure is reported by the run itself

@@ -25,6 +25,7 @@ from kvproto.testing._secondary_crash_checks import SecondaryCrashChecks
 from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
+from kvproto.testing._secondary_io_checks import SecondaryIoChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 
@@ -34,6 +35,7 @@ __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 class SecondaryTierTests(
     SecondaryClassChecks,
     SecondaryFaultChecks,
+    SecondaryIoChecks,
     SecondaryCrashChecks,
     SecondarySharingChecks,
     SecondaryDataChecks,
@@ -58,7 +60,9 @@ class SecondaryTierTests(
       fails for them (a partial result with ``partial_jobs``, else the whole job), never for other keys;
     * ``corrupt_on_read(tier, keys)``: damage the stored copy of ``keys``, so that the next read of
       each is damaged (the tier must detect it: fail the key, never serve it);
-    * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence).
+    * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence);
+    * ``short_io(tier, max_bytes)``, ``fail_io(tier, n)``: short transfers and I/O errors inside the
+      tier's own storage code (TIER-30, TIER-31).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

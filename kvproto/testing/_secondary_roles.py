@@ -57,7 +57,7 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
     return list(range(first, first + count))
 
 
-_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen")
+_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io")
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):

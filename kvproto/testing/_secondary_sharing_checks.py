@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kvproto import members as lr
+from kvproto._keys import OffloadKey
 from kvproto.testing._checks import check
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
@@ -121,3 +122,46 @@ class SecondarySharingChecks(SecondaryRole):
                 )
             kit.step()
         kit.tier.on_request_finished(live)
+
+    @check("TIER-32", needs=("sharing",), hooks=("reopen",))
+    def test_a_large_batch_sees_the_other_instances_blocks(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 32 blocks; the first instance, which knows none of them, asks for
+        64 keys in one request and one step (those 32 and 32 never stored: one batch of existence
+        checks, as a scheduler step asks): every stored key answers HIT and loads, every other key
+        MISS. A key told MISS is asked again in a new request of one key at a time; a batch answer
+        that differs from those (twice) is the batch's fault (a listing in place of per-key checks
+        must decide what per-key checks decide)."""
+        stored = key_pool("share-batch", 32)
+        never = key_pool("share-batch-never", 32)
+        asked = [k for pair in zip(stored, never, strict=True) for k in pair]  # interleaved: no range holds only one kind
+        with self._second_instance(kit, 9971) as other:
+            other.wait_started()
+            for i in range(0, len(stored), 8):
+                batch = stored[i : i + 8]
+                if not other.store(batch, store_slots(other, len(batch))).success:
+                    raise ConformanceFailure("TIER-10", f"a store of {len(batch)} blocks into the second instance failed")
+            kit.wait_started()
+            missed: list[OffloadKey] = []
+            for attempt in ("kvproto-kit-large-batch", "kvproto-kit-large-batch-again"):
+                context = TrackedContext(attempt)
+                answers = kit.resolve(asked, context)
+                for key in never:
+                    if answers[key] is lr.HIT:
+                        load_right_after_hit(kit, key, load_slots(kit, 1)[0], when=" in a batch of 64 keys, never stored")
+                held = [k for k in stored if answers[k] is lr.HIT]
+                for i in range(0, len(held), 8):
+                    kit.load(held[i : i + 8], load_slots(kit, len(held[i : i + 8])), context=context)
+                kit.tier.on_request_finished(context)
+                missed = [k for k in stored if answers[k] is not lr.HIT and k in (missed or stored)]
+                if not missed:
+                    return
+            alone = TrackedContext("kvproto-kit-one-at-a-time")
+            seen = [k for k in missed if kit.resolve_one(k, alone) is lr.HIT]
+            kit.tier.on_request_finished(alone)
+            if seen:
+                raise ConformanceFailure(
+                    "TIER-32",
+                    f"{len(seen)} of the 32 blocks a second instance stored answered MISS, twice, to a request asking "
+                    f"64 keys in one step (first {short_key(seen[0])}), but HIT when asked alone: a batch of existence "
+                    "checks must decide what per-key checks decide",
+                )

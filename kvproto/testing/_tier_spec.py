@@ -39,6 +39,8 @@ class TierSpec:
     * ``expected_failures``: ``{check name: reason}``.
     * ``tier_class``: the class ``kvproto typecheck`` checks; ``None`` takes
       the class of a built tier.
+    * ``block_bytes``: the row length of a secondary tier's primary buffer (default 64); a multiple
+      of 4,096 gives page-aligned rows (a tier's O_DIRECT path, KIT-9).
     """
 
     name: str
@@ -50,12 +52,13 @@ class TierSpec:
     limits: KitLimits = field(default_factory=KitLimits)
     tier_class: type | None = None
     description: str = ""
+    block_bytes: int = SECONDARY_BLOCK_BYTES
 
     def build(self) -> object:
         """One tier built by ``factory`` (on a fresh buffer for a secondary tier)."""
         if self.kind == "primary":
             return self.factory()
-        return self.factory(make_buffer(SECONDARY_NUM_SLOTS, SECONDARY_BLOCK_BYTES))
+        return self.factory(make_buffer(SECONDARY_NUM_SLOTS, self.block_bytes))
 
     @property
     def protocol(self) -> type:

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from kvproto import SecondaryTier
-from kvproto.testing import FaultyBackend
 
 from tests.cli import kvproto_cli as main
 from tests.impls._kit_hooks import HookTableTests
 
 fs = pytest.importorskip("kvproto_fs", reason="kvproto-fs is not installed: pip install -e impls/fs (./dev does it)")
-from kvproto_fs._conformance import FS_HOOKS  # noqa: E402  (after the importorskip)
+from kvproto_fs._conformance import FS_HOOKS, kit_tier  # noqa: E402  (after the importorskip)
 
 
 class TestPrivateFsTier(HookTableTests):
@@ -31,12 +30,16 @@ class TestPrivateFsTier(HookTableTests):
         def build(buffer: memoryview) -> SecondaryTier:
             root = tmp_path / f"tier-{next(count)}"
             root.mkdir()
-            tier: SecondaryTier = fs.FsTier(
-                buffer, fs.FsTierConfig(root=root, read_threads=2, write_threads=2), wrap=FaultyBackend
-            )
+            tier: SecondaryTier = kit_tier(buffer, fs.FsTierConfig(root=root, read_threads=2, write_threads=2), "fs")
             return tier
 
         return build
+
+    def short_io(self, tier: SecondaryTier, max_bytes: int) -> None:
+        self._hook("short_io", tier, max_bytes)
+
+    def fail_io(self, tier: SecondaryTier, n: int) -> None:
+        self._hook("fail_io", tier, n)
 
 
 
@@ -63,3 +66,6 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
     assert outcomes["test_a_hit_loads_after_another_instance_deleted_the_block"] == "passed"
     assert outcomes["test_held_hits_are_released_on_every_path"] == "passed"
     assert outcomes["test_held_hits_are_released_after_a_failed_load"] == "passed"
+    for check in ("test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly",
+                  "test_a_large_batch_sees_the_other_instances_blocks"):  # TIER-30..32, through KitFileOps
+        assert outcomes[check] == "passed", check

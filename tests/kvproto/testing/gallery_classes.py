@@ -307,3 +307,7 @@ CLASSES_GALLERY.update(FAULTS_GALLERY)
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY  # noqa: E402 - visibility across instances
 
 CLASSES_GALLERY.update(SHARING_GALLERY)
+
+from tests.kvproto.testing.gallery_io import IO_GALLERY  # noqa: E402 - faults inside a tier's transfer code
+
+CLASSES_GALLERY.update(IO_GALLERY)

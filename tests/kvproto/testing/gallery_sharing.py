@@ -97,6 +97,32 @@ class HitKeptForTheRequest(_Shared):
         super().on_request_finished(req_context)
 
 
+_LIST_FROM = 16  # the batch size from which the next tier answers from a listing
+_FIRST_PAGE = 8  # the objects its listing reads
+
+
+class _FirstPageListing(MemoryBackend):
+    """Answers a batch of 16 or more existence checks from a listing of the storage, and takes every
+    name the listing did not show for absent: but it reads only the listing's first page."""
+
+    def sizes(self, names: Sequence[str]) -> list[int | None]:
+        if len(names) < _LIST_FROM:
+            return list(super().sizes(names))
+        page = dict(sorted(self.blobs.items())[:_FIRST_PAGE])  # the bug: the listing's next pages never read
+        return [len(page[n]) if n in page else None for n in names]
+
+
+class ListsOnlyTheFirstPage(_Shared):
+    """Bug: its storage answers large batches of existence checks from a listing cut at its first page,
+    taking every name not on it for absent: blocks another instance stored answer MISS when asked
+    many at a time (alone, they answer HIT)."""
+
+    tier_name = "lists-only-the-first-page"
+
+    def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
+        super().__init__(buffer, storage=_FirstPageListing() if storage is None else storage)
+
+
 def _reopen(tier: _Shared, buffer: memoryview) -> _Shared:
     return type(tier)(buffer, storage=tier.storage())
 
@@ -117,6 +143,10 @@ def hit_kept_for_the_request() -> TierSpec:
     return _spec(HitKeptForTheRequest)
 
 
+def lists_only_the_first_page() -> TierSpec:
+    return _spec(ListsOnlyTheFirstPage)
+
+
 _HERE = __name__
 SHARING_GALLERY: dict[str, Expected] = {
     f"{_HERE}:miss_remembered_across_requests": Expected(
@@ -124,6 +154,9 @@ SHARING_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:finish_cancels_pending_checks": Expected(
         "test_verdicts_never_outlive_their_request", "TIER-18", "must not disturb another's pending lookups"
+    ),
+    f"{_HERE}:lists_only_the_first_page": Expected(
+        "test_a_large_batch_sees_the_other_instances_blocks", "TIER-32", "must decide what per-key checks decide"
     ),
     f"{_HERE}:hit_kept_for_the_request": Expected(
         "test_no_hit_after_a_failed_load_in_a_live_request", "TIER-4", "whose load of it had just failed"

@@ -73,8 +73,15 @@ TARGETS: dict[str, Target] = {
             f"{_SPECS}:blob_held",  # held HITs (TIERKIT-6): the only in-memory spec whose backend offers HeldReads
         ),
     ),
-    "fs": Target(tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")), ("fs",)),
-    "obj": Target(tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_store", "_config", "_stats")), ("obj",)),
+    # FsTier's shared mode (its entry point), its private mode (the restart scan: tests/impls/fs), and
+    # 4 KiB page-aligned rows (its O_DIRECT path, which the kit's 64-byte rows never take).
+    "fs": Target(
+        tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")),
+        ("fs", f"{_SPECS}:fs_private", f"{_SPECS}:fs_direct"),
+    ),
+    "obj": Target(
+        tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats")), ("obj",)
+    ),
 }
 assert tuple(TARGETS) == TIERS
 

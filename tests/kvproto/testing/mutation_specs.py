@@ -22,7 +22,7 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_private", "blob_shared"]
+__all__ = ["HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_private", "blob_shared", "fs_direct", "fs_private"]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -244,3 +244,23 @@ def blob_held() -> TierSpec:
         "blob-held", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
         description=f"BlobTier(FaultyBackend(HeldMemory()), {config!r})",
     )
+def fs_private() -> TierSpec:
+    """``kvproto_fs``'s kit spec in private mode (the index answers, the restart scan, no eviction): the mode
+    tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``."""
+    from kvproto_fs._conformance import fs_spec
+
+    return fs_spec("fs-private", shared=False, eviction=False)
+
+
+def fs_direct() -> TierSpec:
+    """``kvproto_fs``'s kit spec over 4 KiB page-aligned slot rows, so FileBackend takes its O_DIRECT
+    path (the kit's 64-byte rows never do), with a 48-block budget, for ``./dev mutate fs``."""
+    from kvproto_fs._conformance import fs_spec
+
+    base = fs_spec("fs-direct")
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        tier: SecondaryTier = base.factory(buffer, capacity_blocks=48)
+        return tier
+
+    return replace(base, factory=build, block_bytes=4096, description=f"{base.description}, 4 KiB rows")

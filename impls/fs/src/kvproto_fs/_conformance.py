@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,10 @@ from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
 from kvproto_fs._config import FsTierConfig
+from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier
 
-__all__ = ["FS_HOOKS", "conformance_spec", "fresh_root", "fs_spec"]
+__all__ = ["FS_HOOKS", "KitFileOps", "conformance_spec", "fresh_root", "fs_spec", "kit_tier"]
 
 KIT_BLOCKS_BUDGET = 48
 """The kit's tier keeps at most this many blocks (a budget that the state machines drive into eviction)."""
@@ -34,14 +38,83 @@ def fresh_root() -> Path:
     return Path(tempfile.mkdtemp(dir=_parent))
 
 
+class KitFileOps(FileOps):
+    """The system calls of the kit's FsTier, with the kit's faults inside the tier's transfer code:
+    ``max_bytes`` (> 0: each ``preadv``/``pwritev`` moves at most that many bytes, a short transfer)
+    and ``fail`` (the next ``fail`` of them raise ``OSError(EIO)``). The hooks ``short_io`` and
+    ``fail_io`` (TIER-30, TIER-31) set them."""
+
+    def __init__(self) -> None:
+        self.max_bytes = 0
+        self.fail = 0
+        self._lock = threading.Lock()
+
+    def _fault(self, call: str) -> None:
+        with self._lock:
+            if self.fail <= 0:
+                return
+            self.fail -= 1
+        raise OSError(errno.EIO, f"injected by the kit's fail_io hook ({call})")
+
+    def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
+        """The first ``max_bytes`` bytes of ``buffers`` (all of them when ``max_bytes`` is 0)."""
+        left = self.max_bytes
+        if left <= 0:
+            return buffers
+        out: list[memoryview] = []
+        for buf in buffers:
+            if left <= 0:
+                break
+            view = buf.cast("B") if buf.ndim != 1 or buf.format != "B" else buf
+            out.append(view[:left])
+            left -= min(left, view.nbytes)
+        return out
+
+    def pwritev(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
+        self._fault("pwritev")
+        return super().pwritev(fd, self._cut(buffers), offset)
+
+    def preadv(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
+        self._fault("preadv")
+        return super().preadv(fd, self._cut(buffers), offset)
+
+
+_KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDictionary()
+
+
+def kit_tier(buffer: memoryview, config: FsTierConfig, name: str) -> FsTier:
+    """An FsTier as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
+    ops = KitFileOps()
+    tier = FsTier(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
+    _KIT_OPS[tier] = ops
+    return tier
+
+
+def _kit_ops(tier: FsTier) -> KitFileOps:
+    ops = _KIT_OPS.get(tier)
+    if ops is None:
+        raise ConfigurationError(f"FsTier {tier.name!r}: the kit's I/O hooks need a tier built by kit_tier()")
+    return ops
+
+
+def _short_io(tier: FsTier, max_bytes: int) -> None:
+    """Every read and write call of ``tier`` moves at most ``max_bytes`` bytes (0: back to normal)."""
+    _kit_ops(tier).max_bytes = max_bytes
+
+
+def _fail_io(tier: FsTier, n: int) -> None:
+    """The next ``n`` read or write calls of ``tier`` raise ``OSError(EIO)`` (0 disarms)."""
+    _kit_ops(tier).fail = n
+
+
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
-    return FsTier(buffer, tier.config, name=tier.name, wrap=FaultyBackend)
+    return kit_tier(buffer, tier.config, tier.name)
 
 
 def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
     """A new instance over the same root for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
-    return FsTier(buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, wrap=FaultyBackend)
+    return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name)
 
 
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
@@ -97,6 +170,8 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_next_jobs": _fail_next_jobs,
     "fail_keys": _fail_keys,
     "corrupt_on_read": _corrupt_on_read,
+    "short_io": _short_io,
+    "fail_io": _fail_io,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 
@@ -128,7 +203,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
             root=fresh_root() if root is None else Path(root), shared=shared, max_bytes=budget,
             read_threads=read_threads, write_threads=write_threads,
         )
-        return FsTier(buffer, config, name=name, wrap=FaultyBackend)
+        return kit_tier(buffer, config, name)
 
     return TierSpec(
         name,
@@ -138,7 +213,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
         tier_class=FsTier,
         description=(
             f"kvproto_fs.FsTier(buffer, FsTierConfig(root=<fresh temporary directory>, shared={shared}, "
-            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), wrap=FaultyBackend)"
+            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), ops=KitFileOps(), wrap=FaultyBackend)"
         ),
     )
 

@@ -1,0 +1,185 @@
+"""The secondary tier's checks of faults inside its own transfer code (issue 17, section 1, "faults
+below the tier"; TIER-30, TIER-31): :class:`SecondaryIoChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+The faults of :mod:`kvproto.testing._secondary_fault_checks` act at a BlobTier's backend boundary:
+a backend call fails or lies before or after the backend ran, so the backend's own loops and
+clean-up paths (a read or write that moves fewer bytes than asked, an error after a file was
+opened) never run. Here a tier's spec reaches further down with two backdoor hooks: ``short_io``
+(every read and write call moves at most a few bytes, as POSIX ``read``/``write`` and network
+streams may) and ``fail_io`` (the next read or write calls raise ``OSError(EIO)``, after the tier
+opened what it transfers).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks import check
+from kvproto.testing._data import key_pool
+from kvproto.testing._driver import short_key
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+
+__all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks"]
+
+SHORT_IO_BYTES = 7
+"""The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
+header, payload or page boundary falls on a call's end)."""
+
+_FD_DIR = "/proc/self/fd"
+_FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
+
+
+def _open_fds() -> set[str] | None:
+    """The process's file descriptors open on regular files (Linux), or None where the kit cannot list
+    them. Directories, pipes and sockets are left out: a thread of the process walking a directory
+    (a background delete) or talking to a server is not a transfer's leak."""
+    try:
+        names = os.listdir(_FD_DIR)
+    except OSError:
+        return None
+    files = set()
+    for name in names:
+        try:
+            if stat.S_ISREG(os.stat(os.path.join(_FD_DIR, name)).st_mode):
+                files.add(name)
+        except OSError:
+            continue  # closed meanwhile
+    return files
+
+
+class SecondaryIoChecks(SecondaryRole):
+    """Short transfers and I/O errors inside the tier's transfer code, in the kit's order."""
+
+    def short_io(self, tier: SecondaryTier, max_bytes: int) -> None:
+        """Make every read and write call the tier's storage code makes move at most ``max_bytes``
+        bytes (a short transfer, which POSIX and network streams allow; 0: back to normal): the
+        backdoor hook of :meth:`test_short_transfers_move_every_byte` (KIT-5)."""
+        raise NotImplementedError
+
+    def fail_io(self, tier: SecondaryTier, n: int) -> None:
+        """Make the next ``n`` read or write calls of the tier's storage code raise
+        ``OSError(EIO)``, after it opened what it transfers (a file, a connection; 0 disarms): the
+        backdoor hook of :meth:`test_io_errors_inside_transfers_fail_cleanly` (KIT-5)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _load_exact(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
+        """Load ``keys`` (the driver checks their bytes); a failed load or wrong bytes fail ``clause``."""
+        try:
+            result = kit.load(keys, load_slots(kit, len(keys)))
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(clause, f"blocks {what}: {failure.detail}") from failure
+        failed = [k for k in keys if k not in result.succeeded_keys(kit.jobs[result.job_id])]
+        if failed:
+            raise ConformanceFailure(clause, f"{short_key(failed[0])} {what}, but its load failed")
+
+    @check("TIER-30", hooks=("short_io",))
+    def test_short_transfers_move_every_byte(self, kit: SecondaryDriver) -> None:
+        """With every read and write call of the tier's storage moving at most 7 bytes: blocks
+        stored before load their bytes, and blocks stored now succeed and load their bytes (with
+        and without short transfers): a short read or write is not the end of the data."""
+        before = key_pool("t30-before", 2)
+        during = key_pool("t30-during", 2)
+        if not kit.store(before, store_slots(kit, len(before))).success:
+            pytest.skip("set-up: storing 2 blocks with no fault armed failed (the preflight says why)")
+        self.short_io(kit.tier, SHORT_IO_BYTES)
+        try:
+            kit.faults_injected = True
+            self._load_exact(kit, before, "TIER-30", f"stored normally, loaded with reads of at most {SHORT_IO_BYTES} bytes")
+            result = kit.store(during, store_slots(kit, len(during)))
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-30",
+                    f"a store of {len(during)} blocks failed ({result}) with every write call moving at most "
+                    f"{SHORT_IO_BYTES} bytes: a short write is not an error, the rest is written by the next call",
+                )
+            self._load_exact(kit, during, "TIER-30", f"stored and loaded with transfers of at most {SHORT_IO_BYTES} bytes")
+        finally:
+            self.short_io(kit.tier, 0)
+        kit.quiet_steps(2)
+        self._load_exact(kit, during, "TIER-30", f"stored with writes of at most {SHORT_IO_BYTES} bytes, loaded normally")
+
+    @check("TIER-31", hooks=("fail_io",))
+    def test_io_errors_inside_transfers_fail_cleanly(self, kit: SecondaryDriver) -> None:
+        """Stores and loads whose first read or write call raises EIO inside the tier's storage
+        code: each is reported failed, or (retried) succeeds with its bytes; afterwards, with no
+        fault armed, every key stores and loads its bytes, and the process holds no file
+        descriptor on a regular file it did not hold before (the failed transfers closed what they opened)."""
+        if _open_fds() is None:
+            pytest.skip(f"needs {_FD_DIR} to count the process's open files (Linux)")
+        keys = key_pool("t31-io", 6)
+        loaded, stored = keys[:3], keys[3:]
+        if not kit.store(loaded, store_slots(kit, len(loaded))).success:
+            pytest.skip("set-up: storing 3 blocks with no fault armed failed (the preflight says why)")
+        kit.quiet_steps(2)
+        baseline = _open_fds() or set()
+        kit.faults_injected = True
+        try:
+            for key in stored:
+                self.fail_io(kit.tier, 1)
+                kit.store([key], store_slots(kit, 1))
+            for key in loaded:
+                self.fail_io(kit.tier, 1)
+                self._load_exact_or_failed(kit, key)
+        finally:
+            self.fail_io(kit.tier, 0)
+        kit.quiet_steps(2)
+        again = kit.store(keys, store_slots(kit, len(keys)))
+        if not again.success:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"storing {len(keys)} keys with no fault armed failed ({again}) after I/O errors inside earlier "
+                "transfers of them: an I/O error must not keep a key from being stored later",
+            )
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-31", "stored again after I/O errors inside earlier transfers")
+        self._load_exact(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
+        kit.quiet_steps(2)
+        deadline = time.monotonic() + _FD_SETTLE_S
+        leaked = (_open_fds() or set()) - baseline
+        while leaked and time.monotonic() < deadline:
+            time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
+            leaked = (_open_fds() or set()) - baseline
+        if leaked:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"{len(leaked)} file descriptor(s) opened during {len(stored)} stores and {len(loaded)} loads whose "
+                f"first read or write raised EIO are still open ({_describe(leaked)}): a failed transfer must "
+                "close what it opened",
+            )
+
+    @staticmethod
+    def _load_exact_or_failed(kit: SecondaryDriver, key: OffloadKey) -> None:
+        """A load of ``key`` whose first read raised: reported failed, or done with its bytes (the
+        driver checks them); wrong bytes (a TIER-10 failure) are this clause's."""
+        try:
+            kit.load([key], load_slots(kit, 1))
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(
+                "TIER-31", f"a load of {short_key(key)} whose first read raised EIO: {failure.detail}"
+            ) from failure
+
+
+def _describe(fds: set[str]) -> str:
+    """What a few leaked descriptors point at."""
+    shown = []
+    for fd in sorted(fds, key=int)[:3]:
+        try:
+            shown.append(f"{fd} -> {os.readlink(os.path.join(_FD_DIR, fd))}")
+        except OSError:
+            shown.append(fd)
+    return ", ".join(shown) + (", ..." if len(fds) > 3 else "")
