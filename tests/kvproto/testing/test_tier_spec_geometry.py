@@ -6,8 +6,9 @@ from __future__ import annotations
 import ctypes
 
 from kvproto import MemoryTier, SecondaryTier
-from kvproto._cli.targets import build_test_class
-from kvproto.testing import TierSpec, make_buffer
+from kvproto.testing import MEMORY_HOOKS, TierSpec, make_buffer
+
+from tests.cli import kvproto_cli
 
 
 def _address(view: memoryview) -> int:
@@ -24,18 +25,32 @@ def test_a_multiple_of_4k_gives_page_aligned_rows() -> None:
     assert buffer.tobytes()[8192:8200] == b"kvproto!"  # row 1 of the 2-D buffer
 
 
+SEEN: list[tuple[int, ...] | None] = []
+"""The shapes of the primary buffers the kit handed to the factories below."""
+
+
+def _recording_factory(buffer: memoryview) -> SecondaryTier:
+    SEEN.append(buffer.shape)
+    return MemoryTier(buffer)
+
+
+def wide() -> TierSpec:
+    return TierSpec("wide", "secondary", _recording_factory, hooks=MEMORY_HOOKS, block_bytes=4096)
+
+
+def plain() -> TierSpec:
+    return TierSpec("plain", "secondary", _recording_factory, hooks=MEMORY_HOOKS)
+
+
 def test_the_spec_sets_the_kit_geometry_and_its_own_build() -> None:
-    seen: list[tuple[int, ...] | None] = []
-
-    def factory(buffer: memoryview) -> SecondaryTier:
-        seen.append(buffer.shape)
-        return MemoryTier(buffer)
-
-    wide = TierSpec("wide", "secondary", factory, block_bytes=4096)
-    assert build_test_class(wide).block_bytes == 4096  # type: ignore[attr-defined]  # a SecondaryTierTests subclass
-    tier = wide.build()
+    """Through the command line, as a tier author runs the kit: every buffer of a check has the spec's rows."""
+    tier = wide().build()
     assert isinstance(tier, MemoryTier)
     tier.shutdown()
-    assert seen == [(32, 4096)]
-    plain = TierSpec("plain", "secondary", factory)
-    assert build_test_class(plain).block_bytes == 64  # type: ignore[attr-defined]  # as above
+    assert SEEN == [(32, 4096)]
+    for name, row in (("wide", 4096), ("plain", 64)):
+        SEEN.clear()
+        check = ["--check", "touch_of_unknown_keys_is_a_no_op"]
+        code = kvproto_cli(["conform", f"{__name__}:{name}", "--no-typecheck", "--profile", "fast", *check])
+        assert code == 0
+        assert SEEN and {shape[1] for shape in SEEN if shape is not None} == {row}, (name, SEEN)
