@@ -1,7 +1,8 @@
 """Shared test configuration: Hypothesis profiles.
 
 ``ci`` (selected when ``CI`` is set) is derandomized with more examples; the
-default ``dev`` profile is quicker. Select one with ``HYPOTHESIS_PROFILE``.
+default ``dev`` profile is quicker; ``smoke`` (10 examples) is for a second run of tests that
+checks something other than the properties (the torch-free run). Select one with ``HYPOTHESIS_PROFILE``.
 """
 
 from __future__ import annotations
@@ -20,5 +21,10 @@ settings.register_profile(
 )
 settings.register_profile(
     "dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    # The second, torch-free run of tests/kvproto (test_exports): it checks that nothing there needs
+    # torch; how deep the properties search is the first run's job.
+    "smoke", max_examples=10, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

@@ -77,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only the checks whose names match EXPR (pytest -k syntax, e.g. 'lookup and not many')",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the selected checks N times over in one session; a check whose verdict differs between "
+        "runs is an error (KIT-19: the same verdict every run)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show each failure's details and traceback under its table"
     )
     parser.add_argument(
@@ -267,6 +275,9 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             return 2
     if args.explain:
         return _explain(console, args, specs)
+    if args.repeat < 1:
+        say(console, f"--repeat must be at least 1, got {args.repeat}")
+        return 2
     if not specs:
         say(console, "no tiers to check: every installed reference tier lacks a dependency")
         return 2
@@ -295,7 +306,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             planned = planned_checks(spec)
             if only is not None:
                 planned = [p for p in planned if p.check in only]
-            task = progress.add_task(spec.name, total=len(planned), last="", failed="")
+            task = progress.add_task(spec.name, total=len(planned) * args.repeat, last="", failed="")
             failed = [0]
 
             def advance(outcome: CheckOutcome, task_id: TaskID = task, failed: list[int] = failed) -> None:
@@ -314,6 +325,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
                 seed=args.seed,
                 failfast=args.failfast,
                 keyword=args.keyword,
+                repeat=args.repeat,
             )
             bad = sum(1 for o in report.outcomes if not o.ok)
             total = len(report.outcomes)

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -57,6 +57,11 @@ from kvproto._cli.targets import build_test_class
 TestConform = build_test_class(_SPECS[{token!r}], profile={profile!r})
 '''
 
+_REPEAT = '''TestConformRun{run} = build_test_class(_SPECS[{token!r}], profile={profile!r})
+'''
+
+_RUN_CLASS = re.compile(r"^TestConformRun(\d+)$")
+
 _INI = """[pytest]
 addopts =
 filterwarnings =
@@ -87,6 +92,7 @@ class CheckOutcome:
     duration_s: float = 0.0
     hypothesis: dict[str, object] | None = None
     traceback: str = ""  # pytest's full report of a failure or error (shown with -v)
+    runs: list[dict[str, str | None]] = field(default_factory=list)  # each run's verdict, with --repeat (KIT-19)
 
     @property
     def ok(self) -> bool:
@@ -190,8 +196,14 @@ def _skip_reason(report: pytest.TestReport) -> str:
 class _Collector:
     """A pytest plugin object: records each check's reports and reports progress."""
 
-    def __init__(self, outcomes: dict[str, CheckOutcome], on_progress: Callable[[CheckOutcome], None] | None):
+    def __init__(
+        self,
+        outcomes: dict[str, CheckOutcome],
+        on_progress: Callable[[CheckOutcome], None] | None,
+        repeats: list[dict[str, CheckOutcome]] | None = None,
+    ):
         self.outcomes = outcomes
+        self.repeats = repeats or []  # run 2, 3, ...: the outcomes of the repeated classes (--repeat)
         self.on_progress = on_progress
         self.collected = 0
         self.collect_errors: list[str] = []
@@ -236,8 +248,11 @@ class _Collector:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        name = report.nodeid.rsplit("::", 1)[-1]
-        outcome = self.outcomes.get(name)
+        parts = report.nodeid.split("::")
+        name = parts[-1]
+        repeated = _RUN_CLASS.match(parts[-2]) if len(parts) > 2 else None
+        into = self.outcomes if repeated is None else self.repeats[int(repeated.group(1)) - 2]
+        outcome = into.get(name)
         if outcome is None:
             return
         props = dict(report.user_properties)
@@ -290,6 +305,44 @@ def _last_line(report: pytest.TestReport) -> str:
 
 def _as_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _build_lacks(spec: TierSpec) -> bool:
+    """Whether a tier built afresh from ``spec`` still lacks members of its protocol (TIER-1)."""
+    try:
+        tier = spec.build()
+    except Exception:  # a factory that no longer builds is no tier either
+        return True
+    try:
+        return spec.not_a_tier(tier) is not None
+    finally:
+        with contextlib.suppress(Exception):  # as when the first run's tier was looked at
+            shut_down_probe(tier)
+
+
+def _verdict(outcome: CheckOutcome) -> str:
+    """One run's verdict in a few words: ``passed``, ``failed TIER-18``."""
+    return outcome.outcome if outcome.violated is None else f"{outcome.outcome} {outcome.violated}"
+
+
+def _merge_runs(first: CheckOutcome, runs: list[CheckOutcome]) -> None:
+    """Fold every run of one check into ``first`` (run 1, with ``--repeat``): each run's verdict is
+    listed in ``runs`` and the durations add up; where the outcome or the violated clause differs
+    between runs (an expected failure found in some runs only aside, KIT-6), the check is an error
+    blaming no clause, its reason naming each run's verdict and the first differing run's reason
+    (KIT-19: the same verdict every run)."""
+    first.runs = [{"outcome": r.outcome, "violated_clause": r.violated} for r in runs]
+    first.duration_s = sum(r.duration_s for r in runs)
+    verdicts = {(r.outcome, r.violated) for r in runs}
+    if len(verdicts) == 1 or all(r.outcome in ("xfailed", "xpassed") for r in runs):
+        return
+    odd = next(r for r in runs[1:] if (r.outcome, r.violated) != (first.outcome, first.violated))
+    listed = "; ".join(f"run {i}: {_verdict(r)}" for i, r in enumerate(runs, 1))
+    shown = odd if odd.outcome not in ("passed", "skipped") else first
+    first.details = "\n".join(x for x in (first.details, f"{_verdict(shown)}: {shown.reason}", shown.details) if x)
+    first.traceback = first.traceback or odd.traceback
+    first.outcome, first.violated = "error", None
+    first.reason = f"the verdict differs between the {len(runs)} runs (KIT-19): {listed}"
 
 
 def kit_base(spec: TierSpec) -> type[PrimaryTierTests] | type[SecondaryTierTests]:
@@ -370,12 +423,21 @@ def run_kit(
     seed: int | None = None,
     failfast: bool = False,
     keyword: str | None = None,
+    repeat: int = 1,
 ) -> TierReport:
     """Run every kit check (or only ``checks``, or those ``keyword`` selects, pytest ``-k``
     syntax) against ``spec``; never raises for a broken tier. ``seed`` seeds Hypothesis (the
     run repeats exactly); ``failfast`` stops at the first failing check (KIT-18). Nothing is
     written into the current directory: Hypothesis keeps its files in the run's temporary
-    folder, pytest keeps no cache."""
+    folder, pytest keeps no cache.
+
+    ``repeat`` runs the selected checks that many times over, one whole run after another in one
+    pytest session (the tier is built afresh for every check of every run, as in separate runs;
+    what is shared is the start-up: imports, collection, the preflight). Each outcome then lists
+    every run's verdict (``runs``), and a check whose outcome or violated clause differs between
+    runs is an error with no clause blamed, its reason naming each run's verdict (KIT-19)."""
+    if type(repeat) is not int or repeat < 1:
+        raise InvalidArgumentError(f"repeat must be an int >= 1, got {repeat!r}")
     planned = planned_checks(spec)
     if checks is not None:
         unknown = sorted(set(checks) - {o.check for o in planned})
@@ -396,7 +458,14 @@ def run_kit(
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"
         return report
     if problem is not None and brief is not None:
-        return _not_a_tier(report, problem, brief, on_progress)
+        report = _not_a_tier(report, problem, brief, on_progress)
+        if repeat > 1:  # what is missing is judged once per run, on a tier built for that run
+            again = [_build_lacks(spec) for _ in range(2, repeat + 1)]
+            for outcome in report.outcomes:
+                later = [replace(outcome) if lacks else replace(outcome, outcome="not run", violated=None)
+                         for lacks in again]
+                _merge_runs(outcome, [outcome, *later])
+        return report
     down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
     if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
         report.error, report.error_clause = down, "KIT-17"
@@ -404,15 +473,23 @@ def run_kit(
     token = uuid.uuid4().hex
     _SPECS[token] = spec
     build_test_class(spec)  # fail early (in this process) on a bad spec
-    collector = _Collector(outcomes, on_progress)
+    repeats = [{o.check: replace(o) for o in planned} for _ in range(2, repeat + 1)]
+    collector = _Collector(outcomes, on_progress, repeats)
     try:
         with tempfile.TemporaryDirectory(prefix="kvproto-conform-") as tmp:
             folder = Path(tmp)
             module = folder / f"test_conform_{token}.py"
-            module.write_text(_MODULE.format(token=token, profile=profile))
+            source = _MODULE.format(token=token, profile=profile)
+            source += "".join(_REPEAT.format(run=run, token=token, profile=profile) for run in range(2, repeat + 1))
+            module.write_text(source)
             ini = folder / "pytest.ini"
             ini.write_text(_INI)
-            targets = [str(module)] if checks is None else [f"{module}::TestConform::{name}" for name in checks]
+            classes = ["TestConform", *(f"TestConformRun{run}" for run in range(2, repeat + 1))]
+            targets = (
+                [f"{module}::{cls}" for cls in classes]
+                if checks is None
+                else [f"{module}::{cls}::{name}" for cls in classes for name in checks]
+            )
             args = [
                 *targets,
                 "-c", str(ini),
@@ -439,9 +516,12 @@ def run_kit(
         if code == pytest.ExitCode.NO_TESTS_COLLECTED:
             code = pytest.ExitCode.OK
     if failfast:
-        for outcome in report.outcomes:
+        for outcome in [*report.outcomes, *(o for run in repeats for o in run.values())]:
             if outcome.outcome == "not run":
                 outcome.outcome, outcome.reason = "skipped", "not run: -x stopped at the first failure"
+    if repeats:
+        for outcome in report.outcomes:
+            _merge_runs(outcome, [outcome, *(replace(run[outcome.check]) for run in repeats)])
     if collector.collect_errors:
         report.error = "the kit could not collect its checks: " + collector.collect_errors[0]
     elif code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

@@ -19,7 +19,13 @@ from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._settings import KitLimits
 from kvproto.testing._thread_ledger import ThreadLedger
 
-__all__ = ["STARTUP_BOUND_S", "SecondaryDriver"]
+__all__ = ["IDLE_PAUSES_S", "STARTUP_BOUND_S", "SecondaryDriver"]
+
+IDLE_PAUSES_S = (0.0, 0.0001, 0.0002, 0.0005, 0.001)
+"""The pause after each step in a row that reported none of the jobs waited for (the last one
+repeats). A job done by the next hook costs no pause; a job on a worker thread gets the CPU and the
+interpreter instead of a kit spinning on ``on_step_end``; the pause stays far below the kit's bounds
+(``KitLimits``), which count hooks and seconds and are unchanged."""
 
 STARTUP_BOUND_S = 30.0
 """How long the kit waits for a tier offering ``wait_ready`` to start (KIT-19): a bound on a
@@ -51,6 +57,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self.steps = 0
         self.slow_steps = SlowCalls(limits)
         self._last_step = 0.0
+        self._idle_steps = 0  # steps in a row that reported none of the jobs waited for
         self._next_job_id = first_job_id
         self._submitted_at: dict[int, tuple[int, float]] = {}
         # KIT-5: the next ``_armed_left`` jobs submitted must fail whole (the kit armed fail_next_jobs).
@@ -296,14 +303,23 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         return [job_id for job_id in self.jobs if job_id not in self.results]
 
     def wait_step(self, jobs: Iterable[TransferJob]) -> None:
-        """One step while waiting for ``jobs``; a job past both bounds fails TIER-11 (see KitLimits)."""
+        """One step while waiting for ``jobs``; a job past both bounds fails TIER-11 (see KitLimits).
+
+        A step that reported none of ``jobs`` is followed by a short pause (:data:`IDLE_PAUSES_S`,
+        growing while nothing lands), so the kit waits for the tier's workers instead of spinning
+        on ``on_step_end`` and holding the interpreter they need (KIT-19: the condition waited for
+        is the job reported; the pause only decides how often it is asked)."""
+        wanted = list(jobs)
+        before = sum(1 for job in wanted if job.job_id in self.results)
         self.step()
         now = time.monotonic()
         lost: list[int] = []
         overdue = False
-        for job in jobs:
+        waiting = 0
+        for job in wanted:
             if job.job_id in self.results:
                 continue
+            waiting += 1
             steps_then, time_then = self._submitted_at[job.job_id]
             if self.steps - steps_then >= self.limits.max_job_steps:
                 overdue = True
@@ -317,6 +333,11 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             )
         if overdue:
             time.sleep(0.001)
+        elif waiting and len(wanted) - waiting == before:
+            time.sleep(IDLE_PAUSES_S[min(self._idle_steps, len(IDLE_PAUSES_S) - 1)])
+            self._idle_steps += 1
+        else:
+            self._idle_steps = 0
 
     def wait(self, jobs: Iterable[TransferJob]) -> dict[int, JobResult]:
         """Step until every job in ``jobs`` is reported; a job never reported fails TIER-11."""

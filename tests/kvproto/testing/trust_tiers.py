@@ -8,6 +8,8 @@
 * ``broken_hook``: a correct tier whose spec's ``fail_keys`` hook raises: the hook's fault (KIT-5).
 * ``starts_in_the_background``: a correct tier whose reopened instances start in the background:
   the kit asks them once started (KIT-19); ``never_starts``: one that never does (TIER-18).
+* ``hits_in_every_other_instance``: a tier whose verdict flips from run to run (``--repeat``
+  reports the check as an error naming each run's verdict, blaming no clause: KIT-19).
 """
 
 from __future__ import annotations
@@ -115,4 +117,26 @@ def never_starts() -> TierSpec:
     return TierSpec(
         "never-starts", "secondary", StartsInTheBackground,
         hooks={**MEMORY_HOOKS, "reopen": _reopen_never_ready}, tier_class=StartsInTheBackground,
+    )
+
+
+class HitsInEveryOtherInstance(MemoryTier):
+    """Bug, in every other instance built in this process: answers HIT for keys never stored; so
+    the same check passes in one run and fails the next (each run builds its tier afresh)."""
+
+    built = 0
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="hits-in-every-other-instance")
+        type(self).built += 1
+        self._broken = type(self).built % 2 == 0
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        return lr.HIT if self._broken else super().lookup(key, req_context)
+
+
+def hits_in_every_other_instance() -> TierSpec:
+    return TierSpec(
+        "hits-in-every-other-instance", "secondary", HitsInEveryOtherInstance,
+        hooks=MEMORY_HOOKS, tier_class=HitsInEveryOtherInstance,
     )

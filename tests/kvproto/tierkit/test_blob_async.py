@@ -76,6 +76,8 @@ def _memory(tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend
 class TestAsyncMemoryBackend(BlobBackendCases):
     """The engine's promises over an asynchronous backend."""
 
+    drives_the_event_bound = False  # the same ledger queue as TestMemoryBackend's (see BlobBackendCases)
+
     @pytest.fixture
     def env(self) -> BlobEnv:
         def build(config: BlobTierConfig) -> tuple[BlobTier, FaultyBackend]:

@@ -132,6 +132,8 @@ def _loop_tier(config: BlobTierConfig, memory: MemoryBackend | None = None, name
 class TestLoopJobsCases(BlobBackendCases):
     """The engine's race, error and event promises with jobs on the loop (TIERKIT-2, TIERKIT-3)."""
 
+    drives_the_event_bound = False  # the same ledger queue as TestMemoryBackend's (see BlobBackendCases)
+
     @pytest.fixture
     def env(self) -> BlobEnv:
         def build(config: BlobTierConfig) -> tuple[BlobTier, FaultyBackend]:
