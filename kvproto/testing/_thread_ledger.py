@@ -37,7 +37,8 @@ class ThreadLedger:
         self._owner: threading.Thread | None = None
         self._started: list[threading.Thread] = []
         self._joined: set[int] = set()  # id() of recorded threads a join saw end
-        self._joining: dict[int, threading.Event] = {}  # id() of a recorded thread -> set once a join began
+        # id() of each recorded thread (kept alive by _started, so no id is reused) -> set once a join began
+        self._joining: dict[int, threading.Event] = {}
         self._saved: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
     def __enter__(self) -> ThreadLedger:
@@ -76,7 +77,7 @@ class ThreadLedger:
     def _note_start(self, thread: threading.Thread) -> None:
         parent = threading.current_thread()
         with self._lock:
-            if parent is not self._owner and not any(parent is t for t in self._started):
+            if parent is not self._owner and id(parent) not in self._joining:
                 return
             self._started.append(thread)
             joining = self._joining[id(thread)] = threading.Event()
@@ -96,12 +97,12 @@ class ThreadLedger:
     def _note_joining(self, thread: threading.Thread) -> None:
         with self._lock:
             joining = self._joining.get(id(thread))
-        if joining is not None and any(thread is t for t in self.started()):
+        if joining is not None:
             joining.set()
 
     def _note_join(self, thread: threading.Thread) -> None:
         with self._lock:
-            if any(thread is t for t in self._started):
+            if id(thread) in self._joining:
                 self._joined.add(id(thread))
 
     def started(self) -> list[threading.Thread]:

@@ -304,12 +304,8 @@ class Holds:
         """Close ``handles`` (the scheduler's thread), counted once."""
         if not handles:
             return
-        close = self.backend.close_held
         for handle in handles:
-            try:
-                close(handle)
-            except Exception as exc:
-                _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+            self._close_quietly(handle)
         self._count("held_handles", -len(handles))
 
     def _close_quietly(self, handle: object) -> None:
