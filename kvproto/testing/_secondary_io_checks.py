@@ -26,7 +26,7 @@ from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks import check
 from kvproto.testing._data import key_pool
 from kvproto.testing._driver import short_key
-from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
 
@@ -94,7 +94,7 @@ class SecondaryIoChecks(SecondaryRole):
         before = key_pool("t30-before", 2)
         during = key_pool("t30-during", 2)
         if not kit.store(before, store_slots(kit, len(before))).success:
-            pytest.skip("set-up: storing 2 blocks with no fault armed failed (the preflight says why)")
+            raise SetUpFailed("TIER-10", _first_setup_failure(kit), "TIER-30")  # an error, never TIER-30's (KIT-17)
         self.short_io(kit.tier, SHORT_IO_BYTES)
         try:
             kit.faults_injected = True
@@ -123,7 +123,7 @@ class SecondaryIoChecks(SecondaryRole):
         keys = key_pool("t31-io", 6)
         loaded, stored = keys[:3], keys[3:]
         if not kit.store(loaded, store_slots(kit, len(loaded))).success:
-            pytest.skip("set-up: storing 3 blocks with no fault armed failed (the preflight says why)")
+            raise SetUpFailed("TIER-10", _first_setup_failure(kit), "TIER-31")  # an error, never TIER-31's (KIT-17)
         kit.quiet_steps(2)
         baseline = _open_fds() or set()
         kit.faults_injected = True
@@ -183,3 +183,8 @@ def _describe(fds: set[str]) -> str:
         except OSError:
             shown.append(fd)
     return ", ".join(shown) + (", ..." if len(fds) > 3 else "")
+
+
+def _first_setup_failure(kit: SecondaryDriver) -> str:
+    """What the driver recorded of the failed set-up store (KIT-17)."""
+    return kit.setup_failures[0] if kit.setup_failures else "a store with no fault injected failed"
