@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kvproto.testing import PrimaryTierTests, SecondaryTierTests, checks_of
 
-from tests.kvproto.testing.gallery import GALLERY
+from tests.kvproto.testing.gallery_index import GALLERY
 from tests.kvproto.testing.mutation_report import render_section as mutation_section
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,8 +1,10 @@
 """A gallery of deliberately broken tiers, each with exactly one bug (KIT-13).
 
 Each is a :class:`~kvproto.MemoryTier` (or, for the pin leak, a :class:`~kvproto.MemoryPrimaryTier`)
-changed in one place. ``GALLERY`` maps each ``kvproto conform`` target to
-the check that must fail and the clause it must fail on; test_gallery.py
+changed in one place. ``GALLERY`` maps each of this module's ``kvproto conform``
+targets to the check that must fail and the clause it must fail on;
+gallery_index.py gathers it with the other gallery modules' (each of which
+imports from here, and can be named alone as a target), and test_gallery.py
 asserts exactly that.
 """
 
@@ -916,22 +918,3 @@ GALLERY: dict[str, Expected] = {
     f"{_HERE}:buffer_copy": Expected("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy"),
     f"{_HERE}:primary_answers_retry": Expected("test_never_answers_retry", "LR-4", "answered RETRY"),
 }
-
-# The tiers whose bug is a broken declaration live in gallery_caps.py (which imports Expected and
-# _QUICK from here, so it is folded in last).
-from tests.kvproto.testing.gallery_caps import CAPS_GALLERY  # noqa: E402 - needs this module's names first
-
-GALLERY.update(CAPS_GALLERY)
-
-# Section 1 of issue 17 (classes of bugs): gallery_classes.py, folded in the same way.
-from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY  # noqa: E402 - needs this module's names first
-
-GALLERY.update(CLASSES_GALLERY)
-# The tiers that break a held HIT (TIERKIT-6) live in gallery_hits.py, folded in the same way.
-from tests.kvproto.testing.gallery_hits import HITS_GALLERY  # noqa: E402 - needs this module's names first
-
-GALLERY.update(HITS_GALLERY)
-# The primaries that break an optional ability the manager relies on (TIER-27, TIER-28): gallery_optional.py.
-from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY  # noqa: E402 - needs this module's names first
-
-GALLERY.update(OPTIONAL_GALLERY)

@@ -2,7 +2,7 @@
 primary hides from eviction-based checks (CAP-2..CAP-4, TIER-9; KIT-13).
 
 Each has exactly one bug; ``CAPS_GALLERY`` maps each ``kvproto conform`` target to the check and
-clause it must fail on, and gallery.py folds it into ``GALLERY``.
+clause it must fail on, and gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 check for the class (batch answers in key order, event timing, a declared LRU order, threads).
 
 Each has exactly one bug; ``CLASSES_GALLERY`` maps each ``kvproto conform`` target to the check
-and clause it must fail on, and gallery.py folds it into ``GALLERY``.
+and clause it must fail on, and gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations
@@ -299,15 +299,3 @@ CLASSES_GALLERY: dict[str, Expected] = {
         "test_jobs_and_lookups_on_two_threads", "TIER-20", "changing threads"
     ),
 }
-
-from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY  # noqa: E402 - the faults below the tier
-
-CLASSES_GALLERY.update(FAULTS_GALLERY)
-
-from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY  # noqa: E402 - visibility across instances
-
-CLASSES_GALLERY.update(SHARING_GALLERY)
-
-from tests.kvproto.testing.gallery_io import IO_GALLERY  # noqa: E402 - faults inside a tier's transfer code
-
-CLASSES_GALLERY.update(IO_GALLERY)

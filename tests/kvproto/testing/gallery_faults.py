@@ -4,7 +4,7 @@ one bug the kit passed before it injected faults below the tier (its own hooks r
 any I/O, so a tier's retry logic and its verification of what it reads were never exercised).
 
 ``FAULTS_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
-gallery_classes.py folds it into ``CLASSES_GALLERY``.
+gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

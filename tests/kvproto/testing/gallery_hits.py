@@ -1,7 +1,7 @@
 """Broken tiers that declare ``holds_hits`` and do not keep it (TIER-26, TIERKIT-6; issue 23).
 
 Each is the filesystem tier in shared mode with exactly one bug; ``HITS_GALLERY`` maps each ``kvproto
-conform`` target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
+conform`` target to the check and clause it must fail on, and gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

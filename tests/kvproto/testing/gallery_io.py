@@ -4,7 +4,7 @@ BlobTiers over a small file backend whose system calls go through kvproto-fs's
 them. Each has one bug the kit passed while its faults stopped at the backend's entry points.
 
 ``IO_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
-gallery_classes.py folds it into ``CLASSES_GALLERY``.
+gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ slots (TIER-16) and one that takes only sequences where its protocol says any it
 Found by mutation testing (issue 17, section 5: docs/mutation/memory-primary.json).
 
 Each is a MemoryPrimaryTier with exactly one bug; ``OPTIONAL_GALLERY`` maps each ``kvproto conform``
-target to the check and clause it must fail on, and gallery.py folds it into ``GALLERY``.
+target to the check and clause it must fail on, and gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ in-memory backend (the ``reopen`` hook builds a second live instance over it), e
 the kit passed while it asked only after the other instance had stored.
 
 ``SHARING_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
-gallery_classes.py folds it into ``CLASSES_GALLERY``.
+gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import pytest
 from kvproto.testing import FaultyBackend, SecondaryDriver, TierSpec
 
 from tests.cli import kvproto_cli
-from tests.kvproto.testing.gallery import GALLERY
+from tests.kvproto.testing.gallery_index import GALLERY
 
 RUNS = 10
 """Runs per tier of the checks under test (issue 17: ten)."""

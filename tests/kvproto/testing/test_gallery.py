@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import kvproto_cli as main
-from tests.kvproto.testing.gallery import GALLERY, Expected
+from tests.kvproto.testing.gallery_index import GALLERY, Expected
 
 
 def _conform(target: str, tmp_path: Path) -> tuple[int, dict[str, object]]:

@@ -1,0 +1,25 @@
+"""Every gallery tier (KIT-13): each gallery module's ``kvproto conform`` targets, with the check each
+must fail and the clause it must fail on. Gathered here, not in gallery.py, so that no gallery module
+imports another that imports it back: each module is a target on its own
+(``kvproto conform tests.kvproto.testing.gallery_io:one_call_io``)."""
+
+from __future__ import annotations
+
+from tests.kvproto.testing.gallery import GALLERY as _MEMORY, Expected
+from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
+from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
+from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
+from tests.kvproto.testing.gallery_hits import HITS_GALLERY
+from tests.kvproto.testing.gallery_io import IO_GALLERY
+from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
+from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
+
+__all__ = ["GALLERY", "Expected"]
+
+GALLERY: dict[str, Expected] = {
+    **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
+    **HITS_GALLERY, **OPTIONAL_GALLERY,
+}
+"""Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
+the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
+HITs (gallery_hits.py), the primaries' optional abilities (gallery_optional.py)."""
