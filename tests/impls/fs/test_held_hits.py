@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -19,6 +20,20 @@ from tests.impls._tier_runner import Runner, block_of, key, make_buffer, shut_do
 from tests.impls.fs._support import opened_tier
 
 NO_DEADLINE = 1_000_000
+
+
+def _fds_under(root: Path) -> int:
+    """How many of this process's descriptors are open on regular files under ``root``: only the tier's
+    block files count, so descriptors other threads open or close meanwhile (pytest, the GC, the
+    background delete walking a reset's trash directory) cannot move it."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        path = f"/proc/self/fd/{name}"
+        try:
+            count += os.readlink(path).startswith(f"{root}/") and stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            continue  # closed meanwhile
+    return count
 
 
 def _pair(root: Path, **options: object) -> tuple[tuple[FsTier, Runner[FsTier]], tuple[FsTier, Runner[FsTier]]]:
@@ -234,13 +249,13 @@ def test_the_existence_check_opens_each_name_once_and_holds_what_it_found(tmp_pa
         ra.store([*stored, short])
         with open(a.files.path(a.name_of(short)), "r+b") as f:
             f.truncate(100)  # the wrong size: not a block
-        fds = len(os.listdir("/proc/self/fd"))
+        fds = _fds_under(tmp_path)
         answers = rb.resolve([*stored, *absent, short])
         assert answers == {**{k: "HIT" for k in stored}, **{k: "MISS" for k in absent}, short: "MISS"}
         names = [b.files.path(b.name_of(k)) for k in (*stored, *absent, short)]
         assert sorted(ops.paths) == sorted(names)  # each asked once, by the check; the lookups opened nothing
         assert b.stats.held_handles == 3 and b.stats.held_taken == 3
-        assert len(os.listdir("/proc/self/fd")) == fds + 3  # the short file's descriptor was closed
+        assert _fds_under(tmp_path) == fds + 3  # the short file's descriptor was closed
         for k in stored:
             a.files.delete(a.name_of(k))
         result, right, wrong = rb.load(stored)
@@ -256,9 +271,9 @@ def test_a_check_that_ends_after_reset_closes_the_handles_it_opened(tmp_path: Pa
         assert tier.reset_cache()
         k = key(5)
         run.store([k])
-        fds = len(os.listdir("/proc/self/fd"))
+        fds = _fds_under(tmp_path)
         holds.preopen([k], before)  # the check's deposit, after the reset
-        assert tier.stats.held_handles == 0 and len(os.listdir("/proc/self/fd")) == fds
+        assert tier.stats.held_handles == 0 and _fds_under(tmp_path) == fds
         holds.preopen([k], holds.generation)  # a check started after it deposits
         assert tier.stats.held_handles == 1
         tier.on_step_end()
