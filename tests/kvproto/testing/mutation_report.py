@@ -58,6 +58,14 @@ class Summary:
     def score(self) -> float | None:
         return None if self.scored == 0 else self.killed / self.scored
 
+    @property
+    def strict_score(self) -> float | None:
+        """The score with every out-of-scope survivor counted as a survivor (the stricter reading:
+        killed / (run - incompetent - equivalent)), reported beside the score so the out-of-scope
+        classification hides nothing."""
+        counted = self.scored + self.out_of_scope
+        return None if counted == 0 else self.killed / counted
+
 
 def _need(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
@@ -165,20 +173,22 @@ def render_section() -> list[str]:
         "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
         "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
         "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
-        f"{TARGET_SCORE:.0%}. A blind spot is a real bug the kit passes, with the check it needs; the",
+        f"{TARGET_SCORE:.0%}; the next column counts the out-of-scope survivors as survivors too.",
+        "A blind spot is a real bug the kit passes, with the check it needs; the",
         "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
         "",
         "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
-        "| unclassified | score | wall time (with reruns) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| unclassified | score | score, out of scope counted | wall time (with reruns) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     loaded = [load(p) for p in report_paths()]
     for _, s in loaded:
         score = "-" if s.score is None else f"{s.score:.0%}"
+        strict = "-" if s.strict_score is None else f"{s.strict_score:.0%}"
         lines.append(
             f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.incompetent} | {s.equivalent} | {s.out_of_scope} "
             f"| {s.blind_spot} | {s.new_check} "
-            f"| {s.unclassified} | {score} | {s.wall_s / 60:.1f} min |"
+            f"| {s.unclassified} | {score} | {strict} | {s.wall_s / 60:.1f} min |"
         )
     missing = [t for t in TIERS if t not in {s.tier for _, s in loaded}]
     if missing:
