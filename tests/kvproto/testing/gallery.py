@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -34,7 +34,9 @@ from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 from tests.kvproto.testing.delegating import MemoryDelegate
-from tests.kvproto.testing.gallery_registry import Gallery
+
+# Expected is re-exported for the gallery modules written before gallery_registry.py
+from tests.kvproto.testing.gallery_registry import Expected as Expected, Gallery
 
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
@@ -50,6 +52,12 @@ def _secondary(cls: type[MemoryTier]) -> TierSpec:
 
 def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
     return TierSpec(name, "secondary", build, hooks=hooks or MEMORY_HOOKS, limits=_QUICK)
+
+
+def class_spec(cls: type, *, name: str | None = None, hooks: Mapping[str, Callable[..., Any]] | None = None) -> TierSpec:
+    """The spec of the secondary tier class ``cls`` (built from the primary buffer alone), named
+    ``name`` or the class's name, with ``hooks`` (none by default)."""
+    return TierSpec(cls.__name__ if name is None else name, "secondary", cls, hooks=hooks or {}, limits=_QUICK, tier_class=cls)
 
 
 def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK, name: str | None = None) -> TierSpec:

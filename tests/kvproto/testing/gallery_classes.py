@@ -28,11 +28,11 @@ from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import (
-    _QUICK,
     _hit_remembered,
     _secondary,
     _SeenHits,
     _TracksStoresInFlight,
+    class_spec,
     memory_primary_spec,
 )
 from tests.kvproto.testing.gallery_registry import Gallery
@@ -135,9 +135,7 @@ class FifoDeclaredLru(MemoryTier):
 
 @CLASSES_GALLERY.fails("test_touch_keeps_a_block_under_lru", "CAP-6", "touch must make a block recently used")
 def fifo_declared_lru() -> TierSpec:
-    return TierSpec(
-        "FifoDeclaredLru", "secondary", FifoDeclaredLru, hooks=MEMORY_HOOKS, limits=_QUICK, tier_class=FifoDeclaredLru
-    )
+    return class_spec(FifoDeclaredLru, hooks=MEMORY_HOOKS)
 
 
 class SqliteIndexFromInit(MemoryTier):
@@ -200,10 +198,7 @@ class LayoutBlind(MemoryTier):
 
 @CLASSES_GALLERY.fails("test_another_layouts_blocks_never_load", "TIER-22", "must not load")
 def layout_blind() -> TierSpec:
-    return TierSpec(
-        "LayoutBlind", "secondary", LayoutBlind, hooks={**MEMORY_HOOKS, "reopen_other_layout": _other_layout},
-        limits=_QUICK, tier_class=LayoutBlind,
-    )
+    return class_spec(LayoutBlind, hooks={**MEMORY_HOOKS, "reopen_other_layout": _other_layout})
 
 
 def _other_layout(tier: LayoutBlind, buffer: memoryview) -> LayoutBlind:
@@ -232,7 +227,7 @@ class ExistsCallInLookup(BlobTier):
 
 @CLASSES_GALLERY.fails("test_first_lookups_never_wait_for_a_slow_backend", "TIER-4", "it waited for backend I/O")
 def exists_call_in_lookup() -> TierSpec:
-    return TierSpec("ExistsCallInLookup", "secondary", ExistsCallInLookup, limits=_QUICK, tier_class=ExistsCallInLookup)
+    return class_spec(ExistsCallInLookup)
 
 
 class HitCachedForTheRequest(MemoryTier):
@@ -274,4 +269,4 @@ class OverwritesBlocks(BlobTier):
 
 @CLASSES_GALLERY.fails("test_a_stored_block_is_never_overwritten", "TIER-23", "must never be overwritten")
 def overwrites_blocks() -> TierSpec:
-    return TierSpec("OverwritesBlocks", "secondary", OverwritesBlocks, limits=_QUICK, tier_class=OverwritesBlocks)
+    return class_spec(OverwritesBlocks)

@@ -19,7 +19,7 @@ from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.file_blobs import FileBlobs
-from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery import class_spec
 from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.honest_tiers import ClockedPrimary, clocked_spec
 
@@ -54,7 +54,7 @@ class RetryReportsStored(BlobTier):
 
 @FAULTS_GALLERY.fails("test_backend_write_faults_are_reported_truly", "TIER-10", "its publish failed twice below the tier")
 def retry_reports_stored() -> TierSpec:
-    return TierSpec("RetryReportsStored", "secondary", RetryReportsStored, limits=_QUICK, tier_class=RetryReportsStored)
+    return class_spec(RetryReportsStored)
 
 
 class HeaderOnlyVerification(BlobTier):
@@ -80,9 +80,7 @@ class HeaderOnlyVerification(BlobTier):
 
 @FAULTS_GALLERY.fails("test_backend_read_faults_never_serve_wrong_bytes", "TIER-10", "never serve it unchecked")
 def header_only_verification() -> TierSpec:
-    return TierSpec(
-        "HeaderOnlyVerification", "secondary", HeaderOnlyVerification, limits=_QUICK, tier_class=HeaderOnlyVerification
-    )
+    return class_spec(HeaderOnlyVerification)
 
 
 class _SaysCreated(FaultyBackend):
@@ -105,7 +103,7 @@ class ExistedVouchesNow(BlobTier):
 
 @FAULTS_GALLERY.fails("test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged")
 def existed_vouches_now() -> TierSpec:
-    return TierSpec("ExistedVouchesNow", "secondary", ExistedVouchesNow, limits=_QUICK, tier_class=ExistedVouchesNow)
+    return class_spec(ExistedVouchesNow)
 
 
 class EvictsBlocksBeingLoaded(BlobTier):
@@ -137,10 +135,7 @@ class EvictsBlocksBeingLoaded(BlobTier):
 
 @FAULTS_GALLERY.fails("test_eviction_racing_a_load", "TIER-4", "raced its eviction and the deletion of its blob")
 def evicts_blocks_being_loaded() -> TierSpec:
-    return TierSpec(
-        "EvictsBlocksBeingLoaded", "secondary", EvictsBlocksBeingLoaded, limits=_QUICK,
-        tier_class=EvictsBlocksBeingLoaded,
-    )
+    return class_spec(EvictsBlocksBeingLoaded)
 
 
 # ---- crash consistency (TIER-24) ----------------------------------------------------------------
@@ -195,9 +190,8 @@ class PreallocatingFileTier(BlobTier):
 
 @FAULTS_GALLERY.fails("test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT")
 def preallocating_file_tier() -> TierSpec:
-    return TierSpec(
-        "PreallocatingFileTier", "secondary", PreallocatingFileTier, limits=_QUICK, tier_class=PreallocatingFileTier,
-        hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash},
+    return class_spec(
+        PreallocatingFileTier, hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash}
     )
 
 
@@ -299,8 +293,7 @@ class WrapperBesideTheJobs(BlobTier):
 
 @FAULTS_GALLERY.fails("test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper")
 def wrapper_beside_the_jobs() -> TierSpec:
-    return TierSpec("wrapper-beside-the-jobs", "secondary", WrapperBesideTheJobs, limits=_QUICK,
-                    tier_class=WrapperBesideTheJobs)
+    return class_spec(WrapperBesideTheJobs, name="wrapper-beside-the-jobs")
 
 
 # ---- a byte budget (TIER-29) ----------------------------------------------------------------------
@@ -318,10 +311,7 @@ class EvictsButNeverDeletes(BlobTier):
 
 @FAULTS_GALLERY.fails("test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept")
 def evicts_but_never_deletes() -> TierSpec:
-    return TierSpec(
-        "evicts-but-never-deletes", "secondary", EvictsButNeverDeletes, hooks={"read_block": _read_stored},
-        limits=_QUICK, tier_class=EvictsButNeverDeletes,
-    )
+    return class_spec(EvictsButNeverDeletes, name="evicts-but-never-deletes", hooks={"read_block": _read_stored})
 
 
 def _read_stored(tier: object, key: OffloadKey) -> bytes | None:
