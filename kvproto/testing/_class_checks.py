@@ -20,10 +20,9 @@ import pytest
 from kvproto import members as lr
 from kvproto._events import EventKind
 from kvproto._keys import OffloadKey
-from kvproto._protocols import BatchLookup
 from kvproto._results import LookupResult
 from kvproto.testing._checks import check
-from kvproto.testing._common import TierChecks
+from kvproto.testing._common import TierChecks, batch_lookup_or_skip
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._primary_driver import PrimaryDriver
@@ -100,9 +99,7 @@ class ClassChecks(TierChecks[_D]):
     def _lookup_many_in_any_order(self, kit: _D) -> None:
         """lookup_many answers in the order of the keys it is given, whatever that order (reversed,
         interleaved, shuffled; stored and unknown keys mixed), each answer as lookup's for its key."""
-        tier = kit.tier
-        if not isinstance(tier, BatchLookup):
-            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
+        tier = batch_lookup_or_skip(kit)
         keys = self._role_keys("t17-order", 8)
         self._role_store(kit, keys[:4])
         context = TrackedContext("kvproto-kit-lookup-many-order")

@@ -90,6 +90,15 @@ def _look_up(kit: PrimaryDriver | SecondaryDriver, keys: Iterable[OffloadKey]) -
         kit.lookup(key)
 
 
+def batch_lookup_or_skip(kit: PrimaryDriver | SecondaryDriver) -> BatchLookup:
+    """The tier under ``kit`` as a BatchLookup (TIER-17's optional ``lookup_many``); the check is
+    skipped (not checked) where the tier does not offer it."""
+    tier = kit.tier
+    if not isinstance(tier, BatchLookup):
+        pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
+    return tier
+
+
 class TierChecks(KitBase, Generic[_D]):
     """The checks common to :class:`~kvproto.testing.PrimaryTierTests` and
     :class:`~kvproto.testing.SecondaryTierTests`; ``_D`` is the role's driver."""
@@ -228,9 +237,7 @@ class TierChecks(KitBase, Generic[_D]):
     @check("TIER-17")
     def test_lookup_many_matches_lookup(self, kit: _D) -> None:
         """Where the tier offers lookup_many (BatchLookup), it answers as lookup does, key by key."""
-        tier = kit.tier
-        if not isinstance(tier, BatchLookup):
-            pytest.skip("needs the optional BatchLookup ability (lookup_many), which the tier does not offer")
+        tier = batch_lookup_or_skip(kit)
         keys = self._role_keys("t17", 6)
         self._role_store(kit, keys[:2])
         # While keys are unresolved (never asked, a store in flight) and after: a job may finish

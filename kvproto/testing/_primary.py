@@ -22,7 +22,7 @@ from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._primary_class_checks import PrimaryClassChecks
 from kvproto.testing._primary_deadline_checks import PrimaryDeadlineChecks
 from kvproto.testing._primary_driver import PrimaryDriver
-from kvproto.testing._primary_optional_checks import PrimaryOptionalChecks
+from kvproto.testing._primary_optional_checks import PrimaryOptionalChecks, through_every_ready_state
 from kvproto.testing._primary_pins import PrimaryPinChecks
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
@@ -339,19 +339,7 @@ class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChec
                         f"ready_keys container {'lacks' if hit else 'holds'} it (it must be a live view)",
                     )
 
-        agree("on an empty tier")
-        out = kit.prepare(keys[:4])
-        agree("with a store prepared")
-        if out is not None:
-            kit.tier.complete_store(out.keys_to_store[:2], True)
-            agree("after complete_store(True)")
-            kit.tier.complete_store(out.keys_to_store[2:], False)
-            agree("after complete_store(False)")
-        kit.load(keys[:1])
-        agree("with a pin held")
-        kit.tier.complete_load(keys[:1])
-        tier.reset_cache()
-        agree("after reset_cache")
+        through_every_ready_state(kit, keys, agree)
 
     @check("TIER-5")
     def test_touch_of_unknown_keys_is_a_no_op(self, kit: PrimaryDriver) -> None:

@@ -9,7 +9,7 @@ passed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -42,6 +42,25 @@ def _asked(contains: Callable[[OffloadKey], object], key: OffloadKey, when: str)
     return answer
 
 
+def through_every_ready_state(kit: PrimaryDriver, keys: Sequence[OffloadKey], agree: Callable[[str], None]) -> None:
+    """Drive 6 ``keys`` through every state a key's HIT depends on, calling ``agree(when)`` at each:
+    empty, with a store of 4 prepared, after complete_store succeeded for 2 and failed for 2, with a
+    pin held, after reset_cache (the steps of TIER-17's ready_keys and TIER-27's ready_contains)."""
+    agree("on an empty tier")
+    out = kit.prepare(keys[:4])
+    agree("with a store prepared")
+    if out is not None:
+        kit.tier.complete_store(out.keys_to_store[:2], True)
+        agree("after complete_store(True)")
+        kit.tier.complete_store(out.keys_to_store[2:], False)
+        agree("after complete_store(False)")
+    kit.load(keys[:1])
+    agree("with a pin held")
+    kit.tier.complete_load(keys[:1])
+    kit.tier.reset_cache()
+    agree("after reset_cache")
+
+
 class PrimaryOptionalChecks(TierChecks[PrimaryDriver]):
     """The optional abilities, in the kit's order (see ``PrimaryTierTests``)."""
 
@@ -72,19 +91,7 @@ class PrimaryOptionalChecks(TierChecks[PrimaryDriver]):
                         f"{'HIT' if hit else 'not HIT'} (the function must stay a live test of ready_keys)",
                     )
 
-        agree("on an empty tier")
-        out = kit.prepare(keys[:4])
-        agree("with a store prepared")
-        if out is not None:
-            tier.complete_store(out.keys_to_store[:2], True)
-            agree("after complete_store(True)")
-            tier.complete_store(out.keys_to_store[2:], False)
-            agree("after complete_store(False)")
-        kit.load(keys[:1])
-        agree("with a pin held")
-        tier.complete_load(keys[:1])
-        tier.reset_cache()
-        agree("after reset_cache")
+        through_every_ready_state(kit, keys, agree)
 
     @check("TIER-28")
     def test_quarantined_stores_free_the_key_and_hold_the_slot(self, kit: PrimaryDriver) -> None:

@@ -28,7 +28,7 @@ from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_again, store_slots
 
 __all__ = ["CRASH_SEED", "RANDOM_KILLS", "SecondaryCrashChecks"]
 
@@ -213,13 +213,8 @@ class SecondaryCrashChecks(SecondaryRole):
             self._load_all(other, hits, f"answered HIT in a new instance after its writer was {how}")
             for i in range(0, len(keys), _BATCH):
                 batch = keys[i : i + _BATCH]
-                again = other.store(batch, store_slots(other, len(batch)))
-                if not again.success:
-                    raise ConformanceFailure(
-                        "TIER-24",
-                        f"storing {len(batch)} keys again after their writer was {how} failed ({again}): a crashed "
-                        "writer's leftovers must never block a later store of the same key",
-                    )
+                store_again(other, batch, "TIER-24", f"again after their writer was {how}",
+                            ": a crashed writer's leftovers must never block a later store of the same key")
             other.expect(other.resolve(keys), lr.HIT, "TIER-24", f"stored again after their writer was {how}")
             self._load_all(other, list(keys), f"was stored again after its writer was {how}")
         finally:

@@ -28,7 +28,7 @@ from kvproto.testing._data import key_pool
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_again, store_slots
 
 __all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks"]
 
@@ -137,13 +137,8 @@ class SecondaryIoChecks(SecondaryRole):
         finally:
             self.fail_io(kit.tier, 0)
         kit.quiet_steps(2)
-        again = kit.store(keys, store_slots(kit, len(keys)))
-        if not again.success:
-            raise ConformanceFailure(
-                "TIER-31",
-                f"storing {len(keys)} keys with no fault armed failed ({again}) after I/O errors inside earlier "
-                "transfers of them: an I/O error must not keep a key from being stored later",
-            )
+        store_again(kit, keys, "TIER-31", "with no fault armed", " after I/O errors inside earlier transfers of them: an "
+                    "I/O error must not keep a key from being stored later")
         kit.expect(kit.resolve(keys), lr.HIT, "TIER-31", "stored again after I/O errors inside earlier transfers")
         self._load_exact(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
         kit.quiet_steps(2)

@@ -25,7 +25,7 @@ from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._thread_ledger import ThreadLedger
 from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 
-__all__ = ["SecondaryRole", "SecondaryTierFactory", "load_right_after_hit", "load_slots", "store_slots"]
+__all__ = ["SecondaryRole", "SecondaryTierFactory", "load_right_after_hit", "load_slots", "store_again", "store_slots"]
 
 THREADS = pytest.StashKey[ThreadLedger]()
 """Where the ``tier`` fixture keeps the ledger of the threads the tier started."""
@@ -49,6 +49,14 @@ def store_slots(kit: SecondaryDriver, count: int) -> list[int]:
     that no job in flight uses."""
     busy = {slot for job_id in kit.pending() for slot in kit.jobs[job_id].slots}
     return [slot for slot in range(kit.num_slots // 2) if slot not in busy][:count]
+
+
+def store_again(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str, rule: str) -> None:
+    """Store ``keys`` (into :func:`store_slots`) after the faults or crash a check drove them through:
+    a failed store breaks ``clause``, its reason ``storing <n> keys <what> failed (<result>)<rule>``."""
+    result = kit.store(keys, store_slots(kit, len(keys)))
+    if not result.success:
+        raise ConformanceFailure(clause, f"storing {len(keys)} keys {what} failed ({result}){rule}")
 
 
 def load_slots(kit: SecondaryDriver, count: int) -> list[int]:

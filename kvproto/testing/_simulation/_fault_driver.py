@@ -165,18 +165,19 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
     # -- jobs ----------------------------------------------------------------------------------
 
     def submit_store(self, job: TransferJob) -> None:
-        if self.browned_out():
-            self._held.append((job, False))
-            self.counts.brownout_jobs_held += 1
-            return
-        self._submit(job, self.inner.submit_store)
+        self._submit_or_hold(job, load=False)
 
     def submit_load(self, job: TransferJob) -> None:
+        self._submit_or_hold(job, load=True)
+
+    def _submit_or_hold(self, job: TransferJob, *, load: bool) -> None:
+        """Hold the job while the tier is browned out (sent by the step end that finds it back);
+        else submit it to the inner tier."""
         if self.browned_out():
-            self._held.append((job, True))
+            self._held.append((job, load))
             self.counts.brownout_jobs_held += 1
             return
-        self._submit(job, self.inner.submit_load)
+        self._submit(job, self.inner.submit_load if load else self.inner.submit_store)
 
     def _submit(self, job: TransferJob, submit: Callable[[TransferJob], None]) -> None:
         if self._delayed:

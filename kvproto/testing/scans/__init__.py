@@ -26,26 +26,18 @@ Importing this module imports Hypothesis.
 
 from __future__ import annotations
 
-from kvproto.testing.scans._checks import (
-    COUNTEREXAMPLES,
+from kvproto.testing.scans._check_results import Check, CheckResult, Counterexample, show_decision
+from kvproto.testing.scans._checks import run_checks, run_property, standard_checks
+from kvproto.testing.scans._crosshair_checks import (
     CROSSHAIR_ITERATIONS,
     CROSSHAIR_TARGETS,
-    Check,
-    CheckResult,
-    Counterexample,
     crosshair_available,
     crosshair_check,
     crosshair_diff,
     crosshair_diff_check,
-    exhaustive_prefix,
-    exhaustive_window,
-    legacy_conflation,
-    run_checks,
-    run_property,
-    show_decision,
-    standard_checks,
 )
 from kvproto.testing.scans._crosshair_targets import prefix_entry, prefix_run, window_entry, window_run
+from kvproto.testing.scans._exhaustive import COUNTEREXAMPLES, exhaustive_prefix, exhaustive_window, legacy_conflation
 from kvproto.testing.scans._inputs import EXPRESSIBLE, LEGACY_ANSWER, PrefixScan, ScanRun, WindowScan
 from kvproto.testing.scans._properties import Property, PropertyFailure, scan_properties
 from kvproto.testing.scans._reference import (

@@ -31,38 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 from hypothesis import settings
 
 from kvproto import scan
-from kvproto.testing.scans._check_results import Check, CheckResult, Counterexample, show_decision
+from kvproto.testing.scans._check_results import Check, CheckResult
 from kvproto.testing.scans._crosshair_checks import (
     CROSSHAIR_ITERATIONS,
     CROSSHAIR_TARGETS,
     REFERENCE,
-    crosshair_available,
     crosshair_check,
-    crosshair_diff,
     crosshair_diff_check,
 )
-from kvproto.testing.scans._exhaustive import COUNTEREXAMPLES, exhaustive_prefix, exhaustive_window, legacy_conflation
+from kvproto.testing.scans._exhaustive import exhaustive_prefix, exhaustive_window
 from kvproto.testing.scans._properties import Property, scan_properties
 
-__all__ = [
-    "COUNTEREXAMPLES",
-    "CROSSHAIR_ITERATIONS",
-    "CROSSHAIR_TARGETS",
-    "Check",
-    "CheckResult",
-    "Counterexample",
-    "crosshair_available",
-    "crosshair_check",
-    "crosshair_diff",
-    "crosshair_diff_check",
-    "exhaustive_prefix",
-    "exhaustive_window",
-    "legacy_conflation",
-    "run_checks",
-    "run_property",
-    "show_decision",
-    "standard_checks",
-]
+__all__ = ["run_checks", "run_property", "standard_checks"]
 
 
 # --------------------------------------------------------------------------- properties

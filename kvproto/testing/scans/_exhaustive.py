@@ -12,7 +12,7 @@ from kvproto._results import LookupResult
 from kvproto.scan import Decision, Defer, Hits
 from kvproto.testing.scans import _reference as ref
 from kvproto.testing.scans._check_results import CheckResult, Counterexample, Outcome, show_decision, show_outcome
-from kvproto.testing.scans._inputs import ANSWERS, PrefixScan, WindowScan
+from kvproto.testing.scans._inputs import ANSWERS, PrefixScan, WindowScan, recorded
 
 __all__ = [
     "COUNTEREXAMPLES",
@@ -38,12 +38,7 @@ def _sequences(max_len: int, members: Sequence[LookupResult] = MEMBERS) -> Itera
 
 
 def _caught_prefix(prefix_scan: PrefixScan, answers: Sequence[LookupResult]) -> Outcome:
-    calls: list[int] = []
-
-    def lookup(position: int) -> LookupResult:
-        calls.append(position)
-        return answers[position]
-
+    lookup, calls = recorded(answers.__getitem__)
     try:
         return prefix_scan(lookup, range(len(answers))), tuple(calls)
     except Exception as exc:  # a scan under test that raises: a counterexample, not a crash
@@ -53,12 +48,7 @@ def _caught_prefix(prefix_scan: PrefixScan, answers: Sequence[LookupResult]) -> 
 def _caught_window(
     window_scan: WindowScan, answers: Sequence[LookupResult], window: int, initial: int | None
 ) -> Outcome:
-    calls: list[int] = []
-
-    def lookup(position: int) -> LookupResult:
-        calls.append(position)
-        return answers[position]
-
+    lookup, calls = recorded(answers.__getitem__)
     try:
         return window_scan(lookup, range(len(answers)), window, initial_window=initial), tuple(calls)
     except Exception as exc:  # a scan under test that raises: a counterexample, not a crash

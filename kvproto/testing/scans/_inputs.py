@@ -72,14 +72,21 @@ PrefixScan: TypeAlias = Callable[[Callable[[int], LookupResult], Iterable[int]],
 WindowScan: TypeAlias = Callable[..., Decision]
 
 
-def run_prefix(scan: PrefixScan, answer_of: AnswerOf, n: int) -> ScanRun:
-    """Run a prefix scan over positions ``0..n-1``; record the positions looked up."""
+def recorded(answer_of: AnswerOf) -> tuple[Callable[[int], LookupResult], list[int]]:
+    """A lookup of positions answering ``answer_of(position)``, and the list it appends each position
+    it is asked to, in call order (a scan's calls)."""
     calls: list[int] = []
 
     def lookup(position: int) -> LookupResult:
         calls.append(position)
         return answer_of(position)  # type: ignore[return-value]  # None plays a legacy tier
 
+    return lookup, calls
+
+
+def run_prefix(scan: PrefixScan, answer_of: AnswerOf, n: int) -> ScanRun:
+    """Run a prefix scan over positions ``0..n-1``; record the positions looked up."""
+    lookup, calls = recorded(answer_of)
     return scan(lookup, range(n)), tuple(calls)
 
 
@@ -87,12 +94,7 @@ def run_window(
     scan: WindowScan, answer_of: AnswerOf, n: int, window: int, initial_window: int | None
 ) -> ScanRun:
     """Run a window scan over positions ``0..n-1``; record the positions looked up."""
-    calls: list[int] = []
-
-    def lookup(position: int) -> LookupResult:
-        calls.append(position)
-        return answer_of(position)  # type: ignore[return-value]  # None plays a legacy tier
-
+    lookup, calls = recorded(answer_of)
     return scan(lookup, range(n), window, initial_window=initial_window), tuple(calls)
 
 

@@ -23,7 +23,7 @@ from kvproto._results import LookupResult
 from kvproto.errors import ContractViolation, InvalidArgumentError
 from kvproto.scan import Decision, Defer, Hits, as_legacy
 from kvproto.testing.scans import _reference as ref
-from kvproto.testing.scans._inputs import PrefixScan, WindowScan, answers_of, run_prefix, run_window
+from kvproto.testing.scans._inputs import PrefixScan, WindowScan, answers_of, recorded, run_prefix, run_window
 
 __all__ = ["Property", "PropertyFailure", "answer_lists", "scan_properties"]
 
@@ -169,12 +169,7 @@ def scan_properties(
         valid = type(window) is int and window >= 1 and (
             initial is None or (type(initial) is int and initial >= window)
         )
-        calls: list[int] = []
-
-        def lookup(position: int) -> LookupResult:
-            calls.append(position)
-            return answers[position]
-
+        lookup, calls = recorded(answers.__getitem__)
         try:
             window_scan(lookup, range(len(answers)), window, initial_window=initial)
         except InvalidArgumentError as exc:
@@ -212,12 +207,7 @@ def _check_legacy(
     run_reference: Callable[[Callable[[int], object]], object],
 ) -> None:
     """SCAN-4: the scan raises ContractViolation naming the first legacy answer it looks up and its position."""
-    calls: list[int] = []
-
-    def answer_of(position: int) -> object:
-        calls.append(position)
-        return answers[position]
-
+    answer_of, calls = recorded(answers.__getitem__)
     try:
         got: object = run_scan(answer_of)
     except ContractViolation as exc:

@@ -35,19 +35,10 @@ from typing import Any, Literal, TypeAlias
 from kvproto._results import LookupResult
 from kvproto.errors import ConfigurationError, ContractViolation
 from kvproto.scan import Decision, Defer, Hits, as_legacy
-from kvproto.testing.scans._checks import (
-    COUNTEREXAMPLES,
-    CROSSHAIR_ITERATIONS,
-    CROSSHAIR_TARGETS,
-    Check,
-    CheckResult,
-    crosshair_diff_check,
-    exhaustive_prefix,
-    exhaustive_window,
-    legacy_conflation,
-    run_property,
-    show_decision,
-)
+from kvproto.testing.scans._check_results import Check, CheckResult, show_decision
+from kvproto.testing.scans._checks import run_property
+from kvproto.testing.scans._crosshair_checks import CROSSHAIR_ITERATIONS, CROSSHAIR_TARGETS, crosshair_diff_check
+from kvproto.testing.scans._exhaustive import COUNTEREXAMPLES, exhaustive_prefix, exhaustive_window, legacy_conflation
 from kvproto.testing.scans._inputs import ANSWERS, EXPRESSIBLE, LEGACY_ANSWER
 from kvproto.testing.scans._properties import Property, scan_properties
 from kvproto.testing.scans._reference import maximal_prefix_lookup as _ref_prefix, sliding_window_lookup as _ref_window

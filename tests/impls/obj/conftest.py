@@ -8,32 +8,21 @@ mocked: the tier talks HTTP to the server.
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.impls.obj.serving import serve_in_process, serve_in_thread
+
 if TYPE_CHECKING:
     from tests.impls.obj._support import S3Server, S3ServerProcess
-
-
-def _server() -> S3Server:
-    pytest.importorskip("moto.server", reason="moto[server] is not installed: pip install -e '.[dev]' (./dev does it)")
-    from tests.impls.obj._support import S3Server
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    return S3Server()
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     """One loopback S3 server for the session (tests that stop it use ``own_s3_server``)."""
-    server = _server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve_in_thread()
 
 
 _buckets = itertools.count(1)
@@ -48,22 +37,11 @@ def bucket(s3_server: S3Server) -> str:
 @pytest.fixture
 def own_s3_server() -> Iterator[S3Server]:
     """A server of this test's own, which the test may stop and restart."""
-    server = _server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve_in_thread()
 
 
 @pytest.fixture(scope="session")
 def s3_server_process() -> Iterator[S3ServerProcess]:
     """One loopback S3 server in a child process for the session (the conformance kit's runs: its
     shutdown check counts every thread of this process started while a tier runs)."""
-    pytest.importorskip("moto.server", reason="moto[server] is not installed: pip install -e '.[dev]' (./dev does it)")
-    from tests.impls.obj._support import S3ServerProcess
-
-    server = S3ServerProcess()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve_in_process()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from kvproto import (
@@ -35,8 +35,60 @@ from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 from tests.kvproto.testing.delegating import MemoryDelegate
 
+# Expected is re-exported for the gallery modules written before gallery_registry.py
+from tests.kvproto.testing.gallery_registry import Expected as Expected, Gallery
+
 # Broken tiers that lose jobs or never resolve would otherwise make the kit wait its full bound.
 _QUICK = KitLimits(max_job_steps=16, job_timeout_s=0.3)
+
+
+GALLERY: Gallery = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+
+def _secondary(cls: type[MemoryTier]) -> TierSpec:
+    return TierSpec(cls.__name__, "secondary", cls, hooks=MEMORY_HOOKS, limits=_QUICK, tier_class=cls)
+
+
+def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
+    return TierSpec(name, "secondary", build, hooks=hooks or MEMORY_HOOKS, limits=_QUICK)
+
+
+def class_spec(cls: type, *, name: str | None = None, hooks: Mapping[str, Callable[..., Any]] | None = None) -> TierSpec:
+    """The spec of the secondary tier class ``cls`` (built from the primary buffer alone), named
+    ``name`` or the class's name, with ``hooks`` (none by default)."""
+    return TierSpec(cls.__name__ if name is None else name, "secondary", cls, hooks=hooks or {}, limits=_QUICK, tier_class=cls)
+
+
+def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK, name: str | None = None) -> TierSpec:
+    """The spec of ``cls`` (a MemoryPrimaryTier with one bug; misfits.py uses it too): 16 slots of
+    32 bytes, eviction on; named ``name``, or the class's name."""
+    return TierSpec(
+        cls.__name__ if name is None else name,
+        "primary",
+        lambda: cls(num_slots=16, block_bytes=32),
+        capabilities=Capabilities(eviction=True),
+        limits=limits,
+        tier_class=cls,
+    )
+
+
+class _SeenHits(set[OffloadKey]):
+    """The keys a request was told HIT for (its scratch state, TIER-2)."""
+
+
+def _hit_remembered(lookup: Callable[[OffloadKey, ReqContext], LookupResult], key: OffloadKey,
+                    req_context: ReqContext) -> LookupResult:
+    """``lookup``'s answer, except that a key it once answered HIT for in this request answers HIT
+    for the rest of it: the bug of gallery_classes' and gallery_sharing's request-scoped HITs, whose
+    verdict outlives what a load of the key found since (TIER-4)."""
+    seen = req_context.state(_SeenHits)
+    if key in seen:
+        return lr.HIT  # the bug: the request's verdict outlives what a load found
+    answer = lookup(key, req_context)
+    if answer is lr.HIT:
+        seen.add(key)
+    return answer
 
 
 class _TracksStoresInFlight(MemoryTier):
@@ -99,6 +151,11 @@ class HitBeforeStoreFinished(_TracksStoresInFlight):
         return lr.HIT  # the bug
 
 
+@GALLERY.fails("test_no_hit_before_store_finished", "TIER-4", "before the store finished")
+def hit_before_store_finished() -> TierSpec:
+    return _secondary(HitBeforeStoreFinished)
+
+
 class HitAfterFailedStore(MemoryTier):
     """Bug: marks a key present when its store job is reported, whatever the outcome."""
 
@@ -127,6 +184,11 @@ class HitAfterFailedStore(MemoryTier):
         return super().reset_cache()
 
 
+@GALLERY.fails("test_no_hit_after_failed_store", "TIER-4", "after its store job failed")
+def hit_after_failed_store() -> TierSpec:
+    return _secondary(HitAfterFailedStore)
+
+
 class LostWrite(MemoryTier):
     """Bug: a store of several blocks silently drops the last one and still reports success."""
 
@@ -137,6 +199,11 @@ class LostWrite(MemoryTier):
         if len(job.keys) > 1:
             job = TransferJob(job.job_id, job.keys[:-1], job.slots[:-1], job.promotion, job.req_id)
         super().submit_store(job)
+
+
+@GALLERY.fails("test_hit_after_successful_store", "TIER-10", "the write was lost")
+def lost_write() -> TierSpec:
+    return _secondary(LostWrite)
 
 
 class BytesOfAnotherKey(MemoryTier):
@@ -151,6 +218,11 @@ class BytesOfAnotherKey(MemoryTier):
         super().submit_load(job)
 
 
+@GALLERY.fails("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key")
+def bytes_of_another_key() -> TierSpec:
+    return _secondary(BytesOfAnotherKey)
+
+
 class LoadIntoWrongSlot(MemoryTier):
     """Bug: a load writes each block one slot past the slot it was asked for."""
 
@@ -161,6 +233,11 @@ class LoadIntoWrongSlot(MemoryTier):
     def submit_load(self, job: TransferJob) -> None:
         shifted = tuple((s + 1) % self._slots for s in job.slots)
         super().submit_load(TransferJob(job.job_id, job.keys, shifted, job.promotion, job.req_id))
+
+
+@GALLERY.fails("test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot")
+def load_into_wrong_slot() -> TierSpec:
+    return _secondary(LoadIntoWrongSlot)
 
 
 class RetryNeverResolves(MemoryTier):
@@ -176,6 +253,11 @@ class RetryNeverResolves(MemoryTier):
         return lr.RETRY if answer is lr.MISS else answer  # the bug
 
 
+@GALLERY.fails("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY")
+def retry_never_resolves() -> TierSpec:
+    return _secondary(RetryNeverResolves)
+
+
 class JobReportedTwice(MemoryTier):
     """Bug: every result is reported again by the next get_finished_jobs."""
 
@@ -188,6 +270,11 @@ class JobReportedTwice(MemoryTier):
         out = self._again + fresh
         self._again = fresh
         return out
+
+
+@GALLERY.fails("test_each_job_reported_exactly_once", "TIER-11", "reported finished twice")
+def job_reported_twice() -> TierSpec:
+    return _secondary(JobReportedTwice)
 
 
 class JobNeverReported(MemoryTier):
@@ -215,6 +302,11 @@ class JobNeverReported(MemoryTier):
         return [r for r in super().get_finished_jobs() if r.job_id not in self._dropped]
 
 
+@GALLERY.fails("test_each_job_reported_exactly_once", "TIER-11", "never reported")
+def job_never_reported() -> TierSpec:
+    return _secondary(JobNeverReported)
+
+
 class BlockingLookup(_TracksStoresInFlight):
     """Bug: a lookup of a key whose store is in flight waits (sleeps) instead of answering."""
 
@@ -225,6 +317,11 @@ class BlockingLookup(_TracksStoresInFlight):
         # sleep never returns early, so every repeat the kit confirms with is over budget too).
         time.sleep(0.03)
         return None
+
+
+@GALLERY.fails("test_lookup_does_not_block", "TIER-4", "blocked")
+def blocking_lookup() -> TierSpec:
+    return _secondary(BlockingLookup)
 
 
 class LegacyBoolLookup(MemoryTier):
@@ -247,6 +344,11 @@ class LegacyBoolLookup(MemoryTier):
                 unreachable(other, where="LegacyBoolLookup.lookup")
 
 
+@GALLERY.fails("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult")
+def legacy_bool_lookup() -> TierSpec:
+    return _secondary(LegacyBoolLookup)
+
+
 class HitPendingFromSecondary(_TracksStoresInFlight):
     """Bug: answers HIT_PENDING (the primary's answer) while a store is in flight."""
 
@@ -254,6 +356,11 @@ class HitPendingFromSecondary(_TracksStoresInFlight):
 
     def lookup_in_flight(self, key: OffloadKey) -> LookupResult | None:
         return lr.HIT_PENDING  # the bug
+
+
+@GALLERY.fails("test_never_answers_hit_pending", "LR-3", "HIT_PENDING")
+def hit_pending_from_secondary() -> TierSpec:
+    return _secondary(HitPendingFromSecondary)
 
 
 class ReadsSlotAfterReport(MemoryTier):
@@ -300,6 +407,11 @@ class ReadsSlotAfterReport(MemoryTier):
     def shutdown(self) -> None:
         self._flush()
         super().shutdown()
+
+
+@GALLERY.fails("test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported")
+def reads_slot_after_report() -> TierSpec:
+    return _secondary(ReadsSlotAfterReport)
 
 
 class _OneWorker(MemoryTier):
@@ -379,6 +491,11 @@ class ShutdownDropsQueuedJobs(_OneWorker):
             self._cv.notify()
 
 
+@GALLERY.fails("test_shutdown_reports_queued_work", "TIER-16", "never reported")
+def shutdown_drops_queued_jobs() -> TierSpec:
+    return _secondary(ShutdownDropsQueuedJobs)
+
+
 class LeavesThreadsUnjoined(MemoryTier):
     """Bug: each store also starts a short thread (a metrics flush, say) that shutdown never joins.
     The thread's work ends at once, so a look at the threads after shutdown would almost always
@@ -394,6 +511,11 @@ class LeavesThreadsUnjoined(MemoryTier):
 
     def _flush(self) -> None:
         self.flushed += 1
+
+
+@GALLERY.fails("test_shutdown_reports_queued_work", "TIER-16", "shutdown never joined it")
+def leaves_threads_unjoined() -> TierSpec:
+    return _secondary(LeavesThreadsUnjoined)
 
 
 class RequestStateLeak(MemoryTier):
@@ -415,6 +537,11 @@ class RequestStateLeak(MemoryTier):
     def submit_load(self, job: TransferJob) -> None:
         self._count(job)
         super().submit_load(job)
+
+
+@GALLERY.fails("test_request_state_does_not_grow", "TIER-12", "finished requests")
+def request_state_leak() -> TierSpec:
+    return _secondary(RequestStateLeak)
 
 
 class _RunsJobsAtStepEnd(MemoryTier):
@@ -466,12 +593,25 @@ class PendingWorkIgnoresLoads(_RunsJobsAtStepEnd):
         return any(not job.promotion for job in self._queued) or MemoryTier.has_pending_work(self)  # the bug
 
 
+@GALLERY.fails("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight")
+def pending_work_ignores_loads() -> TierSpec:
+    return _secondary(PendingWorkIgnoresLoads)
+
+
 class BatchLookupBypassesGate(LatencySecondary[MemoryTier]):
     """Bug: an asynchronous tier whose lookup_many reads the store directly, skipping the pending
     check that makes lookup answer RETRY: it answers MISS or HIT where lookup still answers RETRY."""
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         return [self.inner.lookup(key, req_context) for key in keys]  # the bug
+
+
+@GALLERY.fails("test_lookup_many_matches_lookup", "TIER-17", "also while unresolved")
+def batch_lookup_bypasses_gate() -> TierSpec:
+    return _spec(
+        "BatchLookupBypassesGate",
+        lambda buffer: BatchLookupBypassesGate(MemoryTier(buffer, name="batch-lookup-bypasses-gate"), lookup_steps=2),
+    )
 
 
 class VerifiesFirstBlockOnly(FaultySecondary[MemoryTier]):
@@ -494,6 +634,11 @@ class VerifiesFirstBlockOnly(FaultySecondary[MemoryTier]):
         super().submit_load(job)
 
 
+@GALLERY.fails("test_corrupt_block_fails_load", "TIER-10", "never stored")
+def verifies_first_block_only() -> TierSpec:
+    return _spec("VerifiesFirstBlockOnly", VerifiesFirstBlockOnly, {**MEMORY_HOOKS, "corrupt_on_read": _damage})
+
+
 class KeepsDamagedBlock(MemoryTier):
     """Bug: a block that fails its checksum fails every load, but stays in the index: it keeps
     answering HIT (and is promoted again and again)."""
@@ -503,6 +648,11 @@ class KeepsDamagedBlock(MemoryTier):
 
     def corrupt_on_read(self, keys: Iterable[OffloadKey]) -> None:
         self.fail_keys(keys)  # every read of the block fails its checksum; the index keeps it
+
+
+@GALLERY.fails("test_corrupt_block_fails_load", "TIER-4", "failed a load as damaged")
+def keeps_damaged_block() -> TierSpec:
+    return _secondary(KeepsDamagedBlock)
 
 
 class TouchAdmitsKeys(MemoryTier):
@@ -519,12 +669,22 @@ class TouchAdmitsKeys(MemoryTier):
         super().touch(keys)
 
 
+@GALLERY.fails("test_touch_of_unknown_keys_is_a_no_op", "TIER-5", "does not hold")
+def touch_admits_keys() -> TierSpec:
+    return _secondary(TouchAdmitsKeys)
+
+
 class SilentlyEvicts(MemoryTier):
     """Bug: keeps at most 48 blocks, evicting the oldest, but does not declare eviction."""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(buffer, name="silently-evicts", capacity_blocks=48)
         self.capabilities = replace(self.capabilities, eviction=False)  # the bug
+
+
+@GALLERY.fails("test_holds_what_it_stored_past_its_capacity", "CAP-2", "does not declare eviction")
+def silently_evicts() -> TierSpec:
+    return _secondary(SilentlyEvicts)
 
 
 class NoRemovedOnReset(MemoryTier):
@@ -547,6 +707,11 @@ class NoRemovedOnReset(MemoryTier):
         return out
 
 
+@GALLERY.fails("test_events_report_removals", "TIER-14", "no REMOVED event")
+def no_removed_on_reset() -> TierSpec:
+    return _secondary(NoRemovedOnReset)
+
+
 class NeedsOneStepMore(LatencySecondary[MemoryTier]):
     """Bug: declares max_retry_steps=1 but resolves a RETRY at the second step (its steps take a
     millisecond, so a wall-clock bound would never notice)."""
@@ -560,6 +725,11 @@ class NeedsOneStepMore(LatencySecondary[MemoryTier]):
         super().on_step_end()
 
 
+@GALLERY.fails("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY")
+def needs_one_step_more() -> TierSpec:
+    return _spec("NeedsOneStepMore", NeedsOneStepMore)
+
+
 class SlowStepEnd(_RunsJobsAtStepEnd):
     """Bug: on_step_end runs the step's jobs and waits 15 ms for their I/O (fsync) instead of
     leaving them to a worker."""
@@ -570,6 +740,11 @@ class SlowStepEnd(_RunsJobsAtStepEnd):
     def on_step_end(self) -> None:
         if self._run_due():
             time.sleep(0.015)  # the bug: waits for the I/O
+
+
+@GALLERY.fails("test_step_end_does_not_block", "TIER-13", "on_step_end blocked")
+def slow_step_end() -> TierSpec:
+    return _secondary(SlowStepEnd)
 
 
 class SlowRemoteLookup(MemoryTier):
@@ -585,6 +760,11 @@ class SlowRemoteLookup(MemoryTier):
         return answer
 
 
+@GALLERY.fails("test_lookup_does_not_block", "TIER-4", "blocked")
+def slow_remote_lookup() -> TierSpec:
+    return _secondary(SlowRemoteLookup)
+
+
 class PartialReportedAsSuccess(MemoryTier):
     """Bug: a job that stored some keys and failed others is reported as a success."""
 
@@ -598,6 +778,11 @@ class PartialReportedAsSuccess(MemoryTier):
         ]
 
 
+@GALLERY.fails("test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored")
+def partial_reported_as_success() -> TierSpec:
+    return _secondary(PartialReportedAsSuccess)
+
+
 class OldGenerationTier(MemoryDelegate):
     """Bug: written against an older generation of the protocol: everything delegates to a
     MemoryTier, but it has no ``touch``."""
@@ -609,54 +794,12 @@ class OldGenerationTier(MemoryDelegate):
         self.inner.submit_load(job)
 
 
-def _secondary(cls: type[MemoryTier]) -> TierSpec:
-    return TierSpec(cls.__name__, "secondary", cls, hooks=MEMORY_HOOKS, limits=_QUICK, tier_class=cls)
+@GALLERY.fails("test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch")
+def old_generation_tier() -> TierSpec:
+    return _spec("OldGenerationTier", OldGenerationTier)
 
 
-def hit_before_store_finished() -> TierSpec:
-    return _secondary(HitBeforeStoreFinished)
-
-
-def hit_after_failed_store() -> TierSpec:
-    return _secondary(HitAfterFailedStore)
-
-
-def lost_write() -> TierSpec:
-    return _secondary(LostWrite)
-
-
-def bytes_of_another_key() -> TierSpec:
-    return _secondary(BytesOfAnotherKey)
-
-
-def load_into_wrong_slot() -> TierSpec:
-    return _secondary(LoadIntoWrongSlot)
-
-
-def retry_never_resolves() -> TierSpec:
-    return _secondary(RetryNeverResolves)
-
-
-def job_reported_twice() -> TierSpec:
-    return _secondary(JobReportedTwice)
-
-
-def job_never_reported() -> TierSpec:
-    return _secondary(JobNeverReported)
-
-
-def blocking_lookup() -> TierSpec:
-    return _secondary(BlockingLookup)
-
-
-def legacy_bool_lookup() -> TierSpec:
-    return _secondary(LegacyBoolLookup)
-
-
-def hit_pending_from_secondary() -> TierSpec:
-    return _secondary(HitPendingFromSecondary)
-
-
+@GALLERY.fails("test_complete_load_releases_pin", "TIER-9", "pins leaked")
 def leaked_pin() -> TierSpec:
     """The reference primary tier with one bug: complete_load releases nothing."""
     class LeakedPin(MemoryPrimaryTier):
@@ -666,89 +809,9 @@ def leaked_pin() -> TierSpec:
     return memory_primary_spec(LeakedPin)
 
 
-def _spec(name: str, build: Callable[[memoryview], Any], hooks: dict[str, Callable[..., Any]] | None = None) -> TierSpec:
-    return TierSpec(name, "secondary", build, hooks=hooks or MEMORY_HOOKS, limits=_QUICK)
-
-
-def reads_slot_after_report() -> TierSpec:
-    return _secondary(ReadsSlotAfterReport)
-
-
-def shutdown_drops_queued_jobs() -> TierSpec:
-    return _secondary(ShutdownDropsQueuedJobs)
-
-
-def leaves_threads_unjoined() -> TierSpec:
-    return _secondary(LeavesThreadsUnjoined)
-
-
-def request_state_leak() -> TierSpec:
-    return _secondary(RequestStateLeak)
-
-
-def pending_work_ignores_loads() -> TierSpec:
-    return _secondary(PendingWorkIgnoresLoads)
-
-
-def batch_lookup_bypasses_gate() -> TierSpec:
-    return _spec(
-        "BatchLookupBypassesGate",
-        lambda buffer: BatchLookupBypassesGate(MemoryTier(buffer, name="batch-lookup-bypasses-gate"), lookup_steps=2),
-    )
-
-
 def _damage(tier: object, keys: Iterable[OffloadKey]) -> None:
     assert isinstance(tier, VerifiesFirstBlockOnly)
     tier.damage(keys)
-
-
-def verifies_first_block_only() -> TierSpec:
-    return _spec("VerifiesFirstBlockOnly", VerifiesFirstBlockOnly, {**MEMORY_HOOKS, "corrupt_on_read": _damage})
-
-
-def keeps_damaged_block() -> TierSpec:
-    return _secondary(KeepsDamagedBlock)
-
-
-def touch_admits_keys() -> TierSpec:
-    return _secondary(TouchAdmitsKeys)
-
-
-def silently_evicts() -> TierSpec:
-    return _secondary(SilentlyEvicts)
-
-
-def no_removed_on_reset() -> TierSpec:
-    return _secondary(NoRemovedOnReset)
-
-
-def needs_one_step_more() -> TierSpec:
-    return _spec("NeedsOneStepMore", NeedsOneStepMore)
-
-
-def slow_step_end() -> TierSpec:
-    return _secondary(SlowStepEnd)
-
-
-def slow_remote_lookup() -> TierSpec:
-    return _secondary(SlowRemoteLookup)
-
-
-def partial_reported_as_success() -> TierSpec:
-    return _secondary(PartialReportedAsSuccess)
-
-
-def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK, name: str | None = None) -> TierSpec:
-    """The spec of ``cls`` (a MemoryPrimaryTier with one bug; misfits.py uses it too): 16 slots of
-    32 bytes, eviction on; named ``name``, or the class's name."""
-    return TierSpec(
-        cls.__name__ if name is None else name,
-        "primary",
-        lambda: cls(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True),
-        limits=limits,
-        tier_class=cls,
-    )
 
 
 class EvictsOwnInput(MemoryPrimaryTier):
@@ -758,6 +821,11 @@ class EvictsOwnInput(MemoryPrimaryTier):
         self, count: int, keep: Container[OffloadKey], incoming: Collection[OffloadKey] = ()
     ) -> list[OffloadKey] | None:
         return super().select_victims(count, (), incoming)  # the bug: input keys not protected
+
+
+@GALLERY.fails("test_prepare_store_never_evicts_its_own_input", "TIER-6", "its own input keys")
+def evicts_own_input() -> TierSpec:
+    return memory_primary_spec(EvictsOwnInput)
 
 
 class EvictsBeforeGivingUp(MemoryPrimaryTier):
@@ -770,6 +838,11 @@ class EvictsBeforeGivingUp(MemoryPrimaryTier):
         return out
 
 
+@GALLERY.fails("test_prepare_store_short_of_room_changes_nothing", "TIER-6", "evict nothing")
+def evicts_before_giving_up() -> TierSpec:
+    return memory_primary_spec(EvictsBeforeGivingUp)
+
+
 class FailedStoreDropsReady(MemoryPrimaryTier):
     """Bug: complete_store(False) drops every key of the batch, READY ones included."""
 
@@ -778,6 +851,11 @@ class FailedStoreDropsReady(MemoryPrimaryTier):
         super().complete_store(batch, success)
         if not success:
             self.evict(batch)  # the bug: the READY, unpinned keys of the batch go too
+
+
+@GALLERY.fails("test_failed_store_leaves_ready_keys", "TIER-7", "it was READY in")
+def failed_store_drops_ready() -> TierSpec:
+    return memory_primary_spec(FailedStoreDropsReady)
 
 
 class PinsNotCounted(MemoryPrimaryTier):
@@ -789,6 +867,11 @@ class PinsNotCounted(MemoryPrimaryTier):
                 super().complete_load([key])
 
 
+@GALLERY.fails("test_two_pins_released_once_stay_protected", "TIER-8", "pins must be counted")
+def pins_not_counted() -> TierSpec:
+    return memory_primary_spec(PinsNotCounted)
+
+
 class ResetIgnoresPins(MemoryPrimaryTier):
     """Bug: reset_cache refuses only while a store is in flight; pinned blocks are dropped under their loads."""
 
@@ -796,6 +879,11 @@ class ResetIgnoresPins(MemoryPrimaryTier):
         for key, count in list(self.pins.items()):  # the bug: releases the pins of loads in flight
             self.complete_load([key] * count)
         return super().reset_cache()
+
+
+@GALLERY.fails("test_reset_cache_with_pins_held", "TIER-16", "with a pin held")
+def reset_ignores_pins() -> TierSpec:
+    return memory_primary_spec(ResetIgnoresPins)
 
 
 class StaleReadyKeys(MemoryPrimaryTier):
@@ -806,12 +894,22 @@ class StaleReadyKeys(MemoryPrimaryTier):
         return frozenset(self.ready_slots)  # the bug
 
 
+@GALLERY.fails("test_ready_keys_agrees_with_lookup", "TIER-17", "live view")
+def stale_ready_keys() -> TierSpec:
+    return memory_primary_spec(StaleReadyKeys)
+
+
 class BufferCopy(MemoryPrimaryTier):
     """Bug: ``buffer`` hands out a fresh copy of the slots on every access, not the shared memory."""
 
     @property
     def buffer(self) -> memoryview:
         return memoryview(bytearray(super().buffer.tobytes())).cast("B", (self.num_slots, self.block_bytes))
+
+
+@GALLERY.fails("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy")
+def buffer_copy() -> TierSpec:
+    return memory_primary_spec(BufferCopy)
 
 
 class PrimaryAnswersRetry(MemoryPrimaryTier):
@@ -822,99 +920,6 @@ class PrimaryAnswersRetry(MemoryPrimaryTier):
         return lr.RETRY if answer is lr.HIT_PENDING else answer  # the bug
 
 
-def old_generation_tier() -> TierSpec:
-    return _spec("OldGenerationTier", OldGenerationTier)
-
-
-def buffer_copy() -> TierSpec:
-    return memory_primary_spec(BufferCopy)
-
-
+@GALLERY.fails("test_never_answers_retry", "LR-4", "answered RETRY")
 def primary_answers_retry() -> TierSpec:
     return memory_primary_spec(PrimaryAnswersRetry)
-
-
-def evicts_own_input() -> TierSpec:
-    return memory_primary_spec(EvictsOwnInput)
-
-
-def evicts_before_giving_up() -> TierSpec:
-    return memory_primary_spec(EvictsBeforeGivingUp)
-
-
-def failed_store_drops_ready() -> TierSpec:
-    return memory_primary_spec(FailedStoreDropsReady)
-
-
-def pins_not_counted() -> TierSpec:
-    return memory_primary_spec(PinsNotCounted)
-
-
-def reset_ignores_pins() -> TierSpec:
-    return memory_primary_spec(ResetIgnoresPins)
-
-
-def stale_ready_keys() -> TierSpec:
-    return memory_primary_spec(StaleReadyKeys)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """The check a broken tier must fail, the clause it must fail on, and words the reason must hold."""
-
-    check: str
-    clause: str
-    words: str
-
-
-_HERE = __name__
-GALLERY: dict[str, Expected] = {
-    f"{_HERE}:hit_before_store_finished": Expected("test_no_hit_before_store_finished", "TIER-4", "before the store finished"),
-    f"{_HERE}:hit_after_failed_store": Expected("test_no_hit_after_failed_store", "TIER-4", "after its store job failed"),
-    f"{_HERE}:lost_write": Expected("test_hit_after_successful_store", "TIER-10", "the write was lost"),
-    f"{_HERE}:bytes_of_another_key": Expected(
-        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "bytes of another key"
-    ),
-    f"{_HERE}:load_into_wrong_slot": Expected(
-        "test_load_copies_stored_bytes_into_requested_slots", "TIER-10", "written into slot"
-    ),
-    f"{_HERE}:retry_never_resolves": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
-    f"{_HERE}:job_reported_twice": Expected("test_each_job_reported_exactly_once", "TIER-11", "reported finished twice"),
-    f"{_HERE}:job_never_reported": Expected("test_each_job_reported_exactly_once", "TIER-11", "never reported"),
-    f"{_HERE}:blocking_lookup": Expected("test_lookup_does_not_block", "TIER-4", "blocked"),
-    f"{_HERE}:legacy_bool_lookup": Expected("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult"),
-    f"{_HERE}:hit_pending_from_secondary": Expected("test_never_answers_hit_pending", "LR-3", "HIT_PENDING"),
-    f"{_HERE}:leaked_pin": Expected("test_complete_load_releases_pin", "TIER-9", "pins leaked"),
-    f"{_HERE}:reads_slot_after_report": Expected(
-        "test_store_reads_its_slots_before_it_is_reported", "TIER-10", "after the job was reported"
-    ),
-    f"{_HERE}:shutdown_drops_queued_jobs": Expected("test_shutdown_reports_queued_work", "TIER-16", "never reported"),
-    f"{_HERE}:leaves_threads_unjoined": Expected(
-        "test_shutdown_reports_queued_work", "TIER-16", "shutdown never joined it"
-    ),
-    f"{_HERE}:request_state_leak": Expected("test_request_state_does_not_grow", "TIER-12", "finished requests"),
-    f"{_HERE}:pending_work_ignores_loads": Expected("test_has_pending_work_tracks_loads", "TIER-15", "while a load is in flight"),
-    f"{_HERE}:batch_lookup_bypasses_gate": Expected("test_lookup_many_matches_lookup", "TIER-17", "also while unresolved"),
-    f"{_HERE}:verifies_first_block_only": Expected("test_corrupt_block_fails_load", "TIER-10", "never stored"),
-    f"{_HERE}:keeps_damaged_block": Expected("test_corrupt_block_fails_load", "TIER-4", "failed a load as damaged"),
-    f"{_HERE}:touch_admits_keys": Expected("test_touch_of_unknown_keys_is_a_no_op", "TIER-5", "does not hold"),
-    f"{_HERE}:silently_evicts": Expected("test_holds_what_it_stored_past_its_capacity", "CAP-2", "does not declare eviction"),
-    f"{_HERE}:no_removed_on_reset": Expected("test_events_report_removals", "TIER-14", "no REMOVED event"),
-    f"{_HERE}:needs_one_step_more": Expected("test_retry_resolves_within_declared_steps", "TIER-18", "still answers RETRY"),
-    f"{_HERE}:slow_step_end": Expected("test_step_end_does_not_block", "TIER-13", "on_step_end blocked"),
-    f"{_HERE}:slow_remote_lookup": Expected("test_lookup_does_not_block", "TIER-4", "blocked"),
-    f"{_HERE}:partial_reported_as_success": Expected(
-        "test_partial_job_reports_succeeded_keys", "TIER-11", "only keys that were stored"
-    ),
-    f"{_HERE}:evicts_own_input": Expected("test_prepare_store_never_evicts_its_own_input", "TIER-6", "its own input keys"),
-    f"{_HERE}:evicts_before_giving_up": Expected("test_prepare_store_short_of_room_changes_nothing", "TIER-6", "evict nothing"),
-    f"{_HERE}:failed_store_drops_ready": Expected("test_failed_store_leaves_ready_keys", "TIER-7", "it was READY in"),
-    f"{_HERE}:pins_not_counted": Expected("test_two_pins_released_once_stay_protected", "TIER-8", "pins must be counted"),
-    f"{_HERE}:reset_ignores_pins": Expected("test_reset_cache_with_pins_held", "TIER-16", "with a pin held"),
-    f"{_HERE}:stale_ready_keys": Expected("test_ready_keys_agrees_with_lookup", "TIER-17", "live view"),
-    f"{_HERE}:old_generation_tier": Expected(
-        "test_satisfies_secondary_protocol", "TIER-1", "lacks SecondaryTier member(s): touch"
-    ),
-    f"{_HERE}:buffer_copy": Expected("test_buffer_is_a_shared_writable_2d_byte_view", "TIER-3", "returns a copy"),
-    f"{_HERE}:primary_answers_retry": Expected("test_never_answers_retry", "LR-4", "answered RETRY"),
-}

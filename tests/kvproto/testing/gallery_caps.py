@@ -24,8 +24,16 @@ from kvproto import (
 from kvproto.errors import TierMisuseError
 from kvproto.testing import TierSpec
 
-from tests.kvproto.testing.gallery import _QUICK, Expected, _secondary
+from tests.kvproto.testing.gallery import _QUICK, _secondary
+from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.honest_tiers import NoEvictionPrimary
+
+CAPS_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+
+def _primary(cls: type[MemoryPrimaryTier], name: str) -> TierSpec:
+    return TierSpec(name, "primary", lambda: cls(num_slots=16, block_bytes=32), limits=_QUICK, tier_class=cls)
 
 
 class EvictsUndeclared(MemoryPrimaryTier):
@@ -36,12 +44,22 @@ class EvictsUndeclared(MemoryPrimaryTier):
         self.capabilities = Capabilities()  # the bug: the declaration says "never evicts"
 
 
+@CAPS_GALLERY.fails("test_holds_what_it_stored_without_eviction", "CAP-2", "does not declare eviction")
+def evicts_undeclared() -> TierSpec:
+    return _primary(EvictsUndeclared, "evicts-undeclared")
+
+
 class EvictsSilentlyUndeclared(EvictsUndeclared):
     """Bug: evicts without listing the evicted keys, declaring no eviction."""
 
     def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
         out = super().prepare_store(keys, req_context)
         return None if out is None else replace(out, evicted=())  # the bug: drops blocks, says nothing
+
+
+@CAPS_GALLERY.fails("test_holds_what_it_stored_without_eviction", "CAP-2", "declares no eviction reserved")
+def evicts_silently_undeclared() -> TierSpec:
+    return _primary(EvictsSilentlyUndeclared, "evicts-silently-undeclared")
 
 
 class PinGoesNegative(NoEvictionPrimary):
@@ -69,6 +87,11 @@ class PinGoesNegative(NoEvictionPrimary):
         return slots
 
 
+@CAPS_GALLERY.fails("test_releasing_a_pin_never_taken_is_misuse", "TIER-9", "negative pin count")
+def pin_goes_negative() -> TierSpec:
+    return _primary(PinGoesNegative, "pin-goes-negative")
+
+
 class RetryWithoutAsyncLookup(MemoryTier):
     """Bug: answers RETRY the first time each key is asked, declaring no async_lookup."""
 
@@ -83,6 +106,11 @@ class RetryWithoutAsyncLookup(MemoryTier):
         return super().lookup(key, req_context)
 
 
+@CAPS_GALLERY.fails("test_retry_only_when_declared", "CAP-3", "does not declare the async_lookup")
+def retry_without_async_lookup() -> TierSpec:
+    return _secondary(RetryWithoutAsyncLookup)
+
+
 class PartialUndeclared(MemoryTier):
     """Bug: reports partial jobs (MemoryTier's fail_keys does) while declaring no partial_jobs."""
 
@@ -91,43 +119,6 @@ class PartialUndeclared(MemoryTier):
         self.capabilities = replace(self.capabilities, partial_jobs=False)  # the bug
 
 
-def _primary(cls: type[MemoryPrimaryTier], name: str) -> TierSpec:
-    return TierSpec(name, "primary", lambda: cls(num_slots=16, block_bytes=32), limits=_QUICK, tier_class=cls)
-
-
-def evicts_undeclared() -> TierSpec:
-    return _primary(EvictsUndeclared, "evicts-undeclared")
-
-
-def evicts_silently_undeclared() -> TierSpec:
-    return _primary(EvictsSilentlyUndeclared, "evicts-silently-undeclared")
-
-
-def pin_goes_negative() -> TierSpec:
-    return _primary(PinGoesNegative, "pin-goes-negative")
-
-
-def retry_without_async_lookup() -> TierSpec:
-    return _secondary(RetryWithoutAsyncLookup)
-
-
+@CAPS_GALLERY.fails("test_jobs_are_whole_without_partial_jobs", "CAP-4", "does not declare partial_jobs")
 def partial_undeclared() -> TierSpec:
     return _secondary(PartialUndeclared)
-
-
-_HERE = __name__
-CAPS_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:evicts_undeclared": Expected(
-        "test_holds_what_it_stored_without_eviction", "CAP-2", "does not declare eviction"
-    ),
-    f"{_HERE}:evicts_silently_undeclared": Expected(
-        "test_holds_what_it_stored_without_eviction", "CAP-2", "declares no eviction reserved"
-    ),
-    f"{_HERE}:pin_goes_negative": Expected("test_releasing_a_pin_never_taken_is_misuse", "TIER-9", "negative pin count"),
-    f"{_HERE}:retry_without_async_lookup": Expected(
-        "test_retry_only_when_declared", "CAP-3", "does not declare the async_lookup"
-    ),
-    f"{_HERE}:partial_undeclared": Expected(
-        "test_jobs_are_whole_without_partial_jobs", "CAP-4", "does not declare partial_jobs"
-    ),
-}

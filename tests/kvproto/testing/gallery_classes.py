@@ -27,7 +27,18 @@ from kvproto import (
 from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
-from tests.kvproto.testing.gallery import _QUICK, Expected, _secondary, _TracksStoresInFlight, memory_primary_spec
+from tests.kvproto.testing.gallery import (
+    _hit_remembered,
+    _secondary,
+    _SeenHits,
+    _TracksStoresInFlight,
+    class_spec,
+    memory_primary_spec,
+)
+from tests.kvproto.testing.gallery_registry import Gallery
+
+CLASSES_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
 
 
 class HitsAnsweredFirst(MemoryTier):
@@ -40,6 +51,11 @@ class HitsAnsweredFirst(MemoryTier):
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         hits = sum(1 for key in keys if self.lookup(key, req_context) is lr.HIT)
         return [lr.HIT] * hits + [lr.MISS] * (len(keys) - hits)  # the bug: positions, not keys
+
+
+@CLASSES_GALLERY.fails("test_lookup_many_answers_in_key_order", "TIER-17", "in the order of the keys it is given")
+def hits_answered_first() -> TierSpec:
+    return _secondary(HitsAnsweredFirst)
 
 
 class OptimisticStoredEvent(_TracksStoresInFlight):
@@ -74,6 +90,11 @@ class OptimisticStoredEvent(_TracksStoresInFlight):
         return [*early, *(e for e in super().take_events() if e.kind is not EventKind.STORED)]
 
 
+@CLASSES_GALLERY.fails("test_stored_events_only_once_readable", "TIER-21", "only once it is readable")
+def optimistic_stored_event() -> TierSpec:
+    return _secondary(OptimisticStoredEvent)
+
+
 class EvictsWithoutRemoved(MemoryPrimaryTier):
     """Bug: lists the blocks a store evicts, but emits no REMOVED event for them (a reset's REMOVED
     event is kept)."""
@@ -96,6 +117,11 @@ class EvictsWithoutRemoved(MemoryPrimaryTier):
         return [*kept, *super().take_events()]
 
 
+@CLASSES_GALLERY.fails("test_events_follow_complete_store_and_eviction", "TIER-21", "no REMOVED event names")
+def evicts_without_removed() -> TierSpec:
+    return memory_primary_spec(EvictsWithoutRemoved)
+
+
 class FifoDeclaredLru(MemoryTier):
     """Bug: declares ``lru`` (and eviction, 16 blocks), but ``touch`` changes nothing: it evicts in
     the order blocks were stored."""
@@ -105,6 +131,11 @@ class FifoDeclaredLru(MemoryTier):
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
         return None  # the bug: recency is never refreshed
+
+
+@CLASSES_GALLERY.fails("test_touch_keeps_a_block_under_lru", "CAP-6", "touch must make a block recently used")
+def fifo_declared_lru() -> TierSpec:
+    return class_spec(FifoDeclaredLru, hooks=MEMORY_HOOKS)
 
 
 class SqliteIndexFromInit(MemoryTier):
@@ -119,6 +150,11 @@ class SqliteIndexFromInit(MemoryTier):
     def submit_store(self, job: TransferJob) -> None:
         self._db.execute("INSERT INTO stores VALUES (?)", (len(job.keys),))
         super().submit_store(job)
+
+
+@CLASSES_GALLERY.fails("test_driven_from_alternating_threads", "TIER-19", "on thread")
+def sqlite_index_from_init() -> TierSpec:
+    return _secondary(SqliteIndexFromInit)
 
 
 class RecentKeysPerThread(MemoryTier):
@@ -144,6 +180,11 @@ class RecentKeysPerThread(MemoryTier):
         return answer if key in self._recent() else lr.MISS
 
 
+@CLASSES_GALLERY.fails("test_jobs_and_lookups_on_two_threads", "TIER-20", "changing threads")
+def recent_keys_per_thread() -> TierSpec:
+    return _secondary(RecentKeysPerThread)
+
+
 class LayoutBlind(MemoryTier):
     """Bug: keys its storage by the block key alone, ignoring the model layout it was built for, so
     an instance for another layout over the same storage serves the first one's blocks."""
@@ -153,6 +194,11 @@ class LayoutBlind(MemoryTier):
         self.layout = layout
         if over is not None:
             self._store = over._store  # one storage (as one bucket); the bug: its keys leave out the layout
+
+
+@CLASSES_GALLERY.fails("test_another_layouts_blocks_never_load", "TIER-22", "must not load")
+def layout_blind() -> TierSpec:
+    return class_spec(LayoutBlind, hooks={**MEMORY_HOOKS, "reopen_other_layout": _other_layout})
 
 
 def _other_layout(tier: LayoutBlind, buffer: memoryview) -> LayoutBlind:
@@ -179,8 +225,9 @@ class ExistsCallInLookup(BlobTier):
         return [self.lookup(key, req_context) for key in keys]
 
 
-class _SeenHits(set[OffloadKey]):
-    """The keys a request was told HIT for (its scratch state, TIER-2)."""
+@CLASSES_GALLERY.fails("test_first_lookups_never_wait_for_a_slow_backend", "TIER-4", "it waited for backend I/O")
+def exists_call_in_lookup() -> TierSpec:
+    return class_spec(ExistsCallInLookup)
 
 
 class HitCachedForTheRequest(MemoryTier):
@@ -191,17 +238,16 @@ class HitCachedForTheRequest(MemoryTier):
         super().__init__(buffer, name="hit-cached-for-the-request")
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        seen = req_context.state(_SeenHits)
-        if key in seen:
-            return lr.HIT  # the bug: the request's verdict outlives what a load found
-        answer = super().lookup(key, req_context)
-        if answer is lr.HIT:
-            seen.add(key)
-        return answer
+        return _hit_remembered(super().lookup, key, req_context)  # the bug
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         req_context.drop_state(_SeenHits)
         super().on_request_finished(req_context)
+
+
+@CLASSES_GALLERY.fails("test_no_cached_hit_after_a_damaged_load", "TIER-4", "fail a load as damaged")
+def hit_cached_for_the_request() -> TierSpec:
+    return _secondary(HitCachedForTheRequest)
 
 
 class LastWriterWins(MemoryBackend):
@@ -221,81 +267,6 @@ class OverwritesBlocks(BlobTier):
         super().__init__(LastWriterWins(), buffer, config, name="overwrites-blocks", wrap=FaultyBackend)
 
 
-def hits_answered_first() -> TierSpec:
-    return _secondary(HitsAnsweredFirst)
-
-
-def optimistic_stored_event() -> TierSpec:
-    return _secondary(OptimisticStoredEvent)
-
-
-def evicts_without_removed() -> TierSpec:
-    return memory_primary_spec(EvictsWithoutRemoved)
-
-
-def fifo_declared_lru() -> TierSpec:
-    return TierSpec(
-        "FifoDeclaredLru", "secondary", FifoDeclaredLru, hooks=MEMORY_HOOKS, limits=_QUICK, tier_class=FifoDeclaredLru
-    )
-
-
-def sqlite_index_from_init() -> TierSpec:
-    return _secondary(SqliteIndexFromInit)
-
-
-def layout_blind() -> TierSpec:
-    return TierSpec(
-        "LayoutBlind", "secondary", LayoutBlind, hooks={**MEMORY_HOOKS, "reopen_other_layout": _other_layout},
-        limits=_QUICK, tier_class=LayoutBlind,
-    )
-
-
-def exists_call_in_lookup() -> TierSpec:
-    return TierSpec("ExistsCallInLookup", "secondary", ExistsCallInLookup, limits=_QUICK, tier_class=ExistsCallInLookup)
-
-
-def hit_cached_for_the_request() -> TierSpec:
-    return _secondary(HitCachedForTheRequest)
-
-
+@CLASSES_GALLERY.fails("test_a_stored_block_is_never_overwritten", "TIER-23", "must never be overwritten")
 def overwrites_blocks() -> TierSpec:
-    return TierSpec("OverwritesBlocks", "secondary", OverwritesBlocks, limits=_QUICK, tier_class=OverwritesBlocks)
-
-
-def recent_keys_per_thread() -> TierSpec:
-    return _secondary(RecentKeysPerThread)
-
-
-_HERE = __name__
-CLASSES_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:hits_answered_first": Expected(
-        "test_lookup_many_answers_in_key_order", "TIER-17", "in the order of the keys it is given"
-    ),
-    f"{_HERE}:optimistic_stored_event": Expected(
-        "test_stored_events_only_once_readable", "TIER-21", "only once it is readable"
-    ),
-    f"{_HERE}:evicts_without_removed": Expected(
-        "test_events_follow_complete_store_and_eviction", "TIER-21", "no REMOVED event names"
-    ),
-    f"{_HERE}:fifo_declared_lru": Expected(
-        "test_touch_keeps_a_block_under_lru", "CAP-6", "touch must make a block recently used"
-    ),
-    f"{_HERE}:sqlite_index_from_init": Expected(
-        "test_driven_from_alternating_threads", "TIER-19", "on thread"
-    ),
-    f"{_HERE}:layout_blind": Expected(
-        "test_another_layouts_blocks_never_load", "TIER-22", "must not load"
-    ),
-    f"{_HERE}:exists_call_in_lookup": Expected(
-        "test_first_lookups_never_wait_for_a_slow_backend", "TIER-4", "it waited for backend I/O"
-    ),
-    f"{_HERE}:hit_cached_for_the_request": Expected(
-        "test_no_cached_hit_after_a_damaged_load", "TIER-4", "fail a load as damaged"
-    ),
-    f"{_HERE}:overwrites_blocks": Expected(
-        "test_a_stored_block_is_never_overwritten", "TIER-23", "must never be overwritten"
-    ),
-    f"{_HERE}:recent_keys_per_thread": Expected(
-        "test_jobs_and_lookups_on_two_threads", "TIER-20", "changing threads"
-    ),
-}
+    return class_spec(OverwritesBlocks)

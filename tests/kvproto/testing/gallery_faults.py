@@ -9,20 +9,22 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import signal
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from kvproto import EventKind, OffloadingEvent, OffloadKey, envelope as env
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
-from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.file_blobs import FileBlobs
+from tests.kvproto.testing.gallery import class_spec
+from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.honest_tiers import ClockedPrimary, clocked_spec
+
+FAULTS_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
 
 
 def _private() -> BlobTierConfig:
@@ -50,6 +52,11 @@ class RetryReportsStored(BlobTier):
         super().__init__(MemoryBackend(), buffer, _private(), name="retry-reports-stored", wrap=_RetriesOnce)
 
 
+@FAULTS_GALLERY.fails("test_backend_write_faults_are_reported_truly", "TIER-10", "its publish failed twice below the tier")
+def retry_reports_stored() -> TierSpec:
+    return class_spec(RetryReportsStored)
+
+
 class HeaderOnlyVerification(BlobTier):
     """Bug: verifies the header of what it reads, never the size read or the payload's checksum (to
     save a pass over the block): a short or damaged read is served. (The engine's verification is
@@ -71,6 +78,11 @@ class HeaderOnlyVerification(BlobTier):
         setattr(ops, "_verify", header_only)  # noqa: B010 - replaces the engine's method on this instance
 
 
+@FAULTS_GALLERY.fails("test_backend_read_faults_never_serve_wrong_bytes", "TIER-10", "never serve it unchecked")
+def header_only_verification() -> TierSpec:
+    return class_spec(HeaderOnlyVerification)
+
+
 class _SaysCreated(FaultyBackend):
     """The tier's storage client: cannot tell a blob it created from one it found there."""
 
@@ -87,6 +99,11 @@ class ExistedVouchesNow(BlobTier):
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(MemoryBackend(), buffer, _private(), name="existed-vouches-now", wrap=_SaysCreated)
+
+
+@FAULTS_GALLERY.fails("test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged")
+def existed_vouches_now() -> TierSpec:
+    return class_spec(ExistedVouchesNow)
 
 
 class EvictsBlocksBeingLoaded(BlobTier):
@@ -116,72 +133,25 @@ class EvictsBlocksBeingLoaded(BlobTier):
         setattr(ledger, "evict", evict)  # noqa: B010 - replaces the engine's method on this instance
 
 
+@FAULTS_GALLERY.fails("test_eviction_racing_a_load", "TIER-4", "raced its eviction and the deletion of its blob")
 def evicts_blocks_being_loaded() -> TierSpec:
-    return TierSpec(
-        "EvictsBlocksBeingLoaded", "secondary", EvictsBlocksBeingLoaded, limits=_QUICK,
-        tier_class=EvictsBlocksBeingLoaded,
-    )
-
-
-def retry_reports_stored() -> TierSpec:
-    return TierSpec("RetryReportsStored", "secondary", RetryReportsStored, limits=_QUICK, tier_class=RetryReportsStored)
-
-
-def header_only_verification() -> TierSpec:
-    return TierSpec(
-        "HeaderOnlyVerification", "secondary", HeaderOnlyVerification, limits=_QUICK, tier_class=HeaderOnlyVerification
-    )
-
-
-def existed_vouches_now() -> TierSpec:
-    return TierSpec("ExistedVouchesNow", "secondary", ExistedVouchesNow, limits=_QUICK, tier_class=ExistedVouchesNow)
-
-
-_HERE = __name__
-FAULTS_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:retry_reports_stored": Expected(
-        "test_backend_write_faults_are_reported_truly", "TIER-10", "its publish failed twice below the tier"
-    ),
-    f"{_HERE}:header_only_verification": Expected(
-        "test_backend_read_faults_never_serve_wrong_bytes", "TIER-10", "never serve it unchecked"
-    ),
-    f"{_HERE}:evicts_blocks_being_loaded": Expected(
-        "test_eviction_racing_a_load", "TIER-4", "raced its eviction and the deletion of its blob"
-    ),
-    f"{_HERE}:existed_vouches_now": Expected(
-        "test_a_store_racing_a_damaged_load", "TIER-4", "raced a load that found it damaged"
-    ),
-}
+    return class_spec(EvictsBlocksBeingLoaded)
 
 
 # ---- crash consistency (TIER-24) ----------------------------------------------------------------
 _TORN = "after the header, before the payload"
-_roots: list[Path] = []
 
 
-def _fresh_root() -> Path:
-    if not _roots:
-        _roots.append(Path(tempfile.mkdtemp(prefix="kvproto-gallery-crash-")))
-        atexit.register(shutil.rmtree, _roots[0], True)
-    return Path(tempfile.mkdtemp(dir=_roots[0]))
-
-
-class _InPlaceFiles:
+class _InPlaceFiles(FileBlobs):
     """A file backend that writes each blob in place: it creates the file, sizes it, then writes its
     parts one by one (no temporary file, no rename)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         self.crash_at: str | None = None
 
-    def _path(self, name: str) -> Path:
-        return self.root / name
-
-    def prepare(self, namespace: str) -> None:
-        (self.root / namespace).mkdir(parents=True, exist_ok=True)
-
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        path = self._path(name)
+        path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -200,35 +170,12 @@ class _InPlaceFiles:
         return Published.CREATED
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        fd = os.open(self._path(name), os.O_RDONLY)
+        fd = os.open(self.root / name, os.O_RDONLY)
         try:
             os.preadv(fd, list(buffers), 0)
             return os.fstat(fd).st_size
         finally:
             os.close(fd)
-
-    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
-        out: list[int | None] = []
-        for name in names:
-            try:
-                out.append(os.stat(self._path(name)).st_size)
-            except FileNotFoundError:
-                out.append(None)
-        return out
-
-    def delete(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
-
-    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
-        base = self.root / namespace
-        for path in base.rglob("*.kvb"):
-            yield f"{namespace}/{path.relative_to(base).as_posix()}", path.stat().st_size
-
-    def clear(self, namespace: str) -> None:
-        shutil.rmtree(self.root / namespace, ignore_errors=True)
-
-    def close(self) -> None:
-        return None
 
 
 class PreallocatingFileTier(BlobTier):
@@ -237,8 +184,15 @@ class PreallocatingFileTier(BlobTier):
     create-if-absent then keeps (a later store finds it there)."""
 
     def __init__(self, buffer: memoryview, *, root: Path | None = None) -> None:
-        self.root = _fresh_root() if root is None else root
+        self.root = fresh_directory("kvproto-gallery-crash-") if root is None else root
         super().__init__(_InPlaceFiles(self.root), buffer, _private(), name="preallocating-file-tier", wrap=FaultyBackend)
+
+
+@FAULTS_GALLERY.fails("test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT")
+def preallocating_file_tier() -> TierSpec:
+    return class_spec(
+        PreallocatingFileTier, hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash}
+    )
 
 
 def _files(tier: PreallocatingFileTier) -> _InPlaceFiles:
@@ -259,18 +213,6 @@ def _arm_crash(tier: PreallocatingFileTier, point: str) -> None:
     _files(tier).crash_at = point
 
 
-def preallocating_file_tier() -> TierSpec:
-    return TierSpec(
-        "PreallocatingFileTier", "secondary", PreallocatingFileTier, limits=_QUICK, tier_class=PreallocatingFileTier,
-        hooks={"reopen": _reopen_files, "crash_points": _crash_points, "arm_crash": _arm_crash},
-    )
-
-
-FAULTS_GALLERY[f"{_HERE}:preallocating_file_tier"] = Expected(
-    "test_a_killed_writer_leaves_no_false_hit", "TIER-24", "must never answer HIT"
-)
-
-
 # ---- primary deadlines (TIER-25) -------------------------------------------------------------------
 class ExpiryFreesItsSlot(ClockedPrimary):
     """Bug: a write past its pending deadline gives its slot back at once (no quarantine): the next
@@ -283,13 +225,9 @@ class ExpiryFreesItsSlot(ClockedPrimary):
         self._free.append(self._quarantine.pop(key))  # the bug: reused before the late write lands
 
 
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived")
 def expiry_frees_its_slot() -> TierSpec:
     return clocked_spec(ExpiryFreesItsSlot)
-
-
-FAULTS_GALLERY[f"{_HERE}:expiry_frees_its_slot"] = Expected(
-    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived"
-)
 
 
 class ExpiresInMilliseconds(ClockedPrimary):
@@ -307,6 +245,11 @@ class ExpiresInMilliseconds(ClockedPrimary):
             self.now = seconds
 
 
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "a write is failed only past its deadline")
+def expires_in_milliseconds() -> TierSpec:
+    return clocked_spec(ExpiresInMilliseconds)
+
+
 class ExpiredWritesStayPending(ClockedPrimary):
     """Bug: ``has_pending_work`` counts the slots of expired writes, so a write that never completes
     keeps the tier busy forever (the deadline bounds nothing)."""
@@ -315,6 +258,11 @@ class ExpiredWritesStayPending(ClockedPrimary):
 
     def has_pending_work(self) -> bool:
         return super().has_pending_work() or self.quarantined_slots > 0  # the bug
+
+
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "no longer pending work")
+def expired_writes_stay_pending() -> TierSpec:
+    return clocked_spec(ExpiredWritesStayPending)
 
 
 class DeadlineAsAMethod(ClockedPrimary):
@@ -327,27 +275,9 @@ class DeadlineAsAMethod(ClockedPrimary):
         return 1.0
 
 
-def expires_in_milliseconds() -> TierSpec:
-    return clocked_spec(ExpiresInMilliseconds)
-
-
-def expired_writes_stay_pending() -> TierSpec:
-    return clocked_spec(ExpiredWritesStayPending)
-
-
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "must be None or a number of seconds")
 def deadline_as_a_method() -> TierSpec:
     return clocked_spec(DeadlineAsAMethod)
-
-
-FAULTS_GALLERY[f"{_HERE}:expires_in_milliseconds"] = Expected(
-    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "a write is failed only past its deadline"
-)
-FAULTS_GALLERY[f"{_HERE}:expired_writes_stay_pending"] = Expected(
-    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "no longer pending work"
-)
-FAULTS_GALLERY[f"{_HERE}:deadline_as_a_method"] = Expected(
-    "test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "must be None or a number of seconds"
-)
 
 
 class WrapperBesideTheJobs(BlobTier):
@@ -361,14 +291,9 @@ class WrapperBesideTheJobs(BlobTier):
         self.backend = FaultyBackend(memory)  # the bug: the jobs keep the unwrapped backend
 
 
+@FAULTS_GALLERY.fails("test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper")
 def wrapper_beside_the_jobs() -> TierSpec:
-    return TierSpec("wrapper-beside-the-jobs", "secondary", WrapperBesideTheJobs, limits=_QUICK,
-                    tier_class=WrapperBesideTheJobs)
-
-
-FAULTS_GALLERY[f"{_HERE}:wrapper_beside_the_jobs"] = Expected(
-    "test_backend_write_faults_are_reported_truly", "TIERKIT-8", "bypass the wrapper"
-)
+    return class_spec(WrapperBesideTheJobs, name="wrapper-beside-the-jobs")
 
 
 # ---- a byte budget (TIER-29) ----------------------------------------------------------------------
@@ -384,21 +309,14 @@ class EvictsButNeverDeletes(BlobTier):
         pass  # the bug: the evicted blobs stay
 
 
+@FAULTS_GALLERY.fails("test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept")
+def evicts_but_never_deletes() -> TierSpec:
+    return class_spec(EvictsButNeverDeletes, name="evicts-but-never-deletes", hooks={"read_block": _read_stored})
+
+
 def _read_stored(tier: object, key: OffloadKey) -> bytes | None:
     assert isinstance(tier, BlobTier) and isinstance(tier.backend, FaultyBackend)
     memory = tier.backend.inner
     assert isinstance(memory, MemoryBackend)
     data = memory.blobs.get(tier.name_of(key))
     return None if data is None else data[env.HEADER_BYTES :]
-
-
-def evicts_but_never_deletes() -> TierSpec:
-    return TierSpec(
-        "evicts-but-never-deletes", "secondary", EvictsButNeverDeletes, hooks={"read_block": _read_stored},
-        limits=_QUICK, tier_class=EvictsButNeverDeletes,
-    )
-
-
-FAULTS_GALLERY[f"{_HERE}:evicts_but_never_deletes"] = Expected(
-    "test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept"
-)

@@ -15,10 +15,15 @@ from kvproto.tierkit import HeldReads
 
 from kvproto_fs import FsTier, FsTierConfig
 from kvproto_fs._conformance import FS_HOOKS, fresh_root
-from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_registry import Gallery
 
 _HOOKS = {name: hook for name, hook in FS_HOOKS.items() if name in ("reopen", "read_block", "seed_block")}
 _FAULT_HOOKS = {**_HOOKS, "fail_keys": FS_HOOKS["fail_keys"]}
+
+
+HITS_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
 
 
 class ClosesEarly(ForwardingBackend):
@@ -50,6 +55,12 @@ class LeaksPastBound(FsTier):
         self.capabilities = replace(self.capabilities, max_hold_steps=2)  # the bug: the engine holds 64
 
 
+@HITS_GALLERY.fails("test_held_hits_are_released_on_every_path", "TIER-26", "still held after 2 end-of-step hooks")
+def leaks_handles_past_bound() -> TierSpec:
+    return TierSpec("leaks-handles-past-bound", "secondary", _leaks_past_bound, hooks=_HOOKS, limits=_QUICK,
+                    tier_class=LeaksPastBound)
+
+
 def _leaks_past_bound(buffer: memoryview) -> LeaksPastBound:
     return LeaksPastBound(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-past-bound")
 
@@ -77,33 +88,16 @@ class LeaksFailedLoads(FsTier):
             holds.backend.close_held(handle)
 
 
-def _leaks_failed_loads(buffer: memoryview) -> LeaksFailedLoads:
-    return LeaksFailedLoads(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-failed-loads")
-
-
-def closes_handle_early() -> TierSpec:
-    return TierSpec("closes-handle-early", "secondary", _closes_early, hooks=_HOOKS, limits=_QUICK, tier_class=FsTier)
-
-
-def leaks_handles_past_bound() -> TierSpec:
-    return TierSpec("leaks-handles-past-bound", "secondary", _leaks_past_bound, hooks=_HOOKS, limits=_QUICK,
-                    tier_class=LeaksPastBound)
-
-
+@HITS_GALLERY.fails("test_held_hits_are_released_after_a_failed_load", "TIER-26", "still held after a load of the keys")
 def leaks_handles_of_failed_loads() -> TierSpec:
     return TierSpec("leaks-handles-of-failed-loads", "secondary", _leaks_failed_loads, hooks=_FAULT_HOOKS,
                     limits=_QUICK, tier_class=LeaksFailedLoads)
 
 
-_HERE = __name__
-HITS_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:closes_handle_early": Expected(
-        "test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance"
-    ),
-    f"{_HERE}:leaks_handles_past_bound": Expected(
-        "test_held_hits_are_released_on_every_path", "TIER-26", "still held after 2 end-of-step hooks"
-    ),
-    f"{_HERE}:leaks_handles_of_failed_loads": Expected(
-        "test_held_hits_are_released_after_a_failed_load", "TIER-26", "still held after a load of the keys"
-    ),
-}
+def _leaks_failed_loads(buffer: memoryview) -> LeaksFailedLoads:
+    return LeaksFailedLoads(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-failed-loads")
+
+
+@HITS_GALLERY.fails("test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance")
+def closes_handle_early() -> TierSpec:
+    return TierSpec("closes-handle-early", "secondary", _closes_early, hooks=_HOOKS, limits=_QUICK, tier_class=FsTier)

@@ -1,17 +1,29 @@
 """Every gallery tier (KIT-13): each gallery module's ``kvproto conform`` targets, with the check each
 must fail and the clause it must fail on. Gathered here, not in gallery.py, so that no gallery module
 imports another that imports it back: each module is a target on its own
-(``kvproto conform tests.kvproto.testing.gallery_io:one_call_io``)."""
+(``kvproto conform tests.kvproto.testing.gallery_io:one_call_io``).
+
+How to register (gallery_registry.py): a gallery module makes one ``X_GALLERY = Gallery()`` and
+decorates each factory, right below the broken class it builds, with what it must fail::
+
+    @X_GALLERY.fails("test_the_check", "TIER-18", "words the reason holds")
+    def the_broken_tier() -> TierSpec:
+        return _spec(TheBrokenTier)
+
+The decorator records ``"<module>:the_broken_tier"`` and returns the factory unchanged (still the
+module attribute the target names); add ``**X_GALLERY`` to ``GALLERY`` below. A module written as a
+``dict[str, Expected]`` literal converts entry by entry: each entry becomes its factory's decorator."""
 
 from __future__ import annotations
 
-from tests.kvproto.testing.gallery import GALLERY as _MEMORY, Expected
+from tests.kvproto.testing.gallery import GALLERY as _MEMORY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
 from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
 from tests.kvproto.testing.gallery_hits import HITS_GALLERY
 from tests.kvproto.testing.gallery_io import IO_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
+from tests.kvproto.testing.gallery_registry import Expected
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
 
 __all__ = ["GALLERY", "Expected"]

@@ -9,44 +9,44 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, Published
 
 from kvproto_fs._conformance import KitFileOps
 from kvproto_fs._io import read_full, write_full
-from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.file_blobs import FileBlobs
+from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_registry import Gallery
 
-_roots: list[Path] = []
-
-
-def _fresh_root() -> Path:
-    if not _roots:
-        _roots.append(Path(tempfile.mkdtemp(prefix="kvproto-gallery-io-")))
-        atexit.register(shutil.rmtree, _roots[0], True)
-    return Path(tempfile.mkdtemp(dir=_roots[0]))
+IO_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
 
 
-class _Files:
+def _spec(cls: type[_FileTier]) -> TierSpec:
+    return TierSpec(
+        cls.__name__, "secondary", cls, limits=_QUICK, tier_class=cls,
+        hooks={"short_io": _short_io, "fail_io": _fail_io},
+    )
+
+
+class _Files(FileBlobs):
     """Blobs as files (temp file + link, create-if-absent), every read and write through ``ops``.
     ``one_call``: one ``pwritev``/``preadv`` per blob, its count never looked at; ``close_on_error``:
     a write that raises closes its file."""
 
     def __init__(self, root: Path, *, one_call: bool, close_on_error: bool) -> None:
-        self.root = root
+        super().__init__(root)
         self.ops = KitFileOps()
         self._one_call = one_call
         self._close_on_error = close_on_error
 
     def prepare(self, namespace: str) -> None:
-        (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)
+        (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)  # also after a clear
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
         final = self.root / name
@@ -86,34 +86,10 @@ class _Files:
         finally:
             os.close(fd)
 
-    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
-        out: list[int | None] = []
-        for name in names:
-            try:
-                out.append(os.stat(self.root / name).st_size)
-            except FileNotFoundError:
-                out.append(None)
-        return out
-
-    def delete(self, name: str) -> None:
-        (self.root / name).unlink(missing_ok=True)
-
-    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
-        base = self.root / namespace
-        for path in base.rglob("*.kvb"):
-            yield f"{namespace}/{path.relative_to(base).as_posix()}", path.stat().st_size
-
-    def clear(self, namespace: str) -> None:
-        shutil.rmtree(self.root / namespace, ignore_errors=True)
-        (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)
-
-    def close(self) -> None:
-        return None
-
 
 class _FileTier(BlobTier):
     def __init__(self, buffer: memoryview, *, one_call: bool, close_on_error: bool, name: str) -> None:
-        self.files = _Files(_fresh_root(), one_call=one_call, close_on_error=close_on_error)
+        self.files = _Files(fresh_directory("kvproto-gallery-io-"), one_call=one_call, close_on_error=close_on_error)
         config = BlobTierConfig(shared=False, start_in_background=False)
         super().__init__(self.files, buffer, config, name=name, wrap=FaultyBackend)
 
@@ -127,6 +103,11 @@ class OneCallIo(_FileTier):
         super().__init__(buffer, one_call=True, close_on_error=True, name="one-call-io")
 
 
+@IO_GALLERY.fails("test_short_transfers_move_every_byte", "TIER-30", "but its load failed")
+def one_call_io() -> TierSpec:
+    return _spec(OneCallIo)
+
+
 class LeaksOnIoError(_FileTier):
     """Bug: a write that raises (EIO, ENOSPC) leaves its file open: every failed store leaks a
     descriptor, until the process runs out."""
@@ -135,33 +116,14 @@ class LeaksOnIoError(_FileTier):
         super().__init__(buffer, one_call=False, close_on_error=False, name="leaks-on-io-error")
 
 
+@IO_GALLERY.fails("test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "a failed transfer must close what it opened")
+def leaks_on_io_error() -> TierSpec:
+    return _spec(LeaksOnIoError)
+
+
 def _short_io(tier: _FileTier, max_bytes: int) -> None:
     tier.files.ops.max_bytes = max_bytes
 
 
 def _fail_io(tier: _FileTier, n: int) -> None:
     tier.files.ops.fail = n
-
-
-def _spec(cls: type[_FileTier]) -> TierSpec:
-    return TierSpec(
-        cls.__name__, "secondary", cls, limits=_QUICK, tier_class=cls,
-        hooks={"short_io": _short_io, "fail_io": _fail_io},
-    )
-
-
-def one_call_io() -> TierSpec:
-    return _spec(OneCallIo)
-
-
-def leaks_on_io_error() -> TierSpec:
-    return _spec(LeaksOnIoError)
-
-
-_HERE = __name__
-IO_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:one_call_io": Expected("test_short_transfers_move_every_byte", "TIER-30", "but its load failed"),
-    f"{_HERE}:leaks_on_io_error": Expected(
-        "test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "a failed transfer must close what it opened"
-    ),
-}

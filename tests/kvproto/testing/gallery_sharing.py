@@ -14,7 +14,19 @@ from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members a
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend
 
-from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.gallery import _QUICK, _hit_remembered, _SeenHits
+from tests.kvproto.testing.gallery_registry import Gallery
+
+SHARING_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+
+def _reopen(tier: _Shared, buffer: memoryview) -> _Shared:
+    return type(tier)(buffer, storage=tier.storage())
+
+
+def _spec(cls: type[_Shared]) -> TierSpec:
+    return TierSpec(cls.__name__, "secondary", cls, hooks={"reopen": _reopen}, limits=_QUICK, tier_class=cls)
 
 
 class _Shared(BlobTier):
@@ -59,6 +71,11 @@ class MissRememberedAcrossRequests(_Shared):
         super().submit_store(job)
 
 
+@SHARING_GALLERY.fails("test_verdicts_never_outlive_their_request", "TIER-18", "outlived that request")
+def miss_remembered_across_requests() -> TierSpec:
+    return _spec(MissRememberedAcrossRequests)
+
+
 class FinishCancelsPendingChecks(_Shared):
     """Bug: a finishing request cancels the existence checks queued for it, and with them those
     queued for every other request (one queue): their lookups never resolve as the storage says."""
@@ -70,8 +87,9 @@ class FinishCancelsPendingChecks(_Shared):
         self._probe._queue.clear()  # the bug: the queue is shared by every request
 
 
-class _HitsSeen(set[OffloadKey]):
-    """The keys a request was told HIT for (its scratch state, TIER-2)."""
+@SHARING_GALLERY.fails("test_verdicts_never_outlive_their_request", "TIER-18", "must not disturb another's pending lookups")
+def finish_cancels_pending_checks() -> TierSpec:
+    return _spec(FinishCancelsPendingChecks)
 
 
 class HitKeptForTheRequest(_Shared):
@@ -81,20 +99,19 @@ class HitKeptForTheRequest(_Shared):
     tier_name = "hit-kept-for-the-request"
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        seen = req_context.state(_HitsSeen)
-        if key in seen:
-            return lr.HIT  # the bug: the request's verdict outlives what its load found
-        answer = super().lookup(key, req_context)
-        if answer is lr.HIT:
-            seen.add(key)
-        return answer
+        return _hit_remembered(super().lookup, key, req_context)  # the bug
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         return [self.lookup(key, req_context) for key in keys]
 
     def on_request_finished(self, req_context: ReqContext) -> None:
-        req_context.drop_state(_HitsSeen)
+        req_context.drop_state(_SeenHits)
         super().on_request_finished(req_context)
+
+
+@SHARING_GALLERY.fails("test_no_hit_after_a_failed_load_in_a_live_request", "TIER-4", "whose load of it had just failed")
+def hit_kept_for_the_request() -> TierSpec:
+    return _spec(HitKeptForTheRequest)
 
 
 _LIST_FROM = 16  # the batch size from which the next tier answers from a listing
@@ -123,42 +140,6 @@ class ListsOnlyTheFirstPage(_Shared):
         super().__init__(buffer, storage=_FirstPageListing() if storage is None else storage)
 
 
-def _reopen(tier: _Shared, buffer: memoryview) -> _Shared:
-    return type(tier)(buffer, storage=tier.storage())
-
-
-def _spec(cls: type[_Shared]) -> TierSpec:
-    return TierSpec(cls.__name__, "secondary", cls, hooks={"reopen": _reopen}, limits=_QUICK, tier_class=cls)
-
-
-def miss_remembered_across_requests() -> TierSpec:
-    return _spec(MissRememberedAcrossRequests)
-
-
-def finish_cancels_pending_checks() -> TierSpec:
-    return _spec(FinishCancelsPendingChecks)
-
-
-def hit_kept_for_the_request() -> TierSpec:
-    return _spec(HitKeptForTheRequest)
-
-
+@SHARING_GALLERY.fails("test_a_large_batch_sees_the_other_instances_blocks", "TIER-32", "must decide what per-key checks decide")
 def lists_only_the_first_page() -> TierSpec:
     return _spec(ListsOnlyTheFirstPage)
-
-
-_HERE = __name__
-SHARING_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:miss_remembered_across_requests": Expected(
-        "test_verdicts_never_outlive_their_request", "TIER-18", "outlived that request"
-    ),
-    f"{_HERE}:finish_cancels_pending_checks": Expected(
-        "test_verdicts_never_outlive_their_request", "TIER-18", "must not disturb another's pending lookups"
-    ),
-    f"{_HERE}:lists_only_the_first_page": Expected(
-        "test_a_large_batch_sees_the_other_instances_blocks", "TIER-32", "must decide what per-key checks decide"
-    ),
-    f"{_HERE}:hit_kept_for_the_request": Expected(
-        "test_no_hit_after_a_failed_load_in_a_live_request", "TIER-4", "whose load of it had just failed"
-    ),
-}

@@ -8,13 +8,12 @@ behind it) and reads its report.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli import kvproto_cli as main
+from tests.cli import conform_report
 
 HERE = "tests.kvproto.testing.trust_tiers"
 #: The clauses a tier whose storage is down used to be blamed on (none of them broken).
@@ -22,10 +21,7 @@ FALSE_BLAMES = {"TIER-14", "TIER-5", "TIER-12", "TIER-16", "KIT-5"}
 
 
 def _conform(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    report = tmp_path / "report.json"
-    code = main(["conform", *args, "--no-typecheck", "--profile", "fast", "--json", str(report)])
-    data: dict[str, Any] = json.loads(report.read_text())
-    return code, data
+    return conform_report(tmp_path, *args, "--profile", "fast")
 
 
 def test_a_tier_whose_storage_is_down_gets_one_preflight_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,6 @@ refused with a suggestion; the root cause said first, later failures with the sa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -18,7 +17,7 @@ import pytest
 from kvproto import MemoryTier
 from kvproto.testing import MEMORY_HOOKS, TierSpec
 
-from tests.cli import kvproto_cli as main
+from tests.cli import conform_report, kvproto_cli as main, tier_checks as _checks
 from tests.kvproto.testing.gallery import BlockingLookup
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,16 +26,7 @@ GALLERY = "tests.kvproto.testing.gallery"
 
 
 def _conform(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    report = tmp_path / "report.json"
-    code = main(["conform", *args, "--no-typecheck", "--profile", "fast", "--json", str(report)])
-    data: dict[str, Any] = json.loads(report.read_text())
-    return code, data
-
-
-def _checks(data: dict[str, Any]) -> list[dict[str, Any]]:
-    (tier,) = data["tiers"]
-    checks: list[dict[str, Any]] = tier["checks"]
-    return checks
+    return conform_report(tmp_path, *args, "--profile", "fast")
 
 
 def test_conform_writes_nothing_into_the_current_directory(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ import pytest
 from kvproto.testing import FaultyBackend, SecondaryDriver, TierSpec
 
 from tests.cli import kvproto_cli
+from tests.impls.obj.serving import serve_in_process
 from tests.kvproto.testing.gallery_index import GALLERY
 
 RUNS = 10
@@ -109,14 +110,7 @@ def test_an_in_memory_reference_tier_gets_the_same_verdict_every_run(tier: str) 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[object]:
-    pytest.importorskip("moto.server", reason="moto[server] is not installed: pip install -e '.[dev]' (./dev does it)")
-    from tests.impls.obj._support import S3ServerProcess
-
-    server = S3ServerProcess()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve_in_process()
 
 
 _S3_ENDPOINT = "KVPROTO_DETERMINISM_S3_ENDPOINT"

@@ -9,7 +9,6 @@ separate pytest run is needed) against the targets of misfits.py and gallery.py,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,25 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.cli import kvproto_cli as main
+from tests.cli import conform_report as _conform, kvproto_cli as main, tier_checks as _checks
 
 ROOT = Path(__file__).resolve().parents[3]
 MISFITS = "tests.kvproto.testing.misfits"
 GALLERY = "tests.kvproto.testing.gallery"
 STEPS = "Steps that led to it"
-
-
-def _conform(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    report = tmp_path / "report.json"
-    code = main(["conform", *args, "--no-typecheck", "--json", str(report)])
-    data: dict[str, Any] = json.loads(report.read_text())
-    return code, data
-
-
-def _checks(data: dict[str, Any]) -> list[dict[str, Any]]:
-    (tier,) = data["tiers"]
-    checks: list[dict[str, Any]] = tier["checks"]
-    return checks
 
 
 def _machine(tmp_path: Path, target: str, profile: str = "fast") -> tuple[int, dict[str, Any]]:

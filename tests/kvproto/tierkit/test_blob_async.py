@@ -8,15 +8,16 @@ tier, on the backend's synchronous face.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend, SecondaryTierTests
+from kvproto import SecondaryTier, envelope as env
+from kvproto.testing import FaultyBackend
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv
+from tests.kvproto.tierkit.test_blob_kit import MemoryBlobHooks
 
 
 class AsyncMemory:
@@ -85,19 +86,10 @@ class TestAsyncMemoryBackend(BlobBackendCases):
             tier = BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="amem", wrap=FaultyBackend)
             return _memory(tier)[:2]
 
-        def damage(tier: BlobTier, k: OffloadKey) -> None:
-            blobs = _memory(tier)[2].blobs
-            data = bytearray(blobs[tier.name_of(k)])
-            data[-1] ^= 0xFF
-            blobs[tier.name_of(k)] = bytes(data)
-
-        def stored(tier: BlobTier, k: OffloadKey) -> bool:
-            return tier.name_of(k) in _memory(tier)[2].blobs
-
-        return BlobEnv(build, damage, stored)
+        return BlobEnv.over_memory(build, lambda tier: _memory(tier)[2])
 
 
-class TestSharedAsyncMemoryBlobTier(SecondaryTierTests):
+class TestSharedAsyncMemoryBlobTier(MemoryBlobHooks):
     """The kit over the asynchronous flavour, shared mode with a budget (every capability declared)."""
 
     kit_profile = "fast"
@@ -111,18 +103,5 @@ class TestSharedAsyncMemoryBlobTier(SecondaryTierTests):
         blob, _, memory = _memory(tier)
         return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
 
-    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
-        blob, _, memory = _memory(tier)
-        data = memory.blobs.get(blob.name_of(key))
-        return None if data is None else data[env.HEADER_BYTES :]
-
-    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
-        blob, _, memory = _memory(tier)
-        memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
-        blob.vouch_for([key])
-
-    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
-        _memory(tier)[1].fail_next_jobs(n)
-
-    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _memory(tier)[1].fail_keys(keys)
+    def parts(self, tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
+        return _memory(tier)

@@ -33,6 +33,23 @@ class BlobEnv:
     damage: Callable[[BlobTier, OffloadKey], None]
     stored: Callable[[BlobTier, OffloadKey], bool]
 
+    @classmethod
+    def over_memory(
+        cls, build: Callable[[BlobTierConfig], tuple[BlobTier, FaultyBackend]], memory: Callable[[BlobTier], MemoryBackend]
+    ) -> BlobEnv:
+        """The env of tiers whose blobs sit in a MemoryBackend, ``memory(tier)``."""
+
+        def damage(tier: BlobTier, k: OffloadKey) -> None:
+            blobs = memory(tier).blobs
+            data = bytearray(blobs[tier.name_of(k)])
+            data[-1] ^= 0xFF
+            blobs[tier.name_of(k)] = bytes(data)
+
+        def stored(tier: BlobTier, k: OffloadKey) -> bool:
+            return tier.name_of(k) in memory(tier).blobs
+
+        return cls(build, damage, stored)
+
 
 def key(i: int) -> OffloadKey:
     return make_key(i.to_bytes(8, "big") * 2, 0)
@@ -205,13 +222,4 @@ class TestMemoryBackend(BlobBackendCases):
             backends[id(tier)] = memory
             return tier, faulty
 
-        def damage(tier: BlobTier, k: OffloadKey) -> None:
-            blobs = backends[id(tier)].blobs
-            data = bytearray(blobs[tier.name_of(k)])
-            data[-1] ^= 0xFF
-            blobs[tier.name_of(k)] = bytes(data)
-
-        def stored(tier: BlobTier, k: OffloadKey) -> bool:
-            return tier.name_of(k) in backends[id(tier)].blobs
-
-        return BlobEnv(build, damage, stored)
+        return BlobEnv.over_memory(build, lambda tier: backends[id(tier)])

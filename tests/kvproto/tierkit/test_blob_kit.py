@@ -20,7 +20,31 @@ def _parts(tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend]
     return tier, faulty, memory
 
 
-class _MemoryBlobKit(SecondaryTierTests):
+class MemoryBlobHooks(SecondaryTierTests):
+    """The kit's storage hooks for a BlobTier whose blobs a MemoryBackend holds, its faults injected by
+    a FaultyBackend; :meth:`parts` finds the three in a tier (test_blob_async.py's flavour too)."""
+
+    def parts(self, tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
+        return _parts(tier)
+
+    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
+        blob, _, memory = self.parts(tier)
+        data = memory.blobs.get(blob.name_of(key))
+        return None if data is None else data[env.HEADER_BYTES :]
+
+    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
+        blob, _, memory = self.parts(tier)
+        memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
+        blob.vouch_for([key])
+
+    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
+        self.parts(tier)[1].fail_next_jobs(n)
+
+    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
+        self.parts(tier)[1].fail_keys(keys)
+
+
+class _MemoryBlobKit(MemoryBlobHooks):
     kit_profile = "fast"
     config = BlobTierConfig()
 
@@ -31,22 +55,6 @@ class _MemoryBlobKit(SecondaryTierTests):
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         blob, _, memory = _parts(tier)
         return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
-
-    def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
-        blob, _, memory = _parts(tier)
-        data = memory.blobs.get(blob.name_of(key))
-        return None if data is None else data[env.HEADER_BYTES :]
-
-    def seed_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
-        blob, _, memory = _parts(tier)
-        memory.blobs[blob.name_of(key)] = env.encode(key, data, blob.namespace)
-        blob.vouch_for([key])
-
-    def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
-        _parts(tier)[1].fail_next_jobs(n)
-
-    def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        _parts(tier)[1].fail_keys(keys)
 
     def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
         blob, _, memory = _parts(tier)

@@ -62,11 +62,12 @@ class ThreadedAsync:
         return self.inner.refuse(keys, store=store)
 
 
-class Gate:
+class Gate(wrapped.AsyncMemory):
     """A MemoryBackend behind coroutines that count operations in flight and can hang until opened."""
 
     def __init__(self, *, hang: bool = False, delay_s: float = 0.0) -> None:
-        self.memory = MemoryBackend()
+        super().__init__(MemoryBackend())
+        self.memory = self.inner
         self.delay_s = delay_s
         self.open = threading.Event()
         if not hang:
@@ -86,9 +87,6 @@ class Gate:
         finally:
             self.in_flight -= 1
 
-    async def prepare(self, namespace: str) -> None:
-        self.memory.prepare(namespace)
-
     async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
         if name.endswith(".kvb"):
             await self._op()
@@ -97,22 +95,6 @@ class Gate:
     async def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
         await self._op()
         return self.memory.read_into(name, buffers)
-
-    async def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
-        return self.memory.sizes(names)
-
-    async def delete(self, name: str) -> None:
-        self.memory.delete(name)
-
-    async def list_blobs(self, namespace: str) -> AsyncIterator[tuple[str, int]]:
-        for item in self.memory.list_blobs(namespace):
-            yield item
-
-    async def clear(self, namespace: str) -> None:
-        self.memory.clear(namespace)
-
-    async def close(self) -> None:
-        pass
 
 
 def _typed(a: ThreadedAsync, b: Gate) -> tuple[AsyncBlobBackend, AsyncBlobBackend]:
@@ -139,16 +121,7 @@ class TestLoopJobsCases(BlobBackendCases):
         def build(config: BlobTierConfig) -> tuple[BlobTier, FaultyBackend]:
             return _parts(_loop_tier(config))[:2]
 
-        def damage(tier: BlobTier, k: OffloadKey) -> None:
-            blobs = _parts(tier)[2].blobs
-            data = bytearray(blobs[tier.name_of(k)])
-            data[-1] ^= 0xFF
-            blobs[tier.name_of(k)] = bytes(data)
-
-        def stored(tier: BlobTier, k: OffloadKey) -> bool:
-            return tier.name_of(k) in _parts(tier)[2].blobs
-
-        return BlobEnv(build, damage, stored)
+        return BlobEnv.over_memory(build, lambda tier: _parts(tier)[2])
 
 
 class TestLoopJobsKit(wrapped.TestSharedAsyncMemoryBlobTier):
@@ -170,16 +143,23 @@ def _gated(gate: Gate, **options: object) -> BlobTier:
     return tier
 
 
+def _stored(tier: BlobTier, n: int) -> tuple[_Jobs, list[OffloadKey]]:
+    """Keys 0..n-1 written into slots 0..n-1 and stored by one job that succeeded: the tier's job
+    driver and the keys."""
+    jobs = _Jobs(tier)
+    keys = [key(i) for i in range(n)]
+    for slot, k in enumerate(keys):
+        _fill(tier, slot, k)
+    assert jobs.run(keys, load=False).success
+    return jobs, keys
+
+
 def test_jobs_run_on_the_loop_not_on_worker_threads() -> None:
     """An unwrapped asynchronous backend's operations all run on the tier's loop thread; no pool thread starts."""
     gate = Gate()
     tier = _gated(gate)
     try:
-        jobs = _Jobs(tier)
-        keys = [key(i) for i in range(8)]
-        for slot, k in enumerate(keys):
-            _fill(tier, slot, k)
-        assert jobs.run(keys, load=False).success
+        jobs, keys = _stored(tier, 8)
         assert jobs.run(keys, load=True, slot0=8).success
         assert bytes(tier._flat[8 * BLOCK : 16 * BLOCK]) == bytes(tier._flat[: 8 * BLOCK])
         assert gate.threads == {"kvproto-gate-loop"}
@@ -194,11 +174,7 @@ def test_operations_in_flight_are_bounded_per_kind(load: bool) -> None:
     gate = Gate(delay_s=0.02)
     tier = _gated(gate, read_threads=3, write_threads=2)
     try:
-        jobs = _Jobs(tier)
-        keys = [key(i) for i in range(12)]
-        for slot, k in enumerate(keys):
-            _fill(tier, slot, k)
-        assert jobs.run(keys, load=False).success
+        jobs, keys = _stored(tier, 12)
         gate.most_in_flight = 0
         submitted = [jobs.submit(keys[i : i + 4], load=load, slot0=i) for i in range(0, 12, 4)]
         assert all(jobs.wait(j).success for j in submitted)
@@ -254,11 +230,7 @@ def test_shutdown_joins_the_threads_a_backend_started_through_the_loop() -> None
     """A backend awaiting ``asyncio.to_thread`` starts the loop's executor threads: shutdown joins them (TIER-16)."""
     before = set(threading.enumerate())
     tier = _loop_tier(BlobTierConfig())
-    jobs = _Jobs(tier)
-    keys = [key(i) for i in range(4)]
-    for slot, k in enumerate(keys):
-        _fill(tier, slot, k)
-    assert jobs.run(keys, load=False).success
+    jobs, keys = _stored(tier, 4)
     started = [t for t in set(threading.enumerate()) - before if t.name.startswith("asyncio_")]
     assert started  # the backend did use the executor: the check below is not vacuous
     tier.shutdown()

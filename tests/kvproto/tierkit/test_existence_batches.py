@@ -185,17 +185,24 @@ def test_a_failing_chunk_degrades_per_key_and_the_batch_still_ends() -> None:
         assert tier.stats.probe_errors == 1
 
 
+def _first_chunk_held(tier: BlobTier, backend: BatchedMemory) -> list[OffloadKey]:
+    """150 keys looked up (RETRY) and their batch started, its first chunk held in ``backend`` (its
+    ``gate`` cleared) until the caller sets the gate: the keys."""
+    backend.gate.clear()
+    keys = [_key(i) for i in range(150)]
+    for k in keys:
+        assert tier.lookup(k, ReqContext("one")) is lr.RETRY
+    tier.on_step_end()
+    assert backend.in_first_chunk.wait(10)
+    return keys
+
+
 def test_a_reset_during_a_batch_skips_its_other_chunks_and_ends_it() -> None:
     """AP-10, TIERKIT-7: ``reset_cache`` while the first chunk is being checked: the chunks not started
     are not asked (their answers would be ignored, AP-3) and the batch ends."""
     backend = BatchedMemory()
-    backend.gate.clear()
     with _tier(backend) as tier:
-        keys = [_key(i) for i in range(150)]
-        for k in keys:
-            assert tier.lookup(k, ReqContext("one")) is lr.RETRY
-        tier.on_step_end()
-        assert backend.in_first_chunk.wait(10)
+        _first_chunk_held(tier, backend)
         assert tier.reset_cache()
         backend.gate.set()
         assert tier.wait_idle()
@@ -207,13 +214,8 @@ def test_a_shutdown_during_a_batch_skips_its_other_chunks_and_ends_it() -> None:
     """AP-8, AP-10, TIERKIT-7: shutdown while the first chunk is being checked: once it is back, the
     chunks not started are MISS without a call and the batch ends before shutdown returns."""
     backend = BatchedMemory()
-    backend.gate.clear()
     with _tier(backend) as tier:
-        keys = [_key(i) for i in range(150)]
-        for k in keys:
-            assert tier.lookup(k, ReqContext("one")) is lr.RETRY
-        tier.on_step_end()
-        assert backend.in_first_chunk.wait(10)
+        keys = _first_chunk_held(tier, backend)
         closing = threading.Thread(target=tier.shutdown)
         closing.start()
         probe = tier._probe  # the condition to wait for: the probe is stopping (no public view of it)
