@@ -171,7 +171,7 @@ class FileBackend:
                     raise
                 self.direct.refuse(self._dev, exc)
                 direct = False
-                _set_direct(fd, on=False)
+                _set_direct(ops, fd, on=False)
                 got = read_full(ops, fd, buffers, 0)
             else:
                 buffers[0][:] = head
@@ -194,7 +194,7 @@ class FileBackend:
         """As :meth:`read_into`, from the descriptor opened at the HIT (O_DIRECT switched on when the row allows)."""
         if type(handle) is not int:
             raise TypeError(f"FileBackend.read_held: not a descriptor: {handle!r:.40}")
-        return self._read_fd(handle, buffers, self._direct_ok(buffers) and _set_direct(handle, on=True))
+        return self._read_fd(handle, buffers, self._direct_ok(buffers) and _set_direct(self._ops, handle, on=True))
 
     def close_held(self, handle: object) -> None:
         """Close the descriptor."""
@@ -372,11 +372,11 @@ class FileBackend:
             self._count("swept_temps", swept)
 
 
-def _set_direct(fd: int, *, on: bool) -> bool:
+def _set_direct(ops: FileOps, fd: int, *, on: bool) -> bool:
     """Switch O_DIRECT on or off for ``fd``; False if the filesystem refuses (the read is then buffered)."""
     try:
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+        flags = ops.fcntl(fd, fcntl.F_GETFL)
+        ops.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
     except OSError:
         return False
     return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ KIT_BLOCKS_BUDGET = 48
 """The kit's tier keeps at most this many blocks (a budget that the state machines drive into eviction)."""
 
 _parent: Path | None = None
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 
 
 def fresh_root() -> Path:
@@ -39,15 +41,43 @@ def fresh_root() -> Path:
 
 
 class KitFileOps(FileOps):
-    """The system calls of the kit's FsTier, with the kit's faults inside the tier's transfer code:
-    ``max_bytes`` (> 0: each ``preadv``/``pwritev`` moves at most that many bytes, a short transfer)
-    and ``fail`` (the next ``fail`` of them raise ``OSError(EIO)``). The hooks ``short_io`` and
-    ``fail_io`` (TIER-30, TIER-31) set them."""
+    """The system calls of the kit's FsTier, with the kit's faults inside the tier's storage code:
+
+    * ``max_bytes`` (> 0: each ``preadv``/``pwritev`` moves at most that many bytes, a short transfer)
+      and ``fail`` (the next ``fail`` of them raise ``OSError(EIO)``): the hooks ``short_io`` and
+      ``fail_io`` (TIER-30, TIER-31);
+    * ``direct_after`` (>= 0: that many direct-I/O calls work, every later one raises ``EINVAL`` as
+      tmpfs, some FUSE and NFS mounts answer O_DIRECT; a direct-I/O call is an ``open`` with O_DIRECT,
+      an ``fcntl(F_SETFL)`` switching O_DIRECT on, and a transfer on a descriptor in O_DIRECT mode;
+      negative: off): the hook ``refuse_direct`` (TIER-35);
+    * ``vanish`` (the next ``vanish`` ``link`` calls raise ``ENOENT``, as when another instance's
+      ``reset_cache`` removed the block's directory between its ``mkdir`` and the link): the hook
+      ``lose_directories`` (TIER-36).
+    """
 
     def __init__(self) -> None:
         self.max_bytes = 0
         self.fail = 0
+        self.direct_after = -1
+        self.refused = 0
+        self.vanish = 0
+        self.vanished = 0
+        self._direct_fds: set[int] = set()
         self._lock = threading.Lock()
+
+    def refuse_direct(self, after: int) -> int:
+        """Arm ``direct_after``; the direct-I/O calls refused since the previous arming."""
+        with self._lock:
+            self.direct_after = after
+            refused, self.refused = self.refused, 0
+        return refused
+
+    def lose_directories(self, n: int) -> int:
+        """Arm ``vanish``; the links it failed since the previous arming."""
+        with self._lock:
+            self.vanish = n
+            hit, self.vanished = self.vanished, 0
+        return hit
 
     def _fault(self, call: str) -> None:
         with self._lock:
@@ -55,6 +85,17 @@ class KitFileOps(FileOps):
                 return
             self.fail -= 1
         raise OSError(errno.EIO, f"injected by the kit's fail_io hook ({call})")
+
+    def _direct_call(self, call: str) -> None:
+        """Count one direct-I/O call; raise EINVAL once ``direct_after`` of them have worked."""
+        with self._lock:
+            if self.direct_after < 0:
+                return
+            if self.direct_after > 0:
+                self.direct_after -= 1
+                return
+            self.refused += 1
+        raise OSError(errno.EINVAL, f"injected by the kit's refuse_direct hook: O_DIRECT refused ({call})")
 
     def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
         """The first ``max_bytes`` bytes of ``buffers`` (all of them when ``max_bytes`` is 0)."""
@@ -70,22 +111,71 @@ class KitFileOps(FileOps):
             left -= min(left, view.nbytes)
         return out
 
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        direct = bool(_O_DIRECT and flags & _O_DIRECT)
+        if direct:
+            try:
+                self._direct_call("open")
+            except OSError:
+                if flags & os.O_CREAT:  # as Linux does: the file is created before O_DIRECT is refused
+                    super().close(super().open(path, (flags & ~_O_DIRECT) | os.O_WRONLY, mode))
+                raise
+        fd = super().open(path, flags, mode)
+        if direct:
+            with self._lock:
+                self._direct_fds.add(fd)
+        return fd
+
+    def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETFL and _O_DIRECT:
+            if arg & _O_DIRECT:
+                self._direct_call("fcntl F_SETFL O_DIRECT")
+                got = super().fcntl(fd, cmd, arg)
+                with self._lock:
+                    self._direct_fds.add(fd)
+                return got
+            with self._lock:
+                self._direct_fds.discard(fd)
+        return super().fcntl(fd, cmd, arg)
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            self._direct_fds.discard(fd)
+        super().close(fd)
+
+    def _transfer(self, call: str, fd: int) -> None:
+        self._fault(call)
+        with self._lock:
+            direct = fd in self._direct_fds
+        if direct:
+            self._direct_call(call)
+
     def pwritev(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        self._fault("pwritev")
+        self._transfer("pwritev", fd)
         return super().pwritev(fd, self._cut(buffers), offset)
 
     def preadv(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        self._fault("preadv")
+        self._transfer("preadv", fd)
         return super().preadv(fd, self._cut(buffers), offset)
+
+    def link(self, src: str, dst: str) -> None:
+        with self._lock:
+            lose = self.vanish > 0
+            if lose:
+                self.vanish -= 1
+                self.vanished += 1
+        if lose:
+            raise FileNotFoundError(errno.ENOENT, "injected by the kit's lose_directories hook: the directory was removed", dst)
+        super().link(src, dst)
 
 
 _KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDictionary()
 
 
-def kit_tier(buffer: memoryview, config: FsTierConfig, name: str) -> FsTier:
-    """An FsTier as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
+def kit_tier(buffer: memoryview, config: FsTierConfig, name: str, *, cls: type[FsTier] = FsTier) -> FsTier:
+    """An FsTier (or ``cls``, a subclass) as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
     ops = KitFileOps()
-    tier = FsTier(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
+    tier = cls(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
     _KIT_OPS[tier] = ops
     return tier
 
@@ -107,14 +197,26 @@ def _fail_io(tier: FsTier, n: int) -> None:
     _kit_ops(tier).fail = n
 
 
+def _refuse_direct(tier: FsTier, after: int) -> int:
+    """The storage of ``tier`` refuses direct I/O with EINVAL after ``after`` more direct-I/O calls
+    (negative: never); how many calls were refused since the previous call of this hook (TIER-35)."""
+    return _kit_ops(tier).refuse_direct(after)
+
+
+def _lose_directories(tier: FsTier, n: int) -> int:
+    """The next ``n`` links of a finished block into its directory find the directory removed
+    (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
+    return _kit_ops(tier).lose_directories(n)
+
+
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
-    return kit_tier(buffer, tier.config, tier.name)
+    return kit_tier(buffer, tier.config, tier.name, cls=type(tier))
 
 
 def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
     """A new instance over the same root for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
-    return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name)
+    return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name, cls=type(tier))
 
 
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
@@ -172,6 +274,8 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "corrupt_on_read": _corrupt_on_read,
     "short_io": _short_io,
     "fail_io": _fail_io,
+    "refuse_direct": _refuse_direct,
+    "lose_directories": _lose_directories,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl as _fcntl
 import logging
 import mmap
 import os
@@ -56,6 +57,9 @@ class FileOps:
 
     def fstat(self, fd: int) -> os.stat_result:
         return os.fstat(fd)
+
+    def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
+        return _fcntl.fcntl(fd, cmd, arg)
 
 
 def address_of(view: memoryview) -> int:

@@ -1,0 +1,103 @@
+"""Broken tiers for what a tier's storage may refuse or lose under it (issue 17, section 5; TIER-35,
+TIER-36): FsTiers built as the kit builds kvproto-fs (over
+:class:`~kvproto_fs._conformance.KitFileOps`, with its hooks ``refuse_direct`` and
+``lose_directories``), each with one bug of the reference code's fallbacks that mutation testing
+showed the kit passed (docs/mutation/fs.json).
+
+``FILES_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
+gallery_index.py gathers it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from kvproto import SecondaryTier
+from kvproto.testing import TierSpec
+from kvproto.tierkit import BlobBackend, Published
+
+from kvproto_fs import FsTier, FsTierConfig
+from kvproto_fs._conformance import FS_HOOKS, fresh_root, kit_tier
+from kvproto_fs._io import DirectIO, FileOps
+from tests.kvproto.testing.gallery import _QUICK, Expected
+
+
+class _StrictDirect(DirectIO):
+    """O_DIRECT taken to work wherever a row is aligned: a refusal is raised, never remembered."""
+
+    def refuse(self, dev: int, why: BaseException) -> None:
+        raise why
+
+
+class AssumesDirectIo(FsTier):
+    """Bug: O_DIRECT is taken to work wherever the slot rows are page-aligned: a filesystem that
+    refuses it (EINVAL: tmpfs before Linux 6.6, some FUSE and NFS mounts) fails every store and load
+    instead of having it redone buffered."""
+
+    def __init__(
+        self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs", ops: FileOps | None = None,
+        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
+    ) -> None:
+        super().__init__(buffer, config, name=name, ops=ops, wrap=wrap)
+        self.files.direct = _StrictDirect(config.o_direct)
+
+
+class LosesBlocksToAReset(FsTier):
+    """Bug: a block whose directory vanished between its ``mkdir`` and its link (another instance's
+    ``reset_cache``) is linked once more, and when that link finds the directory gone again too the
+    store is reported done, with no file at the block's name (a HIT for it, or a load, then fails)."""
+
+    def __init__(
+        self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs", ops: FileOps | None = None,
+        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
+    ) -> None:
+        super().__init__(buffer, config, name=name, ops=ops, wrap=wrap)
+        files = self.files
+        link_ops = files._ops  # noqa: SLF001  (the gallery's bug reaches into the reference backend)
+
+        def link_twice(tmp: str, final: str) -> Published:
+            for _ in range(2):
+                try:
+                    link_ops.link(tmp, final)
+                    break
+                except FileExistsError:
+                    link_ops.unlink(tmp)
+                    return Published.EXISTED
+                except FileNotFoundError:
+                    os.makedirs(os.path.dirname(final), exist_ok=True)
+            link_ops.unlink(tmp)  # the bug: after a second ENOENT nothing was linked, and it says CREATED
+            return Published.CREATED
+
+        files._link = link_twice  # type: ignore[method-assign]  # noqa: SLF001  (the bug, on this instance only)
+
+
+def _spec(cls: type[FsTier], *, block_bytes: int) -> TierSpec:
+    def build(buffer: memoryview) -> SecondaryTier:
+        config = FsTierConfig(root=fresh_root(), shared=True, read_threads=2, write_threads=2)
+        tier: SecondaryTier = kit_tier(buffer, config, cls.__name__, cls=cls)
+        return tier
+
+    return TierSpec(
+        cls.__name__, "secondary", build, hooks=FS_HOOKS, limits=_QUICK, tier_class=cls, block_bytes=block_bytes,
+    )
+
+
+def assumes_direct_io() -> TierSpec:
+    """:class:`AssumesDirectIo` over 4 KiB page-aligned rows (its O_DIRECT path)."""
+    return _spec(AssumesDirectIo, block_bytes=4096)
+
+
+def loses_blocks_to_a_reset() -> TierSpec:
+    return _spec(LosesBlocksToAReset, block_bytes=64)
+
+
+_HERE = __name__
+FILES_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:assumes_direct_io": Expected(
+        "test_refused_direct_io_still_moves_the_bytes", "TIER-35", "with direct I/O refused (EINVAL)"
+    ),
+    f"{_HERE}:loses_blocks_to_a_reset": Expected(
+        "test_a_store_outlives_its_directory_vanishing", "TIER-36", "reported stored after its directory was removed"
+    ),
+}
