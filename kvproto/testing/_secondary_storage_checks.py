@@ -58,6 +58,46 @@ class SecondaryStorageChecks(SecondaryRole):
         :meth:`test_a_store_outlives_its_directory_vanishing` (KIT-5)."""
         raise NotImplementedError
 
+    def plant_leftovers(self, tier: SecondaryTier) -> None:
+        """Leave in ``tier``'s storage what crashed writers and another instance's interrupted
+        ``reset_cache`` leave: partial temporary data, trash, an entry the tier cannot remove, and a
+        directory removed while the next instance lists it: the backdoor hook of
+        :meth:`test_leftovers_never_hide_stored_blocks` (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-18", needs=("persistence",), hooks=("reopen", "plant_leftovers"))
+    def test_leftovers_never_hide_stored_blocks(self, kit: SecondaryDriver) -> None:
+        """A new instance over storage holding crashed writers' and an interrupted reset's leftovers
+        (one of which it cannot remove, one removed while it lists the storage) sees the blocks stored
+        before with their bytes, and stores and loads new ones: leftovers are swept or skipped, and
+        never stop the instance's start-up."""
+        keys = key_pool("t18-leftovers", 3)
+        if not kit.store(keys, store_slots(kit, len(keys))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-18")  # an error, never TIER-18's (KIT-17)
+        kit.quiet_steps(2)
+        kit.shutdown()  # one live instance at a time: private tiers own their storage
+        self.plant_leftovers(kit.tier)
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=18_000)
+        try:
+            other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
+            what = "stored before, in a new instance over storage holding crashed writers' and a reset's leftovers"
+            other.expect(other.resolve(keys), lr.HIT, "TIER-18", what)
+            self._load_or_fail(other, keys, "TIER-18", what)
+            fresh = key_pool("t18-leftovers-new", 2)
+            result = other.store(fresh, store_slots(other, len(fresh)))
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"a store of {len(fresh)} blocks failed ({result}) in a new instance over storage holding crashed "
+                    "writers' and a reset's leftovers: leftovers must never keep a later store from succeeding",
+                )
+            what = "stored in a new instance over storage holding leftovers"
+            other.expect(other.resolve(fresh), lr.HIT, "TIER-18", what)
+            self._load_or_fail(other, fresh, "TIER-18", what)
+        finally:
+            other.shutdown()
+
     @check("TIER-35", hooks=("refuse_direct", "reopen"))
     def test_refused_direct_io_still_moves_the_bytes(self, kit: SecondaryDriver) -> None:
         """In fresh instances over the same storage whose direct I/O is refused (EINVAL) at the

@@ -49,6 +49,9 @@ class TestPrivateFsTier(HookTableTests):
         lost: int = self._hook("lose_directories", tier, n)
         return lost
 
+    def plant_leftovers(self, tier: SecondaryTier) -> None:
+        self._hook("plant_leftovers", tier)
+
 
 
 def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Broken tiers for what a tier's storage may refuse or lose under it (issue 17, section 5; TIER-35,
 TIER-36): FsTiers built as the kit builds kvproto-fs (over
 :class:`~kvproto_fs._conformance.KitFileOps`, with its hooks ``refuse_direct`` and
-``lose_directories``), each with one bug of the reference code's fallbacks that mutation testing
+``lose_directories``, ``plant_leftovers``), each with one bug of the reference code's fallbacks that mutation testing
 showed the kit passed (docs/mutation/fs.json).
 
 ``FILES_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
@@ -11,6 +11,7 @@ gallery_index.py gathers it into ``GALLERY``.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 
 from kvproto import SecondaryTier
@@ -18,6 +19,7 @@ from kvproto.testing import TierSpec
 from kvproto.tierkit import BlobBackend, Published
 
 from kvproto_fs import FsTier, FsTierConfig
+from kvproto_fs._backend import FileBackend
 from kvproto_fs._conformance import FS_HOOKS, fresh_root, kit_tier
 from kvproto_fs._io import DirectIO, FileOps
 from tests.kvproto.testing.gallery import _QUICK, Expected
@@ -43,38 +45,48 @@ class AssumesDirectIo(FsTier):
         self.files.direct = _StrictDirect(config.o_direct)
 
 
+class _LinksTwice(FileBackend):
+    def _link(self, tmp: str, final: str) -> Published:
+        ops = self._ops
+        for _ in range(2):
+            try:
+                ops.link(tmp, final)
+                break
+            except FileExistsError:
+                ops.unlink(tmp)
+                return Published.EXISTED
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+        ops.unlink(tmp)  # the bug: after a second ENOENT nothing was linked, and it says CREATED
+        return Published.CREATED
+
+
 class LosesBlocksToAReset(FsTier):
     """Bug: a block whose directory vanished between its ``mkdir`` and its link (another instance's
     ``reset_cache``) is linked once more, and when that link finds the directory gone again too the
     store is reported done, with no file at the block's name (a HIT for it, or a load, then fails)."""
 
-    def __init__(
-        self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs", ops: FileOps | None = None,
-        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
-    ) -> None:
-        super().__init__(buffer, config, name=name, ops=ops, wrap=wrap)
-        files = self.files
-        link_ops = files._ops  # noqa: SLF001  (the gallery's bug reaches into the reference backend)
-
-        def link_twice(tmp: str, final: str) -> Published:
-            for _ in range(2):
-                try:
-                    link_ops.link(tmp, final)
-                    break
-                except FileExistsError:
-                    link_ops.unlink(tmp)
-                    return Published.EXISTED
-                except FileNotFoundError:
-                    os.makedirs(os.path.dirname(final), exist_ok=True)
-            link_ops.unlink(tmp)  # the bug: after a second ENOENT nothing was linked, and it says CREATED
-            return Published.CREATED
-
-        files._link = link_twice  # type: ignore[method-assign]  # noqa: SLF001  (the bug, on this instance only)
+    file_backend = _LinksTwice
 
 
-def _spec(cls: type[FsTier], *, block_bytes: int) -> TierSpec:
+class _SweepsStrictly(FileBackend):
+    def _sweep(self, namespace: str) -> None:
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(f".trash-{namespace}-"):
+                shutil.rmtree(entry.path)  # the bug: no ignore_errors, so the error ends prepare()
+
+
+class StopsAtAStuckTrash(FsTier):
+    """Bug: the start-up sweep removes an interrupted reset's trash with errors raised, so the first
+    trash entry it cannot remove (NFS's silly-renamed files, a file where a directory is expected)
+    ends the start-up: in private mode the restart scan never runs and every stored block answers MISS."""
+
+    file_backend = _SweepsStrictly
+
+
+def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
-        config = FsTierConfig(root=fresh_root(), shared=True, read_threads=2, write_threads=2)
+        config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
         tier: SecondaryTier = kit_tier(buffer, config, cls.__name__, cls=cls)
         return tier
 
@@ -92,6 +104,11 @@ def loses_blocks_to_a_reset() -> TierSpec:
     return _spec(LosesBlocksToAReset, block_bytes=64)
 
 
+def stops_at_a_stuck_trash() -> TierSpec:
+    """:class:`StopsAtAStuckTrash` in private mode (where the restart scan finds the stored blocks)."""
+    return _spec(StopsAtAStuckTrash, block_bytes=64, shared=False)
+
+
 _HERE = __name__
 FILES_GALLERY: dict[str, Expected] = {
     f"{_HERE}:assumes_direct_io": Expected(
@@ -99,5 +116,8 @@ FILES_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:loses_blocks_to_a_reset": Expected(
         "test_a_store_outlives_its_directory_vanishing", "TIER-36", "reported stored after its directory was removed"
+    ),
+    f"{_HERE}:stops_at_a_stuck_trash": Expected(
+        "test_leftovers_never_hide_stored_blocks", "TIER-18", "holding crashed writers' and a reset's leftovers"
     ),
 }

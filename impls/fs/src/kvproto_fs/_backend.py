@@ -271,10 +271,11 @@ class FileBackend:
     def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
         """Every ``<aa>/<bb>/*.kvb`` file of the namespace, directory by directory (the restart scan)."""
         ns_dir = self.root / namespace
-        for top in _subdirs(ns_dir):
-            for sub in _subdirs(ns_dir / top):
+        ops = self._ops
+        for top in _subdirs(ops, ns_dir):
+            for sub in _subdirs(ops, ns_dir / top):
                 try:
-                    entries = list(os.scandir(ns_dir / top / sub))
+                    entries = list(ops.scandir(ns_dir / top / sub))
                 except OSError:
                     continue
                 for entry in entries:
@@ -382,8 +383,9 @@ def _set_direct(ops: FileOps, fd: int, *, on: bool) -> bool:
     return True
 
 
-def _subdirs(path: Path) -> list[str]:
+def _subdirs(ops: FileOps, path: Path) -> list[str]:
+    """The two-character directories in ``path``, sorted; none if it cannot be listed (a reset removed it)."""
     try:
-        return sorted(e.name for e in os.scandir(path) if len(e.name) == 2 and e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in ops.scandir(path) if len(e.name) == 2 and e.is_dir(follow_symlinks=False))
     except OSError:
         return []

@@ -9,8 +9,9 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
+from kvproto_fs._backend import TMP_SUFFIX
 from kvproto_fs._config import FsTierConfig
 from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier
@@ -29,6 +31,8 @@ KIT_BLOCKS_BUDGET = 48
 
 _parent: Path | None = None
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+_VANISH_ON_SCAN: set[str] = set()  # directories removed as KitFileOps.scandir lists them (plant_leftovers)
+_VANISH_LOCK = threading.Lock()
 
 
 def fresh_root() -> Path:
@@ -158,6 +162,16 @@ class KitFileOps(FileOps):
         self._transfer("preadv", fd)
         return super().preadv(fd, self._cut(buffers), offset)
 
+    def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
+        """A directory the ``plant_leftovers`` hook planted is removed as it is listed (ENOENT)."""
+        with _VANISH_LOCK:
+            vanish = os.fspath(path) in _VANISH_ON_SCAN
+            _VANISH_ON_SCAN.discard(os.fspath(path))
+        if vanish:
+            shutil.rmtree(path, ignore_errors=True)
+            raise FileNotFoundError(errno.ENOENT, "removed by the kit's plant_leftovers hook as it was listed", os.fspath(path))
+        return super().scandir(path)
+
     def link(self, src: str, dst: str) -> None:
         with self._lock:
             lose = self.vanish > 0
@@ -207,6 +221,29 @@ def _lose_directories(tier: FsTier, n: int) -> int:
     """The next ``n`` links of a finished block into its directory find the directory removed
     (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
     return _kit_ops(tier).lose_directories(n)
+
+
+def _plant_leftovers(tier: FsTier) -> None:
+    """Leave under ``tier``'s root what crashed writers and an interrupted ``reset_cache`` of another
+    instance leave (FS-14): a temporary file past ``temp_grace_s`` and a fresh one, a trash directory,
+    a trash entry no sweep can remove (a file where a directory is expected: rmtree fails on it, as on
+    a directory holding NFS's silly-renamed files), and a directory that a reset removes while the next
+    instance's restart scan lists it (``<ns>/--``, listed first)."""
+    ns_dir, root, ns = tier.ns_dir, tier.root, tier.ns_dir.name
+    old = time.time() - tier.config.temp_grace_s - 3600
+    for name, mtime in (("kit-crashed-writer", old), ("kit-live-writer", None)):
+        temp = tier.tmp_dir / f"{os.getpid()}-0-0-{name}{TMP_SUFFIX}"
+        temp.write_bytes(b"half a block")
+        if mtime is not None:
+            os.utime(temp, (mtime, mtime))
+    trash = root / f".trash-{ns}-kit000000"
+    (trash / "ab" / "cd").mkdir(parents=True, exist_ok=True)
+    (trash / "ab" / "cd" / "x.kvb").write_bytes(b"trash")
+    (root / f".trash-{ns}-kitstuck0000").write_bytes(b"not a directory")
+    vanishing = ns_dir / "--"
+    vanishing.mkdir(exist_ok=True)
+    with _VANISH_LOCK:
+        _VANISH_ON_SCAN.add(os.fspath(vanishing))
 
 
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
@@ -276,6 +313,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_io": _fail_io,
     "refuse_direct": _refuse_direct,
     "lose_directories": _lose_directories,
+    "plant_leftovers": _plant_leftovers,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 

@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = ["ALIGN", "DirectIO", "FileOps", "address_of", "aligned_buffer", "read_full", "write_full"]
@@ -60,6 +60,9 @@ class FileOps:
 
     def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
         return _fcntl.fcntl(fd, cmd, arg)
+
+    def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
+        return os.scandir(path)
 
 
 def address_of(view: memoryview) -> int:

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
@@ -47,6 +47,9 @@ class FsTier(BlobTier):
     errors, crashes); ``wrap`` wraps the file backend below the tier (e.g.
     :class:`kvproto.testing.FaultyBackend`: the kit's fault hooks).
     """
+
+    file_backend: ClassVar[type[FileBackend]] = FileBackend
+    """The class of :attr:`files` (a subclass may change how blocks become files)."""
 
     def __init__(
         self,
@@ -80,7 +83,7 @@ class FsTier(BlobTier):
                 )
         stats = FsTierStats()
         self._direct = DirectIO(config.o_direct)
-        self.files = FileBackend(
+        self.files = self.file_backend(
             config.root, durability=config.durability, direct=self._direct, temp_grace_s=config.temp_grace_s,
             ops=ops, name=name, count=lambda counter, n: self._count(counter, n),
         )
