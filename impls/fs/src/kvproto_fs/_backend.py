@@ -72,14 +72,9 @@ class FileBackend:
     # -- BlobBackend -----------------------------------------------------------------------
 
     def prepare(self, namespace: str) -> None:
-        """Make ``tmp/`` and the 256 ``<aa>`` directories; sweep orphan temps and old trash (FS-2, FS-3)."""
-        ns_dir = self.root / namespace
-        (ns_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        for high in range(256):  # a first store into a leaf then makes one directory, not two
-            try:
-                os.mkdir(ns_dir / f"{high:02x}")
-            except FileExistsError:
-                continue
+        """Make ``tmp/``; sweep orphan temps and old trash (FS-2, FS-3, FS-14). The ``<aa>/<bb>``
+        directories are made by the first publish into each (:meth:`_link`)."""
+        (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)
         self._sweep(namespace)
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
@@ -336,11 +331,11 @@ class FileBackend:
                 if attempt:
                     raise
                 try:
-                    os.mkdir(parent)  # the leaf <bb> only: prepare made every <aa> (FS-2)
+                    os.mkdir(parent)  # the leaf <bb>, where its <aa> exists (FS-2)
                 except FileExistsError:
                     pass
                 except FileNotFoundError:
-                    os.makedirs(parent, exist_ok=True)
+                    os.makedirs(parent, exist_ok=True)  # the first block under its <aa> (or after a reset)
             except OSError as exc:
                 if not link_refused(exc):
                     raise
