@@ -58,7 +58,8 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
 
 
 _HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
-          "refuse_direct", "lose_directories", "plant_leftovers")
+          "refuse_direct", "lose_directories", "plant_leftovers",
+          "leftovers")
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):

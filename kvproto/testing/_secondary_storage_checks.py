@@ -98,6 +98,36 @@ class SecondaryStorageChecks(SecondaryRole):
         finally:
             other.shutdown()
 
+    def leftovers(self, tier: SecondaryTier) -> int:
+        """How many of the leftovers :meth:`plant_leftovers` planted, that the tier's start-up promises
+        to remove, are still in its storage: the backdoor hook of :meth:`test_start_up_sweeps_leftovers`
+        (KIT-5)."""
+        raise NotImplementedError
+
+    @check("FS-14", needs=("persistence",), hooks=("reopen", "plant_leftovers", "leftovers"))
+    def test_start_up_sweeps_leftovers(self, kit: SecondaryDriver) -> None:
+        """A new instance over storage holding crashed writers' and an interrupted reset's leftovers,
+        among them entries it cannot remove and files that are not its own, has removed, once started,
+        every leftover its start-up promises to remove: an entry that cannot be removed is skipped,
+        never the end of the sweep."""
+        kit.quiet_steps(1)
+        kit.shutdown()
+        self.plant_leftovers(kit.tier)
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=14_000)
+        try:
+            other.wait_started()  # the start-up (its sweep) is over once started (KIT-19)
+            left = self.leftovers(other.tier)
+        finally:
+            other.shutdown()
+        if left:
+            raise ConformanceFailure(
+                "FS-14",
+                f"{left} leftover(s) of crashed writers and an interrupted reset that the start-up promises to remove "
+                "are still there once a new instance started: a leftover that cannot be removed, or a file that is "
+                "not the tier's, must be skipped, never end the sweep",
+            )
+
     @check("TIER-35", hooks=("refuse_direct", "reopen"))
     def test_refused_direct_io_still_moves_the_bytes(self, kit: SecondaryDriver) -> None:
         """In fresh instances over the same storage whose direct I/O is refused (EINVAL) at the

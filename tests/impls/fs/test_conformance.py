@@ -52,6 +52,10 @@ class TestPrivateFsTier(HookTableTests):
     def plant_leftovers(self, tier: SecondaryTier) -> None:
         self._hook("plant_leftovers", tier)
 
+    def leftovers(self, tier: SecondaryTier) -> int:
+        left: int = self._hook("leftovers", tier)
+        return left
+
 
 
 def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 
 from kvproto import SecondaryTier
@@ -19,7 +20,7 @@ from kvproto.testing import TierSpec
 from kvproto.tierkit import BlobBackend, Published
 
 from kvproto_fs import FsTier, FsTierConfig
-from kvproto_fs._backend import FileBackend
+from kvproto_fs._backend import TMP_SUFFIX, FileBackend
 from kvproto_fs._conformance import FS_HOOKS, fresh_root, kit_tier
 from kvproto_fs._io import DirectIO, FileOps
 from tests.kvproto.testing.gallery import _QUICK, Expected
@@ -84,6 +85,30 @@ class StopsAtAStuckTrash(FsTier):
     file_backend = _SweepsStrictly
 
 
+class _SweepStopsAtAFailure(FileBackend):
+    def _sweep(self, namespace: str) -> None:
+        now = time.time()
+        for entry in os.scandir(self.root / namespace / "tmp"):
+            if not entry.name.endswith(TMP_SUFFIX):
+                continue
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime >= self._grace:
+                    os.unlink(entry.path)
+            except OSError:
+                break  # the bug: one temp it cannot remove ends the sweep of the others
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(f".trash-{namespace}-"):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+class LeavesCrashedWritersTemps(FsTier):
+    """Bug: the start-up sweep of crashed writers' temporary files stops at the first one it cannot
+    remove (a directory or a file held by another process where a temp is expected): the temps after it
+    in the listing stay, filling the disk across restarts."""
+
+    file_backend = _SweepStopsAtAFailure
+
+
 def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
         config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
@@ -104,6 +129,10 @@ def loses_blocks_to_a_reset() -> TierSpec:
     return _spec(LosesBlocksToAReset, block_bytes=64)
 
 
+def leaves_crashed_writers_temps() -> TierSpec:
+    return _spec(LeavesCrashedWritersTemps, block_bytes=64)
+
+
 def stops_at_a_stuck_trash() -> TierSpec:
     """:class:`StopsAtAStuckTrash` in private mode (where the restart scan finds the stored blocks)."""
     return _spec(StopsAtAStuckTrash, block_bytes=64, shared=False)
@@ -116,6 +145,9 @@ FILES_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:loses_blocks_to_a_reset": Expected(
         "test_a_store_outlives_its_directory_vanishing", "TIER-36", "reported stored after its directory was removed"
+    ),
+    f"{_HERE}:leaves_crashed_writers_temps": Expected(
+        "test_start_up_sweeps_leftovers", "FS-14", "are still there once a new instance started"
     ),
     f"{_HERE}:stops_at_a_stuck_trash": Expected(
         "test_leftovers_never_hide_stored_blocks", "TIER-18", "holding crashed writers' and a reset's leftovers"

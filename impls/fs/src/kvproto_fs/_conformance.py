@@ -33,6 +33,7 @@ _parent: Path | None = None
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _VANISH_ON_SCAN: set[str] = set()  # directories removed as KitFileOps.scandir lists them (plant_leftovers)
 _VANISH_LOCK = threading.Lock()
+_DOOMED: dict[str, list[Path]] = {}  # root -> the planted leftovers its next start-up must remove (FS-14)
 
 
 def fresh_root() -> Path:
@@ -231,19 +232,40 @@ def _plant_leftovers(tier: FsTier) -> None:
     instance's restart scan lists it (``<ns>/--``, listed first)."""
     ns_dir, root, ns = tier.ns_dir, tier.root, tier.ns_dir.name
     old = time.time() - tier.config.temp_grace_s - 3600
-    for name, mtime in (("kit-crashed-writer", old), ("kit-live-writer", None)):
-        temp = tier.tmp_dir / f"{os.getpid()}-0-0-{name}{TMP_SUFFIX}"
-        temp.write_bytes(b"half a block")
-        if mtime is not None:
-            os.utime(temp, (mtime, mtime))
+    doomed: list[Path] = []
+    for n in range(12):  # crashed writers' temps past the grace (the start-up removes them, FS-14),
+        # among "temps" unlink fails on (directories: EISDIR) and files not the tier's, interleaved:
+        # in any listing order some temp comes after one of each
+        temp = tier.tmp_dir / f"{os.getpid()}-0-{n}-kit-crashed-writer{TMP_SUFFIX}"
+        if n % 3 == 1:
+            temp.mkdir(exist_ok=True)
+        elif n % 3 == 2:
+            temp = tier.tmp_dir / f"kit-not-a-temp-{n}"
+            temp.write_bytes(b"someone else's file")
+        else:
+            temp.write_bytes(b"half a block")
+            doomed.append(temp)
+        os.utime(temp, (old, old))
+    (tier.tmp_dir / f"{os.getpid()}-0-99-kit-live-writer{TMP_SUFFIX}").write_bytes(b"a live writer's")
     trash = root / f".trash-{ns}-kit000000"
     (trash / "ab" / "cd").mkdir(parents=True, exist_ok=True)
     (trash / "ab" / "cd" / "x.kvb").write_bytes(b"trash")
+    doomed.append(trash)
     (root / f".trash-{ns}-kitstuck0000").write_bytes(b"not a directory")
+    with _VANISH_LOCK:
+        _DOOMED[os.fspath(root)] = doomed
     vanishing = ns_dir / "--"
     vanishing.mkdir(exist_ok=True)
     with _VANISH_LOCK:
         _VANISH_ON_SCAN.add(os.fspath(vanishing))
+
+
+def _leftovers(tier: FsTier) -> int:
+    """How many of the leftovers :func:`_plant_leftovers` planted under ``tier``'s root, that a start-up
+    must remove (the temporary files past the grace, the trash directory), are still there (FS-14)."""
+    with _VANISH_LOCK:
+        doomed = list(_DOOMED.get(os.fspath(tier.root), []))
+    return sum(1 for path in doomed if path.exists())
 
 
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
@@ -314,6 +336,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "refuse_direct": _refuse_direct,
     "lose_directories": _lose_directories,
     "plant_leftovers": _plant_leftovers,
+    "leftovers": _leftovers,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 
