@@ -47,7 +47,9 @@ class SecondaryStorageChecks(SecondaryRole):
     def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
         """Make the tier's storage refuse its direct (cache-bypassing) I/O with ``EINVAL`` once
         ``after`` more direct-I/O calls have worked (negative: disarm); return how many direct-I/O
-        calls were refused since the previous call: the backdoor hook of
+        calls were refused since the previous call. The refusal is the storage's: the kit arms it on
+        the previous instance before building a new one over the same storage, then on the new one
+        again. The backdoor hook of
         :meth:`test_refused_direct_io_still_moves_the_bytes` (KIT-5)."""
         raise NotImplementedError
 
@@ -130,8 +132,9 @@ class SecondaryStorageChecks(SecondaryRole):
 
     @check("TIER-35", hooks=("refuse_direct", "reopen"))
     def test_refused_direct_io_still_moves_the_bytes(self, kit: SecondaryDriver) -> None:
-        """In fresh instances over the same storage whose direct I/O is refused (EINVAL) at the
-        first or the second direct-I/O call of a store or of a load: the store succeeds and every
+        """In fresh instances over the same storage whose direct I/O is refused (EINVAL) from before
+        each instance is built, at the first or the second direct-I/O call of a store or of a load:
+        the instance starts, the store succeeds and every
         block loads its bytes (the tier redoes the I/O without direct mode), and no file descriptor
         on a regular file stays open once the instances are shut down."""
         if open_fds() is None:
@@ -145,15 +148,21 @@ class SecondaryStorageChecks(SecondaryRole):
         refused_total = 0
         for number, (first, after) in enumerate(_ROUNDS):
             buffer = make_buffer(self.num_slots, self.block_bytes)
-            other = SecondaryDriver(
-                self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=35_000 + 100 * number
-            )
+            nth = "first" if after == 0 else "second"
+            where = f"with direct I/O refused (EINVAL) at the {nth} direct-I/O call of a {first}"
+            self.refuse_direct(kit.tier, after)  # the storage's refusal: a new instance meets it from its start
+            try:
+                reopened = self.reopen(kit.tier, buffer)
+            except Exception as error:
+                self.refuse_direct(kit.tier, -1)
+                raise ConformanceFailure(
+                    "TIER-35", f"a new instance over storage that refuses direct I/O could not be built: {error!r}"
+                ) from error
+            other = SecondaryDriver(reopened, buffer, kit.capabilities, kit.limits, first_job_id=35_000 + 100 * number)
             try:
                 other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
                 other.faults_injected = True
-                self.refuse_direct(other.tier, after)
-                nth = "first" if after == 0 else "second"
-                where = f"with direct I/O refused (EINVAL) at the {nth} direct-I/O call of a {first}"
+                refused_total += self.refuse_direct(other.tier, after)  # (again: a tier may arm it per instance)
                 fresh = key_pool(f"t35-{first}-{after}", 2)
                 if first == "load":
                     self._hit_and_load(other, before, f"stored before, loaded {where}")
@@ -165,8 +174,8 @@ class SecondaryStorageChecks(SecondaryRole):
                         "direct I/O (tmpfs, some FUSE and NFS mounts) must still store, without it",
                     )
                 self._hit_and_load(other, [*fresh, *before], f"stored {where}")
-                refused_total += self.refuse_direct(other.tier, -1)
             finally:
+                refused_total += self.refuse_direct(other.tier, -1)
                 other.shutdown()
             if number == 0 and refused_total == 0:
                 pytest.skip(

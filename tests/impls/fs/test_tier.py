@@ -420,7 +420,7 @@ def test_o_direct_refused_at_io_falls_back_to_buffered_per_filesystem(tmp_path: 
 def test_o_direct_on_is_refused_at_construction_where_the_filesystem_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("kvproto_fs._tier.probe_direct", lambda directory: OSError(errno.EINVAL, "refused"))
+    monkeypatch.setattr("kvproto_fs._tier.probe_direct", lambda directory, ops=None: OSError(errno.EINVAL, "refused"))
     with pytest.raises(ConfigurationError, match="O_DIRECT") as info:
         FsTier(make_buffer(), FsTierConfig(root=tmp_path, o_direct="on"))
     assert str(tmp_path) in str(info.value)

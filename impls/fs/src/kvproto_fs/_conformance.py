@@ -45,6 +45,18 @@ def fresh_root() -> Path:
     return Path(tempfile.mkdtemp(dir=_parent))
 
 
+class _Refusal:
+    """The O_DIRECT refusal armed on one storage root (``refuse_direct``, TIER-35)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.after = -1
+        self.refused = 0
+
+
+_REFUSALS: dict[str, _Refusal] = {}
+
+
 class KitFileOps(FileOps):
     """The system calls of the kit's FsTier, with the kit's faults inside the tier's storage code:
 
@@ -60,21 +72,23 @@ class KitFileOps(FileOps):
       ``lose_directories`` (TIER-36).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
         self.max_bytes = 0
         self.fail = 0
-        self.direct_after = -1
-        self.refused = 0
         self.vanish = 0
         self.vanished = 0
-        self._direct_fds: set[int] = set()
         self._lock = threading.Lock()
+        # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
+        # over one root shares it (so a new instance's construction meets it too).
+        self._refusal = _Refusal() if root is None else _REFUSALS.setdefault(os.fspath(root), _Refusal())
 
     def refuse_direct(self, after: int) -> int:
-        """Arm ``direct_after``; the direct-I/O calls refused since the previous arming."""
-        with self._lock:
-            self.direct_after = after
-            refused, self.refused = self.refused, 0
+        """Arm ``direct_after`` (for every instance over this root); the direct-I/O calls refused
+        since the previous arming."""
+        refusal = self._refusal
+        with refusal.lock:
+            refusal.after = after
+            refused, refusal.refused = refusal.refused, 0
         return refused
 
     def lose_directories(self, n: int) -> int:
@@ -93,13 +107,14 @@ class KitFileOps(FileOps):
 
     def _direct_call(self, call: str) -> None:
         """Count one direct-I/O call; raise EINVAL once ``direct_after`` of them have worked."""
-        with self._lock:
-            if self.direct_after < 0:
+        refusal = self._refusal
+        with refusal.lock:
+            if refusal.after < 0:
                 return
-            if self.direct_after > 0:
-                self.direct_after -= 1
+            if refusal.after > 0:
+                refusal.after -= 1
                 return
-            self.refused += 1
+            refusal.refused += 1
         raise OSError(errno.EINVAL, f"injected by the kit's refuse_direct hook: O_DIRECT refused ({call})")
 
     def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
@@ -125,33 +140,19 @@ class KitFileOps(FileOps):
                 if flags & os.O_CREAT:  # as Linux does: the file is created before O_DIRECT is refused
                     super().close(super().open(path, (flags & ~_O_DIRECT) | os.O_WRONLY, mode))
                 raise
-        fd = super().open(path, flags, mode)
-        if direct:
-            with self._lock:
-                self._direct_fds.add(fd)
-        return fd
+        return super().open(path, flags, mode)
 
     def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
-        if cmd == fcntl.F_SETFL and _O_DIRECT:
-            if arg & _O_DIRECT:
-                self._direct_call("fcntl F_SETFL O_DIRECT")
-                got = super().fcntl(fd, cmd, arg)
-                with self._lock:
-                    self._direct_fds.add(fd)
-                return got
-            with self._lock:
-                self._direct_fds.discard(fd)
+        if cmd == fcntl.F_SETFL and _O_DIRECT and arg & _O_DIRECT:
+            self._direct_call("fcntl F_SETFL O_DIRECT")
         return super().fcntl(fd, cmd, arg)
-
-    def close(self, fd: int) -> None:
-        with self._lock:
-            self._direct_fds.discard(fd)
-        super().close(fd)
 
     def _transfer(self, call: str, fd: int) -> None:
         self._fault(call)
-        with self._lock:
-            direct = fd in self._direct_fds
+        try:
+            direct = bool(_O_DIRECT and super().fcntl(fd, fcntl.F_GETFL) & _O_DIRECT)  # the descriptor's mode now
+        except OSError:
+            direct = False  # a bad descriptor: the transfer itself says so
         if direct:
             self._direct_call(call)
 
@@ -189,7 +190,7 @@ _KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDiction
 
 def kit_tier(buffer: memoryview, config: FsTierConfig, name: str, *, cls: type[FsTier] = FsTier) -> FsTier:
     """An FsTier (or ``cls``, a subclass) as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
-    ops = KitFileOps()
+    ops = KitFileOps(config.root)
     tier = cls(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
     _KIT_OPS[tier] = ops
     return tier

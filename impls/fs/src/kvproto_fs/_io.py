@@ -170,14 +170,14 @@ def link_refused(exc: OSError) -> bool:
     return exc.errno in _LINK_REFUSED
 
 
-def probe_direct(directory: str) -> OSError | None:
+def probe_direct(directory: str, ops: FileOps | None = None) -> OSError | None:
     """Write and read one aligned page with O_DIRECT in ``directory``; the error, or None if it works."""
     if not O_DIRECT:
         return OSError(errno.EINVAL, "this platform has no O_DIRECT")
     path = os.path.join(directory, f".direct-probe-{os.getpid()}-{threading.get_ident()}")
     buf = aligned_buffer(ALIGN)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | O_DIRECT, 0o600)
+        fd = (ops if ops is not None else FileOps()).open(path, os.O_CREAT | os.O_RDWR | O_DIRECT, 0o600)
         try:
             os.pwritev(fd, [buf], 0)
             os.preadv(fd, [buf], 0)

@@ -75,7 +75,7 @@ class FsTier(BlobTier):
         except OSError as exc:
             raise ConfigurationError(f"FsTier {name!r}: cannot write under root {str(config.root)!r}: {exc}") from exc
         if config.o_direct == "on":
-            refused = probe_direct(str(self.tmp_dir))
+            refused = probe_direct(str(self.tmp_dir), ops)
             if refused is not None:
                 raise ConfigurationError(
                     f"FsTier {name!r}: o_direct='on' but the filesystem of root {str(config.root)!r} "
