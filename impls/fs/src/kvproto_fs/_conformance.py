@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -290,7 +291,9 @@ def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
 def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
     path = tier.path_of(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(env.encode(key, data, tier.namespace))
+    temp = tier.tmp_dir / f"kit-seed-{uuid.uuid4().hex}{TMP_SUFFIX}"
+    temp.write_bytes(env.encode(key, data, tier.namespace))
+    os.replace(temp, path)  # whole at once: a restart scan running meanwhile never reads half a block
     tier.vouch_for([key])  # the scan would find it; the kit wants it at once
 
 
