@@ -71,7 +71,7 @@ class SecondaryTierTests(
       hit since its previous call (TIER-35, TIER-36);
     * ``plant_leftovers(tier)``: leave crashed writers' and an interrupted reset's leftovers in the
       storage, one the tier cannot remove and one removed while the next instance lists it (TIER-18);
-      ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (FS-14).
+      ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (KIT-22; kvproto-fs: FS-14).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

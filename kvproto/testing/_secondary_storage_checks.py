@@ -106,12 +106,12 @@ class SecondaryStorageChecks(SecondaryRole):
         (KIT-5)."""
         raise NotImplementedError
 
-    @check("FS-14", needs=("persistence",), hooks=("reopen", "plant_leftovers", "leftovers"))
+    @check("KIT-22", needs=("persistence",), hooks=("reopen", "plant_leftovers", "leftovers"))
     def test_start_up_sweeps_leftovers(self, kit: SecondaryDriver) -> None:
         """A new instance over storage holding crashed writers' and an interrupted reset's leftovers,
         among them entries it cannot remove and files that are not its own, has removed, once started,
-        every leftover its start-up promises to remove: an entry that cannot be removed is skipped,
-        never the end of the sweep."""
+        every leftover its start-up promises to remove (the spec declares the promise by defining
+        ``leftovers``): an entry that cannot be removed is skipped, never the end of the sweep."""
         kit.quiet_steps(1)
         kit.shutdown()
         self.plant_leftovers(kit.tier)
@@ -124,7 +124,7 @@ class SecondaryStorageChecks(SecondaryRole):
             other.shutdown()
         if left:
             raise ConformanceFailure(
-                "FS-14",
+                "KIT-22",
                 f"{left} leftover(s) of crashed writers and an interrupted reset that the start-up promises to remove "
                 "are still there once a new instance started: a leftover that cannot be removed, or a file that is "
                 "not the tier's, must be skipped, never end the sweep",
@@ -179,8 +179,9 @@ class SecondaryStorageChecks(SecondaryRole):
                 other.shutdown()
             if number == 0 and refused_total == 0:
                 pytest.skip(
-                    "not checked: the tier made no direct-I/O call over these slot rows (the refuse_direct hook "
-                    "refused nothing); a tier spec with page-aligned rows (TierSpec.block_bytes=4096) runs it"
+                    "needs slot rows over which the tier takes its direct-I/O path: it made no direct-I/O call over "
+                    "these (the refuse_direct hook refused nothing), so TIER-35 was not checked; a tier spec with "
+                    "page-aligned rows (TierSpec.block_bytes=4096) runs it"
                 )
         self._no_leak(baseline)
 
@@ -228,7 +229,10 @@ class SecondaryStorageChecks(SecondaryRole):
         finally:
             self.lose_directories(kit.tier, 0)
         if hit_total == 0:
-            pytest.skip("not checked: the tier put no block at its name through the lose_directories hook (it hit nothing)")
+            pytest.skip(
+                "needs a tier that puts its blocks at their names where the lose_directories hook acts: it hit nothing, "
+                "so TIER-36 was not checked"
+            )
         kit.quiet_steps(2)
         again = kit.store(keys, store_slots(kit, len(keys)))
         if not again.success:

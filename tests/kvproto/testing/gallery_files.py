@@ -147,7 +147,7 @@ FILES_GALLERY: dict[str, Expected] = {
         "test_a_store_outlives_its_directory_vanishing", "TIER-36", "reported stored after its directory was removed"
     ),
     f"{_HERE}:leaves_crashed_writers_temps": Expected(
-        "test_start_up_sweeps_leftovers", "FS-14", "are still there once a new instance started"
+        "test_start_up_sweeps_leftovers", "KIT-22", "are still there once a new instance started"
     ),
     f"{_HERE}:stops_at_a_stuck_trash": Expected(
         "test_leftovers_never_hide_stored_blocks", "TIER-18", "holding crashed writers' and a reset's leftovers"

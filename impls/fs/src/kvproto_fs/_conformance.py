@@ -264,7 +264,7 @@ def _plant_leftovers(tier: FsTier) -> None:
 
 def _leftovers(tier: FsTier) -> int:
     """How many of the leftovers :func:`_plant_leftovers` planted under ``tier``'s root, that a start-up
-    must remove (the temporary files past the grace, the trash directory), are still there (FS-14)."""
+    must remove (the temporary files past the grace, the trash directory), are still there (KIT-22; kvproto-fs: FS-14)."""
     with _VANISH_LOCK:
         doomed = list(_DOOMED.get(os.fspath(tier.root), []))
     return sum(1 for path in doomed if path.exists())
