@@ -28,6 +28,7 @@ from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_io_checks import SecondaryIoChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
+from kvproto.testing._secondary_storage_checks import SecondaryStorageChecks
 
 __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
@@ -36,6 +37,7 @@ class SecondaryTierTests(
     SecondaryClassChecks,
     SecondaryFaultChecks,
     SecondaryIoChecks,
+    SecondaryStorageChecks,
     SecondaryCrashChecks,
     SecondarySharingChecks,
     SecondaryDataChecks,
@@ -62,7 +64,14 @@ class SecondaryTierTests(
       each is damaged (the tier must detect it: fail the key, never serve it);
     * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence);
     * ``short_io(tier, max_bytes)``, ``fail_io(tier, n)``: short transfers and I/O errors inside the
-      tier's own storage code (TIER-30, TIER-31).
+      tier's own storage code (TIER-30, TIER-31);
+    * ``refuse_direct(tier, after) -> int``, ``lose_directories(tier, n) -> int``: the storage refuses
+      the tier's direct I/O (EINVAL) after ``after`` more direct-I/O calls, or has just removed the
+      directory of the next ``n`` blocks put at their names (ENOENT); each returns how many calls it
+      hit since its previous call (TIER-35, TIER-36);
+    * ``plant_leftovers(tier)``: leave crashed writers' and an interrupted reset's leftovers in the
+      storage, one the tier cannot remove and one removed while the next instance lists it (TIER-18);
+      ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (KIT-22; kvproto-fs: FS-14).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

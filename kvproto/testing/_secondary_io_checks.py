@@ -30,7 +30,7 @@ from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_again, store_slots
 
-__all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks"]
+__all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks", "describe_fds", "first_setup_failure", "open_fds"]
 
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
@@ -40,7 +40,7 @@ _FD_DIR = "/proc/self/fd"
 _FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
 
 
-def _open_fds() -> set[str] | None:
+def open_fds() -> set[str] | None:
     """The process's file descriptors open on regular files (Linux), or None where the kit cannot list
     them. Directories, pipes and sockets are left out: a thread of the process walking a directory
     (a background delete) or talking to a server is not a transfer's leak."""
@@ -94,7 +94,7 @@ class SecondaryIoChecks(SecondaryRole):
         before = key_pool("t30-before", 2)
         during = key_pool("t30-during", 2)
         if not kit.store(before, store_slots(kit, len(before))).success:
-            raise SetUpFailed("TIER-10", _first_setup_failure(kit), "TIER-30")  # an error, never TIER-30's (KIT-17)
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-30")  # an error, never TIER-30's (KIT-17)
         self.short_io(kit.tier, SHORT_IO_BYTES)
         try:
             kit.faults_injected = True
@@ -118,14 +118,14 @@ class SecondaryIoChecks(SecondaryRole):
         code: each is reported failed, or (retried) succeeds with its bytes; afterwards, with no
         fault armed, every key stores and loads its bytes, and the process holds no file
         descriptor on a regular file it did not hold before (the failed transfers closed what they opened)."""
-        if _open_fds() is None:
+        if open_fds() is None:
             pytest.skip(f"needs {_FD_DIR} to count the process's open files (Linux)")
         keys = key_pool("t31-io", 6)
         loaded, stored = keys[:3], keys[3:]
         if not kit.store(loaded, store_slots(kit, len(loaded))).success:
-            raise SetUpFailed("TIER-10", _first_setup_failure(kit), "TIER-31")  # an error, never TIER-31's (KIT-17)
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-31")  # an error, never TIER-31's (KIT-17)
         kit.quiet_steps(2)
-        baseline = _open_fds() or set()
+        baseline = open_fds() or set()
         kit.faults_injected = True
         try:
             for key in stored:
@@ -143,15 +143,15 @@ class SecondaryIoChecks(SecondaryRole):
         self._load_exact(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
         kit.quiet_steps(2)
         deadline = time.monotonic() + _FD_SETTLE_S
-        leaked = (_open_fds() or set()) - baseline
+        leaked = (open_fds() or set()) - baseline
         while leaked and time.monotonic() < deadline:
             time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
-            leaked = (_open_fds() or set()) - baseline
+            leaked = (open_fds() or set()) - baseline
         if leaked:
             raise ConformanceFailure(
                 "TIER-31",
                 f"{len(leaked)} file descriptor(s) opened during {len(stored)} stores and {len(loaded)} loads whose "
-                f"first read or write raised EIO are still open ({_describe(leaked)}): a failed transfer must "
+                f"first read or write raised EIO are still open ({describe_fds(leaked)}): a failed transfer must "
                 "close what it opened",
             )
 
@@ -169,7 +169,7 @@ class SecondaryIoChecks(SecondaryRole):
             ) from failure
 
 
-def _describe(fds: set[str]) -> str:
+def describe_fds(fds: set[str]) -> str:
     """What a few leaked descriptors point at."""
     shown = []
     for fd in sorted(fds, key=int)[:3]:
@@ -180,6 +180,6 @@ def _describe(fds: set[str]) -> str:
     return ", ".join(shown) + (", ..." if len(fds) > 3 else "")
 
 
-def _first_setup_failure(kit: SecondaryDriver) -> str:
+def first_setup_failure(kit: SecondaryDriver) -> str:
     """What the driver recorded of the failed set-up store (KIT-17)."""
     return kit.setup_failures[0] if kit.setup_failures else "a store with no fault injected failed"

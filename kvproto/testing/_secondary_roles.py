@@ -65,7 +65,9 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
     return list(range(first, first + count))
 
 
-_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io")
+_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
+          "refuse_direct", "lose_directories", "plant_leftovers",
+          "leftovers")
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):

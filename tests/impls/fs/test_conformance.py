@@ -41,6 +41,21 @@ class TestPrivateFsTier(HookTableTests):
     def fail_io(self, tier: SecondaryTier, n: int) -> None:
         self._hook("fail_io", tier, n)
 
+    def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
+        refused: int = self._hook("refuse_direct", tier, after)
+        return refused
+
+    def lose_directories(self, tier: SecondaryTier, n: int) -> int:
+        lost: int = self._hook("lose_directories", tier, n)
+        return lost
+
+    def plant_leftovers(self, tier: SecondaryTier) -> None:
+        self._hook("plant_leftovers", tier)
+
+    def leftovers(self, tier: SecondaryTier) -> int:
+        left: int = self._hook("leftovers", tier)
+        return left
+
 
 
 def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:
@@ -58,8 +73,11 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
     assert vacuous == {"test_retry_only_when_declared", "test_jobs_are_whole_without_partial_jobs"}
     # fs keeps its byte budget in LRU order but does not declare lru (CAP-6): that check says so.
     needs = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped" and c["reason"].startswith("needs ")}
-    assert needs == {"test_touch_keeps_a_block_under_lru"}
+    # The kit's 64-byte rows never take FsTier's O_DIRECT path: TIER-35 says it was not checked (the
+    # mutation spec fs_direct, over 4 KiB rows, runs it).
+    assert needs == {"test_touch_keeps_a_block_under_lru", "test_refused_direct_io_still_moves_the_bytes"}
     assert {o for name, o in outcomes.items() if name not in vacuous | needs} == {"passed"}, outcomes
+    assert outcomes["test_a_store_outlives_its_directory_vanishing"] == "passed"  # TIER-36, through KitFileOps
     assert outcomes["test_a_killed_writer_leaves_no_false_hit"] == "passed"
     assert outcomes["test_sharing_between_instances"] == "passed"
     assert caps["holds_hits"] is True  # TIERKIT-6: a HIT kept through another instance's deletion

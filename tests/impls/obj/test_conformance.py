@@ -98,7 +98,10 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
               "test_held_hits_are_released_on_every_path", "test_held_hits_are_released_after_a_failed_load"}
     needs = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped" and c["reason"].startswith("needs ")}
     # obstore moves whole request bodies: obj defines no short_io/fail_io hooks (TIER-30, TIER-31 not run).
-    below = {"test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly"}
+    # Nor refuse_direct/lose_directories/plant_leftovers (TIER-35, TIER-36, TIER-18's leftovers: kvproto-fs's).
+    below = {"test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly",
+             "test_refused_direct_io_still_moves_the_bytes", "test_a_store_outlives_its_directory_vanishing",
+             "test_leftovers_never_hide_stored_blocks", "test_start_up_sweeps_leftovers"}
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
         "test_a_byte_budget_is_kept",  # TIER-29: obj sets no max_bytes (no eviction declared)

@@ -246,10 +246,22 @@ def blob_held() -> TierSpec:
     )
 def fs_private() -> TierSpec:
     """``kvproto_fs``'s kit spec in private mode (the index answers, the restart scan, no eviction): the mode
-    tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``."""
-    from kvproto_fs._conformance import fs_spec
+    tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``, over 4 KiB
+    page-aligned rows and with HITs not held (``hold_hits_steps=0``), so loads read by name with O_DIRECT
+    (``FileBackend.read_into``; fs_direct's held HITs switch O_DIRECT on a held descriptor instead)."""
+    from kvproto_fs import FsTierConfig
+    from kvproto_fs._conformance import fresh_root, fs_spec, kit_tier
 
-    return fs_spec("fs-private", shared=False, eviction=False)
+    base = fs_spec("fs-private", shared=False, eviction=False)
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        config = FsTierConfig(root=fresh_root(), shared=False, read_threads=2, write_threads=2, hold_hits_steps=0)
+        return kit_tier(buffer, config, "fs-private")
+
+    return replace(
+        base, factory=build, block_bytes=4096,
+        description=f"{base.description}, 4 KiB rows, hold_hits_steps=0",
+    )
 
 
 def fs_direct() -> TierSpec:

@@ -72,14 +72,9 @@ class FileBackend:
     # -- BlobBackend -----------------------------------------------------------------------
 
     def prepare(self, namespace: str) -> None:
-        """Make ``tmp/`` and the 256 ``<aa>`` directories; sweep orphan temps and old trash (FS-2, FS-3)."""
-        ns_dir = self.root / namespace
-        (ns_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        for high in range(256):  # a first store into a leaf then makes one directory, not two
-            try:
-                os.mkdir(ns_dir / f"{high:02x}")
-            except FileExistsError:
-                continue
+        """Make ``tmp/``; sweep orphan temps and old trash (FS-2, FS-3, FS-14). The ``<aa>/<bb>``
+        directories are made by the first publish into each (:meth:`_link`)."""
+        (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)
         self._sweep(namespace)
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
@@ -171,7 +166,7 @@ class FileBackend:
                     raise
                 self.direct.refuse(self._dev, exc)
                 direct = False
-                _set_direct(fd, on=False)
+                _set_direct(ops, fd, on=False)
                 got = read_full(ops, fd, buffers, 0)
             else:
                 buffers[0][:] = head
@@ -194,7 +189,7 @@ class FileBackend:
         """As :meth:`read_into`, from the descriptor opened at the HIT (O_DIRECT switched on when the row allows)."""
         if type(handle) is not int:
             raise TypeError(f"FileBackend.read_held: not a descriptor: {handle!r:.40}")
-        return self._read_fd(handle, buffers, self._direct_ok(buffers) and _set_direct(handle, on=True))
+        return self._read_fd(handle, buffers, self._direct_ok(buffers) and _set_direct(self._ops, handle, on=True))
 
     def close_held(self, handle: object) -> None:
         """Close the descriptor."""
@@ -271,10 +266,11 @@ class FileBackend:
     def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
         """Every ``<aa>/<bb>/*.kvb`` file of the namespace, directory by directory (the restart scan)."""
         ns_dir = self.root / namespace
-        for top in _subdirs(ns_dir):
-            for sub in _subdirs(ns_dir / top):
+        ops = self._ops
+        for top in _subdirs(ops, ns_dir):
+            for sub in _subdirs(ops, ns_dir / top):
                 try:
-                    entries = list(os.scandir(ns_dir / top / sub))
+                    entries = list(ops.scandir(ns_dir / top / sub))
                 except OSError:
                     continue
                 for entry in entries:
@@ -335,11 +331,11 @@ class FileBackend:
                 if attempt:
                     raise
                 try:
-                    os.mkdir(parent)  # the leaf <bb> only: prepare made every <aa> (FS-2)
+                    os.mkdir(parent)  # the leaf <bb>, where its <aa> exists (FS-2)
                 except FileExistsError:
                     pass
                 except FileNotFoundError:
-                    os.makedirs(parent, exist_ok=True)
+                    os.makedirs(parent, exist_ok=True)  # the first block under its <aa> (or after a reset)
             except OSError as exc:
                 if not link_refused(exc):
                     raise
@@ -372,18 +368,19 @@ class FileBackend:
             self._count("swept_temps", swept)
 
 
-def _set_direct(fd: int, *, on: bool) -> bool:
+def _set_direct(ops: FileOps, fd: int, *, on: bool) -> bool:
     """Switch O_DIRECT on or off for ``fd``; False if the filesystem refuses (the read is then buffered)."""
     try:
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+        flags = ops.fcntl(fd, fcntl.F_GETFL)
+        ops.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
     except OSError:
         return False
     return True
 
 
-def _subdirs(path: Path) -> list[str]:
+def _subdirs(ops: FileOps, path: Path) -> list[str]:
+    """The two-character directories in ``path``, sorted; none if it cannot be listed (a reset removed it)."""
     try:
-        return sorted(e.name for e in os.scandir(path) if len(e.name) == 2 and e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in ops.scandir(path) if len(e.name) == 2 and e.is_dir(follow_symlinks=False))
     except OSError:
         return []

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
 import threading
+import time
+import uuid
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
+from kvproto_fs._backend import TMP_SUFFIX
 from kvproto_fs._config import FsTierConfig
 from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier
@@ -27,6 +31,10 @@ KIT_BLOCKS_BUDGET = 48
 """The kit's tier keeps at most this many blocks (a budget that the state machines drive into eviction)."""
 
 _parent: Path | None = None
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+_VANISH_ON_SCAN: set[str] = set()  # directories removed as KitFileOps.scandir lists them (plant_leftovers)
+_VANISH_LOCK = threading.Lock()
+_DOOMED: dict[str, list[Path]] = {}  # root -> the planted leftovers its next start-up must remove (FS-14)
 
 
 def fresh_root() -> Path:
@@ -38,16 +46,58 @@ def fresh_root() -> Path:
     return Path(tempfile.mkdtemp(dir=_parent))
 
 
-class KitFileOps(FileOps):
-    """The system calls of the kit's FsTier, with the kit's faults inside the tier's transfer code:
-    ``max_bytes`` (> 0: each ``preadv``/``pwritev`` moves at most that many bytes, a short transfer)
-    and ``fail`` (the next ``fail`` of them raise ``OSError(EIO)``). The hooks ``short_io`` and
-    ``fail_io`` (TIER-30, TIER-31) set them."""
+class _Refusal:
+    """The O_DIRECT refusal armed on one storage root (``refuse_direct``, TIER-35)."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.after = -1
+        self.refused = 0
+
+
+_REFUSALS: dict[str, _Refusal] = {}
+
+
+class KitFileOps(FileOps):
+    """The system calls of the kit's FsTier, with the kit's faults inside the tier's storage code:
+
+    * ``max_bytes`` (> 0: each ``preadv``/``pwritev`` moves at most that many bytes, a short transfer)
+      and ``fail`` (the next ``fail`` of them raise ``OSError(EIO)``): the hooks ``short_io`` and
+      ``fail_io`` (TIER-30, TIER-31);
+    * ``direct_after`` (>= 0: that many direct-I/O calls work, every later one raises ``EINVAL`` as
+      tmpfs, some FUSE and NFS mounts answer O_DIRECT; a direct-I/O call is an ``open`` with O_DIRECT,
+      an ``fcntl(F_SETFL)`` switching O_DIRECT on, and a transfer on a descriptor in O_DIRECT mode;
+      negative: off): the hook ``refuse_direct`` (TIER-35);
+    * ``vanish`` (the next ``vanish`` ``link`` calls raise ``ENOENT``, as when another instance's
+      ``reset_cache`` removed the block's directory between its ``mkdir`` and the link): the hook
+      ``lose_directories`` (TIER-36).
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
         self.max_bytes = 0
         self.fail = 0
+        self.vanish = 0
+        self.vanished = 0
         self._lock = threading.Lock()
+        # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
+        # over one root shares it (so a new instance's construction meets it too).
+        self._refusal = _Refusal() if root is None else _REFUSALS.setdefault(os.fspath(root), _Refusal())
+
+    def refuse_direct(self, after: int) -> int:
+        """Arm ``direct_after`` (for every instance over this root); the direct-I/O calls refused
+        since the previous arming."""
+        refusal = self._refusal
+        with refusal.lock:
+            refusal.after = after
+            refused, refusal.refused = refusal.refused, 0
+        return refused
+
+    def lose_directories(self, n: int) -> int:
+        """Arm ``vanish``; the links it failed since the previous arming."""
+        with self._lock:
+            self.vanish = n
+            hit, self.vanished = self.vanished, 0
+        return hit
 
     def _fault(self, call: str) -> None:
         with self._lock:
@@ -55,6 +105,18 @@ class KitFileOps(FileOps):
                 return
             self.fail -= 1
         raise OSError(errno.EIO, f"injected by the kit's fail_io hook ({call})")
+
+    def _direct_call(self, call: str) -> None:
+        """Count one direct-I/O call; raise EINVAL once ``direct_after`` of them have worked."""
+        refusal = self._refusal
+        with refusal.lock:
+            if refusal.after < 0:
+                return
+            if refusal.after > 0:
+                refusal.after -= 1
+                return
+            refusal.refused += 1
+        raise OSError(errno.EINVAL, f"injected by the kit's refuse_direct hook: O_DIRECT refused ({call})")
 
     def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
         """The first ``max_bytes`` bytes of ``buffers`` (all of them when ``max_bytes`` is 0)."""
@@ -70,22 +132,67 @@ class KitFileOps(FileOps):
             left -= min(left, view.nbytes)
         return out
 
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        direct = bool(_O_DIRECT and flags & _O_DIRECT)
+        if direct:
+            try:
+                self._direct_call("open")
+            except OSError:
+                if flags & os.O_CREAT:  # as Linux does: the file is created before O_DIRECT is refused
+                    super().close(super().open(path, (flags & ~_O_DIRECT) | os.O_WRONLY, mode))
+                raise
+        return super().open(path, flags, mode)
+
+    def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETFL and _O_DIRECT and arg & _O_DIRECT:
+            self._direct_call("fcntl F_SETFL O_DIRECT")
+        return super().fcntl(fd, cmd, arg)
+
+    def _transfer(self, call: str, fd: int) -> None:
+        self._fault(call)
+        try:
+            direct = bool(_O_DIRECT and super().fcntl(fd, fcntl.F_GETFL) & _O_DIRECT)  # the descriptor's mode now
+        except OSError:
+            direct = False  # a bad descriptor: the transfer itself says so
+        if direct:
+            self._direct_call(call)
+
     def pwritev(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        self._fault("pwritev")
+        self._transfer("pwritev", fd)
         return super().pwritev(fd, self._cut(buffers), offset)
 
     def preadv(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        self._fault("preadv")
+        self._transfer("preadv", fd)
         return super().preadv(fd, self._cut(buffers), offset)
+
+    def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
+        """A directory the ``plant_leftovers`` hook planted is removed as it is listed (ENOENT)."""
+        with _VANISH_LOCK:
+            vanish = os.fspath(path) in _VANISH_ON_SCAN
+            _VANISH_ON_SCAN.discard(os.fspath(path))
+        if vanish:
+            shutil.rmtree(path, ignore_errors=True)
+            raise FileNotFoundError(errno.ENOENT, "removed by the kit's plant_leftovers hook as it was listed", os.fspath(path))
+        return super().scandir(path)
+
+    def link(self, src: str, dst: str) -> None:
+        with self._lock:
+            lose = self.vanish > 0
+            if lose:
+                self.vanish -= 1
+                self.vanished += 1
+        if lose:
+            raise FileNotFoundError(errno.ENOENT, "injected by the kit's lose_directories hook: the directory was removed", dst)
+        super().link(src, dst)
 
 
 _KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDictionary()
 
 
-def kit_tier(buffer: memoryview, config: FsTierConfig, name: str) -> FsTier:
-    """An FsTier as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
-    ops = KitFileOps()
-    tier = FsTier(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
+def kit_tier(buffer: memoryview, config: FsTierConfig, name: str, *, cls: type[FsTier] = FsTier) -> FsTier:
+    """An FsTier (or ``cls``, a subclass) as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
+    ops = KitFileOps(config.root)
+    tier = cls(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
     _KIT_OPS[tier] = ops
     return tier
 
@@ -107,14 +214,70 @@ def _fail_io(tier: FsTier, n: int) -> None:
     _kit_ops(tier).fail = n
 
 
+def _refuse_direct(tier: FsTier, after: int) -> int:
+    """The storage of ``tier`` refuses direct I/O with EINVAL after ``after`` more direct-I/O calls
+    (negative: never); how many calls were refused since the previous call of this hook (TIER-35)."""
+    return _kit_ops(tier).refuse_direct(after)
+
+
+def _lose_directories(tier: FsTier, n: int) -> int:
+    """The next ``n`` links of a finished block into its directory find the directory removed
+    (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
+    return _kit_ops(tier).lose_directories(n)
+
+
+def _plant_leftovers(tier: FsTier) -> None:
+    """Leave under ``tier``'s root what crashed writers and an interrupted ``reset_cache`` of another
+    instance leave (FS-14): a temporary file past ``temp_grace_s`` and a fresh one, a trash directory,
+    a trash entry no sweep can remove (a file where a directory is expected: rmtree fails on it, as on
+    a directory holding NFS's silly-renamed files), and a directory that a reset removes while the next
+    instance's restart scan lists it (``<ns>/--``, listed first)."""
+    ns_dir, root, ns = tier.ns_dir, tier.root, tier.ns_dir.name
+    old = time.time() - tier.config.temp_grace_s - 3600
+    doomed: list[Path] = []
+    for n in range(12):  # crashed writers' temps past the grace (the start-up removes them, FS-14),
+        # among "temps" unlink fails on (directories: EISDIR) and files not the tier's, interleaved:
+        # in any listing order some temp comes after one of each
+        temp = tier.tmp_dir / f"{os.getpid()}-0-{n}-kit-crashed-writer{TMP_SUFFIX}"
+        if n % 3 == 1:
+            temp.mkdir(exist_ok=True)
+        elif n % 3 == 2:
+            temp = tier.tmp_dir / f"kit-not-a-temp-{n}"
+            temp.write_bytes(b"someone else's file")
+        else:
+            temp.write_bytes(b"half a block")
+            doomed.append(temp)
+        os.utime(temp, (old, old))
+    (tier.tmp_dir / f"{os.getpid()}-0-99-kit-live-writer{TMP_SUFFIX}").write_bytes(b"a live writer's")
+    trash = root / f".trash-{ns}-kit000000"
+    (trash / "ab" / "cd").mkdir(parents=True, exist_ok=True)
+    (trash / "ab" / "cd" / "x.kvb").write_bytes(b"trash")
+    doomed.append(trash)
+    (root / f".trash-{ns}-kitstuck0000").write_bytes(b"not a directory")
+    with _VANISH_LOCK:
+        _DOOMED[os.fspath(root)] = doomed
+    vanishing = ns_dir / "--"
+    vanishing.mkdir(exist_ok=True)
+    with _VANISH_LOCK:
+        _VANISH_ON_SCAN.add(os.fspath(vanishing))
+
+
+def _leftovers(tier: FsTier) -> int:
+    """How many of the leftovers :func:`_plant_leftovers` planted under ``tier``'s root, that a start-up
+    must remove (the temporary files past the grace, the trash directory), are still there (KIT-22; kvproto-fs: FS-14)."""
+    with _VANISH_LOCK:
+        doomed = list(_DOOMED.get(os.fspath(tier.root), []))
+    return sum(1 for path in doomed if path.exists())
+
+
 def _reopen(tier: FsTier, buffer: memoryview) -> FsTier:
-    return kit_tier(buffer, tier.config, tier.name)
+    return kit_tier(buffer, tier.config, tier.name, cls=type(tier))
 
 
 def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
     """A new instance over the same root for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
-    return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name)
+    return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name, cls=type(tier))
 
 
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
@@ -128,7 +291,9 @@ def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
 def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
     path = tier.path_of(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(env.encode(key, data, tier.namespace))
+    temp = tier.tmp_dir / f"kit-seed-{uuid.uuid4().hex}{TMP_SUFFIX}"
+    temp.write_bytes(env.encode(key, data, tier.namespace))
+    os.replace(temp, path)  # whole at once: a restart scan running meanwhile never reads half a block
     tier.vouch_for([key])  # the scan would find it; the kit wants it at once
 
 
@@ -172,6 +337,10 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "corrupt_on_read": _corrupt_on_read,
     "short_io": _short_io,
     "fail_io": _fail_io,
+    "refuse_direct": _refuse_direct,
+    "lose_directories": _lose_directories,
+    "plant_leftovers": _plant_leftovers,
+    "leftovers": _leftovers,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl as _fcntl
 import logging
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = ["ALIGN", "DirectIO", "FileOps", "address_of", "aligned_buffer", "read_full", "write_full"]
@@ -56,6 +57,12 @@ class FileOps:
 
     def fstat(self, fd: int) -> os.stat_result:
         return os.fstat(fd)
+
+    def fcntl(self, fd: int, cmd: int, arg: int = 0) -> int:
+        return _fcntl.fcntl(fd, cmd, arg)
+
+    def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
+        return os.scandir(path)
 
 
 def address_of(view: memoryview) -> int:
@@ -163,14 +170,14 @@ def link_refused(exc: OSError) -> bool:
     return exc.errno in _LINK_REFUSED
 
 
-def probe_direct(directory: str) -> OSError | None:
+def probe_direct(directory: str, ops: FileOps | None = None) -> OSError | None:
     """Write and read one aligned page with O_DIRECT in ``directory``; the error, or None if it works."""
     if not O_DIRECT:
         return OSError(errno.EINVAL, "this platform has no O_DIRECT")
     path = os.path.join(directory, f".direct-probe-{os.getpid()}-{threading.get_ident()}")
     buf = aligned_buffer(ALIGN)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | O_DIRECT, 0o600)
+        fd = (ops if ops is not None else FileOps()).open(path, os.O_CREAT | os.O_RDWR | O_DIRECT, 0o600)
         try:
             os.pwritev(fd, [buf], 0)
             os.preadv(fd, [buf], 0)

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
@@ -48,6 +48,9 @@ class FsTier(BlobTier):
     :class:`kvproto.testing.FaultyBackend`: the kit's fault hooks).
     """
 
+    file_backend: ClassVar[type[FileBackend]] = FileBackend
+    """The class of :attr:`files` (a subclass may change how blocks become files)."""
+
     def __init__(
         self,
         buffer: memoryview,
@@ -72,7 +75,7 @@ class FsTier(BlobTier):
         except OSError as exc:
             raise ConfigurationError(f"FsTier {name!r}: cannot write under root {str(config.root)!r}: {exc}") from exc
         if config.o_direct == "on":
-            refused = probe_direct(str(self.tmp_dir))
+            refused = probe_direct(str(self.tmp_dir), ops)
             if refused is not None:
                 raise ConfigurationError(
                     f"FsTier {name!r}: o_direct='on' but the filesystem of root {str(config.root)!r} "
@@ -80,7 +83,7 @@ class FsTier(BlobTier):
                 )
         stats = FsTierStats()
         self._direct = DirectIO(config.o_direct)
-        self.files = FileBackend(
+        self.files = self.file_backend(
             config.root, durability=config.durability, direct=self._direct, temp_grace_s=config.temp_grace_s,
             ops=ops, name=name, count=lambda counter, n: self._count(counter, n),
         )

@@ -1,0 +1,259 @@
+"""The secondary tier's checks of what its storage may refuse or lose under it (issue 17, section 5:
+mutation testing's blind spots; TIER-35, TIER-36): :class:`SecondaryStorageChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+Two backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_io`` do
+(:mod:`kvproto.testing._secondary_io_checks`):
+
+* ``refuse_direct(tier, after) -> int``: the storage refuses the tier's direct (cache-bypassing)
+  I/O with ``EINVAL``, as tmpfs, some FUSE and NFS mounts answer O_DIRECT, after ``after`` more
+  direct-I/O calls worked (negative: disarmed); it returns how many calls it refused since it was
+  last called. A tier with no direct-I/O path does not define it (the check is not run) or refuses
+  nothing (the check says so: not checked).
+* ``lose_directories(tier, n) -> int``: the next ``n`` times the tier puts a finished block at its
+  name, the directory it goes into has just been removed (as another instance's ``reset_cache``
+  does between a ``mkdir`` and the link; 0 disarms); it returns how many times it did so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks import check
+from kvproto.testing._data import key_pool, make_buffer
+from kvproto.testing._driver import short_key
+from kvproto.testing._failures import ConformanceFailure, SetUpFailed
+from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_io_checks import describe_fds, first_setup_failure, open_fds
+from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+
+__all__ = ["SecondaryStorageChecks"]
+
+_FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
+_ROUNDS = (("store", 0), ("store", 1), ("load", 0), ("load", 1))
+"""Each round refuses direct I/O in a fresh instance: at its first direct-I/O call (an open, or a
+switch of a descriptor to direct mode) or at its second (the first transfer), in a store or a load."""
+
+
+class SecondaryStorageChecks(SecondaryRole):
+    """Direct I/O refused and directories lost under the tier, in the kit's order."""
+
+    def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
+        """Make the tier's storage refuse its direct (cache-bypassing) I/O with ``EINVAL`` once
+        ``after`` more direct-I/O calls have worked (negative: disarm); return how many direct-I/O
+        calls were refused since the previous call. The refusal is the storage's: the kit arms it on
+        the previous instance before building a new one over the same storage, then on the new one
+        again. The backdoor hook of
+        :meth:`test_refused_direct_io_still_moves_the_bytes` (KIT-5)."""
+        raise NotImplementedError
+
+    def lose_directories(self, tier: SecondaryTier, n: int) -> int:
+        """Make the next ``n`` placements of a finished block at its name find its directory
+        removed (``ENOENT``, as after another instance's ``reset_cache``; 0 disarms); return how
+        many placements it failed since the previous call: the backdoor hook of
+        :meth:`test_a_store_outlives_its_directory_vanishing` (KIT-5)."""
+        raise NotImplementedError
+
+    def plant_leftovers(self, tier: SecondaryTier) -> None:
+        """Leave in ``tier``'s storage what crashed writers and another instance's interrupted
+        ``reset_cache`` leave: partial temporary data, trash, an entry the tier cannot remove, and a
+        directory removed while the next instance lists it: the backdoor hook of
+        :meth:`test_leftovers_never_hide_stored_blocks` (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-18", needs=("persistence",), hooks=("reopen", "plant_leftovers"))
+    def test_leftovers_never_hide_stored_blocks(self, kit: SecondaryDriver) -> None:
+        """A new instance over storage holding crashed writers' and an interrupted reset's leftovers
+        (one of which it cannot remove, one removed while it lists the storage) sees the blocks stored
+        before with their bytes, and stores and loads new ones: leftovers are swept or skipped, and
+        never stop the instance's start-up."""
+        keys = key_pool("t18-leftovers", 3)
+        if not kit.store(keys, store_slots(kit, len(keys))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-18")  # an error, never TIER-18's (KIT-17)
+        kit.quiet_steps(2)
+        kit.shutdown()  # one live instance at a time: private tiers own their storage
+        self.plant_leftovers(kit.tier)
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=18_000)
+        try:
+            other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
+            what = "stored before, in a new instance over storage holding crashed writers' and a reset's leftovers"
+            other.expect(other.resolve(keys), lr.HIT, "TIER-18", what)
+            self._load_or_fail(other, keys, "TIER-18", what)
+            fresh = key_pool("t18-leftovers-new", 2)
+            result = other.store(fresh, store_slots(other, len(fresh)))
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"a store of {len(fresh)} blocks failed ({result}) in a new instance over storage holding crashed "
+                    "writers' and a reset's leftovers: leftovers must never keep a later store from succeeding",
+                )
+            what = "stored in a new instance over storage holding leftovers"
+            other.expect(other.resolve(fresh), lr.HIT, "TIER-18", what)
+            self._load_or_fail(other, fresh, "TIER-18", what)
+        finally:
+            other.shutdown()
+
+    def leftovers(self, tier: SecondaryTier) -> int:
+        """How many of the leftovers :meth:`plant_leftovers` planted, that the tier's start-up promises
+        to remove, are still in its storage: the backdoor hook of :meth:`test_start_up_sweeps_leftovers`
+        (KIT-5)."""
+        raise NotImplementedError
+
+    @check("KIT-22", needs=("persistence",), hooks=("reopen", "plant_leftovers", "leftovers"))
+    def test_start_up_sweeps_leftovers(self, kit: SecondaryDriver) -> None:
+        """A new instance over storage holding crashed writers' and an interrupted reset's leftovers,
+        among them entries it cannot remove and files that are not its own, has removed, once started,
+        every leftover its start-up promises to remove (the spec declares the promise by defining
+        ``leftovers``): an entry that cannot be removed is skipped, never the end of the sweep."""
+        kit.quiet_steps(1)
+        kit.shutdown()
+        self.plant_leftovers(kit.tier)
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=14_000)
+        try:
+            other.wait_started()  # the start-up (its sweep) is over once started (KIT-19)
+            left = self.leftovers(other.tier)
+        finally:
+            other.shutdown()
+        if left:
+            raise ConformanceFailure(
+                "KIT-22",
+                f"{left} leftover(s) of crashed writers and an interrupted reset that the start-up promises to remove "
+                "are still there once a new instance started: a leftover that cannot be removed, or a file that is "
+                "not the tier's, must be skipped, never end the sweep",
+            )
+
+    @check("TIER-35", hooks=("refuse_direct", "reopen"))
+    def test_refused_direct_io_still_moves_the_bytes(self, kit: SecondaryDriver) -> None:
+        """In fresh instances over the same storage whose direct I/O is refused (EINVAL) from before
+        each instance is built, at the first or the second direct-I/O call of a store or of a load:
+        the instance starts, the store succeeds and every
+        block loads its bytes (the tier redoes the I/O without direct mode), and no file descriptor
+        on a regular file stays open once the instances are shut down."""
+        if open_fds() is None:
+            pytest.skip("needs /proc/self/fd to count the process's open files (Linux)")
+        before = key_pool("t35-before", 2)
+        if not kit.store(before, store_slots(kit, len(before))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-35")  # an error, never TIER-35's (KIT-17)
+        kit.quiet_steps(2)
+        kit.shutdown()  # one live instance at a time: private tiers own their storage
+        baseline = open_fds() or set()
+        refused_total = 0
+        for number, (first, after) in enumerate(_ROUNDS):
+            buffer = make_buffer(self.num_slots, self.block_bytes)
+            nth = "first" if after == 0 else "second"
+            where = f"with direct I/O refused (EINVAL) at the {nth} direct-I/O call of a {first}"
+            self.refuse_direct(kit.tier, after)  # the storage's refusal: a new instance meets it from its start
+            try:
+                reopened = self.reopen(kit.tier, buffer)
+            except Exception as error:
+                self.refuse_direct(kit.tier, -1)
+                raise ConformanceFailure(
+                    "TIER-35", f"a new instance over storage that refuses direct I/O could not be built: {error!r}"
+                ) from error
+            other = SecondaryDriver(reopened, buffer, kit.capabilities, kit.limits, first_job_id=35_000 + 100 * number)
+            try:
+                other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
+                other.faults_injected = True
+                refused_total += self.refuse_direct(other.tier, after)  # (again: a tier may arm it per instance)
+                fresh = key_pool(f"t35-{first}-{after}", 2)
+                if first == "load":
+                    self._hit_and_load(other, before, f"stored before, loaded {where}")
+                result = other.store(fresh, store_slots(other, len(fresh)))
+                if not result.success:
+                    raise ConformanceFailure(
+                        "TIER-35",
+                        f"a store of {len(fresh)} blocks failed ({result}) {where}: a filesystem that refuses "
+                        "direct I/O (tmpfs, some FUSE and NFS mounts) must still store, without it",
+                    )
+                self._hit_and_load(other, [*fresh, *before], f"stored {where}")
+            finally:
+                refused_total += self.refuse_direct(other.tier, -1)
+                other.shutdown()
+            if number == 0 and refused_total == 0:
+                pytest.skip(
+                    "needs slot rows over which the tier takes its direct-I/O path: it made no direct-I/O call over "
+                    "these (the refuse_direct hook refused nothing), so TIER-35 was not checked; a tier spec with "
+                    "page-aligned rows (TierSpec.block_bytes=4096) runs it"
+                )
+        self._no_leak(baseline)
+
+    @staticmethod
+    def _hit_and_load(kit: SecondaryDriver, keys: Sequence[OffloadKey], what: str) -> None:
+        """``keys`` answer HIT and load their bytes; anything else fails TIER-35."""
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-35", what)
+        SecondaryStorageChecks._load_or_fail(kit, keys, "TIER-35", what)
+
+    @staticmethod
+    def _no_leak(baseline: set[str]) -> None:
+        deadline = time.monotonic() + _FD_SETTLE_S
+        leaked = (open_fds() or set()) - baseline
+        while leaked and time.monotonic() < deadline:
+            time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
+            leaked = (open_fds() or set()) - baseline
+        if leaked:
+            raise ConformanceFailure(
+                "TIER-35",
+                f"{len(leaked)} file descriptor(s) opened by stores and loads whose direct I/O was refused are "
+                f"still open after their instances shut down ({describe_fds(leaked)}): an I/O redone without "
+                "direct mode must close what the refused attempt opened",
+            )
+
+    @check("TIER-36", hooks=("lose_directories",))
+    def test_a_store_outlives_its_directory_vanishing(self, kit: SecondaryDriver) -> None:
+        """Stores during which the block's directory is removed once, twice and three times before
+        the block is put at its name: each is reported failed, or its block answers HIT and loads its
+        bytes (never reported stored without a block); afterwards, with nothing armed, every key
+        stores and loads."""
+        keys = key_pool("t36-lost", 3)
+        kit.faults_injected = True
+        hit_total = 0
+        try:
+            for times, key in enumerate(keys, start=1):
+                self.lose_directories(kit.tier, times)
+                result = kit.store([key], store_slots(kit, 1))
+                hit = self.lose_directories(kit.tier, 0)
+                hit_total += hit
+                if key not in result.succeeded_keys(kit.jobs[result.job_id]):
+                    continue
+                what = f"reported stored after its directory was removed {hit} time(s) during the store"
+                kit.expect(kit.resolve([key]), lr.HIT, "TIER-36", what)
+                self._load_or_fail(kit, [key], "TIER-36", what)
+        finally:
+            self.lose_directories(kit.tier, 0)
+        if hit_total == 0:
+            pytest.skip(
+                "needs a tier that puts its blocks at their names where the lose_directories hook acts: it hit nothing, "
+                "so TIER-36 was not checked"
+            )
+        kit.quiet_steps(2)
+        again = kit.store(keys, store_slots(kit, len(keys)))
+        if not again.success:
+            raise ConformanceFailure(
+                "TIER-36",
+                f"storing {len(keys)} keys with nothing armed failed ({again}) after their directories were removed "
+                "during earlier stores: a lost directory must not keep a key from being stored later",
+            )
+        what = "stored again after their directories were removed during earlier stores"
+        kit.expect(kit.resolve(keys), lr.HIT, "TIER-36", what)
+        self._load_or_fail(kit, keys, "TIER-36", what)
+
+    @staticmethod
+    def _load_or_fail(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
+        """Load ``keys``; a failed load or wrong bytes fail ``clause``."""
+        try:
+            result = kit.load(keys, load_slots(kit, len(keys)))
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(clause, f"blocks {what}: {failure.detail}") from failure
+        failed = [k for k in keys if k not in result.succeeded_keys(kit.jobs[result.job_id])]
+        if failed:
+            raise ConformanceFailure(clause, f"{short_key(failed[0])} {what}, but its load failed")

@@ -1,0 +1,148 @@
+"""Broken tiers for what a tier's storage may refuse or lose under it (issue 17, section 5; TIER-35,
+TIER-36): FsTiers built as the kit builds kvproto-fs (over
+:class:`~kvproto_fs._conformance.KitFileOps`, with its hooks ``refuse_direct`` and
+``lose_directories``, ``plant_leftovers``), each with one bug of the reference code's fallbacks that mutation testing
+showed the kit passed (docs/mutation/fs.json).
+
+Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``FILES_GALLERY`` with the
+check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+
+from kvproto import SecondaryTier
+from kvproto.testing import TierSpec
+from kvproto.tierkit import BlobBackend, Published
+
+from kvproto_fs import FsTier, FsTierConfig
+from kvproto_fs._backend import TMP_SUFFIX, FileBackend
+from kvproto_fs._conformance import FS_HOOKS, fresh_root, kit_tier
+from kvproto_fs._io import DirectIO, FileOps
+from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_registry import Gallery
+
+FILES_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+
+class _StrictDirect(DirectIO):
+    """O_DIRECT taken to work wherever a row is aligned: a refusal is raised, never remembered."""
+
+    def refuse(self, dev: int, why: BaseException) -> None:
+        raise why
+
+
+class AssumesDirectIo(FsTier):
+    """Bug: O_DIRECT is taken to work wherever the slot rows are page-aligned: a filesystem that
+    refuses it (EINVAL: tmpfs before Linux 6.6, some FUSE and NFS mounts) fails every store and load
+    instead of having it redone buffered."""
+
+    def __init__(
+        self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs", ops: FileOps | None = None,
+        wrap: Callable[[BlobBackend], BlobBackend] | None = None,
+    ) -> None:
+        super().__init__(buffer, config, name=name, ops=ops, wrap=wrap)
+        self.files.direct = _StrictDirect(config.o_direct)
+
+
+class _LinksTwice(FileBackend):
+    def _link(self, tmp: str, final: str) -> Published:
+        ops = self._ops
+        for _ in range(2):
+            try:
+                ops.link(tmp, final)
+                break
+            except FileExistsError:
+                ops.unlink(tmp)
+                return Published.EXISTED
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+        ops.unlink(tmp)  # the bug: after a second ENOENT nothing was linked, and it says CREATED
+        return Published.CREATED
+
+
+class LosesBlocksToAReset(FsTier):
+    """Bug: a block whose directory vanished between its ``mkdir`` and its link (another instance's
+    ``reset_cache``) is linked once more, and when that link finds the directory gone again too the
+    store is reported done, with no file at the block's name (a HIT for it, or a load, then fails)."""
+
+    file_backend = _LinksTwice
+
+
+class _SweepsStrictly(FileBackend):
+    def _sweep(self, namespace: str) -> None:
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(f".trash-{namespace}-"):
+                shutil.rmtree(entry.path)  # the bug: no ignore_errors, so the error ends prepare()
+
+
+class StopsAtAStuckTrash(FsTier):
+    """Bug: the start-up sweep removes an interrupted reset's trash with errors raised, so the first
+    trash entry it cannot remove (NFS's silly-renamed files, a file where a directory is expected)
+    ends the start-up: in private mode the restart scan never runs and every stored block answers MISS."""
+
+    file_backend = _SweepsStrictly
+
+
+class _SweepStopsAtAFailure(FileBackend):
+    def _sweep(self, namespace: str) -> None:
+        now = time.time()
+        for entry in os.scandir(self.root / namespace / "tmp"):
+            if not entry.name.endswith(TMP_SUFFIX):
+                continue
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime >= self._grace:
+                    os.unlink(entry.path)
+            except OSError:
+                break  # the bug: one temp it cannot remove ends the sweep of the others
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(f".trash-{namespace}-"):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+class LeavesCrashedWritersTemps(FsTier):
+    """Bug: the start-up sweep of crashed writers' temporary files stops at the first one it cannot
+    remove (a directory or a file held by another process where a temp is expected): the temps after it
+    in the listing stay, filling the disk across restarts."""
+
+    file_backend = _SweepStopsAtAFailure
+
+
+def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
+    def build(buffer: memoryview) -> SecondaryTier:
+        config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
+        tier: SecondaryTier = kit_tier(buffer, config, cls.__name__, cls=cls)
+        return tier
+
+    return TierSpec(
+        cls.__name__, "secondary", build, hooks=FS_HOOKS, limits=_QUICK, tier_class=cls, block_bytes=block_bytes,
+    )
+
+
+@FILES_GALLERY.fails("test_refused_direct_io_still_moves_the_bytes", "TIER-35", "with direct I/O refused (EINVAL)")
+def assumes_direct_io() -> TierSpec:
+    """:class:`AssumesDirectIo` over 4 KiB page-aligned rows (its O_DIRECT path)."""
+    return _spec(AssumesDirectIo, block_bytes=4096)
+
+
+@FILES_GALLERY.fails(
+    "test_a_store_outlives_its_directory_vanishing", "TIER-36", "reported stored after its directory was removed"
+)
+def loses_blocks_to_a_reset() -> TierSpec:
+    return _spec(LosesBlocksToAReset, block_bytes=64)
+
+
+@FILES_GALLERY.fails("test_start_up_sweeps_leftovers", "KIT-22", "are still there once a new instance started")
+def leaves_crashed_writers_temps() -> TierSpec:
+    return _spec(LeavesCrashedWritersTemps, block_bytes=64)
+
+
+@FILES_GALLERY.fails("test_leftovers_never_hide_stored_blocks", "TIER-18", "holding crashed writers' and a reset's leftovers")
+def stops_at_a_stuck_trash() -> TierSpec:
+    """:class:`StopsAtAStuckTrash` in private mode (where the restart scan finds the stored blocks)."""
+    return _spec(StopsAtAStuckTrash, block_bytes=64, shared=False)
