@@ -19,9 +19,9 @@ a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` an
 
 A request's end with many handles (at least ``BACKGROUND_CLOSE_MIN``) hands them to a closer thread
 (``close_held`` there, in one batch, off the scheduler's thread: a close is a system call per handle);
-they stop counting as held at once but count against the cap until closed, at most ``cap`` of them wait
-at once (past that the request's end closes inline), and ``reset_cache`` and ``shutdown`` wait until every
-one handed over is closed (``shutdown`` also joins the thread), so none is left after either.
+they stop counting as held at once but count against the cap until closed (:meth:`Holds.room`), so held
+and waiting handles together stay within the cap; ``reset_cache`` and ``shutdown`` wait until every one
+handed over is closed (``shutdown`` also joins the thread), so none is left after either.
 
 The scheduler's thread calls every method except :meth:`release`, :meth:`preopen` (the probe's
 worker) and the backend's ``read_held`` (the load's worker thread).
@@ -79,11 +79,11 @@ class _Held:
 class _Closer:
     """A daemon thread that closes the batches of handles handed to it (``close``: never raises), in order.
 
-    At most ``bound`` handles wait at once; :meth:`drain` returns once every handle handed over is closed."""
+    :attr:`pending` counts the handles waiting (the owner counts them against its cap); :meth:`drain`
+    returns once every handle handed over is closed."""
 
-    def __init__(self, close: Callable[[list[object]], None], *, bound: int, name: str) -> None:
+    def __init__(self, close: Callable[[list[object]], None], *, name: str) -> None:
         self._close = close
-        self._bound = bound
         self._name = name
         self._cond = threading.Condition()
         self._batches: deque[list[object]] = deque()
@@ -92,10 +92,9 @@ class _Closer:
         self._stopping = False
 
     def hand(self, handles: list[object]) -> bool:
-        """Queue ``handles`` to be closed; False (nothing queued: the caller closes them) past the bound or
-        once stopped."""
+        """Queue ``handles`` to be closed; False once stopped (nothing queued: the caller closes them)."""
         with self._cond:
-            if self._stopping or self.pending + len(handles) > self._bound:
+            if self._stopping:
                 return False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=f"kvproto-{self._name}-closer", daemon=True)
@@ -169,7 +168,7 @@ class Holds:
         self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
         self._pre: OrderedDict[OffloadKey, _Held] = OrderedDict()  # key -> its handle (no refs yet), oldest first
         self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
-        self._closer = _Closer(self._close_many, bound=cap, name=tier_name)
+        self._closer = _Closer(self._close_many, name=tier_name)
 
     @property
     def generation(self) -> int:
