@@ -10,9 +10,11 @@ of bytes between two contiguous tensors, on the calling thread.
 
 What each side does: ours reserves the slots, checks the job, hands it to the
 data plane's worker thread and copies each layer's blocks into the slot rows
-(one ``copy_`` per layer and run of consecutive blocks: 32 strided copies of
-64 KiB pieces here, CPU-13), then completes the blocks in the tier; the
-baseline copies one contiguous buffer. Both use torch's intra-op threads.
+(CPU-13: a store is one ``torch.stack`` of the 32 layers' blocks per run of
+consecutive blocks, a serial pass over 64 KiB pieces; a load one ``copy_``
+per layer and run; with two intra-op threads or more each run's halves are
+copied on two threads), then completes the blocks in the tier; the baseline
+copies one contiguous buffer. Both use up to torch's intra-op thread count.
 
 Timing: ``repeats`` rounds, each timing the four copies back to back in ABBA
 order (ours store, plain store, plain load, ours load; the next round starts
