@@ -61,6 +61,7 @@ __all__ = [
     "Header",
     "algorithm_available",
     "checksum",
+    "copy_verified",
     "decode_header",
     "default_algorithm",
     "encode",
@@ -334,6 +335,64 @@ def verify_payload(header: Header, payload: Buffer) -> None:
         raise EnvelopeError("algorithm", f"written with {header.algorithm!r}, whose package is not installed")
     if checksum(payload, header.algorithm) != header.checksum:
         raise EnvelopeError("checksum", f"payload {header.algorithm} checksum does not match")
+
+
+COPY_CHUNK_BYTES: Final = 64 << 10
+""":func:`copy_verified` copies and checksums this many bytes at a time (a chunk is hashed while in cache)."""
+
+
+def copy_verified(header: Header, payload: Buffer, into: memoryview) -> None:
+    """Copy ``payload`` into ``into`` and check it against ``header`` in the same pass (ENV-3).
+
+    As :func:`verify_payload` (its length, then its checksum; the same :class:`EnvelopeError`), but the
+    checksum is taken of the bytes written to ``into``, chunk by chunk right after each chunk is copied
+    (:data:`COPY_CHUNK_BYTES`), so each byte is read from memory once, not once to copy and once more
+    to check. On an error ``into`` may hold some or all of the payload: its bytes are unusable.
+    ``into`` must be a writable byte view of ``payload``'s length (InvalidArgumentError otherwise).
+    """
+    source = memoryview(payload).cast("B")
+    size = source.nbytes
+    if size != header.payload_len:
+        raise EnvelopeError("length", f"payload is {size} bytes, the header says {header.payload_len}")
+    if into.readonly or into.format != "B" or into.nbytes != size:
+        raise InvalidArgumentError(f"copy_verified: the destination is not a writable byte view of {size} bytes")
+    if not algorithm_available(header.algorithm):
+        raise EnvelopeError("algorithm", f"written with {header.algorithm!r}, whose package is not installed")
+    step = COPY_CHUNK_BYTES
+    digest = 0
+    if header.algorithm == "xxh3-64":
+        import xxhash
+
+        state = xxhash.xxh3_64()
+        for at in range(0, size, step):
+            chunk = into[at : at + step]
+            chunk[:] = source[at : at + step]
+            state.update(chunk)
+        digest = state.intdigest()
+    else:
+        running = _running(header.algorithm)
+        for at in range(0, size, step):
+            chunk = into[at : at + step]
+            chunk[:] = source[at : at + step]
+            digest = running(chunk, digest)
+    if digest & 0xFFFF_FFFF_FFFF_FFFF != header.checksum:
+        raise EnvelopeError("checksum", f"payload {header.algorithm} checksum does not match")
+
+
+def _running(algorithm: Algorithm) -> Callable[[Buffer, int], int]:
+    """The CRC of ``algorithm`` continued from a previous value (``crc32c`` or ``crc32``)."""
+    match algorithm:
+        case "crc32":
+            return zlib.crc32
+        case "crc32c":
+            import crc32c
+
+            fn: Callable[[Buffer, int], int] = crc32c.crc32c
+            return fn
+        case "xxh3-64":
+            raise InvalidArgumentError("xxh3-64 is not a running CRC: copy_verified streams it")
+        case _:
+            raise InvalidArgumentError(f"unknown checksum algorithm {algorithm!r}")
 
 
 def verify(blob: Buffer, *, key: bytes, namespace: bytes, payload_len: int | None = None) -> memoryview:

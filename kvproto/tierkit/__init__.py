@@ -44,6 +44,7 @@ from kvproto._tiering._batch_scan import (
 )
 from kvproto.tierkit._backend import (
     AsyncBlobBackend,
+    AsyncBlobBytes,
     AsyncExistenceBatches,
     BlobBackend,
     ExistenceBatches,
@@ -76,6 +77,7 @@ __all__ = [
     "MAX_PENDING_EVENTS",
     "PROBE_CHUNK_KEYS",
     "AsyncBlobBackend",
+    "AsyncBlobBytes",
     "AsyncExistenceBatches",
     "BlobBackend",
     "BlobTier",

@@ -34,8 +34,8 @@ from typing import Protocol, runtime_checkable
 from kvproto._keys import OffloadKey
 
 __all__ = [
-    "AsyncBlobBackend", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence", "HeldReads",
-    "JobAdmission", "Published",
+    "AsyncBlobBackend", "AsyncBlobBytes", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence",
+    "HeldReads", "JobAdmission", "Published",
 ]
 
 
@@ -168,6 +168,19 @@ class AsyncBlobBackend(Protocol):
 
     async def close(self) -> None:
         """As :meth:`BlobBackend.close`."""
+        ...
+
+
+@runtime_checkable
+class AsyncBlobBytes(Protocol):
+    """Optional, for an :class:`AsyncBlobBackend` whose storage hands a blob back as one buffer of its own
+    (object stores: a GET's body). The engine's load then copies the payload into the slot row and checks
+    its checksum in one pass (:func:`kvproto.envelope.copy_verified`), instead of :meth:`~AsyncBlobBackend.read_into`
+    copying it and the engine reading the row again to check it (TIERKIT-3)."""
+
+    async def read_bytes(self, name: str) -> memoryview:
+        """Blob ``name``'s bytes, whole (a view the engine reads once, then drops); ``FileNotFoundError`` if
+        there is no such blob, any other exception transient (as :meth:`~AsyncBlobBackend.read_into`)."""
         ...
 
 

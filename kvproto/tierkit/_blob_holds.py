@@ -17,6 +17,12 @@ off the scheduler's thread; the lookup that then answers HIT takes that handle (
 system call). Other HITs (the index, keys this instance stored) open at the lookup. Pre-opened handles
 a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` and at ``shutdown``.
 
+A request's end with many handles (at least ``BACKGROUND_CLOSE_MIN``) hands them to a closer thread
+(``close_held`` there, in one batch, off the scheduler's thread: a close is a system call per handle);
+they stop counting as held at once but count against the cap until closed (:meth:`Holds.room`), so held
+and waiting handles together stay within the cap; ``reset_cache`` and ``shutdown`` wait until every one
+handed over is closed (``shutdown`` also joins the thread), so none is left after either.
+
 The scheduler's thread calls every method except :meth:`release`, :meth:`preopen` (the probe's
 worker) and the backend's ``read_held`` (the load's worker thread).
 """
@@ -26,7 +32,7 @@ from __future__ import annotations
 import logging
 import resource
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -35,7 +41,7 @@ from kvproto.tierkit._backend import HeldReads
 from kvproto.tierkit._blob_jobs import KeyRun
 from kvproto.tierkit._blob_ops import KeyVerdict
 
-__all__ = ["DEFAULT_HOLD_STEPS", "HeldLoad", "Holds", "default_hold_cap"]
+__all__ = ["BACKGROUND_CLOSE_MIN", "DEFAULT_HOLD_STEPS", "HeldLoad", "Holds", "default_hold_cap"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -43,6 +49,10 @@ DEFAULT_HOLD_STEPS = 64
 """End-of-step hooks a handle taken at a HIT is kept for at most (``BlobTierConfig.hold_hits_steps``)."""
 
 _MAX_CAP = 4096
+
+BACKGROUND_CLOSE_MIN = 16
+"""A request's end that releases at least this many handles closes them on the closer thread; fewer inline
+(a thread's wake-up costs more than closing a few descriptors)."""
 
 HeldLoad = Callable[[OffloadKey, int, "tuple[HeldReads, object] | None"], tuple[KeyVerdict, int]]
 """``BlobOps.load``: ``(key, slot, held) -> (verdict, tick)``, reading from ``held`` if given."""
@@ -64,6 +74,63 @@ class _Held:
     handle: object
     step: int
     refs: set[str] = field(default_factory=set)
+
+
+class _Closer:
+    """A daemon thread that closes the batches of handles handed to it (``close``: never raises), in order.
+
+    :attr:`pending` counts the handles waiting (the owner counts them against its cap); :meth:`drain`
+    returns once every handle handed over is closed."""
+
+    def __init__(self, close: Callable[[list[object]], None], *, name: str) -> None:
+        self._close = close
+        self._name = name
+        self._cond = threading.Condition()
+        self._batches: deque[list[object]] = deque()
+        self.pending = 0  # handles handed over and not closed yet
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def hand(self, handles: list[object]) -> bool:
+        """Queue ``handles`` to be closed; False once stopped (nothing queued: the caller closes them)."""
+        with self._cond:
+            if self._stopping:
+                return False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"kvproto-{self._name}-closer", daemon=True)
+                self._thread.start()
+            self._batches.append(handles)
+            self.pending += len(handles)
+            self._cond.notify_all()
+        return True
+
+    def drain(self, *, stop: bool = False) -> None:
+        """Wait until every handle handed over is closed; ``stop``: then end and join the thread (later
+        hand-offs are refused)."""
+        with self._cond:
+            if stop:
+                self._stopping = True
+                self._cond.notify_all()
+            while self.pending:
+                self._cond.wait()
+            thread = self._thread if stop else None
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._batches and not self._stopping:
+                    self._cond.wait()
+                if not self._batches:
+                    return
+                batch = self._batches.popleft()
+            try:
+                self._close(batch)
+            finally:
+                with self._cond:
+                    self.pending -= len(batch)
+                    self._cond.notify_all()
 
 
 class Holds:
@@ -99,8 +166,9 @@ class Holds:
         self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
         self._step = 0
         self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
-        self._pre: OrderedDict[OffloadKey, tuple[object, int]] = OrderedDict()  # key -> (handle, step), oldest first
+        self._pre: OrderedDict[OffloadKey, _Held] = OrderedDict()  # key -> its handle (no refs yet), oldest first
         self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
+        self._closer = _Closer(self._close_many, name=tier_name)
 
     @property
     def generation(self) -> int:
@@ -109,7 +177,7 @@ class Holds:
 
     def room(self) -> int:
         """How many more handles may be held now (the cap less those held, in loads and pre-opened)."""
-        return self.cap - (len(self._held) + self._in_loads + len(self._pre))
+        return self.cap - (len(self._held) + self._in_loads + len(self._pre) + self._closer.pending)
 
     def preopen(self, keys: Sequence[OffloadKey], generation: int, names: Mapping[OffloadKey, str] | None = None) -> None:
         """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob;
@@ -132,11 +200,12 @@ class Holds:
         and those of keys already held or pre-opened."""
         stale: list[object] = []
         with self._lock:
+            pre, held_of, step = self._pre, self._held, self._step
             for key, handle in opened:
-                if generation != self._generation or key in self._pre or key in self._held:
+                if generation != self._generation or key in pre or key in held_of:
                     stale.append(handle)
                 else:
-                    self._pre[key] = (handle, self._step)
+                    pre[key] = _Held(handle, step, set())  # built here, off the scheduler's thread
             taken = len(opened) - len(stale)
         for handle in stale:
             self._close_quietly(handle)
@@ -154,10 +223,12 @@ class Holds:
         is absent now (the caller answers MISS); True otherwise (held, or a counted fallback)."""
         held = self._held.get(key)
         if held is None and self._pre:
-            with self._lock:
-                pre = self._pre.pop(key, None)
-            if pre is not None:  # opened by the existence check that found it
-                held = self._held[key] = _Held(pre[0], pre[1], set())
+            # Popped without the lock (one atomic dict operation; only this thread removes from _pre
+            # but for close_all/step, on this thread too): a deposit racing it at most adds a second
+            # handle for the key to _pre, closed as any pre-opened handle no lookup takes.
+            held = self._pre.pop(key, None)
+            if held is not None:  # opened by the existence check that found it
+                self._held[key] = held
         if held is not None:
             held.refs.add(req_id)
             keys = self._req_keys.get(req_id)  # inlined _ref: this runs per HIT
@@ -251,6 +322,9 @@ class Holds:
             if evicted:
                 evicted.discard(key)
             gone.append(held.handle)
+        if len(gone) >= BACKGROUND_CLOSE_MIN and self._closer.hand(gone):
+            self._count("held_handles", -len(gone))  # no longer held for a HIT; closed on the closer thread
+            return
         self._release_many(gone)
 
     def step(self) -> None:
@@ -284,6 +358,7 @@ class Holds:
             for handles in self._claimed.values():
                 for key in list(handles):
                     self.release(handles.pop(key))
+        self._closer.drain(stop=claimed)  # what a request's end handed over is closed too
 
     def _close_pre(self, expired: Callable[[int], bool], *, bump: bool = False) -> None:
         """Close pre-opened handles no lookup took whose step is ``expired`` (oldest first); ``bump``: a later
@@ -293,20 +368,28 @@ class Holds:
                 self._generation += 1
             gone: list[object] = []
             while self._pre:
-                key, (handle, step) = next(iter(self._pre.items()))
-                if not expired(step):
+                key, held = next(iter(self._pre.items()))
+                if not expired(held.step):
                     break
                 del self._pre[key]
-                gone.append(handle)
+                gone.append(held.handle)
         self._release_many(gone)
 
     def _release_many(self, handles: list[object]) -> None:
         """Close ``handles`` (the scheduler's thread), counted once."""
         if not handles:
             return
-        for handle in handles:
-            self._close_quietly(handle)
+        self._close_many(handles)
         self._count("held_handles", -len(handles))
+
+    def _close_many(self, handles: list[object]) -> None:
+        """Close each of ``handles``; never raises (the closer thread's work, or the scheduler's)."""
+        close = self.backend.close_held  # inlined _close_quietly: it runs per handle
+        for handle in handles:
+            try:
+                close(handle)
+            except Exception as exc:
+                _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
 
     def _close_quietly(self, handle: object) -> None:
         try:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto._results import unreachable
-from kvproto.tierkit._backend import BlobBackend, HeldReads, Published
+from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, Published
 from kvproto.tierkit._blob_async import LoopBackend
 
 __all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
@@ -153,16 +153,23 @@ class BlobOps:
     async def load_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         """:meth:`load` on the backend's event loop (each operation within ``op_timeout_s``)."""
         name = self.name_of(key)
-        head = memoryview(bytearray(env.HEADER_BYTES))  # its own: the loop interleaves many loads on one thread
         row = self._row(slot)
         before = next(self._ticks)
+        inner = io.inner
+        reader = inner if isinstance(inner, AsyncBlobBytes) else None  # the body as stored: copied and checked at once
+        head = blob = memoryview(b"")
+        size = 0
         try:
-            size = await io.bounded(io.inner.read_into(name, (head, row)))
+            if reader is not None:
+                blob = await io.bounded(reader.read_bytes(name))
+            else:
+                head = memoryview(bytearray(env.HEADER_BYTES))  # its own: the loop interleaves many loads
+                size = await io.bounded(inner.read_into(name, (head, row)))
         except FileNotFoundError:
             return KeyVerdict.GONE, before
         except Exception as exc:
             return self._read_failed(name, exc)
-        verdict = self._verify(key, name, head, row, size)
+        verdict = self._verify(key, name, head, row, size) if reader is None else self._verify_copy(key, name, blob, row)
         if verdict is KeyVerdict.DAMAGED:
             try:
                 await io.bounded(io.inner.delete(name))
@@ -181,21 +188,38 @@ class BlobOps:
     def _verify(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> KeyVerdict:
         """LOADED, FOREIGN (left alone), or DAMAGED (the caller deletes it)."""
         try:
-            if size < env.HEADER_BYTES:
-                raise env.EnvelopeError("length", f"blob holds {size} bytes, shorter than a header")
-            header = env.verify_header(head, key=key, namespace=self.namespace, payload_len=self.block_bytes)
-            if size != self.blob_bytes:
-                raise env.EnvelopeError("length", f"blob holds {size} bytes, expected {self.blob_bytes}")
-            env.verify_payload(header, row)
+            env.verify_payload(self._header(key, head, size), row)
         except env.EnvelopeError as exc:
-            if exc.field in ("namespace", "algorithm"):
-                _log.warning("BlobTier %r: %s holds %s; leaving it alone (a configuration mismatch)",
-                             self._tier, name, exc)
-                self._count("foreign_left")
-                return KeyVerdict.FOREIGN
-            _log.warning("BlobTier %r: %s failed verification (%s); deleting it", self._tier, name, exc)
-            return KeyVerdict.DAMAGED
+            return self._rejected(name, exc)
         return KeyVerdict.LOADED
+
+    def _verify_copy(self, key: OffloadKey, name: str, blob: memoryview, row: memoryview) -> KeyVerdict:
+        """As :meth:`_verify`, for the whole blob as the backend returned it (:class:`AsyncBlobBytes`): its
+        payload is copied into ``row`` and checked in the same pass (a damaged one leaves unusable bytes there)."""
+        try:
+            header = self._header(key, blob[: env.HEADER_BYTES], blob.nbytes)
+            env.copy_verified(header, blob[env.HEADER_BYTES :], row)
+        except env.EnvelopeError as exc:
+            return self._rejected(name, exc)
+        return KeyVerdict.LOADED
+
+    def _header(self, key: OffloadKey, head: memoryview, size: int) -> env.Header:
+        """The blob's checked header, given its first bytes and its size; EnvelopeError at the first mismatch."""
+        if size < env.HEADER_BYTES:
+            raise env.EnvelopeError("length", f"blob holds {size} bytes, shorter than a header")
+        header = env.verify_header(head, key=key, namespace=self.namespace, payload_len=self.block_bytes)
+        if size != self.blob_bytes:
+            raise env.EnvelopeError("length", f"blob holds {size} bytes, expected {self.blob_bytes}")
+        return header
+
+    def _rejected(self, name: str, exc: env.EnvelopeError) -> KeyVerdict:
+        """FOREIGN (left alone) for another layout's or algorithm's blob, else DAMAGED (the caller deletes it)."""
+        if exc.field in ("namespace", "algorithm"):
+            _log.warning("BlobTier %r: %s holds %s; leaving it alone (a configuration mismatch)", self._tier, name, exc)
+            self._count("foreign_left")
+            return KeyVerdict.FOREIGN
+        _log.warning("BlobTier %r: %s failed verification (%s); deleting it", self._tier, name, exc)
+        return KeyVerdict.DAMAGED
 
     def delete(self, key: OffloadKey, *, damaged: bool) -> int:
         """Delete ``key``'s blob, then tell the engine (with the tick after) so a store that found it

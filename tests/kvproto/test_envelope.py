@@ -178,3 +178,31 @@ def test_decode_header_reads_the_key_without_knowing_it() -> None:
     with pytest.raises(EnvelopeError) as info:
         env.decode_header(bytes(100))
     assert info.value.field == "magic"
+
+
+@pytest.mark.parametrize("algorithm", env.ALGORITHMS)
+def test_copy_verified_copies_and_checks_in_one_pass(algorithm: env.Algorithm) -> None:
+    """ENV-3: ``copy_verified`` is ``verify_payload`` of the bytes it copied: a good payload lands whole;
+    a flipped byte in any chunk (the first, a middle one, the last) is field ``checksum``; a payload of
+    another length is field ``length``; a destination that is not a writable byte view of the payload's
+    length is refused."""
+    if not env.algorithm_available(algorithm):
+        pytest.skip(f"the package computing {algorithm} is not installed")
+    payload = bytes(range(256)) * (3 * env.COPY_CHUNK_BYTES // 256 + 1)  # over three chunks, the last partial
+    header = env.verify_header(env.encode_header(KEY, payload, NS, algorithm=algorithm), key=KEY, namespace=NS)
+    into = memoryview(bytearray(len(payload)))
+    env.copy_verified(header, payload, into)
+    assert bytes(into) == payload
+    for at in (0, env.COPY_CHUNK_BYTES + 5, len(payload) - 1):
+        damaged = bytearray(payload)
+        damaged[at] ^= 0x10
+        with pytest.raises(EnvelopeError) as info:
+            env.copy_verified(header, damaged, memoryview(bytearray(len(payload))))
+        assert info.value.field == "checksum"
+    with pytest.raises(EnvelopeError) as info:
+        env.copy_verified(header, payload[:-1], memoryview(bytearray(len(payload) - 1)))
+    assert info.value.field == "length"
+    for bad in (memoryview(bytes(len(payload))), memoryview(bytearray(len(payload) + 1)),
+                memoryview(bytearray(len(payload))).cast("H")):
+        with pytest.raises(InvalidArgumentError):
+            env.copy_verified(header, payload, bad)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -56,11 +58,29 @@ def test_single_tensor_cache_is_one_layer() -> None:
     assert torch.equal(cache[2], torch.arange(0, 6, dtype=torch.float32))
 
 
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's intra-op thread budget set to ``n`` for the block: with two, each run's halves copy on two
+    threads (CPU-13)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(params=[1, 2], ids=["one-thread", "two-threads"])
+def intra_op_threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    with _threads(request.param):
+        yield request.param
+
+
 @pytest.mark.parametrize(
     "blocks",
-    [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 2, 4, 6, 8, 10], [3, 4, 9, 10, 11, 0], [11]],
+    [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 2, 4, 6, 8, 10], [3, 4, 9, 10, 11, 0], [11], [1, 2, 3, 4, 5, 9, 10]],
 )
-def test_round_trip_moves_exactly_the_bytes(blocks: list[int]) -> None:
+def test_round_trip_moves_exactly_the_bytes(blocks: list[int], intra_op_threads: int) -> None:
     tier, cache, handler = setup()
     original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 5)  # into other blocks
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
@@ -69,6 +89,18 @@ def test_round_trip_moves_exactly_the_bytes(blocks: list[int]) -> None:
         untouched = [b for b in range(NUM_BLOCKS) if b not in targets]
         assert torch.count_nonzero(after[untouched]) == 0
     assert all(tier.pin_count(k) == 0 for k in keys(*ids))
+
+
+def test_shutdown_stops_the_copy_threads() -> None:
+    """The worker and the helper that copies each run's second half end with ``shutdown`` (CPU-13)."""
+    before = set(threading.enumerate())
+    tier, _, handler = setup()
+    with _threads(2):
+        store(tier, handler, [1, 2, 3, 4], [0, 1, 2, 3])
+    ours = [t for t in set(threading.enumerate()) - before if t.name.startswith("cpu-tier-copy")]
+    assert len(ours) == 2  # the worker and the helper
+    handler.shutdown()
+    assert not [t for t in ours if t.is_alive()]
 
 
 def test_poll_drives_complete_store_and_reports_once() -> None:

@@ -278,3 +278,83 @@ def test_a_check_that_ends_after_reset_closes_the_handles_it_opened(tmp_path: Pa
         assert tier.stats.held_handles == 1
         tier.on_step_end()
         assert tier.reset_cache() and tier.stats.held_handles == 0
+
+
+MANY = 32  # a request's end releasing at least 16 handles (TIERKIT-6's BACKGROUND_CLOSE_MIN) hands them over
+
+
+def _closers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("-closer")]
+
+
+def test_a_request_end_hands_its_handles_to_the_closer_and_reset_waits_until_they_are_closed(tmp_path: Path) -> None:
+    """A request's end with many held HITs closes them on the closer thread: at once they are no longer held;
+    ``reset_cache`` returns only once every one is closed (TIERKIT-6)."""
+    with opened_tier(tmp_path) as (tier, run):
+        ks = [key(i, b"many") for i in range(MANY)]
+        run.store(ks)
+        assert all(tier.lookup(k, run.req) is lr.HIT for k in ks) and tier.stats.held_handles == MANY
+        assert _fds_under(tmp_path) == MANY
+        tier.on_request_finished(run.req)
+        assert tier.stats.held_handles == 0 and len(_closers()) == 1  # handed over, no longer held
+        assert tier.reset_cache()
+        assert _fds_under(tmp_path) == 0
+        tier.shutdown()
+        assert not _closers()  # shutdown joins it
+
+
+def test_shutdown_closes_what_a_request_end_handed_over_and_joins_the_closer(tmp_path: Path) -> None:
+    with opened_tier(tmp_path) as (tier, run):
+        ks = [key(i, b"many") for i in range(MANY)]
+        run.store(ks)
+        assert all(tier.lookup(k, run.req) is lr.HIT for k in ks)
+        tier.on_request_finished(run.req)
+        tier.shutdown()
+        assert _fds_under(tmp_path) == 0 and tier.stats.held_handles == 0 and not _closers()
+
+
+def test_a_request_end_with_few_handles_closes_them_itself(tmp_path: Path) -> None:
+    """Fewer than 16 handles: closed by the request's end, no thread started (TIERKIT-6)."""
+    with opened_tier(tmp_path) as (tier, run):
+        ks = [key(i, b"few") for i in range(15)]
+        run.store(ks)
+        assert all(tier.lookup(k, run.req) is lr.HIT for k in ks) and _fds_under(tmp_path) == 15
+        tier.on_request_finished(run.req)
+        assert _fds_under(tmp_path) == 0 and tier.stats.held_handles == 0 and not _closers()
+
+
+class _SlowClose(FileOps):
+    """``close`` waits for ``go`` while ``armed``: handles handed to the closer stay open meanwhile."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.go = threading.Event()
+
+    def close(self, fd: int) -> None:
+        if self.armed:
+            self.go.wait(30)
+        super().close(fd)
+
+
+def test_handles_waiting_for_the_closer_count_against_the_cap(tmp_path: Path) -> None:
+    """Handed to the closer, not closed yet: no longer held, but a HIT past ``hold_hits_max`` (held and
+    waiting together) is a counted fallback; once they are closed, HITs hold again (TIERKIT-6)."""
+    ops = _SlowClose()
+    tier = FsTier(buf := make_buffer(), FsTierConfig(root=tmp_path, hold_hits_max=MANY), name="slow", ops=ops)
+    with shut_down_after((tier, Runner(tier, buf))) as (_, run):
+        assert tier.wait_ready(10)
+        ks = [key(i, b"slow") for i in range(MANY + 1)]
+        run.store(ks[:MANY])
+        run.store(ks[MANY:])
+        assert all(tier.lookup(k, run.req) is lr.HIT for k in ks[:MANY]) and tier.stats.held_handles == MANY
+        ops.armed = True
+        tier.on_request_finished(run.req)
+        assert tier.stats.held_handles == 0 and _fds_under(tmp_path) == MANY  # waiting for the closer
+        other = ReqContext("other")
+        assert tier.lookup(ks[MANY], other) is lr.HIT
+        assert tier.stats.held_handles == 0 and tier.stats.held_fallbacks == 1  # the cap counts those waiting
+        ops.go.set()
+        assert tier.reset_cache() and _fds_under(tmp_path) == 0
+        ops.armed = False
+        run.store(ks[:1])
+        assert tier.lookup(ks[0], other) is lr.HIT and tier.stats.held_handles == 1  # room again

@@ -14,8 +14,12 @@ tensor laid out like the slots), then copies each run of consecutive slots to
 the pinned slot buffer in one ``copy_``; a load does the reverse
 (``index_copy_`` on the device). One CUDA event per job; ``poll`` queries it
 and never blocks. On CPU tensors the same jobs run, in order, on one worker
-thread, copying each run of blocks consecutive on both sides with one
-``copy_`` per layer, so a store reads and writes every byte once.
+thread, copying each run of blocks consecutive on both sides: a store with
+one ``torch.stack`` of every layer's blocks into the slot rows (a serial
+pass writing the rows front to back, not one parallel copy per layer, each
+waiting for torch's threads), a load with one ``copy_`` per layer; with an
+intra-op budget of two threads or more, the run's second half is copied on a
+helper thread meanwhile. Every byte is read and written once.
 
 Completion (CPU-12). ``poll`` reports each finished job once. Unless the
 handler was built with ``complete_tier=False``, a finished store calls the
@@ -28,9 +32,10 @@ block that is not READY.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
@@ -203,6 +208,7 @@ class CpuTransferHandler:
         self._cuda = layout.device.type == "cuda"
         self._stream: torch.cuda.Stream | None = None
         self._worker: ThreadPoolExecutor | None = None
+        self._helper: ThreadPoolExecutor | None = None  # CPU copies: the second half of each run (_halves)
         if self._cuda:
             # torch.cuda.Stream's constructor is unannotated.
             self._stream = torch.cuda.Stream(device=layout.device)  # type: ignore[no-untyped-call]  # unannotated in torch
@@ -212,6 +218,7 @@ class CpuTransferHandler:
                 )
         else:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy")
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy-half")
 
     @property
     def layout(self) -> DeviceLayout:
@@ -333,15 +340,42 @@ class CpuTransferHandler:
 
     def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
         by_layer = self._slots_by_layer
+        sources = self._device_bytes
+
+        def store(block: int, slot: int, lo: int, hi: int) -> None:
+            # One serial kernel writes the slot rows front to back, every layer's piece of a block in turn:
+            # no parallel region per layer to wait on (32 of them for one job), the rows written in order.
+            torch.stack([source[block + lo : block + hi] for source in sources], dim=1,
+                        out=by_layer[slot + lo : slot + hi])
+
         for block, slot, length in _runs(ids, slots):
-            for layer, source in enumerate(self._device_bytes):
-                by_layer[slot : slot + length, layer].copy_(source[block : block + length])
+            self._halves(length, functools.partial(store, block, slot))
 
     def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
         by_layer = self._slots_by_layer
+        targets = self._device_bytes
+
+        def load(slot: int, block: int, lo: int, hi: int) -> None:
+            for layer, target in enumerate(targets):
+                target[block + lo : block + hi].copy_(by_layer[slot + lo : slot + hi, layer])
+
         for slot, block, length in _runs(slots, ids):
-            for layer, target in enumerate(self._device_bytes):
-                target[block : block + length].copy_(by_layer[slot : slot + length, layer])
+            self._halves(length, functools.partial(load, slot, block))
+
+    def _halves(self, length: int, copy: Callable[[int, int], None]) -> None:
+        """``copy(lo, hi)`` over ``[0, length)``: the second half on the helper thread while this one does the
+        first (torch releases the GIL inside a copy), each half's copies one serial run where they can be.
+        Only where torch may use two threads or more (``torch.get_num_threads()``, its intra-op budget)."""
+        helper = self._helper
+        if helper is None or length < 2 or torch.get_num_threads() < 2:
+            copy(0, length)
+            return
+        half = length // 2
+        other = helper.submit(copy, half, length)
+        try:
+            copy(0, half)
+        finally:
+            other.result()
 
     # ------------------------------------------------------------------ CUDA copies
 
@@ -473,5 +507,7 @@ class CpuTransferHandler:
         outcomes = self.wait()
         if self._worker is not None:
             self._worker.shutdown(wait=True)
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
         return outcomes
 

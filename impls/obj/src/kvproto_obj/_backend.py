@@ -140,6 +140,21 @@ class ObstoreBackend:
         object replaced meanwhile raises ``FileNotFoundError`` too, counted
         in ``stats.replaced_on_load`` (OBJ-12).
         """
+        data = await self.read_bytes(name)
+        offset = 0
+        total = data.nbytes
+        for buf in buffers:
+            n = min(buf.nbytes, total - offset)
+            if n <= 0:
+                break
+            buf[:n] = data[offset : offset + n]
+            offset += n
+        return total
+
+    async def read_bytes(self, name: str) -> memoryview:
+        """One GET (conditional as :meth:`read_into`'s, OBJ-12): the body as obstore returned it, no copy
+        (:class:`kvproto.tierkit.AsyncBlobBytes`: the engine copies it into the slot row and checks it in
+        one pass, OBJ-6)."""
         etag = self._etags.pop(name, None)
         async with self._io:
             try:
@@ -151,16 +166,7 @@ class ObstoreBackend:
             except PreconditionError as exc:
                 self._stats.replaced_on_load += 1
                 raise FileNotFoundError(f"{name}: replaced since the lookup saw ETag {etag}") from exc
-            data = memoryview(await self._bounded(result.bytes_async()))
-        offset = 0
-        total = data.nbytes
-        for buf in buffers:
-            n = min(buf.nbytes, total - offset)
-            if n <= 0:
-                break
-            buf[:n] = data[offset : offset + n]
-            offset += n
-        return total
+            return memoryview(await self._bounded(result.bytes_async()))
 
     async def sizes(self, names: Sequence[str]) -> list[int | None]:
         """Each object's size, or ``None``; the batch within ``probe_timeout_s`` (OBJ-5, OBJ-11).
