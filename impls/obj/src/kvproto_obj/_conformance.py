@@ -11,10 +11,12 @@ test suite runs it against a loopback S3 server (moto).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+import errno
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import MemoryStore
 
 from kvproto import OffloadKey, envelope as env
@@ -22,25 +24,142 @@ from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
 from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._listing import LIST_PAGE
+from kvproto_obj._ops import StoreOps
 from kvproto_obj._tier import ObjTier
 
 if TYPE_CHECKING:
+    from obstore import Bytes, ObjectMeta
     from obstore.store import ObjectStore
 
-__all__ = ["OBJ_HOOKS", "conformance_spec", "faults_of", "obj_spec"]
+__all__ = ["OBJ_HOOKS", "KitStoreOps", "conformance_spec", "faults_of", "obj_spec", "ops_of"]
+
+
+class KitStoreOps(StoreOps):
+    """The kit's store below ObstoreBackend (OBJ-13): obstore's requests, counted, and failed or
+    re-answered as some stores do.
+
+    * ``requests``: every request made so far (a LIST counts one per page it read, or one if it failed).
+    * ``fail_transfers``: the next that many GETs and PUTs raise ``OSError(EIO)`` (the ``fail_io`` hook).
+    * ``failing_lists``: the next that many LIST requests fail (a one-line error): the tier's next
+      listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
+    * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
+      ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
+    """
+
+    def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0) -> None:
+        self.requests = 0
+        self.fail_transfers = 0
+        self.failing_lists = failing_lists
+        self.conflicts_as_precondition = conflicts_as_precondition
+
+    def _transfer(self, what: str, path: str) -> None:
+        self.requests += 1
+        if self.fail_transfers > 0:
+            self.fail_transfers -= 1
+            raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
+
+    async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
+                  mode: Literal["create", "overwrite"] = "overwrite") -> None:
+        """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode."""
+        self._transfer("PUT", path)
+        try:
+            await super().put(store, path, body, mode=mode)
+        except AlreadyExistsError as exc:
+            if self.conflicts_as_precondition:
+                raise PreconditionError(f"kvproto kit: PUT {path}: 412 Precondition Failed (If-None-Match)") from exc
+            raise
+
+    async def get(self, store: ObjectStore, path: str, if_match: str | None = None) -> Bytes:
+        """A GET, counted; failed when armed."""
+        self._transfer("GET", path)
+        return await super().get(store, path, if_match)
+
+    async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
+        """A HEAD, counted."""
+        self.requests += 1
+        return await super().head(store, path)
+
+    async def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> None:
+        """A DELETE, counted."""
+        self.requests += 1
+        await super().delete(store, paths)
+
+    def list(self, store: ObjectStore, prefix: str, *, offset: str | None = None,
+             chunk_size: int = 1000) -> AsyncIterator[Sequence[ObjectMeta]]:
+        """LIST pages, each counted; the armed ones fail."""
+        pages = super().list(store, prefix, offset=offset, chunk_size=chunk_size)
+
+        async def counted() -> AsyncIterator[Sequence[ObjectMeta]]:
+            if self.failing_lists > 0:
+                self.failing_lists -= 1
+                self.requests += 1
+                raise OSError(errno.EIO, f"kvproto kit: LIST {prefix} failed (injected below ObstoreBackend)")
+            async for page in pages:
+                self.requests += 1  # a page read is a request; the end of a short page's listing is not one
+                yield page
+
+        return counted()
+
+
+def ops_of(tier: ObjTier) -> KitStoreOps:
+    """The :class:`KitStoreOps` a tier of the kit's spec makes its requests through."""
+    ops = tier.ops
+    if not isinstance(ops, KitStoreOps):
+        raise ConfigurationError(f"ObjTier {tier.name!r} was built without KitStoreOps: no store faults can be injected")
+    return ops
 
 
 def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
-    """A second instance over the same store and prefix (a second engine on the same bucket)."""
-    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend)
+    """A second instance over the same store and prefix (a second engine on the same bucket), whose
+    store answers a conflicting conditional PUT 412 (PreconditionError) as some S3 providers do."""
+    ops = KitStoreOps(conflicts_as_precondition=True)
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
 
 def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
     return ObjTier(
-        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend
+        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
+        ops=KitStoreOps(),
     )
+
+
+def _fail_io(tier: ObjTier, n: int) -> None:
+    """The next ``n`` GETs and PUTs of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
+    ops_of(tier).fail_transfers = n
+
+
+def _storage_requests(tier: ObjTier) -> int:
+    """Every request the tier made to its store so far (TIER-33)."""
+    return ops_of(tier).requests
+
+
+def _objects(tier: ObjTier) -> list[str]:
+    """The paths of every object under the tier's namespace, listed without the tier (uncounted)."""
+    directory = f"{tier.base}/"
+    return [meta["path"] for chunk in obstore.list(tier.store, directory, chunk_size=LIST_PAGE) for meta in chunk]
+
+
+def _grow_storage(tier: ObjTier, objects: int) -> None:
+    """Add filler objects under the tier's namespace until it holds ``objects`` (never asked about; they
+    sort before every block, so a listing reads them first) (TIER-33)."""
+    have = len(_objects(tier))
+    for i in range(have, objects):
+        obstore.put(tier.store, f"{tier.base}/0/kvproto-kit-filler-{i:06d}", b"filler")
+
+
+def _request_budget(tier: ObjTier, n: int) -> int:
+    """The requests OBJ-11's plan lets an existence batch of ``n`` unknown keys cost, the namespace's
+    size learnt by the batch before (TIER-33): ``n // list_page_cost`` LIST pages when the namespace
+    (its objects, plus one) fits in them, else one HEAD per key."""
+    cost = tier.config.list_page_cost
+    pages = n // cost if cost else 0
+    needed = -(-(len(_objects(tier)) + 1) // LIST_PAGE)
+    if pages >= 1 and needed <= pages:
+        return needed  # one range off S3 (the kit's store): the pages the namespace fills, the last one short
+    return n
 
 
 def faults_of(tier: ObjTier) -> FaultyBackend:
@@ -98,6 +217,10 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
     "fork_safe": _fork_safe,
+    "fail_io": _fail_io,
+    "storage_requests": _storage_requests,
+    "grow_storage": _grow_storage,
+    "request_budget": _request_budget,
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
 
@@ -116,7 +239,7 @@ def obj_spec(
     cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
-        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend)
+        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=KitStoreOps())
 
     return TierSpec(
         name,
