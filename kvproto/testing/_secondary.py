@@ -26,6 +26,7 @@ from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_io_checks import SecondaryIoChecks
+from kvproto.testing._secondary_request_checks import SecondaryRequestChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 
@@ -41,6 +42,7 @@ class SecondaryTierTests(
     SecondaryDataChecks,
     HeldHitsChecks,
     SecondaryBudgetChecks,
+    SecondaryRequestChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
@@ -62,7 +64,9 @@ class SecondaryTierTests(
       each is damaged (the tier must detect it: fail the key, never serve it);
     * ``reopen(tier, buffer) -> tier``: a new instance over the same storage (persistence);
     * ``short_io(tier, max_bytes)``, ``fail_io(tier, n)``: short transfers and I/O errors inside the
-      tier's own storage code (TIER-30, TIER-31).
+      tier's own storage code (TIER-30, TIER-31);
+    * ``storage_requests(tier)``, ``grow_storage(tier, objects)``, ``request_plan(tier, n)``: the
+      requests the tier makes and its declared plan for existence batches (TIER-33).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

@@ -57,7 +57,10 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
     return list(range(first, first + count))
 
 
-_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io")
+_HOOKS = (
+    "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
+    "storage_requests", "grow_storage", "request_plan",
+)
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):

@@ -45,10 +45,14 @@ class KitStoreOps(StoreOps):
       listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
     * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
       ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
+    * ``reversed_listings`` (default): a listing comes in reverse key order, pages of the same size,
+      as a store other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11).
     """
 
-    def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0) -> None:
+    def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
+                 reversed_listings: bool = True) -> None:
         self.requests = 0
+        self.reversed_listings = reversed_listings
         self.fail_transfers = 0
         self.failing_lists = failing_lists
         self.conflicts_as_precondition = conflicts_as_precondition
@@ -95,9 +99,16 @@ class KitStoreOps(StoreOps):
                 self.failing_lists -= 1
                 self.requests += 1
                 raise OSError(errno.EIO, f"kvproto kit: LIST {prefix} failed (injected below ObstoreBackend)")
-            async for page in pages:
-                self.requests += 1  # a page read is a request; the end of a short page's listing is not one
-                yield page
+            if not self.reversed_listings:
+                async for page in pages:
+                    self.requests += 1  # a page read is a request; the end of a short page's listing is not one
+                    yield page
+                return
+            everything = [meta async for page in pages for meta in page]
+            everything.reverse()
+            for i in range(0, len(everything), chunk_size):
+                self.requests += 1
+                yield everything[i : i + chunk_size]
 
         return counted()
 
@@ -142,24 +153,29 @@ def _objects(tier: ObjTier) -> list[str]:
     return [meta["path"] for chunk in obstore.list(tier.store, directory, chunk_size=LIST_PAGE) for meta in chunk]
 
 
+_FILLERS_AFTER = 8
+
+
 def _grow_storage(tier: ObjTier, objects: int) -> None:
-    """Add filler objects under the tier's namespace until it holds ``objects`` (never asked about; they
-    sort before every block, so a listing reads them first) (TIER-33)."""
+    """Add filler objects under the tier's namespace until it holds ``objects`` (never asked about; the
+    first few sort after every block, the rest before, so a listing in key order reads them first) (TIER-33)."""
     have = len(_objects(tier))
     for i in range(have, objects):
-        obstore.put(tier.store, f"{tier.base}/0/kvproto-kit-filler-{i:06d}", b"filler")
+        where = "~" if i - have < _FILLERS_AFTER else "0"  # "0/" sorts before every block, "~/" after
+        obstore.put(tier.store, f"{tier.base}/{where}/kvproto-kit-filler-{i:06d}", b"filler")
 
 
-def _request_budget(tier: ObjTier, n: int) -> int:
-    """The requests OBJ-11's plan lets an existence batch of ``n`` unknown keys cost, the namespace's
-    size learnt by the batch before (TIER-33): ``n // list_page_cost`` LIST pages when the namespace
-    (its objects, plus one) fits in them, else one HEAD per key."""
+def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
+    """The requests OBJ-11's plan makes for an existence batch of ``n`` unknown keys, the namespace's
+    size learnt by the batch before (TIER-33): one listing (one range off S3, the kit's store) of
+    the pages the namespace fills when those, its objects plus one, fit in ``n // list_page_cost``
+    pages; else one HEAD per key."""
     cost = tier.config.list_page_cost
     pages = n // cost if cost else 0
     needed = -(-(len(_objects(tier)) + 1) // LIST_PAGE)
     if pages >= 1 and needed <= pages:
-        return needed  # one range off S3 (the kit's store): the pages the namespace fills, the last one short
-    return n
+        return 1, needed  # a listing: its last page may be the full one the estimate's "plus one" feared
+    return n, n
 
 
 def faults_of(tier: ObjTier) -> FaultyBackend:
@@ -220,7 +236,7 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_io": _fail_io,
     "storage_requests": _storage_requests,
     "grow_storage": _grow_storage,
-    "request_budget": _request_budget,
+    "request_plan": _request_plan,
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
 

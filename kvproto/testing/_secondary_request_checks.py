@@ -1,0 +1,110 @@
+"""A tier's declared storage-request plan for existence checks (TIER-33): :class:`SecondaryRequestChecks`,
+a base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+Some tiers answer a batch of existence checks with fewer requests than one per key (an object
+store lists a namespace instead of sending a HEAD per key, OBJ-11). Such a plan keeps the answers
+the same and changes only how many requests reach the storage, so no answer-level check sees it
+break (found by mutation testing, docs/mutation/obj.json: five mutants of the plan passed every
+check). A tier's spec that documents its plan declares three backdoor hooks:
+
+* ``storage_requests(tier) -> int``: every request the tier made to its storage so far;
+* ``grow_storage(tier, objects)``: add objects the tier is never asked about until its storage
+  holds ``objects`` (what a listing must read past);
+* ``request_plan(tier, n) -> (fewest, most)``: the requests its documented plan makes for an
+  existence batch of ``n`` keys it does not know, asked in one step right after a batch that
+  taught it the storage's size, with nothing stored or deleted between.
+
+The kit grows the storage to just below and to one listing page of 1,000 objects (S3's, GCS's and
+Azure's page), where a listing plan changes its shape, and counts each batch's requests.
+"""
+
+from __future__ import annotations
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks import check
+from kvproto.testing._data import block_for, key_pool
+from kvproto.testing._driver import TrackedContext, short_key
+from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._secondary_driver import SecondaryDriver
+from kvproto.testing._secondary_roles import SecondaryRole
+
+__all__ = ["REQUEST_PLAN_SIZES", "SecondaryRequestChecks"]
+
+REQUEST_PLAN_SIZES = (999, 1000)
+"""Storage sizes (objects) the kit checks a request plan at: one short of a 1,000-object listing
+page, and a full one (the plan's "does the namespace fit in the pages" boundary)."""
+
+_BATCHES = (16, 32)  # the measured batch sizes, each half stored blocks, half never stored
+_TEACHING_BATCH = 64  # the batch of never-stored keys asked first at each size
+
+
+class SecondaryRequestChecks(SecondaryRole):
+    """The request plan of existence batches, in the kit's order (see ``SecondaryTierTests``)."""
+
+    def storage_requests(self, tier: SecondaryTier) -> int:
+        """Every request ``tier`` made to its storage so far: the backdoor hook of
+        :meth:`test_existence_batches_keep_the_declared_request_plan` (KIT-5)."""
+        raise NotImplementedError
+
+    def grow_storage(self, tier: SecondaryTier, objects: int) -> None:
+        """Add objects ``tier`` is never asked about until its storage holds ``objects`` (KIT-5)."""
+        raise NotImplementedError
+
+    def request_plan(self, tier: SecondaryTier, n: int) -> tuple[int, int]:
+        """The fewest and the most storage requests ``tier``'s documented plan makes for an
+        existence batch of ``n`` keys it does not know, asked in one step right after a batch
+        that taught it the storage's size (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-33", hooks=("storage_requests", "grow_storage", "request_plan", "seed_block"))
+    def test_existence_batches_keep_the_declared_request_plan(self, kit: SecondaryDriver) -> None:
+        """At storage sizes of 999 and 1,000 objects: a batch of 64 never-stored keys (it teaches
+        the tier the size), then batches of 16 and 32 keys the tier does not know (half seeded
+        blocks, half never stored), each asked in one step: each batch costs as many storage
+        requests as the tier's declared plan says (``request_plan``), and its seeded blocks answer
+        HIT, the others MISS."""
+        sizes = REQUEST_PLAN_SIZES
+        seeded = {
+            (size, n): key_pool(f"t33-seeded-{size}-{n}", n // 2) for size in sizes for n in _BATCHES
+        }
+        for keys in seeded.values():
+            for key in keys:
+                self.seed_block(kit.tier, key, block_for(key, kit.block_bytes))
+        for size in sizes:
+            self.grow_storage(kit.tier, size)
+            self._ask(kit, key_pool(f"t33-teach-{size}", _TEACHING_BATCH), [], f"t33-teach-{size}")
+            for n in _BATCHES:
+                stored = seeded[(size, n)]
+                never = key_pool(f"t33-never-{size}-{n}", n - len(stored))
+                asked = [k for pair in zip(stored, never, strict=True) for k in pair]
+                fewest, most = self.request_plan(kit.tier, n)
+                before = self.storage_requests(kit.tier)
+                self._ask(kit, asked, stored, f"t33-{size}-{n}")
+                made = self.storage_requests(kit.tier) - before
+                if not fewest <= made <= most:
+                    plan = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+                    raise ConformanceFailure(
+                        "TIER-33",
+                        f"an existence batch of {n} keys the tier did not know (storage holding {size} objects, "
+                        f"its size taught by the batch before) made {made} storage requests; the tier's declared "
+                        f"plan (request_plan) makes {plan}",
+                    )
+
+    @staticmethod
+    def _ask(kit: SecondaryDriver, asked: list[OffloadKey], stored: list[OffloadKey], name: str) -> None:
+        """Ask ``asked`` in one request (one step's batch); ``stored`` must answer HIT, the others MISS."""
+        context = TrackedContext(f"kvproto-kit-{name}")
+        answers = kit.resolve(asked, context)
+        kit.tier.on_request_finished(context)
+        for key in asked:
+            want = lr.HIT if key in stored else lr.MISS
+            if answers[key] is not want:
+                what = "a block seeded in its storage" if key in stored else "a key never stored"
+                raise ConformanceFailure(
+                    "TIER-33",
+                    f"lookup({short_key(key)}), {what}, answered {answers[key].name} in a batch of {len(asked)} "
+                    f"keys over a storage of many objects (not {want.name}): a plan of fewer requests must "
+                    "decide what per-key checks decide",
+                )

@@ -1,0 +1,101 @@
+"""Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
+and 5; TIER-23, TIER-33): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+:class:`~kvproto_obj.KitStoreOps` (OBJ-13), so the kit counts their requests and answers their
+conditional writes as some S3 providers do. Each has one bug a mutant of kvproto-obj showed the
+kit passed (docs/mutation/obj.json).
+
+``STORE_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
+gallery_index.py gathers it into ``GALLERY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import MemoryStore
+
+from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.tierkit import Published
+
+from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
+from kvproto_obj._backend import ObstoreBackend
+from kvproto_obj._conformance import KitStoreOps
+from kvproto_obj._listing import ListPlanner
+from tests.kvproto.testing.gallery import _QUICK, Expected
+
+_CONFIG = ObjTierConfig(max_concurrency=8, probe_concurrency=16)
+
+
+class _HeadsOnly(ListPlanner):
+    """Bug: the planner ignores the configured page cost: every batch is sent as HEADs, one request per
+    key, though OBJ-11's plan lists a namespace that fits in the batch's pages."""
+
+    def pages_for(self, namespace: str, n: int) -> int:
+        return 0
+
+
+class NeverLists(ObjTier):
+    """An ObjTier whose listing planner is :class:`_HeadsOnly`: the same answers, 16 times the requests."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.planner = _HeadsOnly(config.list_page_cost, ordered=False)
+
+
+class _ConflictIsFailure(ObstoreBackend):
+    """Bug: a conditional PUT answered 412 (PreconditionError: some S3 providers answer a conflicting
+    create-if-absent so) is taken for a failure, though the object is there; 'already exists' is handled."""
+
+    async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        try:
+            await self.ops.put(self.store, self.path(name), list(parts), mode="create")
+        except AlreadyExistsError:
+            return Published.EXISTED
+        except PreconditionError:
+            raise  # the bug: the object is there (a HEAD would show it), the store is reported failed
+        return Published.CREATED
+
+
+class FailsOnConflict(ObjTier):
+    """An ObjTier whose backend is :class:`_ConflictIsFailure`."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.__class__ = _ConflictIsFailure  # the same backend object (the engine holds it), the buggy publish
+
+
+def _spec(cls: type[ObjTier]) -> TierSpec:
+    """The kit's obj spec (OBJ_HOOKS) over ``cls``: a fresh in-memory store per tier, requests through
+    KitStoreOps; the second instance's store answers conflicting conditional PUTs 412 (OBJ-13)."""
+
+    def build(buffer: memoryview) -> ObjTier:
+        return cls(buffer, _CONFIG, name=cls.__name__, store=MemoryStore(), wrap=FaultyBackend, ops=KitStoreOps())
+
+    def reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
+        ops = KitStoreOps(conflicts_as_precondition=True)
+        return cls(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
+
+    return TierSpec(
+        cls.__name__, "secondary", build, hooks={**OBJ_HOOKS, "reopen": reopen}, limits=_QUICK, tier_class=cls
+    )
+
+
+def never_lists() -> TierSpec:
+    return _spec(NeverLists)
+
+
+def fails_on_conflict() -> TierSpec:
+    return _spec(FailsOnConflict)
+
+
+_HERE = __name__
+STORE_GALLERY: dict[str, Expected] = {
+    f"{_HERE}:never_lists": Expected(
+        "test_existence_batches_keep_the_declared_request_plan", "TIER-33", "declared plan (request_plan) makes 1"
+    ),
+    f"{_HERE}:fails_on_conflict": Expected(
+        "test_a_stored_block_is_never_overwritten", "TIER-23", "from a second instance over the same storage"
+    ),
+}
