@@ -59,7 +59,7 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
 
 _HOOKS = (
     "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
-    "storage_requests", "grow_storage", "request_plan",
+    "storage_requests", "grow_storage", "request_plan", "replace_block",
 )
 
 

@@ -1,5 +1,5 @@
 """Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
-and 5; TIER-23, TIER-33): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+and 5; TIER-23, TIER-33, TIER-34): ObjTiers over an in-memory store whose requests go through kvproto-obj's
 :class:`~kvproto_obj.KitStoreOps` (OBJ-13), so the kit counts their requests and answers their
 conditional writes as some S3 providers do. Each has one bug a mutant of kvproto-obj showed the
 kit passed (docs/mutation/obj.json).
@@ -21,7 +21,7 @@ from kvproto.tierkit import Published
 
 from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
-from kvproto_obj._conformance import KitStoreOps
+from kvproto_obj._conformance import kit_ops
 from kvproto_obj._listing import ListPlanner
 from tests.kvproto.testing.gallery import _QUICK, Expected
 
@@ -66,15 +66,31 @@ class FailsOnConflict(ObjTier):
         self._io.__class__ = _ConflictIsFailure  # the same backend object (the engine holds it), the buggy publish
 
 
+class _ForgetsEtags(ObstoreBackend):
+    """Bug: the ETag a HEAD saw is never kept, so every load is an unconditional GET (OBJ-12)."""
+
+    def _saw(self, name: str, etag: str | None) -> None:
+        return None
+
+
+class UnconditionalGet(ObjTier):
+    """An ObjTier whose backend is :class:`_ForgetsEtags`: a block replaced by another writer after the
+    HIT loads the new bytes."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.__class__ = _ForgetsEtags  # the same backend object (the engine holds it), the buggy HEAD
+
+
 def _spec(cls: type[ObjTier]) -> TierSpec:
     """The kit's obj spec (OBJ_HOOKS) over ``cls``: a fresh in-memory store per tier, requests through
     KitStoreOps; the second instance's store answers conflicting conditional PUTs 412 (OBJ-13)."""
 
     def build(buffer: memoryview) -> ObjTier:
-        return cls(buffer, _CONFIG, name=cls.__name__, store=MemoryStore(), wrap=FaultyBackend, ops=KitStoreOps())
+        return cls(buffer, _CONFIG, name=cls.__name__, store=MemoryStore(), wrap=FaultyBackend, ops=kit_ops(_CONFIG))
 
     def reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
-        ops = KitStoreOps(conflicts_as_precondition=True)
+        ops = kit_ops(tier.config, conflicts_as_precondition=True)
         return cls(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
     return TierSpec(
@@ -90,6 +106,10 @@ def fails_on_conflict() -> TierSpec:
     return _spec(FailsOnConflict)
 
 
+def unconditional_get() -> TierSpec:
+    return _spec(UnconditionalGet)
+
+
 _HERE = __name__
 STORE_GALLERY: dict[str, Expected] = {
     f"{_HERE}:never_lists": Expected(
@@ -97,5 +117,8 @@ STORE_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:fails_on_conflict": Expected(
         "test_a_stored_block_is_never_overwritten", "TIER-23", "from a second instance over the same storage"
+    ),
+    f"{_HERE}:unconditional_get": Expected(
+        "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes"
     ),
 }

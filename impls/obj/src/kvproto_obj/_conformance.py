@@ -23,6 +23,7 @@ from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
+from kvproto_obj._backend import _RANGED
 from kvproto_obj._config import ObjTierConfig
 from kvproto_obj._listing import LIST_PAGE
 from kvproto_obj._ops import StoreOps
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from obstore import Bytes, ObjectMeta
     from obstore.store import ObjectStore
 
-__all__ = ["OBJ_HOOKS", "KitStoreOps", "conformance_spec", "faults_of", "obj_spec", "ops_of"]
+__all__ = ["OBJ_HOOKS", "KitStoreOps", "conformance_spec", "faults_of", "kit_ops", "obj_spec", "ops_of"]
 
 
 class KitStoreOps(StoreOps):
@@ -45,12 +46,13 @@ class KitStoreOps(StoreOps):
       listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
     * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
       ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
-    * ``reversed_listings`` (default): a listing comes in reverse key order, pages of the same size,
-      as a store other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11).
+    * ``reversed_listings``: a listing comes in reverse key order, pages of the same size, as a store
+      other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11). The kit's
+      spec sets it for every store but S3 (:func:`kit_ops`).
     """
 
     def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
-                 reversed_listings: bool = True) -> None:
+                 reversed_listings: bool = False) -> None:
         self.requests = 0
         self.reversed_listings = reversed_listings
         self.fail_transfers = 0
@@ -113,6 +115,12 @@ class KitStoreOps(StoreOps):
         return counted()
 
 
+def kit_ops(config: ObjTierConfig, *, conflicts_as_precondition: bool = False) -> KitStoreOps:
+    """The KitStoreOps for a tier of ``config``: listings in reverse key order unless the store lists
+    in ranges (S3, OBJ-11)."""
+    return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition, reversed_listings=config.kind not in _RANGED)
+
+
 def ops_of(tier: ObjTier) -> KitStoreOps:
     """The :class:`KitStoreOps` a tier of the kit's spec makes its requests through."""
     ops = tier.ops
@@ -124,7 +132,7 @@ def ops_of(tier: ObjTier) -> KitStoreOps:
 def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix (a second engine on the same bucket), whose
     store answers a conflicting conditional PUT 412 (PreconditionError) as some S3 providers do."""
-    ops = KitStoreOps(conflicts_as_precondition=True)
+    ops = kit_ops(tier.config, conflicts_as_precondition=True)
     return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
 
@@ -133,7 +141,7 @@ def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
     return ObjTier(
         buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
-        ops=KitStoreOps(),
+        ops=kit_ops(tier.config),
     )
 
 
@@ -167,14 +175,16 @@ def _grow_storage(tier: ObjTier, objects: int) -> None:
 
 def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
     """The requests OBJ-11's plan makes for an existence batch of ``n`` unknown keys, the namespace's
-    size learnt by the batch before (TIER-33): one listing (one range off S3, the kit's store) of
-    the pages the namespace fills when those, its objects plus one, fit in ``n // list_page_cost``
-    pages; else one HEAD per key."""
+    size learnt by the batch before (TIER-33): a listing of the pages the namespace fills when those,
+    its objects plus one, fit in ``n // list_page_cost`` pages (one range off S3; on S3 ranges that
+    run out of pages leave their names to HEADs); else one HEAD per key."""
     cost = tier.config.list_page_cost
     pages = n // cost if cost else 0
     needed = -(-(len(_objects(tier)) + 1) // LIST_PAGE)
     if pages >= 1 and needed <= pages:
-        return 1, needed  # a listing: its last page may be the full one the estimate's "plus one" feared
+        if tier.config.kind in _RANGED:
+            return 1, pages + n
+        return 1, needed  # one range: its last page may be the full one the estimate's "plus one" feared
     return n, n
 
 
@@ -237,8 +247,13 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "storage_requests": _storage_requests,
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
+    "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
+
+
+_PREFIX = "kvproto-kit/obj"
+"""The kit's objects live under a prefix, as production's do (OBJ-2: ``<prefix>/<namespace>/...``)."""
 
 
 def obj_spec(
@@ -252,10 +267,10 @@ def obj_spec(
 
     Each tier is built with ``wrap=FaultyBackend``: the kit's job faults act below the engine (KIT-5).
     """
-    cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16) if config is None else config
+    cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix=_PREFIX) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
-        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=KitStoreOps())
+        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=kit_ops(cfg))
 
     return TierSpec(
         name,
@@ -263,7 +278,9 @@ def obj_spec(
         build,
         hooks=OBJ_HOOKS,
         tier_class=ObjTier,
-        description=description or "kvproto_obj.ObjTier(buffer, ObjTierConfig(), store=obstore.store.MemoryStore())",
+        description=description or (
+            f"kvproto_obj.ObjTier(buffer, ObjTierConfig(prefix={_PREFIX!r}), store=obstore.store.MemoryStore())"
+        ),
     )
 
 
