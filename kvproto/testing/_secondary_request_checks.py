@@ -16,6 +16,11 @@ check). A tier's spec that documents its plan declares three backdoor hooks:
 
 The kit grows the storage to just below and to one listing page of 1,000 objects (S3's, GCS's and
 Azure's page), where a listing plan changes its shape, and counts each batch's requests.
+
+A spec may also declare ``start_down(tier, buffer)``: build a new instance over the same storage
+while every request to it fails. Declaring it promises that the constructor checks its storage
+(KIT-20): it raises :class:`~kvproto.errors.ConfigurationError`, never another error, and never
+returns a tier that has not reached its storage.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
+from kvproto.errors import ConfigurationError
 from kvproto.testing._checks import check
 from kvproto.testing._data import block_for, key_pool
 from kvproto.testing._driver import TrackedContext, short_key
@@ -57,6 +63,36 @@ class SecondaryRequestChecks(SecondaryRole):
         existence batch of ``n`` keys it does not know, asked in one step right after a batch
         that taught it the storage's size (KIT-5)."""
         raise NotImplementedError
+
+    def start_down(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
+        """Build a new instance over ``tier``'s storage while every request to that storage fails
+        (KIT-5); declaring it promises :meth:`test_a_constructor_refuses_storage_that_is_down` (KIT-20).
+        Not wrapped as a hook that raises: raising is what it promises."""
+        raise NotImplementedError
+
+    @check("KIT-20", hooks=("start_down",))
+    def test_a_constructor_refuses_storage_that_is_down(self, kit: SecondaryDriver, primary_buffer: memoryview) -> None:
+        """A tier whose spec declares ``start_down``: building an instance over its storage while every
+        request to it fails raises ConfigurationError (naming why), never another exception, and never
+        returns a tier."""
+        try:
+            built = self.start_down(kit.tier, primary_buffer)
+        except ConfigurationError:
+            return
+        except Exception as error:
+            raise ConformanceFailure(
+                "KIT-20",
+                f"building an instance over storage that answers no request raised {type(error).__name__}: {error} "
+                "(a ConfigurationError from kvproto.errors is what start_down promises)",
+            ) from error
+        shutdown = getattr(built, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        raise ConformanceFailure(
+            "KIT-20",
+            "building an instance over storage that answers no request returned a tier: its spec declares "
+            "start_down, a promise that the constructor checks its storage and raises ConfigurationError",
+        )
 
     @check("TIER-33", hooks=("storage_requests", "grow_storage", "request_plan", "seed_block"))
     def test_existence_batches_keep_the_declared_request_plan(self, kit: SecondaryDriver) -> None:

@@ -1,5 +1,5 @@
 """Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
-and 5; TIER-23, TIER-33, TIER-34): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+and 5; TIER-23, TIER-33, TIER-34, KIT-20): ObjTiers over an in-memory store whose requests go through kvproto-obj's
 :class:`~kvproto_obj.KitStoreOps` (OBJ-13), so the kit counts their requests and answers their
 conditional writes as some S3 providers do. Each has one bug a mutant of kvproto-obj showed the
 kit passed (docs/mutation/obj.json).
@@ -16,12 +16,13 @@ from typing import Any
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import MemoryStore
 
+from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import Published
 
 from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
-from kvproto_obj._conformance import kit_ops
+from kvproto_obj._conformance import KitStoreOps, kit_ops
 from kvproto_obj._listing import ListPlanner
 from tests.kvproto.testing.gallery import _QUICK, Expected
 
@@ -82,6 +83,17 @@ class UnconditionalGet(ObjTier):
         self._io.__class__ = _ForgetsEtags  # the same backend object (the engine holds it), the buggy HEAD
 
 
+class SkipsItsStartUpCheck(ObjTier):
+    """Bug: the start-up check (the layout manifest's PUT, OBJ-1) swallows its error: a tier over a
+    store that is down builds, and fails later, job by job."""
+
+    def _check_store(self, buffer: memoryview, name: str) -> None:
+        try:
+            super()._check_store(buffer, name)
+        except ConfigurationError:
+            pass  # the bug
+
+
 def _spec(cls: type[ObjTier]) -> TierSpec:
     """The kit's obj spec (OBJ_HOOKS) over ``cls``: a fresh in-memory store per tier, requests through
     KitStoreOps; the second instance's store answers conflicting conditional PUTs 412 (OBJ-13)."""
@@ -93,9 +105,11 @@ def _spec(cls: type[ObjTier]) -> TierSpec:
         ops = kit_ops(tier.config, conflicts_as_precondition=True)
         return cls(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
-    return TierSpec(
-        cls.__name__, "secondary", build, hooks={**OBJ_HOOKS, "reopen": reopen}, limits=_QUICK, tier_class=cls
-    )
+    def start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
+        return cls(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=KitStoreOps(down=True))
+
+    hooks = {**OBJ_HOOKS, "reopen": reopen, "start_down": start_down}
+    return TierSpec(cls.__name__, "secondary", build, hooks=hooks, limits=_QUICK, tier_class=cls)
 
 
 def never_lists() -> TierSpec:
@@ -110,6 +124,10 @@ def unconditional_get() -> TierSpec:
     return _spec(UnconditionalGet)
 
 
+def skips_its_start_up_check() -> TierSpec:
+    return _spec(SkipsItsStartUpCheck)
+
+
 _HERE = __name__
 STORE_GALLERY: dict[str, Expected] = {
     f"{_HERE}:never_lists": Expected(
@@ -120,5 +138,8 @@ STORE_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:unconditional_get": Expected(
         "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes"
+    ),
+    f"{_HERE}:skips_its_start_up_check": Expected(
+        "test_a_constructor_refuses_storage_that_is_down", "KIT-20", "returned a tier"
     ),
 }

@@ -46,14 +46,16 @@ class KitStoreOps(StoreOps):
       listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
     * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
       ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
+    * ``down``: every request fails (connection refused): the store is down (the ``start_down`` hook).
     * ``reversed_listings``: a listing comes in reverse key order, pages of the same size, as a store
       other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11). The kit's
       spec sets it for every store but S3 (:func:`kit_ops`).
     """
 
     def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
-                 reversed_listings: bool = False) -> None:
+                 reversed_listings: bool = False, down: bool = False) -> None:
         self.requests = 0
+        self.down = down
         self.reversed_listings = reversed_listings
         self.fail_transfers = 0
         self.failing_lists = failing_lists
@@ -61,6 +63,7 @@ class KitStoreOps(StoreOps):
 
     def _transfer(self, what: str, path: str) -> None:
         self.requests += 1
+        self._refuse(what, path)
         if self.fail_transfers > 0:
             self.fail_transfers -= 1
             raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
@@ -81,14 +84,20 @@ class KitStoreOps(StoreOps):
         self._transfer("GET", path)
         return await super().get(store, path, if_match)
 
+    def _refuse(self, what: str, path: str) -> None:
+        if self.down:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what} {path}: the store is down")
+
     async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
         """A HEAD, counted."""
         self.requests += 1
+        self._refuse("HEAD", path)
         return await super().head(store, path)
 
     async def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> None:
         """A DELETE, counted."""
         self.requests += 1
+        self._refuse("DELETE", str(paths))
         await super().delete(store, paths)
 
     def list(self, store: ObjectStore, prefix: str, *, offset: str | None = None,
@@ -97,6 +106,7 @@ class KitStoreOps(StoreOps):
         pages = super().list(store, prefix, offset=offset, chunk_size=chunk_size)
 
         async def counted() -> AsyncIterator[Sequence[ObjectMeta]]:
+            self._refuse("LIST", prefix)
             if self.failing_lists > 0:
                 self.failing_lists -= 1
                 self.requests += 1
@@ -143,6 +153,12 @@ def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
         buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
         ops=kit_ops(tier.config),
     )
+
+
+def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
+    """A second instance over the same store while it is down: OBJ-1's start-up check (the layout
+    manifest's PUT) must refuse it with ConfigurationError (KIT-20)."""
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=KitStoreOps(down=True))
 
 
 def _fail_io(tier: ObjTier, n: int) -> None:
@@ -247,6 +263,7 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "storage_requests": _storage_requests,
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
+    "start_down": _start_down,
     "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
