@@ -30,7 +30,7 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.errors import ConfigurationError
 from kvproto.testing._checks import check
-from kvproto.testing._data import block_for, key_pool
+from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
 from kvproto.testing._secondary_driver import SecondaryDriver
@@ -98,35 +98,50 @@ class SecondaryRequestChecks(SecondaryRole):
     def test_existence_batches_keep_the_declared_request_plan(self, kit: SecondaryDriver) -> None:
         """At storage sizes of 999 and 1,000 objects: a batch of 64 never-stored keys (it teaches
         the tier the size), then batches of 16 and 32 keys the tier does not know (half seeded
-        blocks, half never stored), each asked in one step: each batch costs as many storage
-        requests as the tier's declared plan says (``request_plan``), and its seeded blocks answer
-        HIT, the others MISS."""
-        sizes = REQUEST_PLAN_SIZES
-        seeded = {
-            (size, n): key_pool(f"t33-seeded-{size}-{n}", n // 2) for size in sizes for n in _BATCHES
-        }
-        for keys in seeded.values():
+        blocks, half never stored), each asked in one step, then one more of 16 (its size taught by
+        the batch of 32); with the reopen hook, a second instance over the same storage asks a
+        batch of 64 and one of 32 the same way. Each measured batch costs as many storage requests
+        as the tier's declared plan says (``request_plan``), and its seeded blocks answer HIT, the
+        others MISS."""
+        last = REQUEST_PLAN_SIZES[-1]
+        measured = [(size, n) for size in REQUEST_PLAN_SIZES for n in _BATCHES] + [(last, _BATCHES[0])]
+        seeded = {i: key_pool(f"t33-seeded-{i}", n // 2) for i, (_, n) in enumerate(measured)}
+        second = key_pool("t33-seeded-second", _BATCHES[-1] // 2)
+        for keys in (*seeded.values(), second):
             for key in keys:
                 self.seed_block(kit.tier, key, block_for(key, kit.block_bytes))
-        for size in sizes:
-            self.grow_storage(kit.tier, size)
-            self._ask(kit, key_pool(f"t33-teach-{size}", _TEACHING_BATCH), [], f"t33-teach-{size}")
-            for n in _BATCHES:
-                stored = seeded[(size, n)]
-                never = key_pool(f"t33-never-{size}-{n}", n - len(stored))
-                asked = [k for pair in zip(stored, never, strict=True) for k in pair]
-                fewest, most = self.request_plan(kit.tier, n)
-                before = self.storage_requests(kit.tier)
-                self._ask(kit, asked, stored, f"t33-{size}-{n}")
-                made = self.storage_requests(kit.tier) - before
-                if not fewest <= made <= most:
-                    plan = f"{fewest}" if fewest == most else f"{fewest} to {most}"
-                    raise ConformanceFailure(
-                        "TIER-33",
-                        f"an existence batch of {n} keys the tier did not know (storage holding {size} objects, "
-                        f"its size taught by the batch before) made {made} storage requests; the tier's declared "
-                        f"plan (request_plan) makes {plan}",
-                    )
+        for i, (size, n) in enumerate(measured):
+            if i == 0 or measured[i - 1][0] != size:
+                self.grow_storage(kit.tier, size)
+                self._ask(kit, key_pool(f"t33-teach-{size}", _TEACHING_BATCH), [], f"t33-teach-{size}")
+            self._measured(kit, seeded[i], n, size, f"t33-{i}", "")
+        if self.has_hook("reopen"):
+            buffer = make_buffer(self.num_slots, self.block_bytes)
+            other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=33_001)
+            try:
+                other.wait_started()
+                self._ask(other, key_pool("t33-teach-second", _TEACHING_BATCH), [], "t33-teach-second")
+                self._measured(other, second, _BATCHES[-1], last, "t33-second", " in a second instance (reopen)")
+            finally:
+                other.shutdown()
+
+    def _measured(self, kit: SecondaryDriver, stored: list[OffloadKey], n: int, size: int, tag: str, where: str) -> None:
+        """Ask ``n`` keys (``stored`` and never-stored ones, interleaved) in one step; the requests it made
+        must be within the tier's declared plan."""
+        never = key_pool(f"{tag}-never", n - len(stored))
+        asked = [k for pair in zip(stored, never, strict=True) for k in pair]
+        fewest, most = self.request_plan(kit.tier, n)
+        before = self.storage_requests(kit.tier)
+        self._ask(kit, asked, stored, tag)
+        made = self.storage_requests(kit.tier) - before
+        if not fewest <= made <= most:
+            plan = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+            raise ConformanceFailure(
+                "TIER-33",
+                f"an existence batch of {n} keys the tier did not know{where} (storage holding {size} objects, its "
+                f"size taught by the batch before) made {made} storage requests; the tier's declared plan "
+                f"(request_plan) makes {plan}",
+            )
 
     @staticmethod
     def _ask(kit: SecondaryDriver, asked: list[OffloadKey], stored: list[OffloadKey], name: str) -> None:

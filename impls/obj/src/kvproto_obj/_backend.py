@@ -71,7 +71,8 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
-        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED)
+        ranged = config.kind in _RANGED if self.ops.ranged is None else self.ops.ranged
+        self.planner = ListPlanner(config.list_page_cost, ordered=ranged)
         self.batches = OpenBatches()
         self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-12)
 

@@ -46,6 +46,9 @@ class KitStoreOps(StoreOps):
       listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
     * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
       ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
+    * ``ranged``: the store lists in key order from a native start-after (OBJ-11's ranged listings;
+      ``None``: as the tier's kind says). The kit's in-memory store does; the spec's first instance
+      lists in ranges, as on S3, and the ``reopen`` instance in reverse key order.
     * ``down``: every request fails (connection refused): the store is down (the ``start_down`` hook).
     * ``reversed_listings``: a listing comes in reverse key order, pages of the same size, as a store
       other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11). The kit's
@@ -53,8 +56,9 @@ class KitStoreOps(StoreOps):
     """
 
     def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
-                 reversed_listings: bool = False, down: bool = False) -> None:
+                 reversed_listings: bool = False, down: bool = False, ranged: bool | None = None) -> None:
         self.requests = 0
+        self.ranged = ranged
         self.down = down
         self.reversed_listings = reversed_listings
         self.fail_transfers = 0
@@ -125,10 +129,13 @@ class KitStoreOps(StoreOps):
         return counted()
 
 
-def kit_ops(config: ObjTierConfig, *, conflicts_as_precondition: bool = False) -> KitStoreOps:
-    """The KitStoreOps for a tier of ``config``: listings in reverse key order unless the store lists
-    in ranges (S3, OBJ-11)."""
-    return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition, reversed_listings=config.kind not in _RANGED)
+def kit_ops(config: ObjTierConfig, *, conflicts_as_precondition: bool = False, ranged: bool = False) -> KitStoreOps:
+    """The KitStoreOps for a tier of ``config``: on S3 as it lists; elsewhere in ranges (``ranged``:
+    the in-memory store lists in key order from a native start-after) or in reverse key order."""
+    if config.kind in _RANGED:
+        return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition)
+    return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition, reversed_listings=not ranged,
+                       ranged=True if ranged else None)
 
 
 def ops_of(tier: ObjTier) -> KitStoreOps:
@@ -198,9 +205,10 @@ def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
     pages = n // cost if cost else 0
     needed = -(-(len(_objects(tier)) + 1) // LIST_PAGE)
     if pages >= 1 and needed <= pages:
-        if tier.config.kind in _RANGED:
-            return 1, pages + n
-        return 1, needed  # one range: its last page may be the full one the estimate's "plus one" feared
+        ranges = max(1, min(pages, n, needed)) if tier.ops.ranged or tier.config.kind in _RANGED else 1
+        if ranges > 1 and pages // ranges < needed:
+            return 1, pages + n  # a range may run out of pages: its names get HEADs
+        return 1, needed + ranges - 1  # each range's last page may be cut at its bound
     return n, n
 
 
@@ -287,7 +295,8 @@ def obj_spec(
     cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix=_PREFIX) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
-        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=kit_ops(cfg))
+        ranged = cfg.kind == "memory"  # the in-memory store lists in key order with a native start-after
+        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=kit_ops(cfg, ranged=ranged))
 
     return TierSpec(
         name,

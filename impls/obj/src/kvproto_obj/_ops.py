@@ -33,6 +33,10 @@ class StoreOps:
     instance may serve several backends.
     """
 
+    ranged: bool | None = None
+    """Whether the store lists in key order from a native start-after, so a listing may run in
+    concurrent ranges (OBJ-11); ``None``: as its kind says (S3 does, the others do not)."""
+
     async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
                   mode: Literal["create", "overwrite"] = "overwrite") -> None:
         """One single-part PUT of ``body`` at ``path`` (``mode="create"``: ``If-None-Match: *``)."""
