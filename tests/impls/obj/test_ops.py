@@ -40,10 +40,11 @@ def test_every_request_goes_through_the_store_ops() -> None:
 
 
 def test_fail_io_fails_the_next_transfer_only() -> None:
-    """``fail_io(tier, 1)``: the next PUT raises EIO below ObstoreBackend, so that store is reported failed;
-    the one after it succeeds (TIER-31, OBJ-13)."""
+    """``fail_io(tier, 1)``: the next request (here a store's PUT) raises EIO below ObstoreBackend, so that
+    store is reported failed; the one after it succeeds (TIER-31, OBJ-13)."""
     ops = KitStoreOps()
     with shut_down_after(open_tier(CONFIG, store=MemoryStore(), ops=ops)) as (tier, run):
+        assert run.store([key(1)]).success  # the engine's own manifest PUT is made by the first store
         OBJ_HOOKS["fail_io"](tier, 1)
         assert not run.store([key(2)]).success
         assert ops.fail_transfers == 0
@@ -75,3 +76,13 @@ def test_a_failing_listing_is_answered_by_heads() -> None:
         answers = run.resolve(keys)
         assert [answers[k] for k in keys] == ["HIT"] * 16 + ["MISS"] * 16
         assert second.stats.list_errors == 1
+
+
+def test_fail_io_makes_reset_cache_answer_false() -> None:
+    """A reset whose first request (the namespace's LIST) raises EIO answers False and deletes nothing
+    (TIER-16, TIER-31, OBJ-9)."""
+    with shut_down_after(open_tier(CONFIG, store=MemoryStore(), ops=KitStoreOps())) as (tier, run):
+        assert run.store([key(4)]).success
+        OBJ_HOOKS["fail_io"](tier, 1)
+        assert tier.reset_cache() is False
+        assert run.load([key(4)])[1] == {key(4)}

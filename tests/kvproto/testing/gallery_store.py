@@ -1,5 +1,5 @@
 """Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
-and 5; TIER-23, TIER-33, TIER-34, KIT-20): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+and 5; TIER-23, TIER-31, TIER-33, TIER-34, KIT-20): ObjTiers over an in-memory store whose requests go through kvproto-obj's
 :class:`~kvproto_obj.KitStoreOps` (OBJ-13), so the kit counts their requests and answers their
 conditional writes as some S3 providers do. Each has one bug a mutant of kvproto-obj showed the
 kit passed (docs/mutation/obj.json).
@@ -18,7 +18,7 @@ from obstore.store import MemoryStore
 
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
-from kvproto.tierkit import Published
+from kvproto.tierkit import BlobTier, Published
 
 from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
@@ -94,6 +94,16 @@ class SkipsItsStartUpCheck(ObjTier):
             pass  # the bug
 
 
+class ResetRaises(ObjTier):
+    """Bug: ``reset_cache`` lets the store's error escape (TIER-16: it answers False when it cannot now)."""
+
+    def reset_cache(self) -> bool:
+        if self.has_pending_work():
+            return False
+        self.backend.clear(self.namespace.hex())  # the bug: a failing store raises out of reset_cache
+        return BlobTier.reset_cache(self)
+
+
 def _spec(cls: type[ObjTier]) -> TierSpec:
     """The kit's obj spec (OBJ_HOOKS) over ``cls``: a fresh in-memory store per tier, requests through
     KitStoreOps; the second instance's store answers conflicting conditional PUTs 412 (OBJ-13)."""
@@ -128,6 +138,10 @@ def skips_its_start_up_check() -> TierSpec:
     return _spec(SkipsItsStartUpCheck)
 
 
+def reset_raises() -> TierSpec:
+    return _spec(ResetRaises)
+
+
 _HERE = __name__
 STORE_GALLERY: dict[str, Expected] = {
     f"{_HERE}:never_lists": Expected(
@@ -138,6 +152,9 @@ STORE_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:unconditional_get": Expected(
         "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes"
+    ),
+    f"{_HERE}:reset_raises": Expected(
+        "test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "it answers False when it cannot now"
     ),
     f"{_HERE}:skips_its_start_up_check": Expected(
         "test_a_constructor_refuses_storage_that_is_down", "KIT-20", "returned a tier"

@@ -41,7 +41,8 @@ class KitStoreOps(StoreOps):
     re-answered as some stores do.
 
     * ``requests``: every request made so far (a LIST counts one per page it read, or one if it failed).
-    * ``fail_transfers``: the next that many GETs and PUTs raise ``OSError(EIO)`` (the ``fail_io`` hook).
+    * ``fail_transfers``: the next that many requests (GET, PUT, HEAD, DELETE, LIST) raise
+      ``OSError(EIO)`` (the ``fail_io`` hook).
     * ``failing_lists``: the next that many LIST requests fail (a one-line error): the tier's next
       listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
     * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
@@ -68,9 +69,6 @@ class KitStoreOps(StoreOps):
     def _transfer(self, what: str, path: str) -> None:
         self.requests += 1
         self._refuse(what, path)
-        if self.fail_transfers > 0:
-            self.fail_transfers -= 1
-            raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
 
     async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
                   mode: Literal["create", "overwrite"] = "overwrite") -> None:
@@ -91,6 +89,9 @@ class KitStoreOps(StoreOps):
     def _refuse(self, what: str, path: str) -> None:
         if self.down:
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what} {path}: the store is down")
+        if self.fail_transfers > 0:
+            self.fail_transfers -= 1
+            raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
 
     async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
         """A HEAD, counted."""
@@ -110,7 +111,9 @@ class KitStoreOps(StoreOps):
         pages = super().list(store, prefix, offset=offset, chunk_size=chunk_size)
 
         async def counted() -> AsyncIterator[Sequence[ObjectMeta]]:
-            self._refuse("LIST", prefix)
+            if self.down or self.fail_transfers > 0:
+                self.requests += 1
+                self._refuse("LIST", prefix)
             if self.failing_lists > 0:
                 self.failing_lists -= 1
                 self.requests += 1
@@ -169,7 +172,7 @@ def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
 
 
 def _fail_io(tier: ObjTier, n: int) -> None:
-    """The next ``n`` GETs and PUTs of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
+    """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
     ops_of(tier).fail_transfers = n
 
 
