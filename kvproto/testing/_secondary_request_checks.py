@@ -20,12 +20,16 @@ Azure's page), where a listing plan changes its shape, and counts each batch's r
 A spec may also declare ``start_down(tier, buffer)``: build a new instance over the same storage
 while every request to it fails. Declaring it promises that the constructor checks its storage
 (KIT-20): it raises :class:`~kvproto.errors.ConfigurationError`, never another error, and never
-returns a tier that has not reached its storage.
+returns a tier that has not reached its storage. And ``expected_abilities(tier)``: the abilities its
+documentation says the tier declares as built, which its ``capabilities`` must declare (KIT-21).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kvproto import members as lr
+from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.errors import ConfigurationError
@@ -70,6 +74,27 @@ class SecondaryRequestChecks(SecondaryRole):
         Not wrapped as a hook that raises: raising is what it promises."""
         raise NotImplementedError
 
+    def expected_abilities(self, tier: SecondaryTier) -> Iterable[str]:
+        """The abilities (``Capabilities`` field names) ``tier``'s documentation says it declares as its
+        spec builds it (KIT-5); declaring the hook promises :meth:`test_the_tier_declares_what_its_spec_expects`."""
+        raise NotImplementedError
+
+    @check("KIT-21", hooks=("expected_abilities",))
+    def test_the_tier_declares_what_its_spec_expects(self, kit: SecondaryDriver) -> None:
+        """A tier whose spec declares ``expected_abilities``: its own ``capabilities`` declare each of
+        them (a tier that stops declaring one is checked less, and the verdict would only name it
+        unchecked)."""
+        caps = getattr(kit.tier, "capabilities", None)
+        if not isinstance(caps, Capabilities):
+            raise ConformanceFailure("KIT-21", f"the tier has no Capabilities (capabilities={caps!r})")
+        missing = sorted(a for a in self.expected_abilities(kit.tier) if not caps.has(a))
+        if missing:
+            raise ConformanceFailure(
+                "KIT-21",
+                f"the tier does not declare {', '.join(missing)}, which its spec expects it to (expected_abilities): "
+                "the kit checks what a tier declares, so an ability dropped is a promise no longer checked",
+            )
+
     @check("KIT-20", hooks=("start_down",))
     def test_a_constructor_refuses_storage_that_is_down(self, kit: SecondaryDriver, primary_buffer: memoryview) -> None:
         """A tier whose spec declares ``start_down``: building an instance over its storage while every
@@ -103,6 +128,7 @@ class SecondaryRequestChecks(SecondaryRole):
         batch of 64 and one of 32 the same way. Each measured batch costs as many storage requests
         as the tier's declared plan says (``request_plan``), and its seeded blocks answer HIT, the
         others MISS."""
+        kit.wait_started()  # its start-up writes (a manifest) are done: the storage holds what the kit grew (KIT-19)
         last = REQUEST_PLAN_SIZES[-1]
         measured = [(size, n) for size in REQUEST_PLAN_SIZES for n in _BATCHES] + [(last, _BATCHES[0])]
         seeded = {i: key_pool(f"t33-seeded-{i}", n // 2) for i, (_, n) in enumerate(measured)}

@@ -1,8 +1,8 @@
 """Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
-and 5; TIER-23, TIER-31, TIER-33, TIER-34, KIT-20): ObjTiers over an in-memory store whose requests go through kvproto-obj's
-:class:`~kvproto_obj.KitStoreOps` (OBJ-13), so the kit counts their requests and answers their
-conditional writes as some S3 providers do. Each has one bug a mutant of kvproto-obj showed the
-kit passed (docs/mutation/obj.json).
+and 5; TIER-23, TIER-31, TIER-33, TIER-34, KIT-20, KIT-21): ObjTiers over an in-memory store whose
+requests go through kvproto-obj's :class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), so the kit
+counts their requests, fails them, and answers their conditional writes as some S3 providers do.
+Each has one bug a mutant of kvproto-obj showed the kit passed (docs/mutation/obj.json).
 
 ``STORE_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
 gallery_index.py gathers it into ``GALLERY``.
@@ -10,6 +10,7 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,6 +105,15 @@ class ResetRaises(ObjTier):
         return BlobTier.reset_cache(self)
 
 
+class DropsPersistence(ObjTier):
+    """Bug: a tier over a store it was given stops declaring persistence (its blocks do persist): the
+    kit then skips every persistence check and names it unchecked, a promise quietly dropped (OBJ-10)."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self.capabilities = dataclasses.replace(self.capabilities, persistence=False)
+
+
 def _spec(cls: type[ObjTier]) -> TierSpec:
     """The kit's obj spec (OBJ_HOOKS) over ``cls``: a fresh in-memory store per tier, requests through
     KitStoreOps; the second instance's store answers conflicting conditional PUTs 412 (OBJ-13)."""
@@ -142,6 +152,10 @@ def reset_raises() -> TierSpec:
     return _spec(ResetRaises)
 
 
+def drops_persistence() -> TierSpec:
+    return _spec(DropsPersistence)
+
+
 _HERE = __name__
 STORE_GALLERY: dict[str, Expected] = {
     f"{_HERE}:never_lists": Expected(
@@ -152,6 +166,9 @@ STORE_GALLERY: dict[str, Expected] = {
     ),
     f"{_HERE}:unconditional_get": Expected(
         "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes"
+    ),
+    f"{_HERE}:drops_persistence": Expected(
+        "test_the_tier_declares_what_its_spec_expects", "KIT-21", "does not declare persistence"
     ),
     f"{_HERE}:reset_raises": Expected(
         "test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "it answers False when it cannot now"

@@ -171,6 +171,12 @@ def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
     return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=KitStoreOps(down=True))
 
 
+def _expected_abilities(tier: ObjTier) -> tuple[str, ...]:
+    """What OBJ-10 says an ObjTier built as this spec builds it (over a store it is given) declares:
+    async lookups, sharing, partial jobs and persistence (KIT-21)."""
+    return ("async_lookup", "sharing", "partial_jobs", "persistence")
+
+
 def _fail_io(tier: ObjTier, n: int) -> None:
     """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
     ops_of(tier).fail_transfers = n
@@ -275,6 +281,7 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
     "start_down": _start_down,
+    "expected_abilities": _expected_abilities,
     "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
