@@ -71,11 +71,11 @@ class KitStoreOps(StoreOps):
         self._refuse(what, path)
 
     async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
-                  mode: Literal["create", "overwrite"] = "overwrite") -> None:
+                  mode: Literal["create", "overwrite"] = "overwrite") -> object:
         """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode."""
         self._transfer("PUT", path)
         try:
-            await super().put(store, path, body, mode=mode)
+            return await super().put(store, path, body, mode=mode)
         except AlreadyExistsError as exc:
             if self.conflicts_as_precondition:
                 raise PreconditionError(f"kvproto kit: PUT {path}: 412 Precondition Failed (If-None-Match)") from exc

@@ -12,7 +12,7 @@ reach ObstoreBackend's own error paths.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import obstore
@@ -37,10 +37,13 @@ class StoreOps:
     """Whether the store lists in key order from a native start-after, so a listing may run in
     concurrent ranges (OBJ-11); ``None``: as its kind says (S3 does, the others do not)."""
 
-    async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
-                  mode: Literal["create", "overwrite"] = "overwrite") -> None:
-        """One single-part PUT of ``body`` at ``path`` (``mode="create"``: ``If-None-Match: *``)."""
-        await obstore.put_async(store, path, body, mode=mode, use_multipart=False)
+    def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
+            mode: Literal["create", "overwrite"] = "overwrite") -> Awaitable[object]:
+        """One single-part PUT of ``body`` at ``path`` (``mode="create"``: ``If-None-Match: *``).
+
+        Returns obstore's own awaitable (no coroutine of ours per request: the production path stays
+        one call, OBJ-13), as ``head`` and ``delete`` do."""
+        return obstore.put_async(store, path, body, mode=mode, use_multipart=False)
 
     async def get(self, store: ObjectStore, path: str, if_match: str | None = None) -> Bytes:
         """One GET of the whole object at ``path`` (``if_match``: conditional on that ETag); its bytes."""
@@ -50,14 +53,14 @@ class StoreOps:
             result = await obstore.get_async(store, path, options={"if_match": if_match})
         return await result.bytes_async()
 
-    async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
+    def head(self, store: ObjectStore, path: str) -> Awaitable[ObjectMeta]:
         """One HEAD of the object at ``path``: its metadata (``size``, ``e_tag``)."""
-        return await obstore.head_async(store, path)
+        return obstore.head_async(store, path)
 
-    async def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> None:
+    def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> Awaitable[None]:
         """DELETE the object(s) at ``paths`` (one request per call; a missing single object raises
         ``FileNotFoundError`` where the store says so)."""
-        await obstore.delete_async(store, paths)
+        return obstore.delete_async(store, paths)
 
     def list(self, store: ObjectStore, prefix: str, *, offset: str | None = None,
              chunk_size: int = 1000) -> AsyncIterator[Sequence[ObjectMeta]]:
