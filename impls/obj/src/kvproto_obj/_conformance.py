@@ -284,7 +284,9 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "expected_abilities": _expected_abilities,
     "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
-"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
+"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``,
+store faults and request counts one built with ``ops=kit_ops(config)`` (OBJ-13: a hook on a tier built
+without them raises ConfigurationError, which the kit reports against the hook, KIT-5)."""
 
 
 _PREFIX = "kvproto-kit/obj"
