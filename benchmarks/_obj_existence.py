@@ -140,6 +140,7 @@ def crossover(store: Any, directory: str, filler: int, batch: int, *, ranges: in
     vs one complete listing (in ``ranges`` concurrent ranges); the two must agree."""
     import obstore
 
+    from kvproto_obj import StoreOps
     from kvproto_obj._listing import LIST_PAGE, list_sizes
 
     n_present = batch // 8
@@ -160,7 +161,7 @@ def crossover(store: Any, directory: str, filler: int, batch: int, *, ranges: in
 
     async def listed() -> list[int | None]:
         pages = ranges * (filler // LIST_PAGE + 2)  # enough for any range: the listing is read to its end
-        got = await list_sizes(store, directory, asked, pages=pages, ranges=ranges, time_limit=3000.0,
+        got = await list_sizes(StoreOps(), store, directory, asked, pages=pages, ranges=ranges, time_limit=3000.0,
                                slots=asyncio.Semaphore(PROBE_CONCURRENCY))
         if got.objects is None:
             raise RuntimeError(f"bench obj: the listing of {directory} stopped early: {got.errors}")

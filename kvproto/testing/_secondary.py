@@ -26,6 +26,7 @@ from kvproto.testing._secondary_data_checks import SecondaryDataChecks
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_fault_checks import SecondaryFaultChecks
 from kvproto.testing._secondary_io_checks import SecondaryIoChecks
+from kvproto.testing._secondary_request_checks import SecondaryRequestChecks
 from kvproto.testing._secondary_roles import SecondaryTierFactory
 from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 from kvproto.testing._secondary_storage_checks import SecondaryStorageChecks
@@ -43,6 +44,7 @@ class SecondaryTierTests(
     SecondaryDataChecks,
     HeldHitsChecks,
     SecondaryBudgetChecks,
+    SecondaryRequestChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
 
@@ -72,6 +74,8 @@ class SecondaryTierTests(
     * ``plant_leftovers(tier)``: leave crashed writers' and an interrupted reset's leftovers in the
       storage, one the tier cannot remove and one removed while the next instance lists it (TIER-18);
       ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (KIT-22; kvproto-fs: FS-14).
+    * ``storage_requests(tier)``, ``grow_storage(tier, objects)``, ``request_plan(tier, n)``: the
+      requests the tier makes and its declared plan for existence batches (TIER-33).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

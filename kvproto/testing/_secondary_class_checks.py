@@ -14,6 +14,7 @@ import pytest
 
 from kvproto import members as lr
 from kvproto._events import EventKind
+from kvproto._jobs import JobResult
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._backend_faults import _OPS, FaultyBackend, OpFault
@@ -163,7 +164,9 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
         """Create-if-absent, counted through the backend wrapper of a BlobTier built with
         ``wrap=FaultyBackend``: a second store of blocks already stored (another request's, as a second
         engine's write-through; with ``sharing`` and the reopen hook, also from a second instance, which
-        knows nothing of them) creates no blob and deletes none, and the blocks still load."""
+        knows nothing of them) creates no blob and deletes none, is reported succeeded (the block is
+        there: storing it again is no failure, whatever the storage answered the conditional write),
+        and the blocks still load."""
         backend = faulty_backend_of(kit.tier)
         if backend is None:
             pytest.skip("needs a BlobTier built with wrap=FaultyBackend (the kit counts its backend's writes)")
@@ -171,9 +174,10 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
         kit.store(keys)
         kit.quiet_steps(2)
         with instrumented(backend) as counted:
-            kit.store(keys, context=TrackedContext("kvproto-kit-second-writer"))
+            again = kit.store(keys, context=TrackedContext("kvproto-kit-second-writer"))
             kit.quiet_steps(2)
         self._never_overwrote(counted, len(keys), "")
+        self._stored_again(again, "")
         asked = counted.created + counted.existed
         caps = kit.capabilities
         if caps.sharing and self.has_hook("reopen"):
@@ -183,9 +187,10 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
                 second = faulty_backend_of(other.tier)
                 if second is not None:
                     with instrumented(second) as counted:
-                        other.store(keys, store_slots(other, len(keys)))
+                        again = other.store(keys, store_slots(other, len(keys)))
                         other.quiet_steps(2)
                     self._never_overwrote(counted, len(keys), " from a second instance over the same storage")
+                    self._stored_again(again, " from a second instance over the same storage")
                     asked += counted.created + counted.existed
             finally:
                 other.shutdown()
@@ -195,6 +200,15 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
                 "and no second instance (sharing and the reopen hook) was there to ask it"
             )
         kit.load(keys, load_slots(kit, len(keys)))
+
+    @staticmethod
+    def _stored_again(result: JobResult, where: str) -> None:
+        if not result.success:
+            raise ConformanceFailure(
+                "TIER-23",
+                f"a second store{where} of 2 blocks already stored, with no fault injected, was reported failed "
+                f"({result}): a block already there is stored (the first writer won), not an error",
+            )
 
     @staticmethod
     def _never_overwrote(counted: KitBackend, stored: int, where: str) -> None:

@@ -117,7 +117,8 @@ class SecondaryIoChecks(SecondaryRole):
         """Stores and loads whose first read or write call raises EIO inside the tier's storage
         code: each is reported failed, or (retried) succeeds with its bytes; afterwards, with no
         fault armed, every key stores and loads its bytes, and the process holds no file
-        descriptor on a regular file it did not hold before (the failed transfers closed what they opened)."""
+        descriptor on a regular file it did not hold before (the failed transfers closed what they opened);
+        a reset_cache whose first read or write raises answers False (or True), never raises."""
         if open_fds() is None:
             pytest.skip(f"needs {_FD_DIR} to count the process's open files (Linux)")
         keys = key_pool("t31-io", 6)
@@ -154,6 +155,19 @@ class SecondaryIoChecks(SecondaryRole):
                 f"first read or write raised EIO are still open ({describe_fds(leaked)}): a failed transfer must "
                 "close what it opened",
             )
+        self.fail_io(kit.tier, 1)
+        try:
+            answer = kit.tier.reset_cache()  # its first read or write raises: False (or done), never an error
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"reset_cache() whose first read or write call raised EIO raised {type(error).__name__}: {error} "
+                "(it answers False when it cannot now, TIER-16)",
+            ) from error
+        finally:
+            self.fail_io(kit.tier, 0)
+        if not isinstance(answer, bool):
+            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
 
     @staticmethod
     def _load_exact_or_failed(kit: SecondaryDriver, key: OffloadKey) -> None:

@@ -65,9 +65,11 @@ def load_slots(kit: SecondaryDriver, count: int) -> list[int]:
     return list(range(first, first + count))
 
 
-_HOOKS = ("seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
-          "refuse_direct", "lose_directories", "plant_leftovers",
-          "leftovers")
+_HOOKS = (
+    "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
+    "storage_requests", "grow_storage", "request_plan", "replace_block", "refuse_direct", "lose_directories",
+    "plant_leftovers", "leftovers",
+)
 
 
 class SecondaryRole(TierChecks[SecondaryDriver]):

@@ -16,10 +16,11 @@ from contextlib import contextmanager
 
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks import check
-from kvproto.testing._data import key_pool, make_buffer
+from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
-from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_roles import SecondaryRole, load_right_after_hit, load_slots, store_slots
 
@@ -28,6 +29,12 @@ __all__ = ["SecondarySharingChecks"]
 
 class SecondarySharingChecks(SecondaryRole):
     """Visibility across live instances, in the kit's order (see ``SecondaryTierTests``)."""
+
+    def replace_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
+        """Replace the block stored under ``key`` by ``data`` (another writer on the same storage), the
+        backdoor hook of :meth:`test_a_block_replaced_after_its_hit_never_loads_the_new_bytes`;
+        declaring it promises TIER-34 (KIT-5)."""
+        raise NotImplementedError
 
     @contextmanager
     def _second_instance(self, kit: SecondaryDriver, first_job_id: int) -> Iterator[SecondaryDriver]:
@@ -165,3 +172,35 @@ class SecondarySharingChecks(SecondaryRole):
                     f"64 keys in one step (first {short_key(seen[0])}), but HIT when asked alone: a batch of existence "
                     "checks must decide what per-key checks decide",
                 )
+
+    @check("TIER-34", needs=("sharing",), hooks=("reopen", "replace_block"))
+    def test_a_block_replaced_after_its_hit_never_loads_the_new_bytes(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 2 blocks; the first instance, which knows neither, is told HIT for
+        them in a request; then another writer replaces each stored block by other bytes under the same
+        key (``replace_block``); the request's load of them fails, or loads the bytes that were there
+        when it was told HIT, never the new ones."""
+        keys = key_pool("t34-replaced", 2)
+        with self._second_instance(kit, 9991) as other:
+            other.wait_started()
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise SetUpFailed("TIER-10", "a store of 2 blocks into the second instance failed", "TIER-34")
+        kit.wait_started()
+        context = TrackedContext("kvproto-kit-replaced-after-hit")
+        answers = kit.resolve(keys, context)
+        told = [k for k in keys if answers[k] is lr.HIT]
+        if not told:
+            raise SetUpFailed("TIER-18", "neither block another instance stored answered HIT", "TIER-34")
+        for key in told:
+            self.replace_block(kit.tier, key, bytes(reversed(block_for(key, kit.block_bytes))))
+        try:
+            kit.load(told, load_slots(kit, len(told)), context=context)  # the driver checks the bytes it reports
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(
+                "TIER-34",
+                f"a block replaced by other bytes after the lookup that answered HIT for it: {failure.detail} "
+                "(a load serves the block its HIT saw, or fails)",
+            ) from failure
+        finally:
+            kit.tier.on_request_finished(context)

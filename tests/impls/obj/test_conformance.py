@@ -97,9 +97,10 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     unheld = {"test_a_hit_loads_after_another_instance_deleted_the_block",
               "test_held_hits_are_released_on_every_path", "test_held_hits_are_released_after_a_failed_load"}
     needs = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped" and c["reason"].startswith("needs ")}
-    # obstore moves whole request bodies: obj defines no short_io/fail_io hooks (TIER-30, TIER-31 not run).
+    # obstore moves whole request bodies: obj defines no short_io hook (TIER-30 not run); its fail_io
+    # hook fails GETs and PUTs through KitStoreOps, below ObstoreBackend (TIER-31 runs, OBJ-13).
     # Nor refuse_direct/lose_directories/plant_leftovers (TIER-35, TIER-36, TIER-18's leftovers: kvproto-fs's).
-    below = {"test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly",
+    below = {"test_short_transfers_move_every_byte",
              "test_refused_direct_io_still_moves_the_bytes", "test_a_store_outlives_its_directory_vanishing",
              "test_leftovers_never_hide_stored_blocks", "test_start_up_sweeps_leftovers"}
     assert needs == {
@@ -111,6 +112,7 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert outcomes["test_sharing_between_instances"] == "passed"
     assert outcomes["test_persistence_across_instances"] == "passed"
     assert outcomes["test_a_large_batch_sees_the_other_instances_blocks"] == "passed"  # TIER-32: answered by a listing
+    assert outcomes["test_io_errors_inside_transfers_fail_cleanly"] == "passed"  # TIER-31 through KitStoreOps
 
 
 def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> None:

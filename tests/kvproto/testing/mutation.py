@@ -80,7 +80,8 @@ TARGETS: dict[str, Target] = {
         ("fs", f"{_SPECS}:fs_private", f"{_SPECS}:fs_direct"),
     ),
     "obj": Target(
-        tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats")), ("obj",)
+        tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats", "_ops")),
+        ("obj",)
     ),
 }
 assert tuple(TARGETS) == TIERS

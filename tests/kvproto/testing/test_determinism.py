@@ -122,13 +122,14 @@ def obj_on_moto() -> TierSpec:
     """The obj tier on the moto server the ``s3_endpoint`` fixture started (a ``kvproto conform``
     target): every instance under a fresh prefix of the bucket named in the environment."""
     import kvproto_obj
+    from kvproto_obj._conformance import kit_ops
     from tests.impls.obj._support import config_for
 
     endpoint, bucket = os.environ[_S3_ENDPOINT], os.environ[_S3_BUCKET]
 
     def build(buffer: memoryview) -> object:
         config = config_for(endpoint, bucket, prefix=f"run-{uuid.uuid4().hex[:8]}")
-        return kvproto_obj.ObjTier(buffer, config, wrap=FaultyBackend)
+        return kvproto_obj.ObjTier(buffer, config, wrap=FaultyBackend, ops=kit_ops(config))  # OBJ_HOOKS' store seam (OBJ-13)
 
     return TierSpec("obj-s3", "secondary", build, hooks=kvproto_obj.OBJ_HOOKS, tier_class=kvproto_obj.ObjTier)
 

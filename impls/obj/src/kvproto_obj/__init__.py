@@ -21,6 +21,7 @@ from kvproto import BatchLookup, SecondaryTier
 from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import LayoutValue, ObjTierConfig, StoreKind
 from kvproto_obj._conformance import OBJ_HOOKS, conformance_spec, faults_of, obj_spec
+from kvproto_obj._ops import StoreOps
 from kvproto_obj._stats import ObjTierStats
 from kvproto_obj._store import make_store
 from kvproto_obj._tier import ObjTier
@@ -33,6 +34,7 @@ __all__ = [
     "ObjTierStats",
     "ObstoreBackend",
     "StoreKind",
+    "StoreOps",
     "conformance_spec",
     "faults_of",
     "make_store",

@@ -26,13 +26,13 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import obstore
 from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
 from kvproto.tierkit import Published
 
 from kvproto_obj._config import ObjTierConfig
 from kvproto_obj._listing import ListPlanner, OpenBatches, list_sizes
+from kvproto_obj._ops import StoreOps
 from kvproto_obj._stats import ObjTierStats
 
 if TYPE_CHECKING:
@@ -58,8 +58,10 @@ class ObstoreBackend:
     ``list_errors``) and :attr:`existence_batches`.
     """
 
-    def __init__(self, store: ObjectStore, config: ObjTierConfig, stats: ObjTierStats, *, tier_name: str) -> None:
+    def __init__(self, store: ObjectStore, config: ObjTierConfig, stats: ObjTierStats, *, tier_name: str,
+                 ops: StoreOps | None = None) -> None:
         self.store = store
+        self.ops = StoreOps() if ops is None else ops  # every request goes through it (OBJ-13)
         self._prefix = f"{config.prefix}/" if config.prefix else ""
         self._mode: Literal["create", "overwrite"] = "create" if config.conditional_put else "overwrite"
         self._timeout = config.job_timeout_s
@@ -69,7 +71,8 @@ class ObstoreBackend:
         self._stats = stats
         self._tier = tier_name
         self.existence_batches = 0
-        self.planner = ListPlanner(config.list_page_cost, ordered=config.kind in _RANGED)
+        ranged = config.kind in _RANGED if self.ops.ranged is None else self.ops.ranged
+        self.planner = ListPlanner(config.list_page_cost, ordered=ranged)
         self.batches = OpenBatches()
         self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-12)
 
@@ -105,11 +108,11 @@ class ObstoreBackend:
         body = list(parts)  # obstore joins them: the one copy of the row into the request body (OBJ-4)
         async with self._io:
             try:
-                await self._bounded(obstore.put_async(self.store, path, body, mode=self._mode, use_multipart=False))
+                await self._bounded(self.ops.put(self.store, path, body, mode=self._mode))
             except AlreadyExistsError:
                 return self._existed(block)
             except PreconditionError:
-                meta = await self._bounded(obstore.head_async(self.store, path))  # raises: the store fails
+                meta = await self._bounded(self.ops.head(self.store, path))  # raises: the store fails
                 if meta["size"] != size:
                     raise
                 return self._existed(block)
@@ -117,7 +120,7 @@ class ObstoreBackend:
                 if self._mode == "overwrite":
                     raise
                 _log.warning("ObjTier %r: the store refuses conditional writes; overwriting %s", self._tier, path)
-                await self._bounded(obstore.put_async(self.store, path, body, use_multipart=False))
+                await self._bounded(self.ops.put(self.store, path, body))
         self._etags.pop(name, None)  # this instance wrote it: a HEAD's ETag from before no longer applies
         if block:
             self._stats.uploads += 1
@@ -158,15 +161,11 @@ class ObstoreBackend:
         etag = self._etags.pop(name, None)
         async with self._io:
             try:
-                if etag is None:
-                    result = await self._bounded(obstore.get_async(self.store, self.path(name)))
-                else:
-                    result = await self._bounded(
-                        obstore.get_async(self.store, self.path(name), options={"if_match": etag}))
+                data = memoryview(await self._bounded(self.ops.get(self.store, self.path(name), etag)))
             except PreconditionError as exc:
                 self._stats.replaced_on_load += 1
                 raise FileNotFoundError(f"{name}: replaced since the lookup saw ETag {etag}") from exc
-            return memoryview(await self._bounded(result.bytes_async()))
+            return data
 
     async def sizes(self, names: Sequence[str]) -> list[int | None]:
         """Each object's size, or ``None``; the batch within ``probe_timeout_s`` (OBJ-5, OBJ-11).
@@ -241,7 +240,7 @@ class ObstoreBackend:
         async def one(name: str) -> int | None | BaseException:
             async with self._heads:
                 try:
-                    meta = await obstore.head_async(self.store, self.path(name))
+                    meta = await self.ops.head(self.store, self.path(name))
                 except FileNotFoundError:
                     self._etags.pop(name, None)
                     return None
@@ -270,7 +269,7 @@ class ObstoreBackend:
         distinct = len(set(names))
         ranges = self.planner.ranges_for(namespace, pages, distinct)
         self._stats.existence_lists += 1
-        listing = await list_sizes(self.store, self.path(namespace) + "/", [self.path(n) for n in names],
+        listing = await list_sizes(self.ops, self.store, self.path(namespace) + "/", [self.path(n) for n in names],
                                    pages=pages, ranges=ranges, time_limit=self._probe_timeout / 2, slots=self._heads)
         if listing.objects is not None:
             self.planner.counted(namespace, listing.objects)
@@ -296,7 +295,7 @@ class ObstoreBackend:
         """DELETE the object; a missing one is not an error."""
         self._etags.pop(name, None)
         try:
-            await self._bounded(obstore.delete_async(self.store, self.path(name)))
+            await self._bounded(self.ops.delete(self.store, self.path(name)))
         except FileNotFoundError:
             pass
         namespace = _namespace_of(name)
@@ -307,7 +306,7 @@ class ObstoreBackend:
         """Every object under ``<prefix>/<namespace>/`` as ``(blob name, size)``."""
         cut = len(self._prefix)
         objects = 0
-        async for chunk in obstore.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
+        async for chunk in self.ops.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
             objects += len(chunk)
             for meta in chunk:
                 yield meta["path"][cut:], meta["size"]
@@ -318,10 +317,10 @@ class ObstoreBackend:
         manifest = self.path(f"{namespace}/manifest.json")
 
         async def run() -> None:
-            async for chunk in obstore.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
+            async for chunk in self.ops.list(self.store, self.path(namespace) + "/", chunk_size=_LIST_CHUNK):
                 paths = [meta["path"] for meta in chunk if meta["path"] != manifest]
                 if paths:
-                    await obstore.delete_async(self.store, paths)
+                    await self.ops.delete(self.store, paths)
 
         self.planner.cleared(namespace)  # before: no listing from before the deletions answers after them
         self._etags.clear()

@@ -11,36 +11,214 @@ test suite runs it against a loopback S3 server (moto).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+import errno
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import MemoryStore
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.testing import FaultyBackend, TierSpec
 
+from kvproto_obj._backend import _RANGED
 from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._listing import LIST_PAGE
+from kvproto_obj._ops import StoreOps
 from kvproto_obj._tier import ObjTier
 
 if TYPE_CHECKING:
+    from obstore import Bytes, ObjectMeta
     from obstore.store import ObjectStore
 
-__all__ = ["OBJ_HOOKS", "conformance_spec", "faults_of", "obj_spec"]
+__all__ = ["OBJ_HOOKS", "KitStoreOps", "conformance_spec", "faults_of", "kit_ops", "obj_spec", "ops_of"]
+
+
+class KitStoreOps(StoreOps):
+    """The kit's store below ObstoreBackend (OBJ-13): obstore's requests, counted, and failed or
+    re-answered as some stores do.
+
+    * ``requests``: every request made so far (a LIST counts one per page it read, or one if it failed).
+    * ``fail_transfers``: the next that many requests (GET, PUT, HEAD, DELETE, LIST) raise
+      ``OSError(EIO)`` (the ``fail_io`` hook).
+    * ``failing_lists``: the next that many LIST requests fail (a one-line error): the tier's next
+      listings fail (OBJ-11: the batch degrades to HEADs, never to MISS).
+    * ``conflicts_as_precondition``: a create-if-absent PUT onto an existing object is answered
+      ``PreconditionError`` (409/412, as some S3 providers answer), not ``AlreadyExistsError`` (OBJ-3).
+    * ``ranged``: the store lists in key order from a native start-after (OBJ-11's ranged listings;
+      ``None``: as the tier's kind says). The kit's in-memory store does; the spec's first instance
+      lists in ranges, as on S3, and the ``reopen`` instance in reverse key order.
+    * ``down``: every request fails (connection refused): the store is down (the ``start_down`` hook).
+    * ``reversed_listings``: a listing comes in reverse key order, pages of the same size, as a store
+      other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11). The kit's
+      spec sets it for every store but S3 (:func:`kit_ops`).
+    """
+
+    def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
+                 reversed_listings: bool = False, down: bool = False, ranged: bool | None = None) -> None:
+        self.requests = 0
+        self.ranged = ranged
+        self.down = down
+        self.reversed_listings = reversed_listings
+        self.fail_transfers = 0
+        self.failing_lists = failing_lists
+        self.conflicts_as_precondition = conflicts_as_precondition
+
+    def _transfer(self, what: str, path: str) -> None:
+        self.requests += 1
+        self._refuse(what, path)
+
+    async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
+                  mode: Literal["create", "overwrite"] = "overwrite") -> object:
+        """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode."""
+        self._transfer("PUT", path)
+        try:
+            return await super().put(store, path, body, mode=mode)
+        except AlreadyExistsError as exc:
+            if self.conflicts_as_precondition:
+                raise PreconditionError(f"kvproto kit: PUT {path}: 412 Precondition Failed (If-None-Match)") from exc
+            raise
+
+    async def get(self, store: ObjectStore, path: str, if_match: str | None = None) -> Bytes:
+        """A GET, counted; failed when armed."""
+        self._transfer("GET", path)
+        return await super().get(store, path, if_match)
+
+    def _refuse(self, what: str, path: str) -> None:
+        if self.down:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what} {path}: the store is down")
+        if self.fail_transfers > 0:
+            self.fail_transfers -= 1
+            raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
+
+    async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
+        """A HEAD, counted."""
+        self.requests += 1
+        self._refuse("HEAD", path)
+        return await super().head(store, path)
+
+    async def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> None:
+        """A DELETE, counted."""
+        self.requests += 1
+        self._refuse("DELETE", str(paths))
+        await super().delete(store, paths)
+
+    def list(self, store: ObjectStore, prefix: str, *, offset: str | None = None,
+             chunk_size: int = 1000) -> AsyncIterator[Sequence[ObjectMeta]]:
+        """LIST pages, each counted; the armed ones fail."""
+        pages = super().list(store, prefix, offset=offset, chunk_size=chunk_size)
+
+        async def counted() -> AsyncIterator[Sequence[ObjectMeta]]:
+            if self.down or self.fail_transfers > 0:
+                self.requests += 1
+                self._refuse("LIST", prefix)
+            if self.failing_lists > 0:
+                self.failing_lists -= 1
+                self.requests += 1
+                raise OSError(errno.EIO, f"kvproto kit: LIST {prefix} failed (injected below ObstoreBackend)")
+            if not self.reversed_listings:
+                async for page in pages:
+                    self.requests += 1  # a page read is a request; the end of a short page's listing is not one
+                    yield page
+                return
+            everything = [meta async for page in pages for meta in page]
+            everything.reverse()
+            for i in range(0, len(everything), chunk_size):
+                self.requests += 1
+                yield everything[i : i + chunk_size]
+
+        return counted()
+
+
+def kit_ops(config: ObjTierConfig, *, conflicts_as_precondition: bool = False, ranged: bool = False) -> KitStoreOps:
+    """The KitStoreOps for a tier of ``config``: on S3 as it lists; elsewhere in ranges (``ranged``:
+    the in-memory store lists in key order from a native start-after) or in reverse key order."""
+    if config.kind in _RANGED:
+        return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition)
+    return KitStoreOps(conflicts_as_precondition=conflicts_as_precondition, reversed_listings=not ranged,
+                       ranged=True if ranged else None)
+
+
+def ops_of(tier: ObjTier) -> KitStoreOps:
+    """The :class:`KitStoreOps` a tier of the kit's spec makes its requests through."""
+    ops = tier.ops
+    if not isinstance(ops, KitStoreOps):
+        raise ConfigurationError(f"ObjTier {tier.name!r} was built without KitStoreOps: no store faults can be injected")
+    return ops
 
 
 def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
-    """A second instance over the same store and prefix (a second engine on the same bucket)."""
-    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend)
+    """A second instance over the same store and prefix (a second engine on the same bucket), whose
+    store answers a conflicting conditional PUT 412 (PreconditionError) as some S3 providers do."""
+    ops = kit_ops(tier.config, conflicts_as_precondition=True)
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
 
 def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
     return ObjTier(
-        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend
+        buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
+        ops=kit_ops(tier.config),
     )
+
+
+def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
+    """A second instance over the same store while it is down: OBJ-1's start-up check (the layout
+    manifest's PUT) must refuse it with ConfigurationError (KIT-20)."""
+    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=KitStoreOps(down=True))
+
+
+def _expected_abilities(tier: ObjTier) -> tuple[str, ...]:
+    """What OBJ-10 says an ObjTier built as this spec builds it (over a store it is given) declares:
+    async lookups, sharing, partial jobs and persistence (KIT-21)."""
+    return ("async_lookup", "sharing", "partial_jobs", "persistence")
+
+
+def _fail_io(tier: ObjTier, n: int) -> None:
+    """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
+    ops_of(tier).fail_transfers = n
+
+
+def _storage_requests(tier: ObjTier) -> int:
+    """Every request the tier made to its store so far (TIER-33)."""
+    return ops_of(tier).requests
+
+
+def _objects(tier: ObjTier) -> list[str]:
+    """The paths of every object under the tier's namespace, listed without the tier (uncounted)."""
+    directory = f"{tier.base}/"
+    return [meta["path"] for chunk in obstore.list(tier.store, directory, chunk_size=LIST_PAGE) for meta in chunk]
+
+
+_FILLERS_AFTER = 8
+
+
+def _grow_storage(tier: ObjTier, objects: int) -> None:
+    """Add filler objects under the tier's namespace until it holds ``objects`` (never asked about; the
+    first few sort after every block, the rest before, so a listing in key order reads them first) (TIER-33)."""
+    have = len(_objects(tier))
+    for i in range(have, objects):
+        where = "~" if i - have < _FILLERS_AFTER else "0"  # "0/" sorts before every block, "~/" after
+        obstore.put(tier.store, f"{tier.base}/{where}/kvproto-kit-filler-{i:06d}", b"filler")
+
+
+def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
+    """The requests OBJ-11's plan makes for an existence batch of ``n`` unknown keys, the namespace's
+    size learnt by the batch before (TIER-33): a listing of the pages the namespace fills when those,
+    its objects plus one, fit in ``n // list_page_cost`` pages (one range off S3; on S3 ranges that
+    run out of pages leave their names to HEADs); else one HEAD per key."""
+    cost = tier.config.list_page_cost
+    pages = n // cost if cost else 0
+    needed = -(-(len(_objects(tier)) + 1) // LIST_PAGE)
+    if pages >= 1 and needed <= pages:
+        ranges = max(1, min(pages, n, needed)) if tier.ops.ranged or tier.config.kind in _RANGED else 1
+        if ranges > 1 and pages // ranges < needed:
+            return 1, pages + n  # a range may run out of pages: its names get HEADs
+        return 1, needed + ranges - 1  # each range's last page may be cut at its bound
+    return n, n
 
 
 def faults_of(tier: ObjTier) -> FaultyBackend:
@@ -98,8 +276,21 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
     "fork_safe": _fork_safe,
+    "fail_io": _fail_io,
+    "storage_requests": _storage_requests,
+    "grow_storage": _grow_storage,
+    "request_plan": _request_plan,
+    "start_down": _start_down,
+    "expected_abilities": _expected_abilities,
+    "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
-"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``."""
+"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``,
+store faults and request counts one built with ``ops=kit_ops(config)`` (OBJ-13: a hook on a tier built
+without them raises ConfigurationError, which the kit reports against the hook, KIT-5)."""
+
+
+_PREFIX = "kvproto-kit/obj"
+"""The kit's objects live under a prefix, as production's do (OBJ-2: ``<prefix>/<namespace>/...``)."""
 
 
 def obj_spec(
@@ -113,10 +304,11 @@ def obj_spec(
 
     Each tier is built with ``wrap=FaultyBackend``: the kit's job faults act below the engine (KIT-5).
     """
-    cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16) if config is None else config
+    cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix=_PREFIX) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
-        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend)
+        ranged = cfg.kind == "memory"  # the in-memory store lists in key order with a native start-after
+        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=kit_ops(cfg, ranged=ranged))
 
     return TierSpec(
         name,
@@ -124,7 +316,9 @@ def obj_spec(
         build,
         hooks=OBJ_HOOKS,
         tier_class=ObjTier,
-        description=description or "kvproto_obj.ObjTier(buffer, ObjTierConfig(), store=obstore.store.MemoryStore())",
+        description=description or (
+            f"kvproto_obj.ObjTier(buffer, ObjTierConfig(prefix={_PREFIX!r}), store=obstore.store.MemoryStore())"
+        ),
     )
 
 

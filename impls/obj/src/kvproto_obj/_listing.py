@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import obstore
-
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
+
+    from kvproto_obj._ops import StoreOps
 
 __all__ = ["LIST_PAGE", "MAX_OPEN_BATCHES", "ListPlanner", "Listing", "OpenBatches", "list_sizes"]
 
@@ -214,10 +214,10 @@ class _Range:
 
 
 async def list_sizes(
-    store: ObjectStore, directory: str, paths: Sequence[str], *, pages: int, ranges: int, time_limit: float,
+    ops: StoreOps, store: ObjectStore, directory: str, paths: Sequence[str], *, pages: int, ranges: int, time_limit: float,
     slots: asyncio.Semaphore,
 ) -> Listing:
-    """List ``directory`` (ending in ``/``) for the asked object ``paths`` under it (OBJ-11).
+    """List ``directory`` (ending in ``/``) for the asked object ``paths`` under it, through ``ops`` (OBJ-11, OBJ-13).
 
     At most ``pages`` pages in all, split over ``ranges`` concurrent ranges
     of the sorted asked paths (each range holds one of ``slots`` while it
@@ -237,7 +237,7 @@ async def list_sizes(
         read = 0
         try:
             async with slots, asyncio.timeout(time_limit):
-                stream = obstore.list(store, directory, offset=after, chunk_size=LIST_PAGE)
+                stream = ops.list(store, directory, offset=after, chunk_size=LIST_PAGE)
                 async for chunk in stream:
                     for meta in chunk:
                         path = meta["path"]

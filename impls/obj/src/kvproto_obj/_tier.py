@@ -29,6 +29,7 @@ from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
 
 from kvproto_obj._backend import ObstoreBackend, short_error
 from kvproto_obj._config import ObjTierConfig
+from kvproto_obj._ops import StoreOps
 from kvproto_obj._stats import ObjTierStats
 from kvproto_obj._store import make_store
 
@@ -52,14 +53,17 @@ class ObjTier(BlobTier):
     ``wrap``, when given, is put between the engine and the object store
     (a :class:`kvproto.testing.FaultyBackend`, tracing, metrics): the engine
     hands it the store's backend as a synchronous :class:`~kvproto.tierkit.BlobBackend`.
+    ``ops``, when given, makes every request to the store (:class:`StoreOps`, OBJ-13: the
+    conformance spec's counting, fault-arming one); by default obstore's functions.
     """
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
-                 store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None) -> None:
+                 store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
+                 ops: StoreOps | None = None) -> None:
         self.config = config = _checked(config, name)
         self.store: ObjectStore = make_store(config) if store is None else store
         stats = ObjTierStats()
-        self._io = ObstoreBackend(self.store, config, stats, tier_name=name)
+        self._io = ObstoreBackend(self.store, config, stats, tier_name=name, ops=ops)
         if config.check_on_start:
             self._check_store(buffer, name)
         persistent = config.kind != "memory" or store is not None
@@ -84,6 +88,7 @@ class ObjTier(BlobTier):
             wrap=wrap,
         )
         self.stats: ObjTierStats = stats
+        self.ops: StoreOps = self._io.ops
         self.base = self._io.path(self.namespace.hex())
         self.capabilities = Capabilities(
             async_lookup=True,
