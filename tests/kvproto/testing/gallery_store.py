@@ -4,8 +4,8 @@ requests go through kvproto-obj's :class:`~kvproto_obj._conformance.KitStoreOps`
 counts their requests, fails them, and answers their conditional writes as some S3 providers do.
 Each has one bug a mutant of kvproto-obj showed the kit passed (docs/mutation/obj.json).
 
-``STORE_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
-gallery_index.py gathers it into ``GALLERY``.
+Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``STORE_GALLERY`` with the
+check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into ``GALLERY``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._conformance import KitStoreOps, kit_ops
 from kvproto_obj._listing import ListPlanner
-from tests.kvproto.testing.gallery import _QUICK, Expected
+from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_registry import Gallery
+
+STORE_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
 
 _CONFIG = ObjTierConfig(max_concurrency=8, probe_concurrency=16)
 
@@ -132,48 +136,31 @@ def _spec(cls: type[ObjTier]) -> TierSpec:
     return TierSpec(cls.__name__, "secondary", build, hooks=hooks, limits=_QUICK, tier_class=cls)
 
 
+@STORE_GALLERY.fails("test_existence_batches_keep_the_declared_request_plan", "TIER-33", "declared plan (request_plan) makes 1")
 def never_lists() -> TierSpec:
     return _spec(NeverLists)
 
 
+@STORE_GALLERY.fails("test_a_stored_block_is_never_overwritten", "TIER-23", "from a second instance over the same storage")
 def fails_on_conflict() -> TierSpec:
     return _spec(FailsOnConflict)
 
 
+@STORE_GALLERY.fails("test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes")
 def unconditional_get() -> TierSpec:
     return _spec(UnconditionalGet)
 
 
+@STORE_GALLERY.fails("test_a_constructor_refuses_storage_that_is_down", "KIT-20", "returned a tier")
 def skips_its_start_up_check() -> TierSpec:
     return _spec(SkipsItsStartUpCheck)
 
 
+@STORE_GALLERY.fails("test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "it answers False when it cannot now")
 def reset_raises() -> TierSpec:
     return _spec(ResetRaises)
 
 
+@STORE_GALLERY.fails("test_the_tier_declares_what_its_spec_expects", "KIT-21", "does not declare persistence")
 def drops_persistence() -> TierSpec:
     return _spec(DropsPersistence)
-
-
-_HERE = __name__
-STORE_GALLERY: dict[str, Expected] = {
-    f"{_HERE}:never_lists": Expected(
-        "test_existence_batches_keep_the_declared_request_plan", "TIER-33", "declared plan (request_plan) makes 1"
-    ),
-    f"{_HERE}:fails_on_conflict": Expected(
-        "test_a_stored_block_is_never_overwritten", "TIER-23", "from a second instance over the same storage"
-    ),
-    f"{_HERE}:unconditional_get": Expected(
-        "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes"
-    ),
-    f"{_HERE}:drops_persistence": Expected(
-        "test_the_tier_declares_what_its_spec_expects", "KIT-21", "does not declare persistence"
-    ),
-    f"{_HERE}:reset_raises": Expected(
-        "test_io_errors_inside_transfers_fail_cleanly", "TIER-31", "it answers False when it cannot now"
-    ),
-    f"{_HERE}:skips_its_start_up_check": Expected(
-        "test_a_constructor_refuses_storage_that_is_down", "KIT-20", "returned a tier"
-    ),
-}
