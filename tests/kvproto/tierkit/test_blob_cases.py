@@ -132,11 +132,15 @@ class BlobBackendCases:
         jobs = _Jobs(t)
         k = key(1)
         self._stored_and_damaged(env, t, jobs, k)
-        faulty.arm(OpFault("read_into", match=t.name_of(k), delay_s=0.3, error=None))
+        # The load reads once the store was reported (an event, not a 0.3 s head start a loaded
+        # machine can use up before the store looks).
+        store_reported = threading.Event()
+        faulty.arm(OpFault("read_into", match=t.name_of(k), error=None, wait_before=store_reported))
         load = jobs.submit([k], load=True, slot0=1)
         _fill(t, 2, k)
         store = jobs.submit([k], load=False, slot0=2)  # finds the (damaged) blob: EXISTED
         jobs.wait(store)
+        store_reported.set()
         assert not jobs.wait(load).success
         assert not env.stored(t, k)
         assert t.lookup(k, ReqContext("r2")) is not lr.HIT
