@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import pytest
 
 from kvproto import AsyncProbe, MemoryTier
-from kvproto.testing._thread_ledger import ThreadLedger
+from kvproto.testing import ThreadLedger
 
 if TYPE_CHECKING:  # tiering_stack is imported only by the tests that use it
     from tests.kvproto.tiering_stack import Stack

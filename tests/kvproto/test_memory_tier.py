@@ -16,7 +16,7 @@ from kvproto import (
     make_key,
 )
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.testing._thread_ledger import ThreadLedger
+from kvproto.testing import ThreadLedger
 from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 8

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvproto.testing._thread_ledger import ThreadLedger
+from kvproto.testing import ThreadLedger
 
 from tests.cli import kvproto_cli
 

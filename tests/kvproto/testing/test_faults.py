@@ -36,11 +36,11 @@ from kvproto.testing import (
     PrimaryTierTests,
     SecondaryDriver,
     SecondaryTierTests,
+    ThreadLedger,
     block_for,
     make_buffer,
     row,
 )
-from kvproto.testing._thread_ledger import ThreadLedger
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary, LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 

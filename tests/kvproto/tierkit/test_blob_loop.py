@@ -18,8 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from kvproto import EventKind, OffloadKey, ReqContext, SecondaryTier, envelope as env, members as lr
-from kvproto.testing import FaultyBackend
-from kvproto.testing._thread_ledger import ThreadLedger
+from kvproto.testing import FaultyBackend, ThreadLedger
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.tierkit import test_blob_async as wrapped
