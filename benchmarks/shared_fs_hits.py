@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -50,14 +51,17 @@ def _bytes_of(i: int) -> bytes:
 
 
 def _open_into(root: str) -> int:
-    """Descriptors this process has open on files under ``root``."""
+    """Descriptors this process has open on regular files under ``root`` (a blob a load or a held hit
+    kept open). Directories are left out: a thread walking one (a background delete) holds no blob."""
     n = 0
+    prefix = os.path.join(root, "")
     for fd in os.listdir("/proc/self/fd"):
+        path = f"/proc/self/fd/{fd}"
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith(root):
+            if os.readlink(path).startswith(prefix) and stat.S_ISREG(os.stat(path).st_mode):
                 n += 1
         except OSError:
-            pass
+            pass  # closed meanwhile
     return n
 
 

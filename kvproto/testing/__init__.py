@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._secondary_driver import SecondaryDriver
     from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
+    from kvproto.testing._thread_ledger import ThreadLedger
     from kvproto.testing._tier_spec import TierSpec
     from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
@@ -63,6 +64,7 @@ __all__ = [
     "SecondaryDriver",
     "SecondaryTierFactory",
     "SecondaryTierTests",
+    "ThreadLedger",
     "TierSpec",
     "TierStateMachine",
     "TrackedContext",
@@ -102,6 +104,7 @@ _WHERE = {
     "TrackedContext": "_driver",
     "SecondaryTierFactory": "_secondary",
     "SecondaryTierTests": "_secondary",
+    "ThreadLedger": "_thread_ledger",
     "TierSpec": "_tier_spec",
     "block_for": "_data",
     "build_secondary_tier": "_hosting",

@@ -121,12 +121,22 @@ class ForwardingBackend:
         return frozenset()
 
 
+GATE_BOUND_S = 60.0
+"""The longest an :class:`OpFault`'s ``wait_before`` / ``wait_after`` holds a call: it bounds a hang only."""
+
+
 @dataclass
 class OpFault:
     """One armed operation fault: the next ``count`` calls of ``op`` (whose name contains ``match``)
     sleep ``delay_s``, then raise ``OSError(error)`` if ``error`` is set; otherwise the call goes
     through, then sleeps ``delay_after_s`` (a slow reply), and (``read_into``) reports ``short`` bytes
-    fewer than the blob holds (a truncated blob)."""
+    fewer than the blob holds (a truncated blob).
+
+    To order calls by conditions rather than by sleeps (a test's verdict must not depend on how
+    fast a loaded machine runs the other thread): a call waits for ``wait_before`` (set by another
+    thread) before it runs; once it went through, it sets ``signal_after``, then waits for
+    ``wait_after`` before it returns. Each wait is bounded by :data:`GATE_BOUND_S`, which only
+    bounds a hang (a test that never sets the event), after which the call goes on."""
 
     op: str
     count: int = 1
@@ -135,6 +145,9 @@ class OpFault:
     error: int | None = errno.EIO
     short: int = 0
     delay_after_s: float = 0.0
+    wait_before: threading.Event | None = None
+    signal_after: threading.Event | None = None
+    wait_after: threading.Event | None = None
 
 
 class FaultyBackend(JobFaultHooks, ForwardingBackend):
@@ -196,6 +209,8 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         fault = self._take(op, name)
         if fault is None:
             return None
+        if fault.wait_before is not None:
+            fault.wait_before.wait(GATE_BOUND_S)
         if fault.delay_s:
             time.sleep(fault.delay_s)
         if fault.error is not None:
@@ -204,7 +219,13 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
 
     @staticmethod
     def _after(fault: OpFault | None) -> None:
-        if fault is not None and fault.delay_after_s:
+        if fault is None:
+            return
+        if fault.signal_after is not None:
+            fault.signal_after.set()
+        if fault.wait_after is not None:
+            fault.wait_after.wait(GATE_BOUND_S)
+        if fault.delay_after_s:
             time.sleep(fault.delay_after_s)
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:

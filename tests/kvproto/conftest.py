@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
 from kvproto import AsyncProbe, MemoryTier
+from kvproto.testing import ThreadLedger
 
 if TYPE_CHECKING:  # tiering_stack is imported only by the tests that use it
     from tests.kvproto.tiering_stack import Stack
@@ -21,11 +21,16 @@ def no_thread_leak() -> Iterator[None]:
     Test modules that start workers opt in with
     ``pytestmark = pytest.mark.usefixtures("no_thread_leak")``; the check runs
     after the test's own fixtures have shut their tiers down.
+
+    Recorded, not sampled (:class:`~kvproto.testing._thread_ledger.ThreadLedger`): only threads
+    started from the test's thread (and their descendants) count, so a thread another test left
+    running that starts one meanwhile is not blamed on this test; and each recorded thread is held at
+    its end until joined, so a worker nobody joins is found every run, not only when it is slow to end.
     """
-    before = set(threading.enumerate())
-    yield
-    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    assert not leaked, f"threads left running: {leaked}"
+    with ThreadLedger() as ledger:
+        yield
+        leaked = ledger.unjoined()
+    assert not leaked, f"threads never joined: {leaked}"
 
 
 class _ShutsDown(Protocol):

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from kvproto.testing import ThreadLedger
+
 from tests.cli import kvproto_cli
 
 FAULTS = "fail=0.05,corrupt=0.3,latency=2,raise=0.05"
@@ -54,7 +56,13 @@ def assert_clean(data: dict[str, Any]) -> None:
 
 
 def test_defaults_run_clean_with_reuse_across_requests(tmp_path: Path) -> None:
-    code, data = simulate(tmp_path, "--steps", "600")
+    # The run is in this process: the report's thread counts (threading.active_count()) also move with
+    # threads other tests left running; the ledger records only the threads the run started, and holds
+    # each at its end until joined, so one the stack's shutdown forgets is found every run. The progress
+    # display's refresh thread is rich's (rich.live stops it without a join), not the stack's.
+    with ThreadLedger() as ledger:
+        code, data = simulate(tmp_path, "--steps", "600")
+        assert [t for t in ledger.unjoined() if type(t).__module__ != "rich.live"] == []
     assert code == 0
     assert_clean(data)
     assert data["stack"] == {"primary": "memory-primary", "secondaries": ["memory", "memory-async"]}
@@ -68,7 +76,6 @@ def test_defaults_run_clean_with_reuse_across_requests(tmp_path: Path) -> None:
     assert data["evicted"]["memory-primary"] > 0  # the primary is under pressure
     assert data["manager"]["write_through_jobs"] > 0
     assert data["drain"]["drained"] is True
-    assert data["resources"]["threads_end"] <= data["resources"]["threads_start"]
 
 
 @pytest.mark.parametrize(("primary", "secondaries"), STACKS, ids=["+".join(s) for _, s in STACKS])

@@ -9,6 +9,7 @@ the file backend.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -131,11 +132,15 @@ class BlobBackendCases:
         jobs = _Jobs(t)
         k = key(1)
         self._stored_and_damaged(env, t, jobs, k)
-        faulty.arm(OpFault("read_into", match=t.name_of(k), delay_s=0.3, error=None))
+        # The load reads once the store was reported (an event, not a 0.3 s head start a loaded
+        # machine can use up before the store looks).
+        store_reported = threading.Event()
+        faulty.arm(OpFault("read_into", match=t.name_of(k), error=None, wait_before=store_reported))
         load = jobs.submit([k], load=True, slot0=1)
         _fill(t, 2, k)
         store = jobs.submit([k], load=False, slot0=2)  # finds the (damaged) blob: EXISTED
         jobs.wait(store)
+        store_reported.set()
         assert not jobs.wait(load).success
         assert not env.stored(t, k)
         assert t.lookup(k, ReqContext("r2")) is not lr.HIT
@@ -152,12 +157,17 @@ class BlobBackendCases:
         jobs = _Jobs(t)
         k = key(2)
         self._stored_and_damaged(env, t, jobs, k)
-        faulty.arm(OpFault("publish", match=t.name_of(k), delay_after_s=0.4, error=None))
-        faulty.arm(OpFault("read_into", match=t.name_of(k), delay_s=0.1, error=None))
+        # Ordered by conditions, not by sleeps (a 0.1 s head start lost on a loaded machine let the load
+        # delete the blob before the store looked, and the store then wrote a fresh one): the load
+        # reads once the store's publish found the blob, and the store is reported once the load was.
+        published, load_reported = threading.Event(), threading.Event()
+        faulty.arm(OpFault("publish", match=t.name_of(k), error=None, signal_after=published, wait_after=load_reported))
+        faulty.arm(OpFault("read_into", match=t.name_of(k), error=None, wait_before=published))
         _fill(t, 2, k)
         store = jobs.submit([k], load=False, slot0=2)
         load = jobs.submit([k], load=True, slot0=1)
         assert not jobs.wait(load).success
+        load_reported.set()
         result = jobs.wait(store)
         assert not env.stored(t, k)
         assert not result.success
