@@ -41,13 +41,13 @@ def test_server_stopped_mid_run_jobs_fail_in_time_lookups_miss_and_the_tier_reco
         server.stop()
         t0 = time.monotonic()
         in_flight = run.wait(flying)
-        assert time.monotonic() - t0 < config.job_timeout_s + 1.0
+        assert time.monotonic() - t0 < config.job_timeout_s + 4.0  # the bound, with slack for a loaded machine
         survivors = in_flight.succeeded_keys(run.jobs[flying])
         # While it is down: a store fails within the bound...
         t0 = time.monotonic()
         down = run.store([key(20)], [12])
         assert not down.success and down.succeeded is None
-        assert time.monotonic() - t0 < config.job_timeout_s + 1.0
+        assert time.monotonic() - t0 < config.job_timeout_s + 4.0  # the bound, with slack for a loaded machine
         # ...a load of stored blocks fails, serves nothing, and never reports them removed (TIERKIT-3)...
         tier.take_events()
         result, right, wrong = run.load(stored[:2], [14, 15])
@@ -91,25 +91,25 @@ def test_black_holed_endpoint_fails_jobs_and_lookups_within_the_configured_time(
     t0 = time.monotonic()
     with pytest.raises(ConfigurationError, match="manifest.json"):
         obj.ObjTier(make_buffer(), s3_server.config("stalled", endpoint=black_hole, **stall))
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 8.0  # the start-up check's own timeouts (1 s), not obstore's minutes
     config = s3_server.config("stalled", endpoint=black_hole, check_on_start=False, **stall)
     tier, run = open_tier(config)
     try:
         t0 = time.monotonic()
         result = run.store([key(1), key(2)])
         assert not result.success and result.succeeded is None
-        assert time.monotonic() - t0 < config.job_timeout_s + 1.0
+        assert time.monotonic() - t0 < config.job_timeout_s + 4.0  # the bound, with slack for a loaded machine
         t0 = time.monotonic()
         result, right, wrong = run.load([key(1)], [5])
         assert not result.success and not right and not wrong
-        assert time.monotonic() - t0 < config.job_timeout_s + 1.0
+        assert time.monotonic() - t0 < config.job_timeout_s + 4.0  # the bound, with slack for a loaded machine
         answers = run.resolve([key(1), key(3)])
         assert answers == {key(1): "MISS", key(3): "MISS"}
         assert run.steps <= config.probe_deadline_steps
     finally:
         t0 = time.monotonic()
         tier.shutdown()
-        assert time.monotonic() - t0 < 5.0  # never waits forever on a hung request
+        assert time.monotonic() - t0 < 15.0  # never waits forever on a hung request
 
 
 _WRITER = textwrap.dedent(
@@ -152,15 +152,23 @@ def test_kill_minus_nine_in_the_middle_of_puts_never_leaves_a_partial_object(s3_
                                 stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.05, 0.4))
+        last = "ready"
+        if r % 2 == 0:
+            # Even rounds kill while a job's PUTs are in flight: right after the writer says it submitted
+            # its third job (4 PUTs of 1 MiB each to moto take far longer than the signal's delivery).
+            while not last.startswith("submitted 2"):
+                last = proc.stdout.readline().strip()
+                assert last, "the writer ended before submitting its third job"
+        else:
+            time.sleep(rng.uniform(0.05, 0.4))  # odd rounds: at a seeded random moment
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        lines = proc.stdout.read().split()
+        lines = [last, *proc.stdout.read().splitlines()]
         proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL
-        if lines and lines[-2] == "submitted":
+        if lines[-1].startswith("submitted"):
             mid_job += 1
-    assert mid_job >= 1  # most of a writer's time is spent in PUTs: some kill landed in one
+    assert mid_job >= 1  # the kills of even rounds land inside a job's PUTs
     listed = [o["Key"] for page in s3_server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
               for o in page.get("Contents", []) if o["Key"].endswith(".kvb")]
     assert listed, "the writers stored nothing before being killed"
