@@ -16,11 +16,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Sequence
 
 import pytest
 
-from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks import check
@@ -28,9 +26,9 @@ from kvproto.testing._data import key_pool
 from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_again, store_slots
+from kvproto.testing._secondary_roles import SecondaryRole, hit_and_loaded, load_exact, load_slots, store_again, store_slots
 
-__all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks", "describe_fds", "first_setup_failure", "open_fds"]
+__all__ = ["SHORT_IO_BYTES", "SecondaryIoChecks", "describe_fds", "first_setup_failure", "open_fds", "settled_leaks"]
 
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
@@ -58,6 +56,17 @@ def open_fds() -> set[str] | None:
     return files
 
 
+def settled_leaks(baseline: set[str]) -> set[str]:
+    """The regular-file descriptors open now that were not in ``baseline``, once the tier's threads had
+    up to ``_FD_SETTLE_S`` to close what finished jobs opened (a condition polled, never a verdict by time)."""
+    deadline = time.monotonic() + _FD_SETTLE_S
+    leaked = (open_fds() or set()) - baseline
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
+        leaked = (open_fds() or set()) - baseline
+    return leaked
+
+
 class SecondaryIoChecks(SecondaryRole):
     """Short transfers and I/O errors inside the tier's transfer code, in the kit's order."""
 
@@ -73,18 +82,6 @@ class SecondaryIoChecks(SecondaryRole):
         backdoor hook of :meth:`test_io_errors_inside_transfers_fail_cleanly` (KIT-5)."""
         raise NotImplementedError
 
-    @staticmethod
-    def _load_exact(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
-        """Load ``keys`` (the driver checks their bytes); a failed load or wrong bytes fail ``clause``."""
-        try:
-            result = kit.load(keys, load_slots(kit, len(keys)))
-        except ConformanceFailure as failure:
-            if failure.clause != "TIER-10":
-                raise
-            raise ConformanceFailure(clause, f"blocks {what}: {failure.detail}") from failure
-        failed = [k for k in keys if k not in result.succeeded_keys(kit.jobs[result.job_id])]
-        if failed:
-            raise ConformanceFailure(clause, f"{short_key(failed[0])} {what}, but its load failed")
 
     @check("TIER-30", hooks=("short_io",))
     def test_short_transfers_move_every_byte(self, kit: SecondaryDriver) -> None:
@@ -98,7 +95,7 @@ class SecondaryIoChecks(SecondaryRole):
         self.short_io(kit.tier, SHORT_IO_BYTES)
         try:
             kit.faults_injected = True
-            self._load_exact(kit, before, "TIER-30", f"stored normally, loaded with reads of at most {SHORT_IO_BYTES} bytes")
+            load_exact(kit, before, "TIER-30", f"stored normally, loaded with reads of at most {SHORT_IO_BYTES} bytes")
             result = kit.store(during, store_slots(kit, len(during)))
             if not result.success:
                 raise ConformanceFailure(
@@ -106,11 +103,11 @@ class SecondaryIoChecks(SecondaryRole):
                     f"a store of {len(during)} blocks failed ({result}) with every write call moving at most "
                     f"{SHORT_IO_BYTES} bytes: a short write is not an error, the rest is written by the next call",
                 )
-            self._load_exact(kit, during, "TIER-30", f"stored and loaded with transfers of at most {SHORT_IO_BYTES} bytes")
+            load_exact(kit, during, "TIER-30", f"stored and loaded with transfers of at most {SHORT_IO_BYTES} bytes")
         finally:
             self.short_io(kit.tier, 0)
         kit.quiet_steps(2)
-        self._load_exact(kit, during, "TIER-30", f"stored with writes of at most {SHORT_IO_BYTES} bytes, loaded normally")
+        load_exact(kit, during, "TIER-30", f"stored with writes of at most {SHORT_IO_BYTES} bytes, loaded normally")
 
     @check("TIER-31", hooks=("fail_io",))
     def test_io_errors_inside_transfers_fail_cleanly(self, kit: SecondaryDriver) -> None:
@@ -140,14 +137,9 @@ class SecondaryIoChecks(SecondaryRole):
         kit.quiet_steps(2)
         store_again(kit, keys, "TIER-31", "with no fault armed", " after I/O errors inside earlier transfers of them: an "
                     "I/O error must not keep a key from being stored later")
-        kit.expect(kit.resolve(keys), lr.HIT, "TIER-31", "stored again after I/O errors inside earlier transfers")
-        self._load_exact(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
+        hit_and_loaded(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
         kit.quiet_steps(2)
-        deadline = time.monotonic() + _FD_SETTLE_S
-        leaked = (open_fds() or set()) - baseline
-        while leaked and time.monotonic() < deadline:
-            time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
-            leaked = (open_fds() or set()) - baseline
+        leaked = settled_leaks(baseline)
         if leaked:
             raise ConformanceFailure(
                 "TIER-31",

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import pytest
 
+from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
@@ -25,7 +26,10 @@ from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._thread_ledger import ThreadLedger
 from kvproto.testing._tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 
-__all__ = ["SecondaryRole", "SecondaryTierFactory", "load_right_after_hit", "load_slots", "store_again", "store_slots"]
+__all__ = [
+    "SecondaryRole", "SecondaryTierFactory", "hit_and_loaded", "load_exact", "load_right_after_hit", "load_slots",
+    "store_again", "store_slots",
+]
 
 THREADS = pytest.StashKey[ThreadLedger]()
 """Where the ``tier`` fixture keeps the ledger of the threads the tier started."""
@@ -57,6 +61,27 @@ def store_again(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, w
     result = kit.store(keys, store_slots(kit, len(keys)))
     if not result.success:
         raise ConformanceFailure(clause, f"storing {len(keys)} keys {what} failed ({result}){rule}")
+
+
+def load_exact(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
+    """Load ``keys`` into :func:`load_slots` (the driver checks their bytes); a failed load or wrong
+    bytes fail ``clause``, its reason naming the first key and ``what`` was done to it."""
+    try:
+        result = kit.load(keys, load_slots(kit, len(keys)))
+    except ConformanceFailure as failure:
+        if failure.clause != "TIER-10":
+            raise
+        raise ConformanceFailure(clause, f"blocks {what}: {failure.detail}") from failure
+    failed = [k for k in keys if k not in result.succeeded_keys(kit.jobs[result.job_id])]
+    if failed:
+        raise ConformanceFailure(clause, f"{short_key(failed[0])} {what}, but its load failed")
+
+
+def hit_and_loaded(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
+    """Each of ``keys`` answers HIT and loads its exact bytes (:func:`load_exact`), or ``clause`` fails
+    with ``what`` was done to them."""
+    kit.expect(kit.resolve(keys), lr.HIT, clause, what)
+    load_exact(kit, keys, clause, what)
 
 
 def load_slots(kit: SecondaryDriver, count: int) -> list[int]:

@@ -17,25 +17,21 @@ Two backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import pytest
 
-from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks import check
 from kvproto.testing._data import key_pool, make_buffer
-from kvproto.testing._driver import short_key
 from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._secondary_io_checks import describe_fds, first_setup_failure, open_fds
-from kvproto.testing._secondary_roles import SecondaryRole, load_slots, store_slots
+from kvproto.testing._secondary_io_checks import describe_fds, first_setup_failure, open_fds, settled_leaks
+from kvproto.testing._secondary_roles import SecondaryRole, hit_and_loaded, store_slots
 
 __all__ = ["SecondaryStorageChecks"]
 
-_FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
 _ROUNDS = (("store", 0), ("store", 1), ("load", 0), ("load", 1))
 """Each round refuses direct I/O in a fresh instance: at its first direct-I/O call (an open, or a
 switch of a descriptor to direct mode) or at its second (the first transfer), in a store or a load."""
@@ -84,8 +80,7 @@ class SecondaryStorageChecks(SecondaryRole):
         try:
             other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
             what = "stored before, in a new instance over storage holding crashed writers' and a reset's leftovers"
-            other.expect(other.resolve(keys), lr.HIT, "TIER-18", what)
-            self._load_or_fail(other, keys, "TIER-18", what)
+            hit_and_loaded(other, keys, "TIER-18", what)
             fresh = key_pool("t18-leftovers-new", 2)
             result = other.store(fresh, store_slots(other, len(fresh)))
             if not result.success:
@@ -95,8 +90,7 @@ class SecondaryStorageChecks(SecondaryRole):
                     "writers' and a reset's leftovers: leftovers must never keep a later store from succeeding",
                 )
             what = "stored in a new instance over storage holding leftovers"
-            other.expect(other.resolve(fresh), lr.HIT, "TIER-18", what)
-            self._load_or_fail(other, fresh, "TIER-18", what)
+            hit_and_loaded(other, fresh, "TIER-18", what)
         finally:
             other.shutdown()
 
@@ -188,16 +182,11 @@ class SecondaryStorageChecks(SecondaryRole):
     @staticmethod
     def _hit_and_load(kit: SecondaryDriver, keys: Sequence[OffloadKey], what: str) -> None:
         """``keys`` answer HIT and load their bytes; anything else fails TIER-35."""
-        kit.expect(kit.resolve(keys), lr.HIT, "TIER-35", what)
-        SecondaryStorageChecks._load_or_fail(kit, keys, "TIER-35", what)
+        hit_and_loaded(kit, keys, "TIER-35", what)
 
     @staticmethod
     def _no_leak(baseline: set[str]) -> None:
-        deadline = time.monotonic() + _FD_SETTLE_S
-        leaked = (open_fds() or set()) - baseline
-        while leaked and time.monotonic() < deadline:
-            time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
-            leaked = (open_fds() or set()) - baseline
+        leaked = settled_leaks(baseline)
         if leaked:
             raise ConformanceFailure(
                 "TIER-35",
@@ -224,8 +213,7 @@ class SecondaryStorageChecks(SecondaryRole):
                 if key not in result.succeeded_keys(kit.jobs[result.job_id]):
                     continue
                 what = f"reported stored after its directory was removed {hit} time(s) during the store"
-                kit.expect(kit.resolve([key]), lr.HIT, "TIER-36", what)
-                self._load_or_fail(kit, [key], "TIER-36", what)
+                hit_and_loaded(kit, [key], "TIER-36", what)
         finally:
             self.lose_directories(kit.tier, 0)
         if hit_total == 0:
@@ -242,18 +230,5 @@ class SecondaryStorageChecks(SecondaryRole):
                 "during earlier stores: a lost directory must not keep a key from being stored later",
             )
         what = "stored again after their directories were removed during earlier stores"
-        kit.expect(kit.resolve(keys), lr.HIT, "TIER-36", what)
-        self._load_or_fail(kit, keys, "TIER-36", what)
+        hit_and_loaded(kit, keys, "TIER-36", what)
 
-    @staticmethod
-    def _load_or_fail(kit: SecondaryDriver, keys: Sequence[OffloadKey], clause: str, what: str) -> None:
-        """Load ``keys``; a failed load or wrong bytes fail ``clause``."""
-        try:
-            result = kit.load(keys, load_slots(kit, len(keys)))
-        except ConformanceFailure as failure:
-            if failure.clause != "TIER-10":
-                raise
-            raise ConformanceFailure(clause, f"blocks {what}: {failure.detail}") from failure
-        failed = [k for k in keys if k not in result.succeeded_keys(kit.jobs[result.job_id])]
-        if failed:
-            raise ConformanceFailure(clause, f"{short_key(failed[0])} {what}, but its load failed")
