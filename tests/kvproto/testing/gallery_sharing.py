@@ -9,6 +9,7 @@ gallery_index.py gathers it into ``GALLERY``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members as lr
 from kvproto.testing import FaultyBackend, TierSpec
@@ -74,6 +75,53 @@ class MissRememberedAcrossRequests(_Shared):
 @SHARING_GALLERY.fails("test_verdicts_never_outlive_their_request", "TIER-18", "outlived that request")
 def miss_remembered_across_requests() -> TierSpec:
     return _spec(MissRememberedAcrossRequests)
+
+
+class AlwaysLateForOthersBlocks(_Shared):
+    """Bug: its existence check of a block another instance stored never ends within its declared step
+    deadline (a synchronous check stuck behind a slow queue): each such lookup answers RETRY through
+    ``max_retry_steps`` end-of-step hooks, then MISS, in every request, so the other instance's blocks
+    are never seen. With ``late_once`` (honest_tiers.LateOnceForOthersBlocks, a correct tier) only the
+    first check of each key is late, as a loaded machine can make any tier's check."""
+
+    tier_name = "always-late-for-others-blocks"
+    late_once: ClassVar[bool] = False
+
+    def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
+        super().__init__(buffer, storage=storage)
+        self._mine: set[OffloadKey] = set()
+        self._late: dict[tuple[OffloadKey, int], int] = {}  # (key, request) -> the step its check started at
+        self._spent: set[OffloadKey] = set()
+        self._steps = 0
+
+    def submit_store(self, job: TransferJob) -> None:
+        self._mine.update(job.keys)
+        super().submit_store(job)
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        answer = super().lookup(key, req_context)
+        if key in self._mine or key in self._spent or answer is lr.MISS:
+            return answer
+        started = self._late.setdefault((key, id(req_context)), self._steps)
+        if self._steps - started < self.capabilities.max_retry_steps:
+            return lr.RETRY
+        if self.late_once:
+            self._spent.add(key)
+        return lr.MISS  # the deadline passed: MISS, as an expired check answers (AP-3)
+
+    def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
+        return [self.lookup(key, req_context) for key in keys]
+
+    def on_step_end(self) -> None:
+        self._steps += 1
+        super().on_step_end()
+
+
+@SHARING_GALLERY.fails(
+    "test_sharing_between_instances", "TIER-18", "in a second live instance after the first stored it"
+)
+def always_late_for_others_blocks() -> TierSpec:
+    return _spec(AlwaysLateForOthersBlocks)
 
 
 class FinishCancelsPendingChecks(_Shared):

@@ -8,6 +8,9 @@
   ``advance_clock`` hook): its expired writes keep their slots quarantined (TIER-25).
 * ``no_eviction_primary``: a primary that declares no eviction and answers ``None`` when full; the
   pin checks run on it (not skipped) through what it does instead (CAP-5).
+* ``late_once_for_others_blocks``: a shared BlobTier whose first check of each block another instance
+  stored misses its declared step deadline (RETRY, then MISS, as under load): TIER-18's sharing check
+  asks such keys again in a new request instead of blaming it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Collection, Container, Iterable, Sequence
 
 from kvproto import Capabilities, JobResult, MemoryPrimaryTier, MemoryTier, OffloadKey, TransferJob
 from kvproto.testing import MEMORY_HOOKS, TierSpec
+
+from tests.kvproto.testing.gallery_sharing import AlwaysLateForOthersBlocks, _spec
 
 
 def small_memory() -> TierSpec:
@@ -125,3 +130,19 @@ def clocked_spec(cls: type[ClockedPrimary]) -> TierSpec:
 
 def clocked_primary() -> TierSpec:
     return clocked_spec(ClockedPrimary)
+
+
+
+class LateOnceForOthersBlocks(AlwaysLateForOthersBlocks):
+    """A correct shared BlobTier whose existence check of each block another instance stored misses
+    its declared step deadline the first time it is asked (as a loaded machine can make any tier's
+    check do): that lookup answers RETRY through ``max_retry_steps`` end-of-step hooks, then MISS,
+    which the contract allows (AP-3); every later lookup answers as BlobTier does."""
+
+    tier_name = "late-once-for-others-blocks"
+    late_once = True
+
+
+def late_once_for_others_blocks() -> TierSpec:
+    """:class:`LateOnceForOthersBlocks` with the ``reopen`` hook (a second live instance over its storage)."""
+    return _spec(LateOnceForOthersBlocks)
