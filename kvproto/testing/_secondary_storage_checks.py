@@ -17,18 +17,15 @@ Two backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
-from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks import check
 from kvproto.testing._data import key_pool, make_buffer
 from kvproto.testing._failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._secondary_driver import SecondaryDriver
 from kvproto.testing._secondary_io_checks import describe_fds, first_setup_failure, open_fds, settled_leaks
-from kvproto.testing._secondary_roles import SecondaryRole, hit_and_loaded, store_slots
+from kvproto.testing._secondary_roles import SecondaryRole, hit_and_loaded, store_again, store_slots
 
 __all__ = ["SecondaryStorageChecks"]
 
@@ -82,13 +79,8 @@ class SecondaryStorageChecks(SecondaryRole):
             what = "stored before, in a new instance over storage holding crashed writers' and a reset's leftovers"
             hit_and_loaded(other, keys, "TIER-18", what)
             fresh = key_pool("t18-leftovers-new", 2)
-            result = other.store(fresh, store_slots(other, len(fresh)))
-            if not result.success:
-                raise ConformanceFailure(
-                    "TIER-18",
-                    f"a store of {len(fresh)} blocks failed ({result}) in a new instance over storage holding crashed "
-                    "writers' and a reset's leftovers: leftovers must never keep a later store from succeeding",
-                )
+            store_again(other, fresh, "TIER-18", "in a new instance over storage holding crashed writers' and a reset's "
+                        "leftovers", ": leftovers must never keep a later store from succeeding")
             what = "stored in a new instance over storage holding leftovers"
             hit_and_loaded(other, fresh, "TIER-18", what)
         finally:
@@ -159,15 +151,10 @@ class SecondaryStorageChecks(SecondaryRole):
                 refused_total += self.refuse_direct(other.tier, after)  # (again: a tier may arm it per instance)
                 fresh = key_pool(f"t35-{first}-{after}", 2)
                 if first == "load":
-                    self._hit_and_load(other, before, f"stored before, loaded {where}")
-                result = other.store(fresh, store_slots(other, len(fresh)))
-                if not result.success:
-                    raise ConformanceFailure(
-                        "TIER-35",
-                        f"a store of {len(fresh)} blocks failed ({result}) {where}: a filesystem that refuses "
-                        "direct I/O (tmpfs, some FUSE and NFS mounts) must still store, without it",
-                    )
-                self._hit_and_load(other, [*fresh, *before], f"stored {where}")
+                    hit_and_loaded(other, before, "TIER-35", f"stored before, loaded {where}")
+                store_again(other, fresh, "TIER-35", where, ": a filesystem that refuses direct I/O (tmpfs, some FUSE "
+                            "and NFS mounts) must still store, without it")
+                hit_and_loaded(other, [*fresh, *before], "TIER-35", f"stored {where}")
             finally:
                 refused_total += self.refuse_direct(other.tier, -1)
                 other.shutdown()
@@ -179,10 +166,6 @@ class SecondaryStorageChecks(SecondaryRole):
                 )
         self._no_leak(baseline)
 
-    @staticmethod
-    def _hit_and_load(kit: SecondaryDriver, keys: Sequence[OffloadKey], what: str) -> None:
-        """``keys`` answer HIT and load their bytes; anything else fails TIER-35."""
-        hit_and_loaded(kit, keys, "TIER-35", what)
 
     @staticmethod
     def _no_leak(baseline: set[str]) -> None:
