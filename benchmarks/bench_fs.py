@@ -50,11 +50,13 @@ from pathlib import Path
 
 from kvproto import OffloadKey, ReqContext, TransferJob, make_key, members as lr
 
-from benchmarks._result import BenchResult
+from benchmarks._jobs import wait_all
+from benchmarks._result import BenchResult, record_round
 from kvproto_fs import FsTier, FsTierConfig
 
 BLOCK_BYTES = 2 << 20
 THREADS = 4
+FS_POLL_S = 0.0002  # the scheduler side's step while it waits for jobs
 # The order of the three rounds of each rep (ours, ours with held HITs off, raw): every permutation once,
 # so no side always runs after another's writes (the disk's writeback and the last rep's deletions weigh on
 # whoever comes next); ours first in the first rep (raw uses O_DIRECT where ours did).
@@ -110,17 +112,6 @@ def _checksum_gbps(blocks: list[memoryview]) -> dict[str, float]:
     return out
 
 
-def _wait_all(tier: FsTier, ids: set[int]) -> bool:
-    ok = True
-    while ids:
-        tier.on_step_end()
-        for r in tier.get_finished_jobs():
-            ids.discard(r.job_id)
-            ok &= r.success
-        time.sleep(0.0002)
-    return ok
-
-
 def run(quick: bool = False) -> BenchResult:
     blocks = 32 if quick else 256
     root = Path(tempfile.mkdtemp(prefix="kvproto-bench-fs-"))
@@ -146,7 +137,7 @@ def run(quick: bool = False) -> BenchResult:
                 job = TransferJob(j + 1, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), False)
                 tier.submit_store(job)
                 ids.add(job.job_id)
-            ok = _wait_all(tier, ids)
+            ok = wait_all(tier, ids, FS_POLL_S)
             store_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             ids = set()
@@ -156,7 +147,7 @@ def run(quick: bool = False) -> BenchResult:
                 ok &= all(tier.lookup(k, req) is lr.HIT for k in job.keys)  # held HITs: a descriptor each
                 tier.submit_load(job)
                 ids.add(job.job_id)
-            ok &= _wait_all(tier, ids)
+            ok &= wait_all(tier, ids, FS_POLL_S)
             tier.on_request_finished(req)
             load_s = time.perf_counter() - t0
             direct = tier.direct_io_counts[0] > 0
@@ -209,12 +200,9 @@ def run(quick: bool = False) -> BenchResult:
             (o_store, o_load), (_, off_load), (r_store, r_load) = took["ours"], took["off"], took["raw"]
             held_load.append(off_load / o_load)
             figures[f"held_off_load_gbps_{rep}"] = gb / off_load
-            ratios_store.append(r_store / o_store)
-            ratios_load.append(r_load / o_load)
-            figures[f"ours_store_gbps_{rep}"] = gb / o_store
-            figures[f"ours_load_gbps_{rep}"] = gb / o_load
-            figures[f"raw_store_gbps_{rep}"] = gb / r_store
-            figures[f"raw_load_gbps_{rep}"] = gb / r_load
+            store_ratio, load_ratio = record_round(figures, rep, "gbps", gb, (o_store, o_load), (r_store, r_load))
+            ratios_store.append(store_ratio)
+            ratios_load.append(load_ratio)
             for tag in (f"ours{rep}", f"off{rep}", f"raw{rep}"):
                 shutil.rmtree(root / tag, ignore_errors=True)
         store_ratio = statistics.median(ratios_store)
@@ -233,7 +221,7 @@ def run(quick: bool = False) -> BenchResult:
         for i in range(0, n_keys // 2, 4):
             job = TransferJob(i + 1, tuple(probe_keys[i : i + 4]), (0, 1, 2, 3), False)
             writer.submit_store(job)
-            _wait_all(writer, {job.job_id})
+            wait_all(writer, {job.job_id}, FS_POLL_S)
         writer.shutdown()
         def existence_round(hold_steps: int) -> tuple[float, float, int]:
             """Checks per second of wall time and per second of this process's CPU time (every thread: the

@@ -59,8 +59,9 @@ from typing import TYPE_CHECKING
 from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
 from benchmarks._delay_proxy import delay_proxy, stop_child
+from benchmarks._jobs import wait_all
 from benchmarks._obj_existence import SERVER, crossover, existence_rates, seed
-from benchmarks._result import BenchResult
+from benchmarks._result import BenchResult, record_round
 
 if TYPE_CHECKING:
     from kvproto_obj import ObjTierConfig
@@ -71,20 +72,7 @@ PER_JOB = 16
 ROUNDS = 7  # ABBA rounds; the median of their ratios is the result
 PROXY_DELAY_MS = 2.0  # each way: a server 4 ms of round trip away
 CROSSOVER_BATCHES = (64, 100)
-
-
-def _wait_all(tier: object, ids: set[int]) -> bool:
-    from kvproto_obj import ObjTier
-
-    assert isinstance(tier, ObjTier)
-    ok = True
-    while ids:
-        tier.on_step_end()
-        for r in tier.get_finished_jobs():
-            ids.discard(r.job_id)
-            ok &= r.success
-        time.sleep(0.001)  # a scheduler step of 1 ms: jobs here take ~100 ms; faster polling only takes the GIL
-    return ok
+OBJ_POLL_S = 0.001  # a scheduler step of 1 ms: jobs here take ~100 ms; faster polling only takes the GIL
 
 
 def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int) -> tuple[dict[str, float], bool]:
@@ -115,7 +103,7 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
                               tuple(range(j, min(j + PER_JOB, blocks))), promotion)
             (tier.submit_load if promotion else tier.submit_store)(job)
             ids.add(job.job_id)
-        ok = _wait_all(tier, ids)
+        ok = wait_all(tier, ids, OBJ_POLL_S)
         cpu_s["ours_load" if promotion else "ours_store"].append(time.process_time() - c0)
         return time.perf_counter() - t0, ok
 
@@ -178,12 +166,9 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
                 o_load, loaded = ours_jobs(keys, True)
                 r_load, got = raw_phase(str(rep), True)
             ok_all &= stored and loaded and got == blocks * envelope_bytes
-            ratios_store.append(r_store / o_store)
-            ratios_load.append(r_load / o_load)
-            figures[f"ours_store_mbps_{rep}"] = mb / o_store
-            figures[f"ours_load_mbps_{rep}"] = mb / o_load
-            figures[f"raw_store_mbps_{rep}"] = mb / r_store
-            figures[f"raw_load_mbps_{rep}"] = mb / r_load
+            store_ratio, load_ratio = record_round(figures, rep, "mbps", mb, (o_store, o_load), (r_store, r_load))
+            ratios_store.append(store_ratio)
+            ratios_load.append(load_ratio)
     finally:
         tier.shutdown()
 

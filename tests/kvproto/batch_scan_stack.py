@@ -17,19 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import kvproto
 from kvproto import (
     Decision,
     LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
-    PrepareStoreOutput,
     ReqContext,
-    SecondaryTier,
     TieringManager,
-    TransferJob,
-    maximal_prefix_lookup,
-    sliding_window_lookup,
 )
 from kvproto.testing.faults import LatencySecondary
 
@@ -50,7 +46,7 @@ class LoggedPrimary(MemoryPrimaryTier):
         self.log.append(f"cpu.lookup {key.hex()} {req_context.req_id} -> {result.name}")
         return result
 
-    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> kvproto.PrepareStoreOutput | None:
         out = super().prepare_store(keys, req_context)
         got = None if out is None else [k.hex() for k in out.keys_to_store]
         self.log.append(f"cpu.prepare_store {[k.hex() for k in keys]} {req_context.req_id} -> {got}")
@@ -66,7 +62,7 @@ class LoggedPrimaryWithoutView(LoggedPrimary):
 class LoggedSecondary(ForwardingTier):
     """A secondary wrapper logging lookups and job submissions."""
 
-    def __init__(self, inner: SecondaryTier, log: list[str]) -> None:
+    def __init__(self, inner: kvproto.SecondaryTier, log: list[str]) -> None:
         super().__init__(inner)
         self.log = log
 
@@ -75,7 +71,7 @@ class LoggedSecondary(ForwardingTier):
         self.log.append(f"{self.name}.lookup {key.hex()} {req_context.req_id} -> {result.name}")
         return result
 
-    def submit_load(self, job: TransferJob) -> None:
+    def submit_load(self, job: kvproto.TransferJob) -> None:
         self.log.append(f"{self.name}.submit_load {[k.hex() for k in job.keys]} {job.req_id}")
         super().submit_load(job)
 
@@ -127,7 +123,7 @@ def build_twin(
     cpu.log = log
     mem0 = MemoryTier(cpu.buffer, name="mem0")
     tiers = [mem0]
-    secondaries: list[SecondaryTier] = [LoggedSecondary(mem0, log)]
+    secondaries: list[kvproto.SecondaryTier] = [LoggedSecondary(mem0, log)]
     if asynchronous:
         mem1 = MemoryTier(cpu.buffer, name="mem1")
         tiers.append(mem1)
@@ -156,8 +152,8 @@ def per_key(twin: Twin, req: ReqContext, window: int | None, initial: int | None
     """The per-key scan through ``manager.lookup`` (``window`` None: the prefix scan)."""
     lookup = twin.manager.lookup
     if window is None:
-        return maximal_prefix_lookup(lambda k: lookup(k, req), twin.keys)
-    return sliding_window_lookup(lambda k: lookup(k, req), twin.keys, window, initial_window=initial)
+        return kvproto.maximal_prefix_lookup(lambda k: lookup(k, req), twin.keys)
+    return kvproto.sliding_window_lookup(lambda k: lookup(k, req), twin.keys, window, initial_window=initial)
 
 
 def batched(twin: Twin, req: ReqContext, window: int | None, initial: int | None) -> Decision:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+import kvproto
 from kvproto import (
     EventKind,
     JobResult,
     LookupResult,
     MemoryTier,
-    OffloadKey,
-    ReqContext,
     SecondaryTier,
     TransferJob,
-    make_key,
 )
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.testing import ThreadLedger
@@ -21,7 +19,7 @@ from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 8
 BLOCK = 16
-REQ = ReqContext("r1")
+REQ = kvproto.ReqContext("r1")
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
@@ -30,8 +28,8 @@ def new_buffer(slots: int = SLOTS, block: int = BLOCK) -> memoryview:
     return memoryview(bytearray(slots * block)).cast("B", (slots, block))
 
 
-def key(i: int) -> OffloadKey:
-    return make_key(i.to_bytes(4, "big"), 0)
+def key(i: int) -> kvproto.OffloadKey:
+    return kvproto.make_key(i.to_bytes(4, "big"), 0)
 
 
 def row(buf: memoryview, slot: int) -> bytes:

@@ -7,12 +7,12 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+import kvproto
 from kvproto import (
     JobResult,
     LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
-    OffloadKey,
     ReqContext,
     TieringConfig,
     TieringManager,
@@ -29,7 +29,7 @@ R1 = ReqContext("r1")
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
 
-def _store(manager: TieringManager, primary: MemoryPrimaryTier, k: OffloadKey, data: bytes, req: ReqContext = R1) -> None:
+def _store(manager: TieringManager, primary: MemoryPrimaryTier, k: kvproto.OffloadKey, data: bytes, req: ReqContext = R1) -> None:
     out = manager.prepare_store([k], req)
     assert out is not None and out.keys_to_store == (k,)
     primary.slot_view(out.slots[0])[:] = data

@@ -21,21 +21,15 @@ from collections.abc import Sequence
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+import kvproto
 from kvproto import (
     Decision,
-    Defer,
     Hits,
-    JobResult,
-    LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
     ReqContext,
-    TieringConfig,
-    TieringManager,
     TransferJob,
-    maximal_prefix_lookup,
-    sliding_window_lookup,
 )
 from kvproto.testing.faults import LatencySecondary
 
@@ -75,7 +69,7 @@ class LoadWatch(ForwardingTier):
             LoadWatch.outstanding[k] = self.name
         self.jobs[job.job_id] = job
 
-    def get_finished_jobs(self) -> Sequence[JobResult]:
+    def get_finished_jobs(self) -> Sequence[kvproto.JobResult]:
         done = super().get_finished_jobs()
         for result in done:
             job = self.jobs.pop(result.job_id, None)
@@ -105,8 +99,8 @@ class TieringStack(RuleBasedStateMachine):
         self.armed: set[str] = set()
         self.raiser = RaisingTier(self.slow, failing=self._fire)
         self.watched = [LoadWatch(self.tiers[0]), LoadWatch(self.raiser)]
-        self.manager = TieringManager(
-            cpu, self.watched, config=TieringConfig(negative_verdict_steps=3)
+        self.manager = kvproto.TieringManager(
+            cpu, self.watched, config=kvproto.TieringConfig(negative_verdict_steps=3)
         )
         self.steps = 0
         self.promotion_seen: dict[OffloadKey, int] = {}
@@ -121,7 +115,7 @@ class TieringStack(RuleBasedStateMachine):
     # ---------------------------------------------------------------- helpers
 
     def _check_hits(self, keys: list[OffloadKey], decision: Decision, window: bool) -> None:
-        if isinstance(decision, Defer):
+        if isinstance(decision, kvproto.Defer):
             return
         assert isinstance(decision, Hits)
         end = decision.count
@@ -129,7 +123,7 @@ class TieringStack(RuleBasedStateMachine):
         if not covered:
             return
         for k in covered:
-            assert self.manager.lookup(k, REQS[0]) is LookupResult.HIT, k
+            assert self.manager.lookup(k, REQS[0]) is kvproto.LookupResult.HIT, k
         slots = self.manager.prepare_load(covered, REQS[0])
         try:
             for k, slot in zip(covered, slots, strict=True):
@@ -141,9 +135,9 @@ class TieringStack(RuleBasedStateMachine):
     def _scan(self, req: ReqContext, keys: list[OffloadKey], window: bool) -> Decision:
         lookup = self.manager.lookup
         if window:
-            decision = sliding_window_lookup(lambda k: lookup(k, req), keys, WINDOW)
+            decision = kvproto.sliding_window_lookup(lambda k: lookup(k, req), keys, WINDOW)
         else:
-            decision = maximal_prefix_lookup(lambda k: lookup(k, req), keys)
+            decision = kvproto.maximal_prefix_lookup(lambda k: lookup(k, req), keys)
         self._check_hits(keys, decision, window)
         return decision
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+import kvproto
 from kvproto import (
     JobResult,
     LookupResult,
@@ -15,10 +16,8 @@ from kvproto import (
     OffloadKey,
     ReqContext,
     SecondaryTier,
-    TieringConfig,
     TieringManager,
     TransferJob,
-    make_key,
 )
 from kvproto.testing.faults import LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
@@ -34,7 +33,7 @@ class Latency(TypedDict, total=False):
 
 
 def key(i: int) -> OffloadKey:
-    return make_key(i.to_bytes(4, "big"), 0)
+    return kvproto.make_key(i.to_bytes(4, "big"), 0)
 
 
 def block(i: int) -> bytes:
@@ -113,7 +112,7 @@ def build_stack(
     *,
     num_slots: int = 16,
     latencies: Sequence[Latency] = ({}, {}),
-    config: TieringConfig | None = None,
+    config: kvproto.TieringConfig | None = None,
     pending_deadline_s: float = 60.0,
 ) -> Stack:
     clock = FakeClock()

@@ -17,18 +17,16 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping, 
 from dataclasses import replace
 from typing import Any, ClassVar
 
+import kvproto
 from kvproto import (
-    Capabilities,
     JobResult,
     LookupResult,
     MemoryPrimaryTier,
     MemoryTier,
     OffloadKey,
-    PrepareStoreOutput,
     ReqContext,
     TransferJob,
     members as lr,
-    unreachable,
 )
 from kvproto.testing import MEMORY_HOOKS, KitLimits, TierSpec
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
@@ -67,7 +65,7 @@ def memory_primary_spec(cls: type[MemoryPrimaryTier], limits: KitLimits = _QUICK
         cls.__name__ if name is None else name,
         "primary",
         lambda: cls(num_slots=16, block_bytes=32),
-        capabilities=Capabilities(eviction=True),
+        capabilities=kvproto.Capabilities(eviction=True),
         limits=limits,
         tier_class=cls,
     )
@@ -341,7 +339,7 @@ class LegacyBoolLookup(MemoryTier):
             case lr.RETRY | lr.HIT_PENDING:
                 return None
             case other:
-                unreachable(other, where="LegacyBoolLookup.lookup")
+                kvproto.unreachable(other, where="LegacyBoolLookup.lookup")
 
 
 @GALLERY.fails("test_lookup_answers_a_lookup_result", "LR-1", "LookupResult")
@@ -831,7 +829,7 @@ def evicts_own_input() -> TierSpec:
 class EvictsBeforeGivingUp(MemoryPrimaryTier):
     """Bug: when it cannot make enough room, it still evicts what it could before returning None."""
 
-    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> kvproto.PrepareStoreOutput | None:
         out = super().prepare_store(keys, req_context)
         if out is None:  # the bug: makes what room it can, then gives up
             self.evict([k for k in self.ready_slots if k not in keys])

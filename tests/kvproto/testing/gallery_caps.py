@@ -11,16 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from kvproto import (
-    Capabilities,
-    LookupResult,
-    MemoryPrimaryTier,
-    MemoryTier,
-    OffloadKey,
-    PrepareStoreOutput,
-    ReqContext,
-    members as lr,
-)
+import kvproto
+from kvproto import MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, members as lr
 from kvproto.errors import TierMisuseError
 from kvproto.testing import TierSpec
 
@@ -41,7 +33,7 @@ class EvictsUndeclared(MemoryPrimaryTier):
 
     def __init__(self, *, num_slots: int, block_bytes: int) -> None:
         super().__init__(num_slots=num_slots, block_bytes=block_bytes, name="evicts-undeclared")
-        self.capabilities = Capabilities()  # the bug: the declaration says "never evicts"
+        self.capabilities = kvproto.Capabilities()  # the bug: the declaration says "never evicts"
 
 
 @CAPS_GALLERY.fails("test_holds_what_it_stored_without_eviction", "CAP-2", "does not declare eviction")
@@ -52,7 +44,7 @@ def evicts_undeclared() -> TierSpec:
 class EvictsSilentlyUndeclared(EvictsUndeclared):
     """Bug: evicts without listing the evicted keys, declaring no eviction."""
 
-    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> kvproto.PrepareStoreOutput | None:
         out = super().prepare_store(keys, req_context)
         return None if out is None else replace(out, evicted=())  # the bug: drops blocks, says nothing
 
@@ -99,7 +91,7 @@ class RetryWithoutAsyncLookup(MemoryTier):
         super().__init__(buffer, name="retry-without-async-lookup")
         self._asked: set[OffloadKey] = set()
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> kvproto.LookupResult:
         if key not in self._asked:
             self._asked.add(key)
             return lr.RETRY  # the bug: async_lookup is not declared

@@ -11,15 +11,13 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 
+import kvproto
 from kvproto import (
     EventKind,
-    JobResult,
     LookupResult,
-    MemoryPrimaryTier,
     MemoryTier,
     OffloadingEvent,
     OffloadKey,
-    PrepareStoreOutput,
     ReqContext,
     TransferJob,
     members as lr,
@@ -73,7 +71,7 @@ class OptimisticStoredEvent(_TracksStoresInFlight):
         self._early.append(OffloadingEvent(EventKind.STORED, job.keys, self.name))  # the bug: too early
         super().submit_store(job)
 
-    def get_finished_jobs(self) -> Sequence[JobResult]:
+    def get_finished_jobs(self) -> Sequence[kvproto.JobResult]:
         flying = dict(self._flying)
         done = super().get_finished_jobs()
         for result in done:
@@ -95,7 +93,7 @@ def optimistic_stored_event() -> TierSpec:
     return _secondary(OptimisticStoredEvent)
 
 
-class EvictsWithoutRemoved(MemoryPrimaryTier):
+class EvictsWithoutRemoved(kvproto.MemoryPrimaryTier):
     """Bug: lists the blocks a store evicts, but emits no REMOVED event for them (a reset's REMOVED
     event is kept)."""
 
@@ -103,7 +101,7 @@ class EvictsWithoutRemoved(MemoryPrimaryTier):
         super().__init__(num_slots=num_slots, block_bytes=block_bytes, name="evicts-without-removed")
         self._kept: list[OffloadingEvent] = []
 
-    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> kvproto.PrepareStoreOutput | None:
         self._kept.extend(super().take_events())
         out = super().prepare_store(keys, req_context)
         if out is not None and out.evicted:

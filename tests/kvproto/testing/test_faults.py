@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import kvproto
 from kvproto import (
     BatchLookup,
     Capabilities,
@@ -27,7 +28,6 @@ from kvproto import (
     ReqContext,
     SecondaryTier,
     TransferJob,
-    make_key,
 )
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.testing import (
@@ -53,7 +53,7 @@ _job_ids = itertools.count(1)
 
 
 def k(i: int) -> OffloadKey:
-    return make_key(i.to_bytes(4, "big"), 0)
+    return kvproto.make_key(i.to_bytes(4, "big"), 0)
 
 
 def data(i: int) -> bytes:

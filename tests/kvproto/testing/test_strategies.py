@@ -7,24 +7,20 @@ from collections.abc import Sequence
 
 from hypothesis import given, strategies as st
 
+import kvproto
 from kvproto import (
-    JobResult,
     MemoryTier,
     OffloadKey,
-    ReqContext,
-    SecondaryTier,
     TransferJob,
-    make_key,
     members as lr,
     split_key,
-    unreachable,
 )
 from kvproto.testing import block_for, key_pool, make_buffer, strategies as kvst
 from kvproto.testing.faults import LatencySecondary
 
 SLOTS = 16
 BLOCK = 16
-REQ = ReqContext("kvproto-strategies")
+REQ = kvproto.ReqContext("kvproto-strategies")
 
 
 class Harness:
@@ -35,7 +31,7 @@ class Harness:
         self.flat = self.buffer.cast("B")
         self.block_bytes = block_bytes
         memory = MemoryTier(self.buffer)
-        self.tier: SecondaryTier = LatencySecondary(memory, job_steps=job_latency_steps) if job_latency_steps else memory
+        self.tier: kvproto.SecondaryTier = LatencySecondary(memory, job_steps=job_latency_steps) if job_latency_steps else memory
         self.next_id = 1
         self.flying: dict[int, TransferJob] = {}
         self.stored: set[OffloadKey] = set()  # keys some store reported done
@@ -66,7 +62,7 @@ class Harness:
     def storing(self, key: OffloadKey) -> bool:
         return any(key in job.keys for job in self.flying.values() if not job.promotion)
 
-    def step(self) -> list[JobResult]:
+    def step(self) -> list[kvproto.JobResult]:
         self.tier.on_step_end()
         done = list(self.tier.get_finished_jobs())
         for result in done:
@@ -101,7 +97,7 @@ def _store_and_load(harness: Harness, key: OffloadKey, data: bytes) -> bytes:
 @given(key=kvst.keys(), data=kvst.blocks(BLOCK))
 def test_any_key_round_trips_its_bytes_through_memory_tier(key: OffloadKey, data: bytes) -> None:
     block_hash, group = split_key(key)
-    assert make_key(block_hash, group) == key
+    assert kvproto.make_key(block_hash, group) == key
     harness = Harness()
     try:
         assert harness.tier.lookup(key, REQ) is lr.MISS
@@ -172,7 +168,7 @@ def test_any_job_sequence_agrees_with_a_dict_model(ops: list[kvst.JobOp], latenc
                 case kvst.StepOp():
                     harness.step()
                 case _ as other:
-                    unreachable(other, where="test_any_job_sequence_agrees_with_a_dict_model")
+                    kvproto.unreachable(other, where="test_any_job_sequence_agrees_with_a_dict_model")
         harness.settle()
         for key in {k for op in ops if isinstance(op, (kvst.StoreOp, kvst.LoadOp)) for k in op.keys}:
             want = lr.HIT if key in harness.stored else lr.MISS

@@ -9,21 +9,18 @@ from typing import Any
 
 import pytest
 
+import kvproto
 from kvproto import (
     BatchLookup,
     Capabilities,
     JobResult,
     LookupResult,
     MemoryPrimaryTier,
-    MemoryTier,
-    OffloadingEvent,
     OffloadKey,
-    PrimaryTier,
     ReadyKeys,
     ReqContext,
     SecondaryTier,
     TransferJob,
-    make_key,
 )
 from kvproto.testing import MEMORY_HOOKS, PrimaryTierTests, SecondaryTierTests
 from kvproto.testing.faults import LatencySecondary
@@ -34,7 +31,7 @@ HIT, MISS = LookupResult.HIT, LookupResult.MISS
 
 
 def k(i: int) -> OffloadKey:
-    return make_key(i.to_bytes(4, "big"), 0)
+    return kvproto.make_key(i.to_bytes(4, "big"), 0)
 
 
 class _Recording:
@@ -71,7 +68,7 @@ class _Recording:
     def on_step_end(self) -> None:
         self.calls.append(("on_step_end", ()))
 
-    def take_events(self) -> Sequence[OffloadingEvent]:
+    def take_events(self) -> Sequence[kvproto.OffloadingEvent]:
         self.calls.append(("take_events", ()))
         return []
 
@@ -131,7 +128,7 @@ def test_every_secondary_method_reaches_inner_with_its_arguments_and_answer() ->
 
 def test_every_primary_method_reaches_inner() -> None:
     inner = MemoryPrimaryTier(num_slots=4, block_bytes=8)
-    tier: PrimaryTier = ForwardingPrimary(inner)  # mypy proves the protocol (TIER-1)
+    tier: kvproto.PrimaryTier = ForwardingPrimary(inner)  # mypy proves the protocol (TIER-1)
     assert tier.buffer is inner.buffer and tier.name == inner.name
     out = tier.prepare_store([k(1), k(2)], R)
     assert out is not None and inner.lookup(k(1), R) is LookupResult.HIT_PENDING
@@ -265,7 +262,7 @@ class TestForwardingSecondaryConforms(SecondaryTierTests):
 
     @pytest.fixture
     def tier_factory(self) -> Callable[[memoryview], SecondaryTier]:
-        return lambda buffer: ForwardingSecondary(MemoryTier(buffer))
+        return lambda buffer: ForwardingSecondary(kvproto.MemoryTier(buffer))
 
 
 class TestForwardingPrimaryConforms(PrimaryTierTests):
@@ -274,6 +271,6 @@ class TestForwardingPrimaryConforms(PrimaryTierTests):
     kit_profile = "fast"
 
     @pytest.fixture
-    def tier_factory(self) -> Callable[[], PrimaryTier]:
+    def tier_factory(self) -> Callable[[], kvproto.PrimaryTier]:
         return lambda: ForwardingPrimary(MemoryPrimaryTier(num_slots=32, block_bytes=64))
 
