@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["SEEN_AFTER_SET_UP", "ConformanceFailure", "HookRaised", "SetUpFailed", "clause_of"]
+__all__ = ["SEEN_AFTER_SET_UP", "ConformanceFailure", "HookRaised", "SetUpFailed", "answer_of", "clause_of"]
+
+_T = TypeVar("_T")
 
 _CLAUSE = re.compile(r"^\[([A-Z]+-\d+)\]")
 
@@ -22,6 +26,16 @@ class ConformanceFailure(AssertionError):
         super().__init__(f"[{clause}] {detail}")
         self.clause = clause
         self.detail = detail
+
+
+def answer_of(call: Callable[[], _T], clause: str, what: str, rule: str) -> _T:
+    """``call()``'s answer, where ``clause`` says a tier answers it: any exception the tier raises is
+    the finding, a :class:`ConformanceFailure` of ``clause`` reading ``{what} raised {type}: {error};
+    {rule}``, chained to the error (KIT-3)."""
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+        raise ConformanceFailure(clause, f"{what} raised {type(error).__name__}: {error}; {rule}") from error
 
 
 def clause_of(message: str) -> str | None:

@@ -113,6 +113,13 @@ class PrimaryDriver(TierDriver[PrimaryTier]):
                     clause, f"reset_cache answered {answer!r} {why}; a pin is held, so it must refuse (False)"
                 )
 
+    def expect_idle(self, clause: str, why: str) -> None:
+        """has_pending_work, asked now, answers False: with no pin held and no write pending a primary
+        has no pending work (TIER-9). Else ``clause`` fails: ``has_pending_work answered X {why}``."""
+        pending: object = self.tier.has_pending_work()
+        if pending is not False:
+            raise ConformanceFailure(clause, f"has_pending_work answered {pending!r} {why}")
+
     def store(
         self, keys: Sequence[OffloadKey], *, success: bool = True, context: ReqContext | None = None
     ) -> PrepareStoreOutput:

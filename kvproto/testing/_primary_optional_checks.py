@@ -21,7 +21,7 @@ from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import key_pool
 from kvproto.testing._driver import short_key
-from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._failures import ConformanceFailure, answer_of
 from kvproto.testing._primary_driver import PrimaryDriver
 
 __all__ = ["PrimaryOptionalChecks"]
@@ -29,14 +29,12 @@ __all__ = ["PrimaryOptionalChecks"]
 
 def _asked(contains: Callable[[OffloadKey], object], key: OffloadKey, when: str) -> bool:
     """``contains(key)``, which must answer a bool (TIER-27)."""
-    try:
-        answer = contains(key)
-    except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
-        raise ConformanceFailure(
-            "TIER-27",
-            f"{when}: ready_contains({short_key(key)}) raised {type(error).__name__}: {error}; ready_contains "
-            "must be a function of one key answering whether it is in ready_keys",
-        ) from error
+    answer = answer_of(
+        lambda: contains(key),
+        "TIER-27",
+        f"{when}: ready_contains({short_key(key)})",
+        "ready_contains must be a function of one key answering whether it is in ready_keys",
+    )
     if not isinstance(answer, bool):
         raise ConformanceFailure("TIER-27", f"{when}: ready_contains({short_key(key)}) answered {answer!r}, not a bool")
     return answer
@@ -138,12 +136,12 @@ class PrimaryOptionalChecks(TierChecks[PrimaryDriver]):
                     f"for {short_key(more.keys_to_store[more.slots.index(slot)])} before release_slots gave it back",
                 )
             tier.complete_store(more.keys_to_store, True)
-        try:
-            tier.release_slots([slot])
-        except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
-            raise ConformanceFailure(
-                "TIER-28", f"release_slots([{slot}]) of the slot quarantine_stores held raised {type(error).__name__}: {error}"
-            ) from error
+        answer_of(
+            lambda: tier.release_slots([slot]),
+            "TIER-28",
+            f"release_slots([{slot}]) of the slot quarantine_stores held",
+            "release_slots returns a slot quarantine_stores held",
+        )
         try:
             tier.release_slots([slot])
         except TierMisuseError:

@@ -36,11 +36,14 @@ def _fds_under(root: Path) -> int:
     return count
 
 
-def _pair(root: Path, **options: object) -> tuple[tuple[FsTier, Runner[FsTier]], tuple[FsTier, Runner[FsTier]]]:
+def _pair(
+    root: Path, ops: FileOps | None = None, **options: object
+) -> tuple[tuple[FsTier, Runner[FsTier]], tuple[FsTier, Runner[FsTier]]]:
+    """Two shared tiers over ``root``, ready: ``a`` with ``options``, ``b`` doing its file calls through ``ops``."""
     first = FsTier(buf_a := make_buffer(), FsTierConfig(root=root, shared=True, probe_deadline_steps=NO_DEADLINE,
                                                         **options), name="a")
     second = FsTier(buf_b := make_buffer(), FsTierConfig(root=root, shared=True, probe_deadline_steps=NO_DEADLINE),
-                    name="b")
+                    name="b", ops=ops)
     assert first.wait_ready(10) and second.wait_ready(10)
     return (first, Runner(first, buf_a)), (second, Runner(second, buf_b))
 
@@ -191,14 +194,16 @@ def test_bad_settings_are_refused_naming_the_field() -> None:
         FsTierConfig(root=Path("."), hold_hits_steps=-1)
 
 
-class _WhereOpened(FileOps):
-    """Records the thread of every read-only ``open`` (a held handle, or a load's read)."""
+class _ReadOpens(FileOps):
+    """Records every read-only ``open`` (a held handle, or a load's read): its path and its thread."""
 
     def __init__(self) -> None:
+        self.paths: list[str] = []
         self.threads: list[int] = []
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            self.paths.append(path)
             self.threads.append(threading.get_ident())
         return super().open(path, flags, mode)
 
@@ -206,12 +211,9 @@ class _WhereOpened(FileOps):
 def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path: Path) -> None:
     """Shared mode: the probe's worker opens the blobs it found; the lookups answering HIT take those
     handles without a system call on the scheduler's thread (TIERKIT-6, the cost of a HIT)."""
-    ops = _WhereOpened()
-    buf_a, buf_b = make_buffer(), make_buffer()
-    a = FsTier(buf_a, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="a")
-    b = FsTier(buf_b, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="b", ops=ops)
-    with shut_down_after((a, Runner(a, buf_a))) as (_, ra), shut_down_after((b, Runner(b, buf_b))) as (_, rb):
-        assert a.wait_ready(10) and b.wait_ready(10)
+    ops = _ReadOpens()
+    (a, ra), (b, rb) = _pair(tmp_path, ops)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
         ks = [key(i, b"pre") for i in range(4)]
         ra.store(ks)
         assert rb.resolve(ks) == {k: "HIT" for k in ks}
@@ -223,28 +225,13 @@ def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path
         assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
 
 
-class _Opened(FileOps):
-    """Records the path of every read-only ``open``."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
-        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
-            self.paths.append(path)
-        return super().open(path, flags, mode)
-
-
 def test_the_existence_check_opens_each_name_once_and_holds_what_it_found(tmp_path: Path) -> None:
     """``FileBackend.open_sizes`` (``HeldExistence``): a shared tier's check opens each asked name once (no
     ``stat`` then ``open``): the stored ones stay open for the HITs, no other open follows, and a file of the
     wrong size is answered MISS with its descriptor closed (TIERKIT-6, FS-13)."""
-    ops = _Opened()
-    buf_a, buf_b = make_buffer(), make_buffer()
-    a = FsTier(buf_a, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="a")
-    b = FsTier(buf_b, FsTierConfig(root=tmp_path, shared=True, probe_deadline_steps=NO_DEADLINE), name="b", ops=ops)
-    with shut_down_after((a, Runner(a, buf_a))) as (_, ra), shut_down_after((b, Runner(b, buf_b))) as (_, rb):
-        assert a.wait_ready(10) and b.wait_ready(10)
+    ops = _ReadOpens()
+    (a, ra), (b, rb) = _pair(tmp_path, ops)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
         stored, absent, short = [key(i, b"open") for i in range(3)], [key(i, b"none") for i in range(3)], key(9, b"s")
         ra.store([*stored, short])
         with open(a.files.path(a.name_of(short)), "r+b") as f:
