@@ -187,23 +187,32 @@ class Ledger:
     def evict(self, budget: int) -> list[tuple[OffloadKey, int]]:
         """Drop least recently used keys (never pinned or being stored) until within ``budget`` bytes;
         returns ``(key, ticket)`` of each, to delete later unless stored again meanwhile."""
-        victims: list[tuple[OffloadKey, int]] = []
         with self.lock:
-            excess = -(-(self.used_bytes - budget) // self._blob_bytes)
-            if excess <= 0:
-                return victims
+            excess = self.excess_blocks(budget)
+            chosen: list[OffloadKey] = []
             for key in self.index:
-                if len(victims) >= excess:
+                if len(chosen) >= excess:
                     break
-                if key in self.pins or key in self.storing:
-                    continue
-                self._ticket += 1
-                victims.append((key, self._ticket))
-            for key, ticket in victims:
-                del self.index[key]
-                self.doomed[key] = ticket
-            if victims:
-                self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self._name))
+                if key not in self.pins and key not in self.storing:
+                    chosen.append(key)
+            return self.doom(chosen)
+
+    def excess_blocks(self, budget: int) -> int:
+        """How many blocks over ``budget`` bytes the index holds (0 if within it); under ``lock``."""
+        return max(0, -(-(self.used_bytes - budget) // self._blob_bytes))
+
+    def doom(self, keys: Sequence[OffloadKey]) -> list[tuple[OffloadKey, int]]:
+        """Evict ``keys`` (indexed): drop them from the index, give each a ticket to delete its blob
+        later unless stored again meanwhile, and announce them in one REMOVED event; under ``lock``.
+        Returns ``(key, ticket)`` of each."""
+        victims: list[tuple[OffloadKey, int]] = []
+        for key in keys:
+            self._ticket += 1
+            victims.append((key, self._ticket))
+            del self.index[key]
+            self.doomed[key] = self._ticket
+        if victims:
+            self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(keys), self._name))
         return victims
 
     def still_doomed(self, key: OffloadKey, ticket: int) -> bool:

@@ -42,6 +42,12 @@ class MemoryBackend:
             data = self.blobs.get(name)
         if data is None:
             raise FileNotFoundError(name)
+        return self.scatter(data, buffers)
+
+    @staticmethod
+    def scatter(data: bytes, buffers: Sequence[memoryview]) -> int:
+        """Copy ``data``'s first bytes into ``buffers``, one after another (a buffer past the end of
+        ``data`` is left as it was); returns ``len(data)``, as ``read_into`` does."""
         offset = 0
         for buf in buffers:
             n = max(0, min(buf.nbytes, len(data) - offset))

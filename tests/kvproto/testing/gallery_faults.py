@@ -14,7 +14,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto import EventKind, OffloadingEvent, OffloadKey, envelope as env
+from kvproto import OffloadKey, envelope as env
 from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
@@ -117,18 +117,9 @@ class EvictsBlocksBeingLoaded(BlobTier):
         ledger = self._ledger
 
         def evict(budget: int) -> list[tuple[OffloadKey, int]]:
-            victims: list[tuple[OffloadKey, int]] = []
             with ledger.lock:
-                excess = -(-(ledger.used_bytes - budget) // (env.HEADER_BYTES + 64))
-                for key in list(ledger.index)[: max(excess, 0)]:  # the bug: blocks being loaded are not skipped
-                    ledger._ticket += 1
-                    victims.append((key, ledger._ticket))
-                for key, ticket in victims:
-                    del ledger.index[key]
-                    ledger.doomed[key] = ticket
-                if victims:
-                    ledger.events.append(OffloadingEvent(EventKind.REMOVED, tuple(k for k, _ in victims), self.name))
-            return victims
+                # the bug: the least recently used blocks go whether or not a load (a pin) or a store holds them
+                return ledger.doom(list(ledger.index)[: ledger.excess_blocks(budget)])
 
         setattr(ledger, "evict", evict)  # noqa: B010 - replaces the engine's method on this instance
 

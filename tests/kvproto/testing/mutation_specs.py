@@ -209,12 +209,7 @@ class HeldMemory(MemoryBackend):
     def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
         assert isinstance(handle, tuple)
         data: bytes = handle[1][0]
-        offset = 0
-        for buf in buffers:
-            n = max(0, min(buf.nbytes, len(data) - offset))
-            buf[:n] = data[offset : offset + n]
-            offset += n
-        return len(data)
+        return self.scatter(data, buffers)
 
     def close_held(self, handle: object) -> None:
         assert isinstance(handle, tuple)
