@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvproto._field_rules import check_fields, count, non_negative
+
 if TYPE_CHECKING:
     from hypothesis import settings
 
@@ -78,14 +80,20 @@ class KitLimits:
     up to ``job_timeout_s`` to finish without a hook; a lookup still answering
     RETRY after ``max_retry_steps`` hooks and that wait breaks TIER-18,
     however fast the steps were.
+
+    Counts are ints >= 1 (``slow_calls_forgiven`` >= 0), times finite numbers >= 0: any other value
+    raises :class:`~kvproto.errors.ConfigurationError` naming the limit.
     """
 
-    max_job_steps: int = 64
-    job_timeout_s: float = 2.0
-    lookup_budget_s: float = 0.008
-    slow_calls_forgiven: int = 2
-    confirm_repeats: int = 5
-    retry_step_interval_s: float = 0.01
+    max_job_steps: int = count(64)
+    job_timeout_s: float = non_negative(2.0)
+    lookup_budget_s: float = non_negative(0.008)
+    slow_calls_forgiven: int = count(2, low=0)
+    confirm_repeats: int = count(5)
+    retry_step_interval_s: float = non_negative(0.01)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "KitLimits: ")
 
 
 def hypothesis_settings(profile: KitProfile) -> settings:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kvproto._field_rules import check_fields, count, non_negative, optional_count, share
 from kvproto.errors import ConfigurationError
 
 __all__ = ["FAULT_KINDS", "RAISE_METHODS", "FaultPlan", "FaultSpecError", "SimConfig", "parse_faults"]
@@ -137,22 +138,22 @@ class SimConfig:
     seconds: float | None = None
     seed: int = 0
     faults: FaultPlan = FaultPlan()
-    window: int = 2  # blocks, for the requests that use the sliding-window scan
-    window_share: float = 0.25
-    max_live_requests: int | None = None
-    max_prompt_blocks: int | None = None
-    system_prompts: int = 4
-    history: int = 64  # finished conversations kept for multi-turn continuations
-    continue_share: float = 0.5
-    store_failure_rate: float = 0.03
-    late_store_rate: float = 0.3
-    cancel_rate: float = 0.01
-    stuck_steps: int = 64
-    stuck_seconds: float = 1.0
-    step_sleep_s: float = 0.0
-    drain_steps: int = 64  # at the end, wait for jobs in flight this many steps and drain_seconds at least
-    drain_seconds: float = 5.0
-    progress_interval_s: float = 0.1
+    window: int = count(2)  # blocks, for the requests that use the sliding-window scan
+    window_share: float = share(0.25)
+    max_live_requests: int | None = optional_count()
+    max_prompt_blocks: int | None = optional_count()
+    system_prompts: int = count(4)
+    history: int = count(64)  # finished conversations kept for multi-turn continuations
+    continue_share: float = share(0.5)
+    store_failure_rate: float = share(0.03)
+    late_store_rate: float = share(0.3)
+    cancel_rate: float = share(0.01)
+    stuck_steps: int = count(64)
+    stuck_seconds: float = non_negative(1.0)
+    step_sleep_s: float = non_negative(0.0)
+    drain_steps: int = count(64)  # at the end, wait for jobs in flight this many steps and drain_seconds at least
+    drain_seconds: float = non_negative(5.0)
+    progress_interval_s: float = non_negative(0.1)
 
     def __post_init__(self) -> None:
         if self.steps is None and self.seconds is None:
@@ -164,20 +165,5 @@ class SimConfig:
             isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0
         ):
             raise ConfigurationError(f"SimConfig: seconds must be a number > 0, got {self.seconds!r}")
-        for name in ("window", "system_prompts", "history", "stuck_steps", "drain_steps"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ConfigurationError(f"SimConfig: {name} must be an int >= 1, got {value!r}")
-        for name in ("max_live_requests", "max_prompt_blocks"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise ConfigurationError(f"SimConfig: {name} must be None or an int >= 1, got {value!r}")
-        for name in ("window_share", "continue_share", "store_failure_rate", "late_store_rate", "cancel_rate"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
-                raise ConfigurationError(f"SimConfig: {name} must be between 0 and 1, got {value!r}")
-        for name in ("stuck_seconds", "step_sleep_s", "drain_seconds", "progress_interval_s"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ConfigurationError(f"SimConfig: {name} must be a number >= 0, got {value!r}")
+        check_fields(self, "SimConfig: ")
 
