@@ -22,6 +22,7 @@ from kvproto.errors import ConfigurationError, ContractViolation, TierMisuseErro
 
 from tests.kvproto.tiering_stack import (
     BLOCK,
+    R1,
     RecordingTier,
     Stack,
     block,
@@ -29,7 +30,6 @@ from tests.kvproto.tiering_stack import (
     key,
 )
 
-R1 = ReqContext("r1")
 R2 = ReqContext("r2")
 
 

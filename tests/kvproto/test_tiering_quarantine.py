@@ -24,9 +24,7 @@ from kvproto.errors import ConfigurationError
 from kvproto.testing.faults import FaultySecondary
 from kvproto.tierkit import ForwardingSecondary, SlotTable
 
-from tests.kvproto.tiering_stack import BLOCK, FakeClock, block, key
-
-R1 = ReqContext("r1")
+from tests.kvproto.tiering_stack import BLOCK, R1, FakeClock, block, key
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 

@@ -22,9 +22,7 @@ from kvproto import (
 from kvproto.errors import ConfigurationError, ContractViolation, InvalidArgumentError, TierError
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary
 
-from tests.kvproto.tiering_stack import BLOCK, ClaimsEverythingFailsLoads, ForwardingTier, block, key
-
-R1 = ReqContext("r1")
+from tests.kvproto.tiering_stack import BLOCK, R1, ClaimsEverythingFailsLoads, ForwardingTier, block, key
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 

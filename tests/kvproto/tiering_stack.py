@@ -23,6 +23,7 @@ from kvproto.testing.faults import LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 
 BLOCK = 16
+R1 = ReqContext("r1")  # the request a test runs under when it needs only one
 
 
 class Latency(TypedDict, total=False):
