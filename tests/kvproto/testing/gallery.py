@@ -75,18 +75,24 @@ class _SeenHits(set[OffloadKey]):
     """The keys a request was told HIT for (its scratch state, TIER-2)."""
 
 
-def _hit_remembered(lookup: Callable[[OffloadKey, ReqContext], LookupResult], key: OffloadKey,
-                    req_context: ReqContext) -> LookupResult:
-    """``lookup``'s answer, except that a key it once answered HIT for in this request answers HIT
-    for the rest of it: the bug of gallery_classes' and gallery_sharing's request-scoped HITs, whose
-    verdict outlives what a load of the key found since (TIER-4)."""
-    seen = req_context.state(_SeenHits)
-    if key in seen:
-        return lr.HIT  # the bug: the request's verdict outlives what a load found
-    answer = lookup(key, req_context)
-    if answer is lr.HIT:
-        seen.add(key)
-    return answer
+class HitsRememberedPerRequest:
+    """The bug of gallery_classes' and gallery_sharing's request-scoped HITs, as a mixin put before
+    the tier class in the bases: a key the tier once answered HIT for in a request answers HIT for
+    the rest of it, whatever a load of the key found since (TIER-4); the memory is the request's
+    scratch state, dropped when it finishes (TIER-12 holds)."""
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        seen = req_context.state(_SeenHits)
+        if key in seen:
+            return lr.HIT  # the bug: the request's verdict outlives what a load found
+        answer: LookupResult = super().lookup(key, req_context)  # type: ignore[misc]  # the tier class after this mixin answers
+        if answer is lr.HIT:
+            seen.add(key)
+        return answer
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        req_context.drop_state(_SeenHits)
+        super().on_request_finished(req_context)  # type: ignore[misc]  # the tier class after this mixin forgets the rest
 
 
 class _TracksStoresInFlight(MemoryTier):

@@ -26,9 +26,8 @@ from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import (
-    _hit_remembered,
+    HitsRememberedPerRequest,
     _secondary,
-    _SeenHits,
     _TracksStoresInFlight,
     class_spec,
     memory_primary_spec,
@@ -228,19 +227,12 @@ def exists_call_in_lookup() -> TierSpec:
     return class_spec(ExistsCallInLookup)
 
 
-class HitCachedForTheRequest(MemoryTier):
-    """Bug: remembers, per request, the keys it answered HIT for, and answers HIT from that memory
-    for the rest of the request, also after a load found the block damaged (and dropped it)."""
+class HitCachedForTheRequest(HitsRememberedPerRequest, MemoryTier):
+    """Bug (the mixin's): remembers, per request, the keys it answered HIT for, and answers HIT from
+    that memory for the rest of the request, also after a load found the block damaged (and dropped it)."""
 
     def __init__(self, buffer: memoryview) -> None:
         super().__init__(buffer, name="hit-cached-for-the-request")
-
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return _hit_remembered(super().lookup, key, req_context)  # the bug
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        req_context.drop_state(_SeenHits)
-        super().on_request_finished(req_context)
 
 
 @CLASSES_GALLERY.fails("test_no_cached_hit_after_a_damaged_load", "TIER-4", "fail a load as damaged")

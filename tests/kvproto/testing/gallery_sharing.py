@@ -15,7 +15,7 @@ from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members a
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend
 
-from tests.kvproto.testing.gallery import _QUICK, _hit_remembered, _SeenHits
+from tests.kvproto.testing.gallery import _QUICK, HitsRememberedPerRequest
 from tests.kvproto.testing.gallery_registry import Gallery
 
 SHARING_GALLERY = Gallery()
@@ -140,21 +140,14 @@ def finish_cancels_pending_checks() -> TierSpec:
     return _spec(FinishCancelsPendingChecks)
 
 
-class HitKeptForTheRequest(_Shared):
-    """Bug: answers HIT for the rest of a request to every key it once answered that request HIT
-    for, also after the request's load of it failed (another instance had removed it)."""
+class HitKeptForTheRequest(HitsRememberedPerRequest, _Shared):
+    """Bug (the mixin's): answers HIT for the rest of a request to every key it once answered that
+    request HIT for, also after the request's load of it failed (another instance had removed it)."""
 
     tier_name = "hit-kept-for-the-request"
 
-    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        return _hit_remembered(super().lookup, key, req_context)  # the bug
-
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
         return [self.lookup(key, req_context) for key in keys]
-
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        req_context.drop_state(_SeenHits)
-        super().on_request_finished(req_context)
 
 
 @SHARING_GALLERY.fails("test_no_hit_after_a_failed_load_in_a_live_request", "TIER-4", "whose load of it had just failed")
