@@ -1,7 +1,8 @@
 """Settings fields that carry their own rule: a dataclass field declared with :func:`count`,
 :func:`optional_count`, :func:`share` or :func:`non_negative` states, next to its default, which values it
 takes, and :func:`check_fields` (called from the dataclass's ``__post_init__``) refuses any other
-with a :class:`~kvproto.errors.ConfigurationError` naming the field, the rule and the value.
+with a :class:`~kvproto.errors.ConfigurationError` naming the field, the rule and the value
+(:func:`broken_rules` lists every such field, for a class that reports them all at once).
 
 So a setting's rule is written once, where the setting is declared, instead of in a list of names
 kept in step with the fields by hand.
@@ -19,7 +20,7 @@ from kvproto.errors import ConfigurationError
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["check_fields", "count", "non_negative", "optional_count", "share"]
+__all__ = ["broken_rules", "check_fields", "count", "non_negative", "optional_count", "share"]
 
 _RULE = "kvproto.rule"
 
@@ -62,9 +63,10 @@ def non_negative(default: float) -> float:
     return result
 
 
-def check_fields(settings: DataclassInstance, prefix: str) -> None:
-    """Raise :class:`~kvproto.errors.ConfigurationError` ``{prefix}{field} must be {rule}, got {value!r}``
-    for the first field of ``settings`` (in declaration order) whose value breaks its rule."""
+def broken_rules(settings: DataclassInstance) -> list[str]:
+    """``{field} must be {rule}, got {value!r}`` for each field of ``settings`` (in declaration order)
+    whose value breaks its rule; empty if none does."""
+    broken: list[str] = []
     for each in fields(settings):
         rule = each.metadata.get(_RULE)
         if rule is None:
@@ -72,4 +74,13 @@ def check_fields(settings: DataclassInstance, prefix: str) -> None:
         what, holds = rule
         value = getattr(settings, each.name)
         if not holds(value):
-            raise ConfigurationError(f"{prefix}{each.name} must be {what}, got {value!r}")
+            broken.append(f"{each.name} must be {what}, got {value!r}")
+    return broken
+
+
+def check_fields(settings: DataclassInstance, prefix: str) -> None:
+    """Raise :class:`~kvproto.errors.ConfigurationError` ``{prefix}{field} must be {rule}, got {value!r}``
+    for the first field of ``settings`` (in declaration order) whose value breaks its rule."""
+    broken = broken_rules(settings)
+    if broken:
+        raise ConfigurationError(prefix + broken[0])

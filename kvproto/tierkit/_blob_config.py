@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from kvproto._field_rules import broken_rules, count, optional_count
 from kvproto.errors import ConfigurationError
 
 __all__ = ["BlobTierConfig", "BlobTierStats"]
@@ -65,34 +66,24 @@ class BlobTierConfig:
 
     shared: bool = False
     layout: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
-    max_bytes: int | None = None
-    read_threads: int = 4
-    write_threads: int = 4
-    probe_deadline_steps: int = 8
+    max_bytes: int | None = optional_count()
+    read_threads: int = count(4)
+    write_threads: int = count(4)
+    probe_deadline_steps: int = count(8)
     probe_min_interval_s: float = 0.002
-    recent_keys: int = 65_536
+    recent_keys: int = count(65_536)
     trust_index_on_store: bool = False
     op_timeout_s: float | None = None
     job_timeout_s: float | None = None
     persistent: bool = True
     partial_jobs: bool = True
     start_in_background: bool = True
-    hold_hits_steps: int = 64
-    hold_hits_max: int | None = None
+    hold_hits_steps: int = count(64, low=0)
+    hold_hits_max: int | None = optional_count()
 
     def __post_init__(self) -> None:
         """Refuse bad values with a :class:`ConfigurationError` naming each field (TIERKIT-1)."""
-        bad: list[str] = []
-        for name in ("read_threads", "write_threads", "probe_deadline_steps", "recent_keys"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                bad.append(f"{name} must be an int >= 1, got {value!r}")
-        if type(self.hold_hits_steps) is not int or self.hold_hits_steps < 0:
-            bad.append(f"hold_hits_steps must be an int >= 0, got {self.hold_hits_steps!r}")
-        if self.hold_hits_max is not None and (type(self.hold_hits_max) is not int or self.hold_hits_max < 1):
-            bad.append(f"hold_hits_max must be None or an int >= 1, got {self.hold_hits_max!r}")
-        if self.max_bytes is not None and (type(self.max_bytes) is not int or self.max_bytes < 1):
-            bad.append(f"max_bytes must be None or an int >= 1, got {self.max_bytes!r}")
+        bad = broken_rules(self)
         interval: object = self.probe_min_interval_s  # checked at run time: callers may pass anything
         if not isinstance(interval, int | float) or not 0 <= interval <= 1.0:
             bad.append(f"probe_min_interval_s must be within [0, 1], got {interval!r}")
