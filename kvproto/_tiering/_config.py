@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import cast
 
+from kvproto._field_rules import check_fields, count
 from kvproto.errors import ConfigurationError
 
 __all__ = ["TieringConfig", "TieringStats"]
@@ -54,22 +55,17 @@ class TieringConfig:
     """
 
     strict: bool = False
-    negative_verdict_steps: int = 64
-    job_deadline_steps: int = 1024
-    promotion_hold_steps: int = 2
-    max_tracked_keys: int = 65_536
+    negative_verdict_steps: int = count(64)
+    job_deadline_steps: int = count(1024)
+    promotion_hold_steps: int = count(2, low=0)
+    max_tracked_keys: int = count(65_536)
     job_bound_grace_s: float = 1.0
     quarantine_share: float = 0.25
 
     def __post_init__(self) -> None:
         if type(self.strict) is not bool:
             raise ConfigurationError(f"TieringConfig.strict must be a bool, got {self.strict!r}")
-        for name, low in (
-            ("negative_verdict_steps", 1), ("job_deadline_steps", 1), ("promotion_hold_steps", 0), ("max_tracked_keys", 1)
-        ):
-            value: object = getattr(self, name)
-            if type(value) is not int or value < low:
-                raise ConfigurationError(f"TieringConfig.{name} must be an int >= {low}, got {value!r}")
+        check_fields(self, "TieringConfig.")
         grace: object = self.job_bound_grace_s
         if type(grace) not in (int, float) or not 0 <= cast(float, grace) < math.inf:
             raise ConfigurationError(f"TieringConfig.job_bound_grace_s must be a finite number >= 0, got {grace!r}")
