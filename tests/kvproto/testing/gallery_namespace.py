@@ -1,0 +1,71 @@
+"""Broken tiers for where a tier writes and what its fault paths raise (issue 17, sections 1 and 5;
+TIER-37, TIER-38): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+:class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), built as gallery_store.py builds them. Each
+has one bug a mutant of kvproto-obj showed the kit passed (docs/mutation/obj.json): every answer
+stays right, so only the new checks see them.
+
+Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``NAMESPACE_GALLERY``
+with the check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into
+``GALLERY``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kvproto.testing import TierSpec
+
+from kvproto_obj import ObjTier, ObjTierConfig
+from kvproto_obj._backend import ObstoreBackend
+from tests.kvproto.testing.gallery_registry import Gallery
+from tests.kvproto.testing.gallery_store import _spec
+
+NAMESPACE_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+_log = logging.getLogger("kvproto_obj")
+
+
+class ManifestOfAnotherLayout(ObjTier):
+    """Bug: the start-up check (OBJ-1) computes the layout manifest from the buffer's row COUNT in
+    place of its row length, so it writes the manifest of another namespace (the engine still writes
+    the right one in the background: every answer stays right)."""
+
+    def _check_store(self, buffer: memoryview, name: str) -> None:
+        rows, row_bytes = buffer.shape or (0, 0)
+        swapped = buffer.cast("B").cast("B", (row_bytes, rows))  # the bug: shape[0] read as the row length
+        super()._check_store(swapped, name)
+
+
+@NAMESPACE_GALLERY.fails("test_a_tier_writes_only_under_its_own_namespace", "TIER-37", "outside its own namespace")
+def manifest_of_another_layout() -> TierSpec:
+    return _spec(ManifestOfAnotherLayout)
+
+
+class _WarnsOffByOne(ObstoreBackend):
+    """Bug: after a failed listing, the warning names the failure by an index one too far
+    (``errors[count]``): one failed listing raises IndexError, which the engine's per-key fallback
+    (TIERKIT-5) hides behind HEADs that answer the same."""
+
+    async def _listed(self, namespace: str, names: list[str], pages: int) -> dict[str, int | None]:
+        before = self._stats.list_errors
+        listed = await super()._listed(namespace, names, pages)
+        failed = self._stats.list_errors - before
+        if failed:
+            errors = [f"listing {i + 1} of {namespace}" for i in range(failed)]
+            _log.info("ObjTier: last failed listing: %s", errors[failed])  # the bug: errors[failed - 1]
+        return listed
+
+
+class ListingWarningRaises(ObjTier):
+    """An ObjTier whose backend is :class:`_WarnsOffByOne`."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.__class__ = _WarnsOffByOne  # the same backend object (the engine holds it), the buggy warning
+
+
+@NAMESPACE_GALLERY.fails("test_storage_faults_never_surface_as_programming_errors", "TIER-38", "logged IndexError")
+def listing_warning_raises() -> TierSpec:
+    return _spec(ListingWarningRaises)
