@@ -181,6 +181,11 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
             self._job_faults.clear()
             self._faults.clear()
 
+    def disarm_ops(self) -> None:
+        """Forget every armed operation fault (:meth:`arm`); job and key faults stay armed."""
+        with self._lock:
+            self._faults.clear()
+
     # -- the seams ------------------------------------------------------------------------
 
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
