@@ -1,5 +1,5 @@
-"""A storage fault never surfaces as a programming error (TIER-38): :class:`SecondaryFaultSurfaceChecks`, a
-base of :class:`~kvproto.testing.SecondaryTierTests`.
+"""A storage fault never surfaces as a programming error (TIER-38), nor out of ``shutdown`` (TIER-39):
+:class:`SecondaryFaultSurfaceChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
 
 A tier's fault paths (a failed listing, read or write below it) are where its code runs least: a
 wrong index or a missing attribute there raises a programming error (``IndexError``, ``TypeError``,
@@ -41,6 +41,7 @@ a reply they cannot parse.)"""
 _FAILING = (1, 2, 3)  # requests failed in a row before each batch, load and store
 _ASKED = 64  # never-stored keys in each existence batch: enough for a tier to plan a listing (OBJ-11)
 _STORED = 4
+_FAILING_AT_SHUTDOWN = 8
 
 
 class _Recorder(logging.Handler):
@@ -82,7 +83,7 @@ def programming_errors_logged() -> Iterator[list[tuple[logging.LogRecord, BaseEx
 
 
 class SecondaryFaultSurfaceChecks(SecondaryIoChecks):
-    """TIER-38, in the kit's order (see ``SecondaryTierTests``). Builds on :class:`SecondaryIoChecks`
+    """TIER-38 and TIER-39, in the kit's order (see ``SecondaryTierTests``). Builds on :class:`SecondaryIoChecks`
     for its ``fail_io`` hook."""
 
     @check("TIER-38", hooks=("fail_io",))
@@ -113,6 +114,27 @@ class SecondaryFaultSurfaceChecks(SecondaryIoChecks):
                 f"(logger {record.name!r}: {record.getMessage()[:200]!r}; {len(found)} such record(s)): a storage "
                 "fault must surface as a storage error, never as an error of the tier's own code that its fallback hides",
             )
+
+    @check("TIER-39", hooks=("fail_io",))
+    def test_shutdown_returns_while_storage_requests_fail(self, kit: SecondaryDriver) -> None:
+        """With 2 blocks stored and a store of 2 more submitted, the next 8 storage requests armed to fail
+        (``fail_io``: for a tier over a kit backend, its close too), then ``shutdown()``: it returns, never
+        raises, whatever the storage answers (what it could not close it logs)."""
+        kit.wait_started()
+        stored = key_pool("t39-stored", 2)
+        if not kit.store(stored, store_slots(kit, len(stored))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-39")
+        kit.faults_injected = True
+        kit.submit_store(key_pool("t39-late", 2), store_slots(kit, 2))
+        self.fail_io(kit.tier, _FAILING_AT_SHUTDOWN)
+        try:
+            kit.shutdown()
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-39",
+                f"shutdown() while storage requests failed (fail_io) raised {type(error).__name__}: {error}: shutdown "
+                "returns whatever its storage answers (an engine shutting down cannot act on the error)",
+            ) from error
 
     def _faulted_round(self, kit: SecondaryDriver, stored: Sequence[OffloadKey], failing: int) -> None:
         """One existence batch, one load and one store, each after ``failing`` requests were armed to fail."""

@@ -1,8 +1,9 @@
 """Broken tiers for where a tier writes and what its fault paths raise (issue 17, sections 1 and 5;
-TIER-37, TIER-38): ObjTiers over an in-memory store whose requests go through kvproto-obj's
-:class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), built as gallery_store.py builds them. Each
-has one bug a mutant of kvproto-obj showed the kit passed (docs/mutation/obj.json): every answer
-stays right, so only the new checks see them.
+TIER-37, TIER-38, TIER-39): ObjTiers over an in-memory store whose requests go through kvproto-obj's
+:class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), built as gallery_store.py builds them, and a
+BlobTier over a FaultyBackend with the mutation specs' hooks (mutation_specs.py). Each has one bug a
+mutant showed the kit passed (docs/mutation/obj.json, blobtier.json): every answer stays right, so
+only the new checks see them.
 
 Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``NAMESPACE_GALLERY``
 with the check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into
@@ -14,12 +15,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kvproto.testing import TierSpec
+from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from kvproto_obj import ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
+from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.gallery_store import _spec
+from tests.kvproto.testing.mutation_specs import _HOOKS as _BLOB_HOOKS
 
 NAMESPACE_GALLERY = Gallery()
 """This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
@@ -69,3 +73,23 @@ class ListingWarningRaises(ObjTier):
 @NAMESPACE_GALLERY.fails("test_storage_faults_never_surface_as_programming_errors", "TIER-38", "logged IndexError")
 def listing_warning_raises() -> TierSpec:
     return _spec(ListingWarningRaises)
+
+
+class ClosesTwiceUnguarded(BlobTier):
+    """Bug: after the engine's shutdown (which closes the backend and logs a failure), shutdown closes the
+    backend once more without catching its error: a storage failing to close raises out of shutdown."""
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            self.backend.close()  # the bug: a second close, unguarded
+
+
+@NAMESPACE_GALLERY.fails("test_shutdown_returns_while_storage_requests_fail", "TIER-39", "raised OSError")
+def closes_twice_unguarded() -> TierSpec:
+    def build(buffer: memoryview) -> BlobTier:
+        return ClosesTwiceUnguarded(FaultyBackend(MemoryBackend()), buffer, BlobTierConfig(), name="closes-twice")
+
+    return TierSpec("closes_twice_unguarded", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
+                    tier_class=ClosesTwiceUnguarded)

@@ -86,13 +86,13 @@ def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
             memory.blobs[name] = damaged
 
 
-_IO_OPS = ("publish", "read_into", "sizes", "delete")
+_IO_OPS = ("publish", "read_into", "sizes", "delete", "close")
 
 
 def _fail_io(tier: object, n: int) -> None:
-    """The next ``n`` calls of each of the backend's reads and writes (publish, read_into, sizes, delete)
-    raise ``OSError(EIO)``, through the FaultyBackend the tier was built over; 0 disarms them (TIER-31,
-    TIER-38). Job and key faults stay armed."""
+    """The next ``n`` calls of each of the backend's reads, writes and its close (publish, read_into, sizes,
+    delete, close) raise ``OSError(EIO)``, through the FaultyBackend the tier was built over; 0 disarms
+    them (TIER-31, TIER-38, TIER-39). Job and key faults stay armed."""
     faulty = _parts(tier)[1]
     faulty.disarm_ops()
     for op in _IO_OPS if n > 0 else ():
