@@ -13,6 +13,7 @@ import pytest
 
 from kvproto import members as lr
 from kvproto._events import EventKind
+from kvproto.testing._budget_hold_checks import SecondaryHeldBudgetChecks
 from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
@@ -48,6 +49,7 @@ class SecondaryTierTests(
     SecondaryDataChecks,
     HeldHitsChecks,
     SecondaryBudgetChecks,
+    SecondaryHeldBudgetChecks,
     SecondaryRequestChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
