@@ -194,9 +194,12 @@ def _objects(tier: ObjTier) -> list[str]:
 
 
 def _storage_names(tier: ObjTier) -> list[str]:
-    """The path of every object in the tier's store, under any prefix, listed without the tier
-    (uncounted): what every instance over that store wrote (TIER-37)."""
-    return [meta["path"] for chunk in obstore.list(tier.store, None, chunk_size=LIST_PAGE) for meta in chunk]
+    """The path of every object under the tier's configured prefix (every namespace there), listed
+    without the tier (uncounted): what every instance over that prefix wrote (OBJ-2, TIER-37). Other
+    prefixes of the same bucket are other deployments' storage, not this one's."""
+    root, _, _ = tier.base.rpartition("/")
+    listed = obstore.list(tier.store, f"{root}/" if root else None, chunk_size=LIST_PAGE)
+    return [meta["path"] for chunk in listed for meta in chunk]
 
 
 def _namespace_of(tier: ObjTier) -> str:
