@@ -1,9 +1,9 @@
 """Broken tiers for where a tier writes and what its fault paths raise (issue 17, sections 1 and 5;
-TIER-37, TIER-38, TIER-39): ObjTiers over an in-memory store whose requests go through kvproto-obj's
-:class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), built as gallery_store.py builds them, and a
-BlobTier over a FaultyBackend with the mutation specs' hooks (mutation_specs.py). Each has one bug a
-mutant showed the kit passed (docs/mutation/obj.json, blobtier.json): every answer stays right, so
-only the new checks see them.
+TIER-37, TIER-38, TIER-39), and one that holds only its own HITs (TIER-26). Two are ObjTiers over an
+in-memory store whose requests go through kvproto-obj's :class:`~kvproto_obj._conformance.KitStoreOps`
+(OBJ-13), built as gallery_store.py builds them; two are BlobTiers over a FaultyBackend with the
+mutation specs' hooks (mutation_specs.py). Each has one bug a mutant showed the kit passed
+(docs/mutation/obj.json, blobtier.json): every answer stays right, so only the new checks see them.
 
 Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``NAMESPACE_GALLERY``
 with the check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into
@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kvproto import LookupResult, OffloadKey, ReqContext, members as lr
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
@@ -23,7 +24,7 @@ from kvproto_obj._backend import ObstoreBackend
 from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.gallery_store import _spec
-from tests.kvproto.testing.mutation_specs import _HOOKS as _BLOB_HOOKS
+from tests.kvproto.testing.mutation_specs import _HOOKS as _BLOB_HOOKS, HeldMemory
 
 NAMESPACE_GALLERY = Gallery()
 """This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
@@ -93,3 +94,27 @@ def closes_twice_unguarded() -> TierSpec:
 
     return TierSpec("closes_twice_unguarded", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
                     tier_class=ClosesTwiceUnguarded)
+
+
+class HoldsOnlyItsOwnHits(BlobTier):
+    """Bug: a HIT is held (TIERKIT-6) only for a block this instance vouches for (its index); a HIT the
+    probe found, a block another instance stored, is answered without a handle, so that instance's
+    deletion makes the load fail."""
+
+    def _held_hit(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if key not in self._index:
+            return lr.HIT  # the bug: no handle taken
+        return super()._held_hit(key, req_context)
+
+
+@NAMESPACE_GALLERY.fails(
+    "test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance deleted"
+)
+def holds_only_its_own_hits() -> TierSpec:
+    config = BlobTierConfig(shared=True)
+
+    def build(buffer: memoryview) -> BlobTier:
+        return HoldsOnlyItsOwnHits(FaultyBackend(HeldMemory()), buffer, config, name="holds-own")
+
+    return TierSpec("holds_only_its_own_hits", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
+                    tier_class=HoldsOnlyItsOwnHits)
