@@ -1,4 +1,5 @@
-"""TIER-38's recorder (kvproto/testing/_fault_surface_checks.py): which log records it keeps. The check
+"""TIER-38's recorder (``kvproto.testing.programming_errors_logged``, also for a tier's own tests): which
+log records it keeps. The check
 itself passes the fs and obj reference tiers (tests/impls/fs|obj/test_conformance.py, every check
 through the entry point) and fails its gallery tier
 (gallery_namespace.py: listing_warning_raises, test_gallery.py)."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 
-from kvproto.testing._fault_surface_checks import programming_errors_logged
+from kvproto.testing import programming_errors_logged
 
 _log = logging.getLogger("kvproto.test.fault_surface")
 
