@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._driver import TrackedContext
     from kvproto.testing._failures import ConformanceFailure
+    from kvproto.testing._fault_surface_checks import PROGRAMMING_ERRORS, programming_errors_logged
     from kvproto.testing._hosting import Rebuilds, build_secondary_tier, fresh_directory, split_kit_options
     from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._primary_driver import PrimaryDriver
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MEMORY_HOOKS",
     "PROFILES",
+    "PROGRAMMING_ERRORS",
     "CheckInfo",
     "ConformanceFailure",
     "DifferentialStateMachine",
@@ -75,6 +77,7 @@ __all__ = [
     "fresh_directory",
     "key_pool",
     "make_buffer",
+    "programming_errors_logged",
     "row",
     "split_kit_options",
     "tricky_keys",
@@ -87,6 +90,8 @@ _WHERE = {
     "ForwardingBackend": "_backend_faults",
     "OpFault": "_backend_faults",
     "MEMORY_HOOKS": "_reference",
+    "PROGRAMMING_ERRORS": "_fault_surface_checks",
+    "programming_errors_logged": "_fault_surface_checks",
     "PROFILES": "_settings",
     "KitLimits": "_settings",
     "KitProfile": "_settings",

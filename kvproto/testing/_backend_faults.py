@@ -25,7 +25,7 @@ from kvproto.tierkit import BlobBackend, HeldReads, JobAdmission, Published
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
 
-_OPS = ("publish", "read_into", "sizes", "delete", "list_blobs", "clear")
+_OPS = ("publish", "read_into", "sizes", "delete", "list_blobs", "clear", "close")
 
 
 class ForwardingBackend:
@@ -181,6 +181,11 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
             self._job_faults.clear()
             self._faults.clear()
 
+    def disarm_ops(self) -> None:
+        """Forget every armed operation fault (:meth:`arm`); job and key faults stay armed."""
+        with self._lock:
+            self._faults.clear()
+
     # -- the seams ------------------------------------------------------------------------
 
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
@@ -268,3 +273,8 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         """Forwarded, after an armed ``clear`` fault."""
         self._before("clear", namespace)
         super().clear(namespace)
+
+    def close(self) -> None:
+        """Forwarded, after an armed ``close`` fault (the storage's connection fails to close, TIER-39)."""
+        self._before("close", "")
+        super().close()

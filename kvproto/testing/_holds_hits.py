@@ -50,8 +50,10 @@ class HeldHitsChecks(SecondaryRole):
 
     @check("TIER-26", needs=("holds_hits", "sharing"), hooks=("reopen",))
     def test_a_hit_loads_after_another_instance_deleted_the_block(self, kit: SecondaryDriver) -> None:
-        """HIT, then a second instance on the same storage deletes every block; the load brings the right bytes."""
+        """HIT, then a second instance on the same storage deletes every block; the load brings the right
+        bytes: of blocks this instance stored, and of blocks the second stored, which this one found by asking."""
         keys = key_pool("held", 2)
+        theirs = key_pool("held-theirs", 2)  # a HIT the tier found in storage, not one it vouches for itself
         kit.store(keys)
         kit.expect(kit.resolve(keys), lr.HIT, "TIER-26", "after its store succeeded")
         other_buffer = make_buffer(self.num_slots, self.block_bytes)
@@ -59,12 +61,19 @@ class HeldHitsChecks(SecondaryRole):
             self.reopen(kit.tier, other_buffer), other_buffer, kit.capabilities, kit.limits, first_job_id=9701
         )
         try:
+            other.wait_started()
+            other.store(theirs, [0, 1])
+            request = kit.context
+            kit.expect_seen(theirs, "TIER-26", "in the first instance after a second instance stored them")
+            if kit.context is not request:  # asked again in a new request: this one's HITs are held anew
+                kit.expect(kit.resolve([*keys, *theirs]), lr.HIT, "TIER-26", "in the request that loads them")
             other.settle()
             if not other.tier.reset_cache():
                 raise ConformanceFailure("TIER-26", "a second instance with no job in flight refused reset_cache")
         finally:
             other.shutdown()
-        slots = [10, 11]
+        keys = [*keys, *theirs]
+        slots = [10, 11, 12, 13]
         result = kit.load(keys, slots)
         done = result.succeeded_keys(kit.jobs[result.job_id])
         lost = [short_key(k) for k, s in zip(keys, slots, strict=True)

@@ -13,12 +13,15 @@ import pytest
 
 from kvproto import members as lr
 from kvproto._events import EventKind
+from kvproto.testing._budget_hold_checks import SecondaryHeldBudgetChecks
 from kvproto.testing._checks import check
 from kvproto.testing._common import TierChecks
 from kvproto.testing._data import block_for, key_pool, make_buffer
 from kvproto.testing._driver import TrackedContext, short_key
 from kvproto.testing._failures import ConformanceFailure
+from kvproto.testing._fault_surface_checks import SecondaryFaultSurfaceChecks
 from kvproto.testing._holds_hits import HeldHitsChecks
+from kvproto.testing._namespace_checks import SecondaryNamespaceChecks
 from kvproto.testing._secondary_budget_checks import SecondaryBudgetChecks
 from kvproto.testing._secondary_class_checks import SecondaryClassChecks
 from kvproto.testing._secondary_crash_checks import SecondaryCrashChecks
@@ -35,8 +38,10 @@ __all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
 
 
 class SecondaryTierTests(
+    SecondaryNamespaceChecks,
     SecondaryClassChecks,
     SecondaryFaultChecks,
+    SecondaryFaultSurfaceChecks,
     SecondaryIoChecks,
     SecondaryStorageChecks,
     SecondaryCrashChecks,
@@ -44,6 +49,7 @@ class SecondaryTierTests(
     SecondaryDataChecks,
     HeldHitsChecks,
     SecondaryBudgetChecks,
+    SecondaryHeldBudgetChecks,
     SecondaryRequestChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
@@ -76,6 +82,8 @@ class SecondaryTierTests(
       ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (KIT-22; kvproto-fs: FS-14).
     * ``storage_requests(tier)``, ``grow_storage(tier, objects)``, ``request_plan(tier, n)``: the
       requests the tier makes and its declared plan for existence batches (TIER-33).
+    * ``storage_names(tier)``, ``namespace_of(tier)``: every name in the storage instances share, and
+      the prefix every name the tier writes lies under (TIER-37).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, OpFault, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
@@ -86,6 +86,19 @@ def _corrupt_on_read(tier: object, keys: Iterable[OffloadKey]) -> None:
             memory.blobs[name] = damaged
 
 
+_IO_OPS = ("publish", "read_into", "sizes", "delete", "close")
+
+
+def _fail_io(tier: object, n: int) -> None:
+    """The next ``n`` calls of each of the backend's reads, writes and its close (publish, read_into, sizes,
+    delete, close) raise ``OSError(EIO)``, through the FaultyBackend the tier was built over; 0 disarms
+    them (TIER-31, TIER-38, TIER-39). Job and key faults stay armed."""
+    faulty = _parts(tier)[1]
+    faulty.disarm_ops()
+    for op in _IO_OPS if n > 0 else ():
+        faulty.arm(OpFault(op, count=n))
+
+
 _HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
@@ -94,6 +107,7 @@ _HOOKS: dict[str, Callable[..., Any]] = {
     "fail_next_jobs": _fail_next_jobs,
     "fail_keys": _fail_keys,
     "corrupt_on_read": _corrupt_on_read,
+    "fail_io": _fail_io,
 }
 
 

@@ -280,6 +280,18 @@ def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
     return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name, cls=type(tier))
 
 
+def _storage_names(tier: FsTier) -> list[str]:
+    """Every file and directory under the tier's root, relative to it (``/``-separated), found without
+    the tier: what every instance over that root wrote (TIER-37)."""
+    root = tier.root
+    return sorted(path.relative_to(root).as_posix() + ("/" if path.is_dir() else "") for path in root.rglob("*"))
+
+
+def _namespace_of(tier: FsTier) -> str:
+    """The prefix every name the tier writes lies under: its namespace directory (TIER-37)."""
+    return tier.ns_dir.relative_to(tier.root).as_posix() + "/"
+
+
 def _read_block(tier: FsTier, key: OffloadKey) -> bytes | None:
     try:
         data = tier.path_of(key).read_bytes()
@@ -341,6 +353,8 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "lose_directories": _lose_directories,
     "plant_leftovers": _plant_leftovers,
     "leftovers": _leftovers,
+    "storage_names": _storage_names,
+    "namespace_of": _namespace_of,
 }
 """The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
 

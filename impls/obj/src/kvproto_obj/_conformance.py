@@ -193,6 +193,20 @@ def _objects(tier: ObjTier) -> list[str]:
     return [meta["path"] for chunk in obstore.list(tier.store, directory, chunk_size=LIST_PAGE) for meta in chunk]
 
 
+def _storage_names(tier: ObjTier) -> list[str]:
+    """The path of every object under the tier's configured prefix (every namespace there), listed
+    without the tier (uncounted): what every instance over that prefix wrote (OBJ-2, TIER-37). Other
+    prefixes of the same bucket are other deployments' storage, not this one's."""
+    root, _, _ = tier.base.rpartition("/")
+    listed = obstore.list(tier.store, f"{root}/" if root else None, chunk_size=LIST_PAGE)
+    return [meta["path"] for chunk in listed for meta in chunk]
+
+
+def _namespace_of(tier: ObjTier) -> str:
+    """The prefix every object the tier writes lies under: ``<prefix>/<namespace>/`` (OBJ-2, TIER-37)."""
+    return f"{tier.base}/"
+
+
 _FILLERS_AFTER = 8
 
 
@@ -282,6 +296,8 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "request_plan": _request_plan,
     "start_down": _start_down,
     "expected_abilities": _expected_abilities,
+    "storage_names": _storage_names,
+    "namespace_of": _namespace_of,
     "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
 """The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``,

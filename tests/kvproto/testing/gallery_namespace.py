@@ -1,0 +1,120 @@
+"""Broken tiers for where a tier writes and what its fault paths raise (issue 17, sections 1 and 5;
+TIER-37, TIER-38, TIER-39), and one that holds only its own HITs (TIER-26). Two are ObjTiers over an
+in-memory store whose requests go through kvproto-obj's :class:`~kvproto_obj._conformance.KitStoreOps`
+(OBJ-13), built as gallery_store.py builds them; two are BlobTiers over a FaultyBackend with the
+mutation specs' hooks (mutation_specs.py). Each has one bug a mutant showed the kit passed
+(docs/mutation/obj.json, blobtier.json): every answer stays right, so only the new checks see them.
+
+Each factory's ``fails`` decorator registers its ``kvproto conform`` target in ``NAMESPACE_GALLERY``
+with the check and clause it must fail on (gallery_registry.py); gallery_index.py gathers it into
+``GALLERY``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kvproto import LookupResult, OffloadKey, ReqContext, members as lr
+from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+
+from kvproto_obj import ObjTier, ObjTierConfig
+from kvproto_obj._backend import ObstoreBackend
+from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_registry import Gallery
+from tests.kvproto.testing.gallery_store import _spec
+from tests.kvproto.testing.mutation_specs import _HOOKS as _BLOB_HOOKS, HeldMemory
+
+NAMESPACE_GALLERY = Gallery()
+"""This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
+
+_log = logging.getLogger("kvproto_obj")
+
+
+class ManifestOfAnotherLayout(ObjTier):
+    """Bug: the start-up check (OBJ-1) computes the layout manifest from the buffer's row COUNT in
+    place of its row length, so it writes the manifest of another namespace (the engine still writes
+    the right one in the background: every answer stays right)."""
+
+    def _check_store(self, buffer: memoryview, name: str) -> None:
+        rows, row_bytes = buffer.shape or (0, 0)
+        swapped = buffer.cast("B").cast("B", (row_bytes, rows))  # the bug: shape[0] read as the row length
+        super()._check_store(swapped, name)
+
+
+@NAMESPACE_GALLERY.fails("test_a_tier_writes_only_under_its_own_namespace", "TIER-37", "outside its own namespace")
+def manifest_of_another_layout() -> TierSpec:
+    return _spec(ManifestOfAnotherLayout)
+
+
+class _WarnsOffByOne(ObstoreBackend):
+    """Bug: after a failed listing, the warning names the failure by an index one too far
+    (``errors[count]``): one failed listing raises IndexError, which the engine's per-key fallback
+    (TIERKIT-5) hides behind HEADs that answer the same."""
+
+    async def _listed(self, namespace: str, names: list[str], pages: int) -> dict[str, int | None]:
+        before = self._stats.list_errors
+        listed = await super()._listed(namespace, names, pages)
+        failed = self._stats.list_errors - before
+        if failed:
+            errors = [f"listing {i + 1} of {namespace}" for i in range(failed)]
+            _log.info("ObjTier: last failed listing: %s", errors[failed])  # the bug: errors[failed - 1]
+        return listed
+
+
+class ListingWarningRaises(ObjTier):
+    """An ObjTier whose backend is :class:`_WarnsOffByOne`."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.__class__ = _WarnsOffByOne  # the same backend object (the engine holds it), the buggy warning
+
+
+@NAMESPACE_GALLERY.fails("test_storage_faults_never_surface_as_programming_errors", "TIER-38", "logged IndexError")
+def listing_warning_raises() -> TierSpec:
+    return _spec(ListingWarningRaises)
+
+
+class ClosesTwiceUnguarded(BlobTier):
+    """Bug: after the engine's shutdown (which closes the backend and logs a failure), shutdown closes the
+    backend once more without catching its error: a storage failing to close raises out of shutdown."""
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            self.backend.close()  # the bug: a second close, unguarded
+
+
+@NAMESPACE_GALLERY.fails("test_shutdown_returns_while_storage_requests_fail", "TIER-39", "raised OSError")
+def closes_twice_unguarded() -> TierSpec:
+    def build(buffer: memoryview) -> BlobTier:
+        return ClosesTwiceUnguarded(FaultyBackend(MemoryBackend()), buffer, BlobTierConfig(), name="closes-twice")
+
+    return TierSpec("closes_twice_unguarded", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
+                    tier_class=ClosesTwiceUnguarded)
+
+
+class HoldsOnlyItsOwnHits(BlobTier):
+    """Bug: a HIT is held (TIERKIT-6) only for a block this instance vouches for (its index); a HIT the
+    probe found, a block another instance stored, is answered without a handle, so that instance's
+    deletion makes the load fail."""
+
+    def _held_hit(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if key not in self._index:
+            return lr.HIT  # the bug: no handle taken
+        return super()._held_hit(key, req_context)
+
+
+@NAMESPACE_GALLERY.fails(
+    "test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance deleted"
+)
+def holds_only_its_own_hits() -> TierSpec:
+    config = BlobTierConfig(shared=True)
+
+    def build(buffer: memoryview) -> BlobTier:
+        return HoldsOnlyItsOwnHits(FaultyBackend(HeldMemory()), buffer, config, name="holds-own")
+
+    return TierSpec("holds_only_its_own_hits", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
+                    tier_class=HoldsOnlyItsOwnHits)
