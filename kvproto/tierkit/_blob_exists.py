@@ -60,32 +60,39 @@ class Existence:
     ) -> list[OffloadKey]:
         """:meth:`check` where the check itself opens what it finds (``open_sizes``), within the cap;
         every handle it opened is kept for a found key or closed, whatever happens."""
-        opened: dict[str, object] = {}
         room = max(0, holds.room())
         backend = self._ops.backend
+        calls: list[tuple[Sequence[int | None], Sequence[object | None]]] = []  # the chunk's call (at most one)
 
         def open_sizes(chunk: Sequence[str]) -> Sequence[int | None]:
             first = chunk[:room]
             got, handles = opener.open_sizes(first)
-            for name, handle in zip(first, handles, strict=True):
-                if handle is not None:
-                    opened[name] = handle
+            calls.append((got, handles))
             if len(chunk) <= room:
                 return got
             return [*got, *backend.sizes(chunk[room:])]  # past the cap: answered, not held
 
         names: dict[OffloadKey, str] = {}
         kept: list[tuple[OffloadKey, object]] = []
+        unused: list[object] = []
         try:
             found = check_exists(self._ops, keys, tier_name=self._tier, count=self._count, names=names,
                                  sizes=open_sizes)
-            for key in found:
-                name = names.get(key)  # none where the check degraded to sizes, key by key
-                handle = None if name is None else opened.pop(name, None)
-                if handle is not None:
-                    kept.append((key, handle))
         finally:
-            for handle in opened.values():  # wrong size, or the check degraded: not a HIT's
+            for got, handles in calls:
+                if not names:  # the check degraded to key by key (or raised): nothing it opened is a HIT's
+                    unused += [handle for handle in handles if handle is not None]
+                    continue
+                # The call's names were those of the keys that could be named, in order (check_exists).
+                named = keys if len(names) == len(keys) else [key for key in keys if key in names]
+                want = self._ops.blob_bytes
+                for key, size, handle in zip(named, got, handles, strict=False):  # past the cap: no handle
+                    if handle is not None:
+                        if size == want:
+                            kept.append((key, handle))
+                        else:
+                            unused.append(handle)  # the wrong size: not a block
+            for handle in unused:
                 holds.backend.close_held(handle)
         holds.deposit(kept, generation)
         return found

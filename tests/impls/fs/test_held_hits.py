@@ -324,7 +324,8 @@ def test_a_request_end_with_few_handles_closes_them_itself(tmp_path: Path) -> No
 
 
 class _SlowClose(FileOps):
-    """``close`` waits for ``go`` while ``armed``: handles handed to the closer stay open meanwhile."""
+    """``close`` and ``closerange`` wait for ``go`` while ``armed``: handles handed to the closer stay open
+    meanwhile."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -334,6 +335,11 @@ class _SlowClose(FileOps):
         if self.armed:
             self.go.wait(30)
         super().close(fd)
+
+    def closerange(self, low: int, high: int) -> None:
+        if self.armed:
+            self.go.wait(30)
+        super().closerange(low, high)
 
 
 def test_handles_waiting_for_the_closer_count_against_the_cap(tmp_path: Path) -> None:
@@ -358,3 +364,49 @@ def test_handles_waiting_for_the_closer_count_against_the_cap(tmp_path: Path) ->
         ops.armed = False
         run.store(ks[:1])
         assert tier.lookup(ks[0], other) is lr.HIT and tier.stats.held_handles == 1  # room again
+
+
+class _Closes(FileOps):
+    """Records each ``close`` and ``closerange``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []  # (low, high excluded)
+
+    def close(self, fd: int) -> None:
+        self.calls.append((fd, fd + 1))
+        super().close(fd)
+
+    def closerange(self, low: int, high: int) -> None:
+        self.calls.append((low, high))
+        super().closerange(low, high)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        assert exc.errno == errno.EBADF
+        return False
+    return True
+
+
+def test_close_held_many_closes_each_run_in_one_call_and_nothing_it_was_not_given(tmp_path: Path) -> None:
+    """``FileBackend.close_held_many``: every descriptor given is closed once, a run of consecutive ones in one
+    ``closerange``; a descriptor between two runs that was not given stays open (TIERKIT-6, FS-13)."""
+    ops = _Closes()
+    tier = FsTier(make_buffer(), FsTierConfig(root=tmp_path), name="closes", ops=ops)
+    try:
+        base = next(b for b in range(10_000, 19_000, 16) if not any(_is_open(b + i) for i in range(16)))
+        src = os.open(tmp_path, os.O_RDONLY)
+        fds = [os.dup2(src, base + i) for i in range(8)]  # base .. base+7, ours
+        os.close(src)
+        mine, other = [*fds[:3], *fds[4:]], fds[3]
+        ops.calls.clear()
+        tier.files.close_held_many([fds[5], fds[0], fds[7], fds[1], fds[2], fds[6], fds[4]])
+        assert ops.calls == [(base, base + 3), (base + 4, base + 8)]
+        assert not any(_is_open(fd) for fd in mine) and _is_open(other)
+        ops.calls.clear()
+        tier.files.close_held_many([other, "not a descriptor"])  # a lone one: close; anything else ignored
+        assert ops.calls == [(other, other + 1)] and not _is_open(other)
+    finally:
+        tier.shutdown()
