@@ -12,13 +12,18 @@ request that asked finished, ``reset_cache``, ``shutdown``, or
 past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
 the feature and counted.
 
+Per held key the state is a ``(handle, step)`` tuple and the request (a ``str``; a set once a second request
+is answered HIT for it) in a dict apart: a HIT builds no object of its own (the cost per HIT is what
+``kvproto bench fs`` compares with the feature off, issue 23).
+
 Where an existence check (the probe's worker thread) found a blob, :meth:`preopen` opens it there,
 off the scheduler's thread; the lookup that then answers HIT takes that handle (a dict lookup, no
 system call). Other HITs (the index, keys this instance stored) open at the lookup. Pre-opened handles
 a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` and at ``shutdown``.
 
 A request's end with many handles (at least ``BACKGROUND_CLOSE_MIN``) hands them to a closer thread
-(``close_held`` there, in one batch, off the scheduler's thread: a close is a system call per handle);
+(closed there in one batch, off the scheduler's thread: ``close_held`` per handle, or one ``close_held_many``
+where the backend offers :class:`HeldCloses`: files close a run of consecutive descriptors in one system call);
 they stop counting as held at once but count against the cap until closed (:meth:`Holds.room`), so held
 and waiting handles together stay within the cap; ``reset_cache`` and ``shutdown`` wait until every one
 handed over is closed (``shutdown`` also joins the thread), so none is left after either.
