@@ -250,7 +250,7 @@ class Holds:
             # Popped without the lock (one atomic dict operation; only this thread removes from _pre
             # but for close_all/step, on this thread too): a deposit racing it at most adds a second
             # handle for the key to _pre, closed as any pre-opened handle no lookup takes.
-            entry = self._pre.pop(key, None) if self._pre else None
+            entry = self._pre.pop(key, None)
             if entry is None:  # not opened by an existence check (the index, or past the cap there)
                 if self.room() <= 0:
                     self._count("held_fallbacks", 1)
@@ -328,9 +328,10 @@ class Holds:
         if not keys:
             return
         gone: list[object] = []
-        held_of, refs_of, evicted = self._held, self._refs, self._evicted
+        refs_of, evicted = self._refs, self._evicted
+        refs_of_key, pop_held, close_later = refs_of.get, self._held.pop, gone.append  # this loop runs per HIT
         for key in keys:  # inlined _drop: a request ending closes every handle it was the only one to hold
-            refs = refs_of.get(key)
+            refs = refs_of_key(key)
             if refs is None:
                 continue
             if isinstance(refs, str):
@@ -341,7 +342,7 @@ class Holds:
                 if refs:
                     continue
             del refs_of[key]
-            gone.append(held_of.pop(key)[0])
+            close_later(pop_held(key)[0])
             if evicted:
                 evicted.discard(key)
         if len(gone) >= BACKGROUND_CLOSE_MIN and self._closer.hand(gone):

@@ -230,11 +230,11 @@ class FileBackend:
         handles: list[object | None] = []
         prefix = self._root_slash
         open_ = self._ops.open
-        lseek = os.lseek
+        lseek, rdonly, end = os.lseek, os.O_RDONLY, os.SEEK_END  # locals: this loop runs per name
         try:
             for name in names:
                 try:
-                    fd = open_(prefix + name, os.O_RDONLY)
+                    fd = open_(prefix + name, rdonly)
                 except (FileNotFoundError, NotADirectoryError):
                     sizes.append(None)
                     handles.append(None)
@@ -245,7 +245,7 @@ class FileBackend:
                     continue
                 handles.append(fd)
                 try:
-                    sizes.append(lseek(fd, 0, os.SEEK_END))
+                    sizes.append(lseek(fd, 0, end))
                 except OSError:
                     sizes.append(None)  # not a seekable file: not a blob
         except BaseException:
