@@ -75,12 +75,14 @@ class Existence:
         names: dict[OffloadKey, str] = {}
         kept: list[tuple[OffloadKey, object]] = []
         unused: list[object] = []
+        answered = False
         try:
             found = check_exists(self._ops, keys, tier_name=self._tier, count=self._count, names=names,
                                  sizes=open_sizes)
+            answered = True
         finally:
             for got, handles in calls:
-                if not names:  # the check degraded to key by key (or raised): nothing it opened is a HIT's
+                if not answered or not names:  # raised, or degraded to key by key: nothing opened is a HIT's
                     unused += [handle for handle in handles if handle is not None]
                     continue
                 # The call's names were those of the keys that could be named, in order (check_exists).
@@ -92,6 +94,7 @@ class Existence:
                             kept.append((key, handle))
                         else:
                             unused.append(handle)  # the wrong size: not a block
+                unused += [handle for handle in handles[len(named):] if handle is not None]  # never, by contract
             for handle in unused:
                 holds.backend.close_held(handle)
         holds.deposit(kept, generation)

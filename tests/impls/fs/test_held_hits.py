@@ -223,6 +223,26 @@ def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path
         assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
 
 
+def test_each_handle_a_check_opened_goes_to_its_own_key_around_a_malformed_key(tmp_path: Path) -> None:
+    """The check matches the handles it opened to keys by position: with a malformed key (not named, MISS
+    alone) and an absent one among them, each HIT's handle still reads its own block after the files are
+    gone (TIERKIT-5, TIERKIT-6)."""
+    (a, ra), (b, rb) = _pair(tmp_path)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        ks = [key(i, b"pos") for i in range(4)]
+        rb.store(ks)
+        bad, absent = "not bytes", key(9, b"pos")
+        asked = [ks[0], ks[1], bad, absent, ks[2], ks[3]]
+        answers = ra.resolve(asked)  # type: ignore[arg-type]  # the malformed key
+        assert [answers[k] for k in ks] == ["HIT"] * 4 and answers[absent] == "MISS"
+        assert answers[bad] == "MISS"  # type: ignore[index]  # the malformed key
+        assert a.stats.held_handles == 4 and a.stats.held_taken == 4
+        for k in ks:
+            b.files.delete(b.name_of(k))
+        result, right, wrong = ra.load(ks)
+        assert result.success and right == set(ks) and not wrong and a.stats.held_handles == 0
+
+
 class _Opened(FileOps):
     """Records the path of every read-only ``open``."""
 
