@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -241,6 +242,30 @@ def test_each_handle_a_check_opened_goes_to_its_own_key_around_a_malformed_key(t
             b.files.delete(b.name_of(k))
         result, right, wrong = ra.load(ks)
         assert result.success and right == set(ks) and not wrong and a.stats.held_handles == 0
+
+
+def test_a_check_whose_call_past_the_cap_fails_closes_what_it_opened(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``hold_hits_max`` a check asks ``sizes`` for the rest of its chunk; when that raises, the chunk
+    is asked key by key and every descriptor the check opened for it is closed (TIERKIT-5, TIERKIT-6)."""
+    (a, ra), (b, rb) = _pair(tmp_path, hold_hits_max=2)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        ks = [key(i, b"cap") for i in range(4)]
+        rb.store(ks)
+        real, asked = a.files.sizes, []
+
+        def sizes(names: Sequence[str]) -> list[int | None]:
+            asked.append(len(names))
+            if len(asked) == 1:
+                raise OSError(errno.EIO, "injected: the call past the cap fails")
+            return real(names)
+
+        monkeypatch.setattr(a.files, "sizes", sizes)
+        fds = _fds_under(tmp_path)
+        assert ra.resolve(ks) == {k: "HIT" for k in ks}
+        assert asked == [2, 1, 1, 1, 1]  # past the cap (2 opened), then each key alone
+        assert a.stats.held_handles == 2 and a.stats.held_fallbacks == 2  # the lookups opened, within the cap
+        assert _fds_under(tmp_path) == fds + 2  # the two the failed check opened were closed
 
 
 class _Opened(FileOps):
