@@ -60,32 +60,46 @@ class Existence:
     ) -> list[OffloadKey]:
         """:meth:`check` where the check itself opens what it finds (``open_sizes``), within the cap;
         every handle it opened is kept for a found key or closed, whatever happens."""
-        opened: dict[str, object] = {}
         room = max(0, holds.room())
-        backend = self._ops.backend
+        ops = self._ops
+        backend = ops.backend
+        calls: list[tuple[int, Sequence[int | None], Sequence[object | None]]] = []  # the chunk's call (at most one)
 
         def open_sizes(chunk: Sequence[str]) -> Sequence[int | None]:
             first = chunk[:room]
             got, handles = opener.open_sizes(first)
-            for name, handle in zip(first, handles, strict=True):
-                if handle is not None:
-                    opened[name] = handle
-            if len(chunk) <= room:
-                return got
-            return [*got, *backend.sizes(chunk[room:])]  # past the cap: answered, not held
+            try:
+                answer = got if len(chunk) <= room else [*got, *backend.sizes(chunk[room:])]  # past the cap: not held
+            except BaseException:  # the chunk degrades to key by key: nothing opened here is a HIT's
+                for handle in handles:
+                    if handle is not None:
+                        holds.backend.close_held(handle)
+                raise
+            calls.append((len(chunk), got, handles))
+            return answer
 
-        names: dict[OffloadKey, str] = {}
         kept: list[tuple[OffloadKey, object]] = []
+        unused: list[object] = []
+        answered = False
         try:
-            found = check_exists(self._ops, keys, tier_name=self._tier, count=self._count, names=names,
-                                 sizes=open_sizes)
-            for key in found:
-                name = names.get(key)  # none where the check degraded to sizes, key by key
-                handle = None if name is None else opened.pop(name, None)
-                if handle is not None:
-                    kept.append((key, handle))
+            found = check_exists(ops, keys, tier_name=self._tier, count=self._count, sizes=open_sizes)
+            answered = True
         finally:
-            for handle in opened.values():  # wrong size, or the check degraded: not a HIT's
+            for asked, got, handles in calls:  # recorded only if the whole call answered (no key-by-key fallback)
+                if not answered:
+                    unused += [handle for handle in handles if handle is not None]
+                    continue
+                # The call's names were those of the keys that could be named, in order (check_exists).
+                named = keys if asked == len(keys) else [key for key in keys if _nameable(ops, key)]
+                want = ops.blob_bytes
+                for key, size, handle in zip(named, got, handles, strict=False):  # past the cap: no handle
+                    if handle is not None:
+                        if size == want:
+                            kept.append((key, handle))
+                        else:
+                            unused.append(handle)  # the wrong size: not a block
+                unused += [handle for handle in handles[len(named):] if handle is not None]  # never, by contract
+            for handle in unused:
                 holds.backend.close_held(handle)
         holds.deposit(kept, generation)
         return found
@@ -103,3 +117,12 @@ class Existence:
             yield check
         finally:
             batches.end_sizes(token)
+
+
+def _nameable(ops: BlobOps, key: OffloadKey) -> bool:
+    """Whether ``key`` has a blob name (check_exists asks only those; a malformed key is MISS alone)."""
+    try:
+        ops.name_of(key)
+    except Exception:
+        return False
+    return True

@@ -12,13 +12,18 @@ request that asked finished, ``reset_cache``, ``shutdown``, or
 past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
 the feature and counted.
 
+Per held key the state is a ``(handle, step)`` tuple and the request (a ``str``; a set once a second request
+is answered HIT for it) in a dict apart: a HIT builds no object of its own (the cost per HIT is what
+``kvproto bench fs`` compares with the feature off, issue 23).
+
 Where an existence check (the probe's worker thread) found a blob, :meth:`preopen` opens it there,
 off the scheduler's thread; the lookup that then answers HIT takes that handle (a dict lookup, no
 system call). Other HITs (the index, keys this instance stored) open at the lookup. Pre-opened handles
 a lookup never takes are closed after ``max_steps`` hooks, at ``reset_cache`` and at ``shutdown``.
 
 A request's end with many handles (at least ``BACKGROUND_CLOSE_MIN``) hands them to a closer thread
-(``close_held`` there, in one batch, off the scheduler's thread: a close is a system call per handle);
+(closed there in one batch, off the scheduler's thread: ``close_held`` per handle, or one ``close_held_many``
+where the backend offers :class:`HeldCloses`: files close a run of consecutive descriptors in one system call);
 they stop counting as held at once but count against the cap until closed (:meth:`Holds.room`), so held
 and waiting handles together stay within the cap; ``reset_cache`` and ``shutdown`` wait until every one
 handed over is closed (``shutdown`` also joins the thread), so none is left after either.
@@ -34,14 +39,14 @@ import resource
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from kvproto._keys import OffloadKey
 from kvproto.tierkit._backend import HeldReads
 from kvproto.tierkit._blob_jobs import KeyRun
 from kvproto.tierkit._blob_ops import KeyVerdict
 
-__all__ = ["BACKGROUND_CLOSE_MIN", "DEFAULT_HOLD_STEPS", "HeldLoad", "Holds", "default_hold_cap"]
+__all__ = ["BACKGROUND_CLOSE_MIN", "DEFAULT_HOLD_STEPS", "HeldCloses", "HeldLoad", "Holds", "default_hold_cap"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -58,6 +63,16 @@ HeldLoad = Callable[[OffloadKey, int, "tuple[HeldReads, object] | None"], tuple[
 """``BlobOps.load``: ``(key, slot, held) -> (verdict, tick)``, reading from ``held`` if given."""
 
 
+@runtime_checkable
+class HeldCloses(Protocol):
+    """Optional, with :class:`~kvproto.tierkit.HeldReads`: close many handles in one call (files: a run of
+    consecutive descriptors in one ``close_range``); each exactly once, never raises (TIERKIT-6)."""
+
+    def close_held_many(self, handles: Sequence[object]) -> None:
+        """As ``close_held`` on each of ``handles``."""
+        ...
+
+
 def default_hold_cap() -> int:
     """The smaller of 4,096 and a quarter of this process's open-file soft limit (at least 1)."""
     try:
@@ -69,11 +84,8 @@ def default_hold_cap() -> int:
     return max(1, min(_MAX_CAP, soft // 4))
 
 
-@dataclass(slots=True, eq=False)
-class _Held:
-    handle: object
-    step: int
-    refs: set[str] = field(default_factory=set)
+_Entry = tuple[object, int]
+"""A held or pre-opened handle and the end-of-step hook count when it was opened (a tuple: built per HIT)."""
 
 
 class _Closer:
@@ -158,7 +170,8 @@ class Holds:
         self.cap = cap
         self._count = count
         self._tier = tier_name
-        self._held: OrderedDict[OffloadKey, _Held] = OrderedDict()  # oldest first
+        self._held: OrderedDict[OffloadKey, _Entry] = OrderedDict()  # oldest first
+        self._refs: dict[OffloadKey, str | set[str]] = {}  # held key -> the request (or requests) it was HIT for
         self._req_keys: dict[str, set[OffloadKey]] = {}
         self._evicted: set[OffloadKey] = set()  # held keys this instance evicted: their bytes are still on disk
         self._in_loads = 0  # handles handed to loads whose report has not come yet
@@ -166,9 +179,10 @@ class Holds:
         self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
         self._step = 0
         self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
-        self._pre: OrderedDict[OffloadKey, _Held] = OrderedDict()  # key -> its handle (no refs yet), oldest first
+        self._pre: OrderedDict[OffloadKey, _Entry] = OrderedDict()  # key -> its handle (no refs yet), oldest first
         self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
         self._closer = _Closer(self._close_many, name=tier_name)
+        self._close_held_many = backend.close_held_many if isinstance(backend, HeldCloses) else None
 
     @property
     def generation(self) -> int:
@@ -200,12 +214,15 @@ class Holds:
         and those of keys already held or pre-opened."""
         stale: list[object] = []
         with self._lock:
-            pre, held_of, step = self._pre, self._held, self._step
-            for key, handle in opened:
-                if generation != self._generation or key in pre or key in held_of:
-                    stale.append(handle)
-                else:
-                    pre[key] = _Held(handle, step, set())  # built here, off the scheduler's thread
+            if generation != self._generation:
+                stale = [handle for _, handle in opened]
+            else:
+                pre, held_of, step = self._pre, self._held, self._step
+                for key, handle in opened:
+                    if key in pre or key in held_of:
+                        stale.append(handle)
+                    else:
+                        pre[key] = (handle, step)
             taken = len(opened) - len(stale)
         for handle in stale:
             self._close_quietly(handle)
@@ -221,49 +238,52 @@ class Holds:
     def take(self, key: OffloadKey, req_id: str) -> bool:
         """At a HIT of ``key`` for request ``req_id``: hold a handle (open one unless held). False if the blob
         is absent now (the caller answers MISS); True otherwise (held, or a counted fallback)."""
-        held = self._held.get(key)
-        if held is None and self._pre:
+        held_of = self._held
+        if key in held_of:  # another request's HIT holds it already
+            refs = self._refs[key]
+            if isinstance(refs, str):
+                if refs != req_id:
+                    self._refs[key] = {refs, req_id}
+            else:
+                refs.add(req_id)
+        else:
             # Popped without the lock (one atomic dict operation; only this thread removes from _pre
             # but for close_all/step, on this thread too): a deposit racing it at most adds a second
             # handle for the key to _pre, closed as any pre-opened handle no lookup takes.
-            held = self._pre.pop(key, None)
-            if held is not None:  # opened by the existence check that found it
-                self._held[key] = held
-        if held is not None:
-            held.refs.add(req_id)
-            keys = self._req_keys.get(req_id)  # inlined _ref: this runs per HIT
-            if keys is None:
-                self._req_keys[req_id] = {key}
-            else:
-                keys.add(key)
-            return True
-        if self.room() <= 0:
-            self._count("held_fallbacks", 1)
-            return True
-        try:
-            handle = self.backend.open_held(self._name_of(key))
-        except FileNotFoundError:
-            return False
-        except Exception as exc:  # EMFILE, EIO...: answer as without the feature
-            self._count("held_fallbacks", 1)
-            _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
-            return True
-        self._held[key] = _Held(handle, self._step, {req_id})
-        self._ref(req_id, key)
-        self._count("held_taken", 1)
-        self._count("held_handles", 1)
+            entry = self._pre.pop(key, None)
+            if entry is None:  # not opened by an existence check (the index, or past the cap there)
+                if self.room() <= 0:
+                    self._count("held_fallbacks", 1)
+                    return True
+                try:
+                    handle = self.backend.open_held(self._name_of(key))
+                except FileNotFoundError:
+                    return False
+                except Exception as exc:  # EMFILE, EIO...: answer as without the feature
+                    self._count("held_fallbacks", 1)
+                    _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
+                    return True
+                entry = (handle, self._step)
+                self._count("held_taken", 1)
+                self._count("held_handles", 1)
+            held_of[key] = entry
+            self._refs[key] = req_id
+        keys = self._req_keys.get(req_id)  # inlined _ref: this runs per HIT
+        if keys is None:
+            self._req_keys[req_id] = {key}
+        else:
+            keys.add(key)
         return True
 
     def claim(self, job_id: int, keys: Sequence[OffloadKey]) -> None:
         """Load ``job_id`` of ``keys`` starts: it takes the handles held for them (reads from, then releases, each)."""
         out: dict[OffloadKey, object] = {}
         for key in keys:
-            held = self._held.pop(key, None)
-            if held is None:
+            entry = self._held.pop(key, None)
+            if entry is None:
                 continue
-            for rid in held.refs:
-                self._unref(rid, key)
-            out[key] = held.handle
+            self._unref_all(key)
+            out[key] = entry[0]
         if out:
             self._in_loads += len(out)
             self._claimed[job_id] = out
@@ -308,20 +328,23 @@ class Holds:
         if not keys:
             return
         gone: list[object] = []
-        held_of = self._held
-        evicted = self._evicted
+        refs_of, evicted = self._refs, self._evicted
+        refs_of_key, pop_held, close_later = refs_of.get, self._held.pop, gone.append  # this loop runs per HIT
         for key in keys:  # inlined _drop: a request ending closes every handle it was the only one to hold
-            held = held_of.get(key)
-            if held is None:
+            refs = refs_of_key(key)
+            if refs is None:
                 continue
-            refs = held.refs
-            refs.discard(req_id)
-            if refs:
-                continue
-            del held_of[key]
+            if isinstance(refs, str):
+                if refs != req_id:
+                    continue
+            else:
+                refs.discard(req_id)
+                if refs:
+                    continue
+            del refs_of[key]
+            close_later(pop_held(key)[0])
             if evicted:
                 evicted.discard(key)
-            gone.append(held.handle)
         if len(gone) >= BACKGROUND_CLOSE_MIN and self._closer.hand(gone):
             self._count("held_handles", -len(gone))  # no longer held for a HIT; closed on the closer thread
             return
@@ -335,8 +358,8 @@ class Holds:
             self._close_pre(lambda step: step <= oldest)
         gone: list[object] = []
         while self._held:
-            key, held = next(iter(self._held.items()))
-            if held.step > oldest:
+            key, entry = next(iter(self._held.items()))
+            if entry[1] > oldest:
                 break
             gone.append(self._drop(key))
         self._release_many(gone)
@@ -354,6 +377,7 @@ class Holds:
         self._close_pre(lambda step: True, bump=True)
         self._release_many([self._drop(key) for key in list(self._held)])
         self._req_keys.clear()
+        self._refs.clear()
         if claimed:
             for handles in self._claimed.values():
                 for key in list(handles):
@@ -368,11 +392,11 @@ class Holds:
                 self._generation += 1
             gone: list[object] = []
             while self._pre:
-                key, held = next(iter(self._pre.items()))
-                if not expired(held.step):
+                key, entry = next(iter(self._pre.items()))
+                if not expired(entry[1]):
                     break
                 del self._pre[key]
-                gone.append(held.handle)
+                gone.append(entry[0])
         self._release_many(gone)
 
     def _release_many(self, handles: list[object]) -> None:
@@ -383,7 +407,16 @@ class Holds:
         self._count("held_handles", -len(handles))
 
     def _close_many(self, handles: list[object]) -> None:
-        """Close each of ``handles``; never raises (the closer thread's work, or the scheduler's)."""
+        """Close each of ``handles``; never raises (the closer thread's work, or the scheduler's). A backend
+        offering ``close_held_many`` closes them in one call (files: a run of consecutive descriptors in one
+        system call)."""
+        many = self._close_held_many
+        if many is not None:
+            try:
+                many(handles)
+            except Exception as exc:
+                _log.warning("BlobTier %r: closing %d held handles failed: %s", self._tier, len(handles), exc)
+            return
         close = self.backend.close_held  # inlined _close_quietly: it runs per handle
         for handle in handles:
             try:
@@ -399,18 +432,19 @@ class Holds:
 
     def _drop(self, key: OffloadKey) -> object:
         """Forget held ``key``; its handle, for the caller to close."""
-        held = self._held.pop(key)
-        for rid in held.refs:
-            self._unref(rid, key)
+        handle = self._held.pop(key)[0]
+        self._unref_all(key)
         self._evicted.discard(key)
-        return held.handle
+        return handle
 
-    def _ref(self, req_id: str, key: OffloadKey) -> None:
-        keys = self._req_keys.get(req_id)
-        if keys is None:
-            self._req_keys[req_id] = {key}
-        else:
-            keys.add(key)
+    def _unref_all(self, key: OffloadKey) -> None:
+        """Forget which requests held ``key`` was HIT for."""
+        refs = self._refs.pop(key, None)
+        if type(refs) is str:
+            self._unref(refs, key)
+        elif refs is not None:
+            for rid in refs:
+                self._unref(rid, key)
 
     def _unref(self, req_id: str, key: OffloadKey) -> None:
         keys = self._req_keys.get(req_id)

@@ -196,17 +196,18 @@ class BlobTier:
         only while a store or load vouched for it after the last deletion
         seen (TIERKIT-2).
         """
+        holds = self._holds  # TIERKIT-6: a HIT takes a read handle (take: False if the blob is gone now)
         if key in self._index:
-            return lr.HIT if self._holds is None else self._held_hit(key, req_context)
+            return lr.HIT if holds is None or holds.take(key, req_context.req_id) else self._gone_at_hit(key)
         if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
             if key not in self._index:
                 return lr.MISS
-            return lr.HIT if self._holds is None else self._held_hit(key, req_context)
+            return lr.HIT if holds is None or holds.take(key, req_context.req_id) else self._gone_at_hit(key)
         if key in self._unusable:
             return lr.MISS  # a load found its blob unusable: not asked again until stored anew (TIER-4)
         answer = self._probe.lookup(key, req_context)
-        if answer is lr.HIT and self._holds is not None:
-            return self._held_hit(key, req_context)
+        if answer is lr.HIT and holds is not None and not holds.take(key, req_context.req_id):
+            return self._gone_at_hit(key)
         return answer
 
     def lookup_many(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> list[LookupResult]:
@@ -452,11 +453,8 @@ class BlobTier:
                                  tier_name=self._name, timeout_s=timeout)
             self._running[job.job_id] = future
 
-    def _held_hit(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        """HIT, holding a read handle on ``key``'s blob for the load (TIERKIT-6); MISS if the blob is gone now."""
-        holds = self._holds
-        if holds is None or holds.take(key, req_context.req_id):
-            return lr.HIT
+    def _gone_at_hit(self, key: OffloadKey) -> LookupResult:
+        """MISS: a HIT found ``key``'s blob gone when it opened the read handle (TIERKIT-6); forgotten."""
         self._probe.mark_miss((key,))
         self._ledger.emit(EventKind.REMOVED, self._ledger.lose([(key, self._ops.tick())], gone=True))
         return lr.MISS

@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,50 @@ def test_a_probe_hit_is_opened_by_the_existence_check_not_by_the_lookup(tmp_path
         assert result.success and right == set(ks) and not wrong and b.stats.held_handles == 0
 
 
+def test_each_handle_a_check_opened_goes_to_its_own_key_around_a_malformed_key(tmp_path: Path) -> None:
+    """The check matches the handles it opened to keys by position: with a malformed key (not named, MISS
+    alone) and an absent one among them, each HIT's handle still reads its own block after the files are
+    gone (TIERKIT-5, TIERKIT-6)."""
+    (a, ra), (b, rb) = _pair(tmp_path)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        ks = [key(i, b"pos") for i in range(4)]
+        rb.store(ks)
+        bad, absent = "not bytes", key(9, b"pos")
+        asked = [ks[0], ks[1], bad, absent, ks[2], ks[3]]
+        answers = ra.resolve(asked)  # type: ignore[arg-type]  # the malformed key
+        assert [answers[k] for k in ks] == ["HIT"] * 4 and answers[absent] == "MISS"
+        assert answers[bad] == "MISS"  # type: ignore[index]  # the malformed key
+        assert a.stats.held_handles == 4 and a.stats.held_taken == 4
+        for k in ks:
+            b.files.delete(b.name_of(k))
+        result, right, wrong = ra.load(ks)
+        assert result.success and right == set(ks) and not wrong and a.stats.held_handles == 0
+
+
+def test_a_check_whose_call_past_the_cap_fails_closes_what_it_opened(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``hold_hits_max`` a check asks ``sizes`` for the rest of its chunk; when that raises, the chunk
+    is asked key by key and every descriptor the check opened for it is closed (TIERKIT-5, TIERKIT-6)."""
+    (a, ra), (b, rb) = _pair(tmp_path, hold_hits_max=2)
+    with shut_down_after((a, ra)), shut_down_after((b, rb)):
+        ks = [key(i, b"cap") for i in range(4)]
+        rb.store(ks)
+        real, asked = a.files.sizes, []
+
+        def sizes(names: Sequence[str]) -> list[int | None]:
+            asked.append(len(names))
+            if len(asked) == 1:
+                raise OSError(errno.EIO, "injected: the call past the cap fails")
+            return real(names)
+
+        monkeypatch.setattr(a.files, "sizes", sizes)
+        fds = _fds_under(tmp_path)
+        assert ra.resolve(ks) == {k: "HIT" for k in ks}
+        assert asked == [2, 1, 1, 1, 1]  # past the cap (2 opened), then each key alone
+        assert a.stats.held_handles == 2 and a.stats.held_fallbacks == 2  # the lookups opened, within the cap
+        assert _fds_under(tmp_path) == fds + 2  # the two the failed check opened were closed
+
+
 def test_the_existence_check_opens_each_name_once_and_holds_what_it_found(tmp_path: Path) -> None:
     """``FileBackend.open_sizes`` (``HeldExistence``): a shared tier's check opens each asked name once (no
     ``stat`` then ``open``): the stored ones stay open for the HITs, no other open follows, and a file of the
@@ -311,7 +356,8 @@ def test_a_request_end_with_few_handles_closes_them_itself(tmp_path: Path) -> No
 
 
 class _SlowClose(FileOps):
-    """``close`` waits for ``go`` while ``armed``: handles handed to the closer stay open meanwhile."""
+    """``close`` and ``closerange`` wait for ``go`` while ``armed``: handles handed to the closer stay open
+    meanwhile."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -321,6 +367,11 @@ class _SlowClose(FileOps):
         if self.armed:
             self.go.wait(30)
         super().close(fd)
+
+    def closerange(self, low: int, high: int) -> None:
+        if self.armed:
+            self.go.wait(30)
+        super().closerange(low, high)
 
 
 def test_handles_waiting_for_the_closer_count_against_the_cap(tmp_path: Path) -> None:
@@ -345,3 +396,49 @@ def test_handles_waiting_for_the_closer_count_against_the_cap(tmp_path: Path) ->
         ops.armed = False
         run.store(ks[:1])
         assert tier.lookup(ks[0], other) is lr.HIT and tier.stats.held_handles == 1  # room again
+
+
+class _Closes(FileOps):
+    """Records each ``close`` and ``closerange``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []  # (low, high excluded)
+
+    def close(self, fd: int) -> None:
+        self.calls.append((fd, fd + 1))
+        super().close(fd)
+
+    def closerange(self, low: int, high: int) -> None:
+        self.calls.append((low, high))
+        super().closerange(low, high)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        assert exc.errno == errno.EBADF
+        return False
+    return True
+
+
+def test_close_held_many_closes_each_run_in_one_call_and_nothing_it_was_not_given(tmp_path: Path) -> None:
+    """``FileBackend.close_held_many``: every descriptor given is closed once, a run of consecutive ones in one
+    ``closerange``; a descriptor between two runs that was not given stays open (TIERKIT-6, FS-13)."""
+    ops = _Closes()
+    tier = FsTier(make_buffer(), FsTierConfig(root=tmp_path), name="closes", ops=ops)
+    try:
+        base = next(b for b in range(10_000, 19_000, 16) if not any(_is_open(b + i) for i in range(16)))
+        src = os.open(tmp_path, os.O_RDONLY)
+        fds = [os.dup2(src, base + i) for i in range(8)]  # base .. base+7, ours
+        os.close(src)
+        mine, other = [*fds[:3], *fds[4:]], fds[3]
+        ops.calls.clear()
+        tier.files.close_held_many([fds[5], fds[0], fds[7], fds[1], fds[2], fds[6], fds[4]])
+        assert ops.calls == [(base, base + 3), (base + 4, base + 8)]
+        assert not any(_is_open(fd) for fd in mine) and _is_open(other)
+        ops.calls.clear()
+        tier.files.close_held_many([other, "not a descriptor"])  # a lone one: close; anything else ignored
+        assert ops.calls == [(other, other + 1)] and not _is_open(other)
+    finally:
+        tier.shutdown()
