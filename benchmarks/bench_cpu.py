@@ -10,11 +10,11 @@ of bytes between two contiguous tensors, on the calling thread.
 
 What each side does: ours reserves the slots, checks the job, hands it to the
 data plane's worker thread and copies each layer's blocks into the slot rows
-(CPU-13: a store is one ``torch.stack`` of the 32 layers' blocks per run of
-consecutive blocks, a serial pass over 64 KiB pieces; a load one ``copy_``
-per layer and run; with two intra-op threads or more each run's halves are
-copied on two threads), then completes the blocks in the tier; the baseline
-copies one contiguous buffer. Both use up to torch's intra-op thread count.
+(CPU-13: one serial ``numpy.copyto`` per layer and run of consecutive
+blocks, 64 KiB pieces, the GIL released; with two intra-op threads or more
+each run's halves are copied on two threads), then completes the blocks in
+the tier; the baseline copies one contiguous buffer. Both use up to torch's
+intra-op thread count.
 
 Beside it (not instead: the headline ratio stays the contiguous copy's), ``*_vs_layered``: ours
 against what an engine writes without kvproto from the same per-layer tensors, one ``copy_`` per
@@ -27,8 +27,8 @@ with plain); each figure is the best round (the uncontended speed: this runs
 on shared, loaded machines). Ratio = our GB/s / plain GB/s, the worse of
 store and load; target >= 0.9. The same is measured with one intra-op thread
 (``cpu.one_thread.*``): on a loaded two-core machine the second thread is
-often busy elsewhere, and 32 copies wait for it 32 times where the baseline
-waits once, so that figure shows what the copies themselves cost.
+often busy elsewhere, so that figure shows what the copies themselves cost,
+one thread against one.
 
 Where CUDA is available the same is measured with the KV cache on the GPU
 against one plain copy between a GPU tensor and a pinned host tensor; those

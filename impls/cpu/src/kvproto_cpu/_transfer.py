@@ -14,12 +14,12 @@ tensor laid out like the slots), then copies each run of consecutive slots to
 the pinned slot buffer in one ``copy_``; a load does the reverse
 (``index_copy_`` on the device). One CUDA event per job; ``poll`` queries it
 and never blocks. On CPU tensors the same jobs run, in order, on one worker
-thread, copying each run of blocks consecutive on both sides: a store with
-one ``torch.stack`` of every layer's blocks into the slot rows (a serial
-pass writing the rows front to back, not one parallel copy per layer, each
-waiting for torch's threads), a load with one ``copy_`` per layer; with an
-intra-op budget of two threads or more, the run's second half is copied on a
-helper thread meanwhile. Every byte is read and written once.
+thread, copying each run of blocks consecutive on both sides with one serial
+copy per layer (``numpy.copyto`` over views of the same memory: a memmove per
+block piece with the GIL released, not a torch ``copy_`` whose parallel region
+waits for torch's threads, 32 times per run); with an intra-op budget of two
+threads or more, the run's second half is copied on a helper thread
+meanwhile. Every byte is read and written once.
 
 Completion (CPU-12). ``poll`` reports each finished job once. Unless the
 handler was built with ``complete_tier=False``, a finished store calls the
@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy
 import torch
 
 from kvproto import OffloadKey
@@ -200,6 +201,12 @@ class CpuTransferHandler:
         self._slots_by_layer = tier.tensor.view(
             tier.num_slots, layout.num_layers, layout.layer_block_bytes
         )
+        # CPU copies go through numpy views of the same memory (no copy): numpy's copies are serial and
+        # release the GIL, so the two halves of a run copy on two threads without torch's parallel regions.
+        self._host_slots = self._slots_by_layer.numpy()
+        self._host_layers = (
+            () if layout.device.type == "cuda" else tuple(layer.detach().numpy() for layer in self._device_bytes)
+        )
         self._complete_tier = complete_tier
         self._chunk_blocks = max(1, max_staging_bytes // tier.block_bytes)
         self._ids = itertools.count(1)
@@ -339,25 +346,25 @@ class CpuTransferHandler:
     # ------------------------------------------------------------------ host copies
 
     def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        by_layer = self._slots_by_layer
-        sources = self._device_bytes
+        rows = self._host_slots
+        sources = self._host_layers
 
         def store(block: int, slot: int, lo: int, hi: int) -> None:
-            # One serial kernel writes the slot rows front to back, every layer's piece of a block in turn:
-            # no parallel region per layer to wait on (32 of them for one job), the rows written in order.
-            torch.stack([source[block + lo : block + hi] for source in sources], dim=1,
-                        out=by_layer[slot + lo : slot + hi])
+            # One serial copy per layer (numpy's: a memmove per block piece, the GIL released, no parallel
+            # region to wait on): this thread alone writes its half of the run.
+            for layer, source in enumerate(sources):
+                numpy.copyto(rows[slot + lo : slot + hi, layer], source[block + lo : block + hi])
 
         for block, slot, length in _runs(ids, slots):
             self._halves(length, functools.partial(store, block, slot))
 
     def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        by_layer = self._slots_by_layer
-        targets = self._device_bytes
+        rows = self._host_slots
+        targets = self._host_layers
 
         def load(slot: int, block: int, lo: int, hi: int) -> None:
             for layer, target in enumerate(targets):
-                target[block + lo : block + hi].copy_(by_layer[slot + lo : slot + hi, layer])
+                numpy.copyto(target[block + lo : block + hi], rows[slot + lo : slot + hi, layer])
 
         for slot, block, length in _runs(slots, ids):
             self._halves(length, functools.partial(load, slot, block))
