@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kvproto import LookupResult, OffloadKey, ReqContext, members as lr
+from kvproto import LookupResult, OffloadKey, ReqContext
 from kvproto.testing import FaultyBackend, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
@@ -101,10 +101,10 @@ class HoldsOnlyItsOwnHits(BlobTier):
     probe found, a block another instance stored, is answered without a handle, so that instance's
     deletion makes the load fail."""
 
-    def _held_hit(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
-        if key not in self._index:
-            return lr.HIT  # the bug: no handle taken
-        return super()._held_hit(key, req_context)
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if key in self._index or self._complete or key in self._unusable:
+            return super().lookup(key, req_context)
+        return self._probe.lookup(key, req_context)  # the bug: the probe's HIT, no handle taken
 
 
 @NAMESPACE_GALLERY.fails(
