@@ -1,38 +1,28 @@
-"""BlobOps.load_async picks the read path per backend object (TIERKIT-3): the whole body through
-``read_bytes`` (copied and checked in one pass) where the backend is an AsyncBlobBytes, ``read_into`` otherwise."""
+"""A BlobTier over an asynchronous backend picks its read path per backend (TIERKIT-3): the whole body
+through ``read_bytes`` (copied and checked in one pass) where the backend is an AsyncBlobBytes,
+``read_into`` otherwise; tiers over either kind, loading in turn, each keep their own path."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-import pytest
+from kvproto import envelope as env
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
-from kvproto import envelope as env, make_key
-from kvproto.tierkit import MemoryBackend
-from kvproto.tierkit._blob_async import LoopBackend
-from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
-
-BLOCK = 4096
-NAMESPACE = bytes(range(16))
+from tests.impls._tier_runner import BLOCK, Runner, key, make_buffer, shut_down_after
+from tests.kvproto.tierkit.test_blob_async import AsyncMemory
 
 
-class IntoOnly:
-    """An async backend over MemoryBackend that reads into buffers only; counts its reads."""
+class IntoOnly(AsyncMemory):
+    """AsyncMemory that records each read: it reads into buffers only."""
 
-    def __init__(self, memory: MemoryBackend) -> None:
-        self.memory = memory
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner)
         self.reads: list[str] = []
 
     async def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
         self.reads.append("read_into")
-        return self.memory.read_into(name, buffers)
-
-    async def delete(self, name: str) -> None:
-        self.memory.delete(name)
-
-    async def close(self) -> None:
-        pass
+        return await super().read_into(name, buffers)
 
 
 class WholeBody(IntoOnly):
@@ -40,37 +30,25 @@ class WholeBody(IntoOnly):
 
     async def read_bytes(self, name: str) -> memoryview:
         self.reads.append("read_bytes")
-        head = memoryview(bytearray(env.HEADER_BYTES))
-        body = memoryview(bytearray(BLOCK))
-        self.memory.read_into(name, (head, body))
+        head, body = memoryview(bytearray(env.HEADER_BYTES)), memoryview(bytearray(BLOCK))
+        self.inner.read_into(name, (head, body))
         return memoryview(bytes(head) + bytes(body))
 
 
-@pytest.fixture
-def loops() -> Iterator[list[LoopBackend]]:
-    made: list[LoopBackend] = []
-    yield made
-    for io in made:
-        io.close()
-
-
-def test_each_backend_object_gets_its_own_read_path(loops: list[LoopBackend]) -> None:
-    memory = MemoryBackend()
-    key = make_key(b"k" * 8, 0)
-    payload = bytes(i % 251 for i in range(BLOCK))
-    buffer = memoryview(bytearray(2 * BLOCK))
-    rows = [buffer[slot * BLOCK : (slot + 1) * BLOCK] for slot in range(2)]
-    ops = BlobOps(memory, tier_name="t", namespace=NAMESPACE, block_bytes=BLOCK, row=lambda slot: rows[slot],
-                  ticks=itertools.count(1), deleted=lambda key, tick: None, count=lambda what: None)
-    blob = env.encode(key, payload, NAMESPACE)
-    memory.publish(ops.name_of(key), [memoryview(blob)], len(blob))
-    whole, into = WholeBody(memory), IntoOnly(memory)
-    # Only read_into / read_bytes / delete / close are called here: the rest of AsyncBlobBackend is not needed.
-    loops += [LoopBackend(whole, name="whole", op_timeout_s=None),  # type: ignore[arg-type]  # partial backend
-              LoopBackend(into, name="into", op_timeout_s=None)]  # type: ignore[arg-type]  # partial backend
-    for _turn in range(2):  # alternating backends: each keeps its own path, not the first one asked
-        for slot, io in enumerate(loops):
-            rows[slot][:] = bytes(BLOCK)
-            verdict, _ = io.submit(ops.load_async(io, key, slot)).result(timeout=10)
-            assert verdict is KeyVerdict.LOADED and bytes(rows[slot]) == payload
-    assert whole.reads == ["read_bytes"] * 2 and into.reads == ["read_into"] * 2
+def test_each_backend_keeps_its_own_read_path() -> None:
+    backends = [WholeBody(MemoryBackend()), IntoOnly(MemoryBackend())]
+    opened = []
+    for i, backend in enumerate(backends):
+        buffer = make_buffer()
+        tier = BlobTier(backend, buffer, BlobTierConfig(), name=f"t{i}")
+        opened.append((tier, Runner(tier, buffer)))
+    ks = [key(i, b"path") for i in range(2)]
+    with shut_down_after(opened[0]), shut_down_after(opened[1]):
+        for _, run in opened:
+            assert run.store(ks).success
+        for _turn in range(2):  # in turn: each tier keeps its backend's path, not the first one asked
+            for _, run in opened:
+                result, right, wrong = run.load(ks)
+                assert result.success and right == set(ks) and not wrong
+    assert backends[0].reads == ["read_bytes"] * 4
+    assert backends[1].reads == ["read_into"] * 4
