@@ -40,7 +40,7 @@ def test_each_backend_keeps_its_own_read_path() -> None:
     opened = []
     for i, backend in enumerate(backends):
         buffer = make_buffer()
-        tier = BlobTier(backend, buffer, BlobTierConfig(), name=f"t{i}")
+        tier = BlobTier(backend, buffer, BlobTierConfig(start_in_background=False), name=f"t{i}")  # scanned: no read after
         opened.append((tier, Runner(tier, buffer)))
     ks = [key(i, b"path") for i in range(2)]
     with shut_down_after(opened[0]), shut_down_after(opened[1]):
