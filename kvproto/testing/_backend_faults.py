@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._keys import OffloadKey
-from kvproto.errors import InvalidArgumentError
+from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.tierkit import BlobBackend, HeldReads, JobAdmission, Published
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
@@ -163,6 +163,19 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         self._faults: list[OpFault] = []
         self.refused_jobs = 0
         self.injected = 0  # operation faults that fired
+
+    @classmethod
+    def below(cls, tier: object) -> FaultyBackend:
+        """The FaultyBackend ``tier`` (a BlobTier, or a tier built on one) was built over with
+        ``wrap=FaultyBackend``: its ``backend``. A tier built without one is a
+        :class:`~kvproto.errors.ConfigurationError` naming the tier (a kit spec's hooks need it)."""
+        backend = getattr(tier, "backend", None)
+        if not isinstance(backend, cls):
+            raise ConfigurationError(
+                f"{type(tier).__name__} {getattr(tier, 'name', '?')!r} was built without wrap=FaultyBackend: "
+                "no faults can be injected below it"
+            )
+        return backend
 
     # -- arming (fail_next_jobs and fail_keys come from JobFaultHooks) ----------------------
 

@@ -414,11 +414,25 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
                 unreachable(other, where="SecondaryDriver.lookup")
         return answer
 
+    def wait_checks_back(self) -> bool:
+        """Wait until the tier's background work is back, where it can say so: a tier may offer
+        ``wait_idle(timeout) -> bool``, as :class:`~kvproto.tierkit.BlobTier` does (jobs, posted
+        existence batches). True once idle; False if it cannot say, or was not idle within the kit's
+        ``job_timeout_s`` (KIT-19: a check that counts storage requests waits for this condition,
+        not for time)."""
+        idle = getattr(self.tier, "wait_idle", None)
+        return callable(idle) and idle(self.limits.job_timeout_s) is True
+
     def resolve(
-        self, keys: Sequence[OffloadKey], context: ReqContext | None = None
+        self, keys: Sequence[OffloadKey], context: ReqContext | None = None, *, patient: bool = False
     ) -> dict[OffloadKey, LookupResult]:
         """Ask until every key answers HIT or MISS; RETRY must end within the declared
-        ``max_retry_steps`` end-of-step hooks (and the kit's wall-time bound) (TIER-18)."""
+        ``max_retry_steps`` end-of-step hooks (and the kit's wall-time bound) (TIER-18).
+
+        ``patient``: before each end-of-step hook, :meth:`wait_checks_back` (a step then applies what came
+        back): the answers rest on the tier's existence checks, never on whether they beat the
+        tier's own step deadline on a loaded machine, and the storage requests they made are all
+        made when this returns (KIT-19, TIER-33)."""
         answers: dict[OffloadKey, LookupResult] = {}
         waiting = list(keys)
         start = time.monotonic()
@@ -457,6 +471,8 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             wait = self.limits.retry_step_interval_s - (time.perf_counter() - self._last_step)
             if wait > 0:
                 time.sleep(wait)
+            if patient:
+                self.wait_checks_back()
             self.step()
             steps += 1
 

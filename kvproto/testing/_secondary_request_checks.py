@@ -171,9 +171,11 @@ class SecondaryRequestChecks(SecondaryRole):
 
     @staticmethod
     def _ask(kit: SecondaryDriver, asked: list[OffloadKey], stored: list[OffloadKey], name: str) -> None:
-        """Ask ``asked`` in one request (one step's batch); ``stored`` must answer HIT, the others MISS."""
+        """Ask ``asked`` in one request (one step's batch), each step once the tier's checks are back
+        (``resolve(patient=True)``: the plan, not the machine's load, decides); ``stored`` must answer
+        HIT, the others MISS."""
         context = TrackedContext(f"kvproto-kit-{name}")
-        answers = kit.resolve(asked, context)
+        answers = kit.resolve(asked, context, patient=True)
         kit.tier.on_request_finished(context)
         for key in asked:
             want = lr.HIT if key in stored else lr.MISS

@@ -27,8 +27,10 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +134,60 @@ def obj_on_moto() -> TierSpec:
         return kvproto_obj.ObjTier(buffer, config, wrap=FaultyBackend, ops=kit_ops(config))  # OBJ_HOOKS' store seam (OBJ-13)
 
     return TierSpec("obj-s3", "secondary", build, hooks=kvproto_obj.OBJ_HOOKS, tier_class=kvproto_obj.ObjTier)
+
+
+OBJ_SLOW_LISTINGS = f"{__name__}:obj_behind_slow_listings"
+SLOW_LISTING_S = 0.5
+"""How long each LIST page of ``obj_behind_slow_listings`` takes: far past obj's existence deadline
+(``probe_deadline_steps`` = 16 of the kit's 10 ms steps), as a loaded machine can make it."""
+
+
+def obj_behind_slow_listings() -> TierSpec:
+    """The ``obj`` spec whose store answers each LIST page after ``SLOW_LISTING_S`` (a ``kvproto
+    conform`` target): its existence batches come back after its own step deadline unless the kit
+    waits for them."""
+    import asyncio
+
+    from obstore.store import MemoryStore
+
+    import kvproto_obj
+    from kvproto_obj._conformance import KitStoreOps
+
+    class SlowListings(KitStoreOps):
+        def list(self, store: Any, prefix: str, *, offset: str | None = None,
+                 chunk_size: int = 1000) -> AsyncIterator[Sequence[Any]]:
+            pages = super().list(store, prefix, offset=offset, chunk_size=chunk_size)
+
+            async def slow() -> AsyncIterator[Sequence[Any]]:
+                async for page in pages:
+                    await asyncio.sleep(SLOW_LISTING_S)
+                    yield page
+
+            return slow()
+
+    spec = kvproto_obj.obj_spec("obj-slow-listings")
+    config = kvproto_obj.ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix="kvproto-kit/obj")
+
+    def build(buffer: memoryview) -> object:
+        return kvproto_obj.ObjTier(buffer, config, name="obj-slow-listings", store=MemoryStore(), wrap=FaultyBackend,
+                                   ops=SlowListings(ranged=True))  # ranged: as the spec's in-memory store lists
+
+    return replace(spec, factory=build)
+
+
+def test_a_request_plan_check_waits_for_the_tiers_existence_checks_not_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression (a false blame on a loaded machine): TIER-33's check asked each batch at the kit's
+    step pace, so an existence batch that came back after the tier's own step deadline answered a
+    seeded block MISS (AP-3 allows it) and the check blamed TIER-33. It now steps only once the
+    tier's checks are back (``SecondaryDriver.wait_checks_back``, ``wait_idle``): a store whose listings each
+    take 0.5 s passes it every time; asked at the kit's pace (``wait_checks_back`` doing nothing), it fails."""
+    pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: ./dev installs it")
+    check = ["test_existence_batches_keep_the_declared_request_plan"]
+    assert _same_every_run(OBJ_SLOW_LISTINGS, 2, checks=check) == [(check[0], "passed", None)]
+    monkeypatch.setattr(SecondaryDriver, "wait_checks_back", lambda self: False)
+    assert _verdicts(_run(OBJ_SLOW_LISTINGS, checks=check)) == [(check[0], "failed", "TIER-33")]
 
 
 @pytest.mark.parametrize("tier", ["fs", "obj", "obj-s3"])

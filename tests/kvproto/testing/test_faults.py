@@ -32,6 +32,7 @@ from kvproto import (
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.testing import (
     ConformanceFailure,
+    FaultyBackend,
     KitLimits,
     PrimaryTierTests,
     SecondaryDriver,
@@ -42,7 +43,7 @@ from kvproto.testing import (
     row,
 )
 from kvproto.testing.faults import FaultyPrimary, FaultySecondary, LatencySecondary
-from kvproto.tierkit import ForwardingSecondary
+from kvproto.tierkit import BlobTier, BlobTierConfig, ForwardingSecondary, MemoryBackend
 
 pytestmark = pytest.mark.usefixtures("no_thread_leak")
 
@@ -986,3 +987,19 @@ def test_latency_wrapper_keeps_its_failed_results_when_the_inner_report_raises(b
     faulty.raise_in("get_finished_jobs", None)
     assert tier.get_finished_jobs() == [JobResult(7, False)]
     tier.shutdown()
+
+
+def test_faulty_backend_below_names_a_tier_built_without_one() -> None:
+    """``FaultyBackend.below``: the wrapper a BlobTier was built over; a tier without one is a
+    ConfigurationError naming it (the kit specs' fault hooks)."""
+    buffers = [make_buffer(4, 64) for _ in range(2)]
+    wrapped = BlobTier(MemoryBackend(), buffers[0], BlobTierConfig(start_in_background=False), name="w",
+                       wrap=FaultyBackend)
+    plain = BlobTier(MemoryBackend(), buffers[1], BlobTierConfig(start_in_background=False), name="plain")
+    try:
+        assert FaultyBackend.below(wrapped) is wrapped.backend
+        with pytest.raises(ConfigurationError, match="BlobTier 'plain' was built without wrap=FaultyBackend"):
+            FaultyBackend.below(plain)
+    finally:
+        wrapped.shutdown()
+        plain.shutdown()

@@ -310,10 +310,7 @@ def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
 
 
 def _faulty(tier: FsTier) -> FaultyBackend:
-    backend = tier.backend
-    if not isinstance(backend, FaultyBackend):
-        raise ConfigurationError(f"FsTier {tier.name!r}: the kit's fault hooks need FsTier(..., wrap=FaultyBackend)")
-    return backend
+    return FaultyBackend.below(tier)  # the kit's fault hooks need FsTier(..., wrap=FaultyBackend)
 
 
 def _fail_next_jobs(tier: FsTier, n: int) -> None:

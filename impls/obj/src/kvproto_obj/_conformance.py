@@ -237,10 +237,7 @@ def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
 
 def faults_of(tier: ObjTier) -> FaultyBackend:
     """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
-    backend = tier.backend
-    if not isinstance(backend, FaultyBackend):
-        raise ConfigurationError(f"ObjTier {tier.name!r} was built without wrap=FaultyBackend: no faults can be injected")
-    return backend
+    return FaultyBackend.below(tier)
 
 
 def _read_block(tier: ObjTier, key: OffloadKey) -> bytes | None:
