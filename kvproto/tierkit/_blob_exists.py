@@ -78,7 +78,8 @@ class Existence:
             calls.append((len(chunk), got, handles))
             return answer
 
-        kept: list[tuple[OffloadKey, object]] = []
+        kept: list[OffloadKey] = []  # found keys, each with its handle (two lists: no tuple per HIT)
+        kept_handles: list[object] = []
         unused: list[object] = []
         answered = False
         try:
@@ -95,13 +96,14 @@ class Existence:
                 for key, size, handle in zip(named, got, handles, strict=False):  # past the cap: no handle
                     if handle is not None:
                         if size == want:
-                            kept.append((key, handle))
+                            kept.append(key)
+                            kept_handles.append(handle)
                         else:
                             unused.append(handle)  # the wrong size: not a block
                 unused += [handle for handle in handles[len(named):] if handle is not None]  # never, by contract
             for handle in unused:
                 holds.backend.close_held(handle)
-        holds.deposit(kept, generation)
+        holds.deposit(kept, kept_handles, generation)
         return found
 
     @contextmanager

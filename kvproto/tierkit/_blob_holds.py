@@ -12,9 +12,10 @@ request that asked finished, ``reset_cache``, ``shutdown``, or
 past it (or when opening fails, e.g. EMFILE) a HIT is answered as without
 the feature and counted.
 
-Per held key the state is a ``(handle, step)`` tuple and the request (a ``str``; a set once a second request
-is answered HIT for it) in a dict apart: a HIT builds no object of its own (the cost per HIT is what
-``kvproto bench fs`` compares with the feature off, issue 23).
+Per held key the state is its handle, the end-of-step hook count when it was opened and the request (a
+``str``; a set once a second request is answered HIT for it), each in a dict of its own: a HIT builds no
+object, not even a tuple (the cost per HIT is what ``kvproto bench fs`` compares with the feature off,
+issue 23; an object per HIT also brings the garbage collector's full passes sooner).
 
 Where an existence check (the probe's worker thread) found a blob, :meth:`preopen` opens it there,
 off the scheduler's thread; the lookup that then answers HIT takes that handle (a dict lookup, no
@@ -39,7 +40,7 @@ import resource
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from kvproto._keys import OffloadKey
 from kvproto.tierkit._backend import HeldReads
@@ -84,8 +85,8 @@ def default_hold_cap() -> int:
     return max(1, min(_MAX_CAP, soft // 4))
 
 
-_Entry = tuple[object, int]
-"""A held or pre-opened handle and the end-of-step hook count when it was opened (a tuple: built per HIT)."""
+_ABSENT: Final = object()
+"""No handle for the key (a handle itself may be any object the backend chose)."""
 
 
 class _Closer:
@@ -170,7 +171,8 @@ class Holds:
         self.cap = cap
         self._count = count
         self._tier = tier_name
-        self._held: OrderedDict[OffloadKey, _Entry] = OrderedDict()  # oldest first
+        self._held: OrderedDict[OffloadKey, object] = OrderedDict()  # key -> its handle, oldest first
+        self._held_at: dict[OffloadKey, int] = {}  # held key -> the end-of-step hook count when it was opened
         self._refs: dict[OffloadKey, str | set[str]] = {}  # held key -> the request (or requests) it was HIT for
         self._req_keys: dict[str, set[OffloadKey]] = {}
         self._evicted: set[OffloadKey] = set()  # held keys this instance evicted: their bytes are still on disk
@@ -179,7 +181,8 @@ class Holds:
         self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
         self._step = 0
         self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
-        self._pre: OrderedDict[OffloadKey, _Entry] = OrderedDict()  # key -> its handle (no refs yet), oldest first
+        self._pre: OrderedDict[OffloadKey, object] = OrderedDict()  # key -> its handle (no refs yet), oldest first
+        self._pre_at: dict[OffloadKey, int] = {}  # pre-opened key -> the hook count when it was deposited
         self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
         self._closer = _Closer(self._close_many, name=tier_name)
         self._close_held_many = backend.close_held_many if isinstance(backend, HeldCloses) else None
@@ -197,33 +200,36 @@ class Holds:
         """The probe's worker: open a handle on each of ``keys`` (an existence check just found their blob;
         ``names``: their blob names, if known), for the lookup that answers HIT to take. Within the cap; a
         failure only means the lookup opens."""
-        opened: list[tuple[OffloadKey, object]] = []
+        opened: list[OffloadKey] = []
+        handles: list[object] = []
         for key in keys[: max(0, self.room())]:
             if key in self._held or key in self._pre:
                 continue
             try:
                 name = names.get(key) if names is not None else None
-                opened.append((key, self.backend.open_held(name if name is not None else self._name_of(key))))
+                handles.append(self.backend.open_held(name if name is not None else self._name_of(key)))
             except Exception:  # absent again, EMFILE...: the lookup decides
                 continue
-        self.deposit(opened, generation)
+            opened.append(key)
+        self.deposit(opened, handles, generation)
 
-    def deposit(self, opened: Sequence[tuple[OffloadKey, object]], generation: int) -> None:
-        """The probe's worker: keep handles an existence check of ``generation`` opened on blobs it found,
-        for the lookups answering HIT to take; close those of a check older than the last ``close_all``
-        and those of keys already held or pre-opened."""
+    def deposit(self, keys: Sequence[OffloadKey], handles: Sequence[object], generation: int) -> None:
+        """The probe's worker: keep ``handles`` (one per key of ``keys``, in order) an existence check of
+        ``generation`` opened on blobs it found, for the lookups answering HIT to take; close those of a
+        check older than the last ``close_all`` and those of keys already held or pre-opened."""
         stale: list[object] = []
         with self._lock:
             if generation != self._generation:
-                stale = [handle for _, handle in opened]
+                stale = list(handles)
             else:
-                pre, held_of, step = self._pre, self._held, self._step
-                for key, handle in opened:
+                pre, pre_at, held_of, step = self._pre, self._pre_at, self._held, self._step
+                for key, handle in zip(keys, handles, strict=True):
                     if key in pre or key in held_of:
                         stale.append(handle)
                     else:
-                        pre[key] = (handle, step)
-            taken = len(opened) - len(stale)
+                        pre[key] = handle
+                        pre_at[key] = step
+            taken = len(handles) - len(stale)
         for handle in stale:
             self._close_quietly(handle)
         if taken:
@@ -249,9 +255,12 @@ class Holds:
         else:
             # Popped without the lock (one atomic dict operation; only this thread removes from _pre
             # but for close_all/step, on this thread too): a deposit racing it at most adds a second
-            # handle for the key to _pre, closed as any pre-opened handle no lookup takes.
-            entry = self._pre.pop(key, None)
-            if entry is None:  # not opened by an existence check (the index, or past the cap there)
+            # handle for the key to _pre (its hook count perhaps taken here: one missing from _pre_at
+            # closes at the next hook), closed as any pre-opened handle no lookup takes.
+            handle = self._pre.pop(key, _ABSENT)
+            if handle is not _ABSENT:
+                step = self._pre_at.pop(key, self._step)
+            else:  # not opened by an existence check (the index, or past the cap there)
                 if self.room() <= 0:
                     self._count("held_fallbacks", 1)
                     return True
@@ -263,10 +272,11 @@ class Holds:
                     self._count("held_fallbacks", 1)
                     _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
                     return True
-                entry = (handle, self._step)
+                step = self._step
                 self._count("held_taken", 1)
                 self._count("held_handles", 1)
-            held_of[key] = entry
+            held_of[key] = handle
+            self._held_at[key] = step
             self._refs[key] = req_id
         keys = self._req_keys.get(req_id)  # inlined _ref: this runs per HIT
         if keys is None:
@@ -279,11 +289,12 @@ class Holds:
         """Load ``job_id`` of ``keys`` starts: it takes the handles held for them (reads from, then releases, each)."""
         out: dict[OffloadKey, object] = {}
         for key in keys:
-            entry = self._held.pop(key, None)
-            if entry is None:
+            handle = self._held.pop(key, _ABSENT)
+            if handle is _ABSENT:
                 continue
+            del self._held_at[key]
             self._unref_all(key)
-            out[key] = entry[0]
+            out[key] = handle
         if out:
             self._in_loads += len(out)
             self._claimed[job_id] = out
@@ -328,7 +339,7 @@ class Holds:
         if not keys:
             return
         gone: list[object] = []
-        refs_of, evicted = self._refs, self._evicted
+        refs_of, evicted, held_at = self._refs, self._evicted, self._held_at
         refs_of_key, pop_held, close_later = refs_of.get, self._held.pop, gone.append  # this loop runs per HIT
         for key in keys:  # inlined _drop: a request ending closes every handle it was the only one to hold
             refs = refs_of_key(key)
@@ -342,7 +353,8 @@ class Holds:
                 if refs:
                     continue
             del refs_of[key]
-            close_later(pop_held(key)[0])
+            del held_at[key]
+            close_later(pop_held(key))
             if evicted:
                 evicted.discard(key)
         if len(gone) >= BACKGROUND_CLOSE_MIN and self._closer.hand(gone):
@@ -357,9 +369,10 @@ class Holds:
         if self._pre:
             self._close_pre(lambda step: step <= oldest)
         gone: list[object] = []
+        held_at = self._held_at
         while self._held:
-            key, entry = next(iter(self._held.items()))
-            if entry[1] > oldest:
+            key = next(iter(self._held))
+            if held_at[key] > oldest:
                 break
             gone.append(self._drop(key))
         self._release_many(gone)
@@ -391,12 +404,13 @@ class Holds:
             if bump:
                 self._generation += 1
             gone: list[object] = []
+            pre_at = self._pre_at
             while self._pre:
-                key, entry = next(iter(self._pre.items()))
-                if not expired(entry[1]):
+                key = next(iter(self._pre))
+                if not expired(pre_at.get(key, -1)):  # -1: its count went to a racing take (see take)
                     break
-                del self._pre[key]
-                gone.append(entry[0])
+                gone.append(self._pre.pop(key))
+                pre_at.pop(key, None)
         self._release_many(gone)
 
     def _release_many(self, handles: list[object]) -> None:
@@ -432,7 +446,8 @@ class Holds:
 
     def _drop(self, key: OffloadKey) -> object:
         """Forget held ``key``; its handle, for the caller to close."""
-        handle = self._held.pop(key)[0]
+        handle = self._held.pop(key)
+        del self._held_at[key]
         self._unref_all(key)
         self._evicted.discard(key)
         return handle
