@@ -71,6 +71,7 @@ TARGETS: dict[str, Target] = {
         (
             f"{_SPECS}:blob_private", f"{_SPECS}:blob_shared", f"{_SPECS}:blob_async", f"{_SPECS}:blob_loop",
             f"{_SPECS}:blob_held",  # held HITs (TIERKIT-6): the only in-memory spec whose backend offers HeldReads
+            f"{_SPECS}:blob_loop_bytes",  # jobs on the loop through read_bytes (the one-pass check), I/O faults too
         ),
     ),
     # FsTier's shared mode (its entry point), its private mode (the restart scan: tests/impls/fs), and

@@ -7,7 +7,8 @@ the only spec that runs that path; the shared ones report partial jobs); ``blob_
 AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
 (its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
 without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
-need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_held``: ``blob_shared``
+need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_loop_bytes``: jobs on
+the loop over an AsyncBytes (``read_bytes``: the one-pass copy and check) over a FaultyBackend, every hook; ``blob_held``: ``blob_shared``
 over a HeldMemory (a MemoryBackend offering HeldReads), so HITs are held (TIERKIT-6, TIER-26)."""
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
 
-__all__ = ["HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_private", "blob_shared", "fs_direct", "fs_private"]
+__all__ = [
+    "AsyncBytes", "HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_loop_bytes", "blob_private", "blob_shared",
+    "fs_direct", "fs_private",
+]
 
 
 def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
@@ -191,6 +195,40 @@ def blob_loop() -> TierSpec:
     return TierSpec(
         "blob-loop", "secondary", build, hooks=hooks, tier_class=BlobTier,
         description=f"BlobTier(AsyncMemory(MemoryBackend()), {config!r})",
+    )
+
+
+class AsyncBytes(AsyncMemory):
+    """AsyncMemory over a FaultyBackend, offering ``read_bytes`` (an AsyncBlobBytes: the whole blob as stored,
+    as obstore's GET hands it over) and forwarding ``refuse`` (the FaultyBackend's job faults)."""
+
+    def __init__(self, inner: FaultyBackend) -> None:
+        super().__init__(inner)  # type: ignore[arg-type]  # a BlobBackend: AsyncMemory only forwards to it
+        self.faulty = inner
+
+    async def read_bytes(self, name: str) -> memoryview:
+        (size,) = self.faulty.sizes([name])
+        if size is None:
+            raise FileNotFoundError(name)
+        blob = memoryview(bytearray(size))
+        self.faulty.read_into(name, (blob,))
+        return blob
+
+    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
+        return self.faulty.refuse(keys, store=store)
+
+
+def blob_loop_bytes() -> TierSpec:
+    """``blob_loop`` whose asynchronous backend offers ``read_bytes`` (a load copies and checks the body in one
+    pass, TIERKIT-3) over a FaultyBackend: jobs on the engine's loop with every hook, I/O faults included."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+
+    def build(buffer: memoryview) -> SecondaryTier:
+        return BlobTier(AsyncBytes(FaultyBackend(MemoryBackend())), buffer, config, name="blob-loop-bytes")
+
+    return TierSpec(
+        "blob-loop-bytes", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
+        description=f"BlobTier(AsyncBytes(FaultyBackend(MemoryBackend())), {config!r})",
     )
 
 
