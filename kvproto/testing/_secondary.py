@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Final
 
 import pytest
 
-from kvproto import members as lr
+from kvproto import OffloadKey, members as lr
 from kvproto._events import EventKind
 from kvproto.testing._budget_hold_checks import SecondaryHeldBudgetChecks
 from kvproto.testing._checks import check
@@ -34,7 +35,11 @@ from kvproto.testing._secondary_roles import SecondaryTierFactory
 from kvproto.testing._secondary_sharing_checks import SecondarySharingChecks
 from kvproto.testing._secondary_storage_checks import SecondaryStorageChecks
 
-__all__ = ["SecondaryTierFactory", "SecondaryTierTests"]
+__all__ = ["PERSIST_MANY", "SecondaryTierFactory", "SecondaryTierTests"]
+
+PERSIST_MANY: Final = 300
+"""Blocks ``test_persistence_of_many_blocks`` stores before it reopens: more than a restart scan or a
+listing takes in its first batch or page (BlobTier's restart scan indexes 256 at a time)."""
 
 
 class SecondaryTierTests(
@@ -125,6 +130,36 @@ class SecondaryTierTests(
             other.wait_started()  # asked once started, not while its start-up races the clock (KIT-19)
             other.expect(other.resolve(keys), lr.HIT, "TIER-18", "in a new instance over the same storage")
             other.load(keys, [10, 11, 12])
+        finally:
+            other.shutdown()
+
+    @check("TIER-18", needs=("persistence",), hooks=("reopen",))
+    def test_persistence_of_many_blocks(self, kit: SecondaryDriver, primary_buffer: memoryview) -> None:
+        """A new instance over the same storage sees every one of ``PERSIST_MANY`` stored blocks (more
+        than a restart scan's or a listing's first batch or page), but those the first instance
+        reported REMOVED (its eviction, TIER-14) or did not store (a partial job)."""
+        keys = key_pool("persist-many", PERSIST_MANY)
+        stored: list[OffloadKey] = []
+        chunk = max(1, min(kit.num_slots, 32))
+        for i in range(0, len(keys), chunk):
+            part = keys[i : i + chunk]
+            result = kit.store(part, list(range(len(part))))
+            done = result.succeeded_keys(kit.jobs[result.job_id])
+            stored += [k for k in part if k in done]
+        kit.quiet_steps(2)
+        removed = {k for e in kit.tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+        kept = [k for k in stored if k not in removed]
+        kit.shutdown()
+        if len(kept) <= len(keys) // 2:
+            pytest.skip(f"the tier kept {len(kept)} of {len(keys)} blocks it was given (a small capacity): "
+                        "not enough to check many")
+        reopened = self.reopen(kit.tier, primary_buffer)
+        other = SecondaryDriver(reopened, primary_buffer, kit.capabilities, kit.limits, first_job_id=9101)
+        try:
+            other.wait_started()  # asked once started (KIT-19)
+            other.expect_seen(kept, "TIER-18", f"in a new instance over the same storage, one of {len(kept)} blocks "
+                              "stored and never reported REMOVED", patient=True)
+            other.load(kept[-3:], [10, 11, 12])  # the last stored: past any first batch
         finally:
             other.shutdown()
 

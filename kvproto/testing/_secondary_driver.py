@@ -482,7 +482,9 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         """Each key with its answer once every RETRY has resolved (see :meth:`resolve`)."""
         return self.resolve(keys, context).items()
 
-    def expect_seen(self, keys: Sequence[OffloadKey], clause: str, why: str, *, requests: int = 3) -> None:
+    def expect_seen(
+        self, keys: Sequence[OffloadKey], clause: str, why: str, *, requests: int = 3, patient: bool = False
+    ) -> None:
         """Fail ``clause`` unless each of ``keys`` (stored, by this or another instance) answers HIT.
 
         A key that answered RETRY until the tier's declared ``max_retry_steps`` and then MISS was not
@@ -491,14 +493,15 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         kit's steps come every ``retry_step_interval_s``. Only such keys are asked again, in a new
         request (this request finished, :meth:`next_request`), up to ``requests`` requests in all; a
         MISS without the deadline fails at once. The verdict then rests on the tier's answers, not on
-        the kit's pace (issue 17, section 3); the loads that follow run in the request that saw HIT."""
-        answers = self.resolve(keys)
+        the kit's pace (issue 17, section 3); the loads that follow run in the request that saw HIT.
+        ``patient``: each step once the tier's checks are back (:meth:`resolve`), for many keys at once."""
+        answers = self.resolve(keys, patient=patient)
         for _ in range(1, requests):
             refused = [k for k in keys if answers[k] is not lr.HIT]
             if not refused or not set(refused) <= self.deadline_misses:
                 break
             self.next_request()
-            answers.update(self.resolve(refused))
+            answers.update(self.resolve(refused, patient=patient))
         self.expect(answers, lr.HIT, clause, why)
 
     def next_request(self) -> None:

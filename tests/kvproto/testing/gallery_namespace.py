@@ -118,3 +118,28 @@ def holds_only_its_own_hits() -> TierSpec:
 
     return TierSpec("holds_only_its_own_hits", "secondary", build, hooks=_BLOB_HOOKS, limits=_QUICK,
                     tier_class=HoldsOnlyItsOwnHits)
+
+
+class ScanStopsAfterItsFirstBatch(BlobTier):
+    """Bug: a private tier's restart scan stops after the first batch it indexes (256 blobs), so a new
+    instance over a storage of more blocks answers MISS for the rest: every block a check of a few
+    finds is still found."""
+
+    def _add_scanned(self, keys: list[tuple[OffloadKey, int]], generation: int) -> bool:
+        super()._add_scanned(keys, generation)
+        return False  # the bug: "stop" after every batch
+
+
+def _reopen_scan_stops(tier: object, buffer: memoryview) -> BlobTier:
+    assert isinstance(tier, BlobTier) and isinstance(tier.backend, FaultyBackend)
+    return ScanStopsAfterItsFirstBatch(FaultyBackend(tier.backend.inner), buffer, tier.blob_config, name=tier.name)
+
+
+@NAMESPACE_GALLERY.fails("test_persistence_of_many_blocks", "TIER-18", "one of")
+def scan_stops_after_its_first_batch() -> TierSpec:
+    def build(buffer: memoryview) -> BlobTier:
+        return ScanStopsAfterItsFirstBatch(FaultyBackend(MemoryBackend()), buffer, BlobTierConfig(), name="scan-stops")
+
+    return TierSpec("scan_stops_after_its_first_batch", "secondary", build,
+                    hooks={**_BLOB_HOOKS, "reopen": _reopen_scan_stops}, limits=_QUICK,
+                    tier_class=ScanStopsAfterItsFirstBatch)

@@ -7,9 +7,10 @@ the only spec that runs that path; the shared ones report partial jobs); ``blob_
 AsyncBlobBackend (tests/kvproto/tierkit/test_blob_async.py's AsyncMemory) wrapped in a FaultyBackend
 (its jobs run on worker threads through the backend's synchronous face); ``blob_loop``: the same
 without the wrapper, so jobs run on the engine's event loop (the obj tier's path), with the hooks that
-need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_loop_bytes``: jobs on
-the loop over an AsyncBytes (``read_bytes``: the one-pass copy and check) over a FaultyBackend, every hook; ``blob_held``: ``blob_shared``
-over a HeldMemory (a MemoryBackend offering HeldReads), so HITs are held (TIERKIT-6, TIER-26)."""
+need no FaultyBackend (seed, read, corrupt, reopen, reopen_other_layout); ``blob_loop_bytes``: jobs
+on the loop over an AsyncBytes (``read_bytes``: the one-pass copy and check) over a FaultyBackend, every
+hook; ``blob_held``: ``blob_shared`` over a HeldMemory (a MemoryBackend offering HeldReads), so HITs are
+held (TIERKIT-6, TIER-26)."""
 
 from __future__ import annotations
 
