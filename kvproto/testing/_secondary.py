@@ -151,8 +151,8 @@ class SecondaryTierTests(
         kept = [k for k in stored if k not in removed]
         kit.shutdown()
         if len(kept) <= len(keys) // 2:
-            pytest.skip(f"the tier kept {len(kept)} of {len(keys)} blocks it was given (a small capacity): "
-                        "not enough to check many")
+            pytest.skip(f"needs more than half of {len(keys)} stored blocks kept: the tier kept {len(kept)} "
+                        "(a small capacity)")
         reopened = self.reopen(kit.tier, primary_buffer)
         other = SecondaryDriver(reopened, primary_buffer, kit.capabilities, kit.limits, first_job_id=9101)
         try:

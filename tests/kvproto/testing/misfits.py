@@ -133,6 +133,26 @@ def slow() -> TierSpec:
     return TierSpec("slow", "secondary", build, hooks=MEMORY_HOOKS)
 
 
+def stuck_in_preflight() -> TierSpec:
+    """MemoryTier whose first end-of-step hook in the process (the kit's preflight makes it: the tier the
+    run builds first is never stepped) creates ``$KVPROTO_TEST_STARTED`` and then blocks until
+    interrupted: a SIGINT sent once that file exists lands in the preflight, every time."""
+    marker = os.environ.get("KVPROTO_TEST_STARTED")
+    first = [True]
+
+    class Stuck(MemoryTier):
+        def on_step_end(self) -> None:
+            if first[0]:
+                first[0] = False
+                if marker:
+                    Path(marker).touch()
+                while True:
+                    time.sleep(0.05)  # SIGINT raises KeyboardInterrupt here (the kit's main thread)
+            super().on_step_end()
+
+    return TierSpec("stuck", "secondary", lambda buffer: Stuck(buffer, name="stuck"), hooks=MEMORY_HOOKS)
+
+
 def busy_primary() -> TierSpec:
     """The reference primary tier, except that every third ``prepare_store`` made on any instance
     refuses (``None``), as a tier would whose background writer is busy: its answers to the same
