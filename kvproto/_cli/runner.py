@@ -450,12 +450,33 @@ def run_kit(
     outcomes = {o.check: o for o in planned}
     report = TierReport(spec, spec.capabilities or Capabilities(), planned, seed=seed)
     try:
+        return _check_tier(report, outcomes, profile=profile, on_progress=on_progress, checks=checks, seed=seed,
+                           failfast=failfast, keyword=keyword, repeat=repeat)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:  # anywhere in checking the tier (building it, the preflight, pytest's start-up,
+        raise Interrupted(report) from None  # Hypothesis' import), not only inside pytest's run: say which (KIT-11)
+
+
+def _check_tier(
+    report: TierReport,
+    outcomes: dict[str, CheckOutcome],
+    *,
+    profile: str | None,
+    on_progress: Callable[[CheckOutcome], None] | None,
+    checks: list[str] | None,
+    seed: int | None,
+    failfast: bool,
+    keyword: str | None,
+    repeat: int,
+) -> TierReport:
+    """:func:`run_kit`'s work once the checks are chosen: build a tier, the preflight, the checks."""
+    spec, planned = report.spec, list(outcomes.values())
+    try:
         tier = spec.build()
         report.capabilities = resolve_capabilities(spec.capabilities, tier)
         problem, brief = spec.not_a_tier(tier), spec.not_a_tier(tier, brief=True)
         shut_down_probe(tier)
-    except KeyboardInterrupt:  # building the tier is part of checking it: say which (KIT-11)
-        raise Interrupted(report) from None
     except Exception as exc:  # a factory that cannot build is reported, not raised
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"
         return report
@@ -468,19 +489,13 @@ def run_kit(
                          for lacks in again]
                 _merge_runs(outcome, [outcome, *later])
         return report
-    try:
-        down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
-    except KeyboardInterrupt:  # the preflight is part of checking the tier: say which (KIT-11)
-        raise Interrupted(report) from None
+    down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
     if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
         report.error, report.error_clause = down, "KIT-17"
         return report
     token = uuid.uuid4().hex
     _SPECS[token] = spec
-    try:
-        build_test_class(spec)  # fail early (in this process) on a bad spec
-    except KeyboardInterrupt:
-        raise Interrupted(report) from None
+    build_test_class(spec)  # fail early (in this process) on a bad spec
     repeats = [{o.check: replace(o) for o in planned} for _ in range(2, repeat + 1)]
     collector = _Collector(outcomes, on_progress, repeats)
     try:
@@ -515,8 +530,6 @@ def run_kit(
             with _hypothesis_in(folder, seed):
                 code = pytest.main(args, plugins=[collector])
             sys.modules.pop(module.stem, None)
-    except KeyboardInterrupt:  # outside pytest's own handling (its start-up, Hypothesis' import): say which tier
-        raise Interrupted(report) from None
     finally:
         _SPECS.pop(token, None)
     if code == pytest.ExitCode.INTERRUPTED:
