@@ -309,16 +309,12 @@ def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
     tier.vouch_for([key])  # the scan would find it; the kit wants it at once
 
 
-def _faulty(tier: FsTier) -> FaultyBackend:
-    return FaultyBackend.below(tier)  # the kit's fault hooks need FsTier(..., wrap=FaultyBackend)
-
-
 def _fail_next_jobs(tier: FsTier, n: int) -> None:
-    _faulty(tier).fail_next_jobs(n)
+    FaultyBackend.below(tier).fail_next_jobs(n)  # the kit's spec: FsTier(..., wrap=FaultyBackend)
 
 
 def _fail_keys(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
-    _faulty(tier).fail_keys(keys)
+    FaultyBackend.below(tier).fail_keys(keys)
 
 
 def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
