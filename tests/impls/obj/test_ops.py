@@ -83,6 +83,7 @@ def test_fail_io_makes_reset_cache_answer_false() -> None:
     (TIER-16, TIER-31, OBJ-9)."""
     with shut_down_after(open_tier(CONFIG, store=MemoryStore(), ops=KitStoreOps())) as (tier, run):
         assert run.store([key(4)]).success
+        assert tier.wait_idle()  # its start-up's requests are made: the armed fault is the reset's LIST's
         OBJ_HOOKS["fail_io"](tier, 1)
         assert tier.reset_cache() is False
         assert run.load([key(4)])[1] == {key(4)}
