@@ -10,9 +10,9 @@ of bytes between two contiguous tensors, on the calling thread.
 
 What each side does: ours reserves the slots, checks the job, hands it to the
 data plane's worker thread and copies each layer's blocks into the slot rows
-(CPU-13: one serial ``numpy.copyto`` per layer and run of consecutive
-blocks, 64 KiB pieces, the GIL released; with two intra-op threads or more
-each run's halves are copied on two threads), then completes the blocks in
+(CPU-13: one serial ``numpy.copyto`` per layer and up to 4 MiB of a run of
+consecutive blocks, 64 KiB per block, the GIL released; with two intra-op
+threads or more a helper thread shares those pieces), then completes the blocks in
 the tier; the baseline copies one contiguous buffer. Both use up to torch's
 intra-op thread count.
 

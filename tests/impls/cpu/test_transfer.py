@@ -60,8 +60,8 @@ def test_single_tensor_cache_is_one_layer() -> None:
 
 @contextlib.contextmanager
 def _threads(n: int) -> Iterator[None]:
-    """torch's intra-op thread budget set to ``n`` for the block: with two, each run's halves copy on two
-    threads (CPU-13)."""
+    """torch's intra-op thread budget set to ``n`` for the block: with two, a helper thread shares each job's
+    pieces (CPU-13)."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -91,8 +91,54 @@ def test_round_trip_moves_exactly_the_bytes(blocks: list[int], intra_op_threads:
     assert all(tier.pin_count(k) == 0 for k in keys(*ids))
 
 
+BIG_LAYERS = 2
+BIG_BLOCKS = 12
+BIG_LAYER_BLOCK = (512, 1024)  # float16: 1 MiB per layer per block, so a piece is 4 blocks of a run
+
+
+@pytest.mark.parametrize("blocks", [list(range(10)), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0], [2, 3, 4, 5, 6, 11, 0, 1]])
+def test_runs_longer_than_a_piece_move_exactly_the_bytes(blocks: list[int], intra_op_threads: int) -> None:
+    """A run of 10 blocks is copied in pieces of 4, 4 and 2 blocks per layer, shared by two threads where
+    there are two; what comes back is exactly what went in, block for block (CPU-13)."""
+    gen = torch.Generator().manual_seed(3)
+    cache = [torch.randn((BIG_BLOCKS, *BIG_LAYER_BLOCK), generator=gen).to(torch.float16) for _ in range(BIG_LAYERS)]
+    tier, _ = make_tier(num_slots=len(blocks), block_bytes=BIG_LAYERS * (1 << 20))
+    handler = CpuTransferHandler(tier, cache)
+    original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 1)
+    assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
+    for before, after in zip(original, cache, strict=True):
+        assert torch.equal(after[targets], before[blocks])
+    handler.shutdown()
+
+
+def test_a_helper_busy_elsewhere_never_holds_up_a_job() -> None:
+    """With two threads, a job whose helper never gets to run is copied whole by the worker and finishes;
+    the helper's share is cancelled, not waited for (CPU-13). The helper is held busy on purpose here
+    (through the handler's private executor: nothing public can keep it busy)."""
+    tier, cache, handler = setup()
+    release = threading.Event()
+    helper = handler._helper  # private on purpose: no public seam can hold the helper busy
+    assert helper is not None
+    busy = helper.submit(release.wait, 60)
+    try:
+        with _threads(2):
+            done = threading.Thread(target=store, args=(tier, handler, [1, 2, 3, 4], [0, 1, 2, 3]))
+            done.start()
+            done.join(30)
+            assert not done.is_alive(), "the store waited for a helper that never started"
+        assert all(tier.state(k) is BlockState.READY for k in keys(1, 2, 3, 4))
+        slot = tier.slot_of(key(2))
+        assert slot is not None
+        row = bytes(tier.slot_view(slot))
+        assert row == b"".join(bytes(layer[1].view(torch.uint8).flatten().tolist()) for layer in cache)
+    finally:
+        release.set()
+        busy.result(5)
+    handler.shutdown()
+
+
 def test_shutdown_stops_the_copy_threads() -> None:
-    """The worker and the helper that copies each run's second half end with ``shutdown`` (CPU-13)."""
+    """The worker and the helper that shares its pieces end with ``shutdown`` (CPU-13)."""
     before = set(threading.enumerate())
     tier, _, handler = setup()
     with _threads(2):

@@ -14,12 +14,14 @@ tensor laid out like the slots), then copies each run of consecutive slots to
 the pinned slot buffer in one ``copy_``; a load does the reverse
 (``index_copy_`` on the device). One CUDA event per job; ``poll`` queries it
 and never blocks. On CPU tensors the same jobs run, in order, on one worker
-thread, copying each run of blocks consecutive on both sides with one serial
-copy per layer (``numpy.copyto`` over views of the same memory: a memmove per
-block piece with the GIL released, not a torch ``copy_`` whose parallel region
-waits for torch's threads, 32 times per run); with an intra-op budget of two
-threads or more, the run's second half is copied on a helper thread
-meanwhile. Every byte is read and written once.
+thread, copying each run of blocks consecutive on both sides in pieces: one
+layer of up to about 4 MiB of the run's blocks, each piece one serial
+``numpy.copyto`` over views of the same memory (a memmove per block piece with
+the GIL released, not a torch ``copy_`` whose parallel region waits for torch's
+threads). With an intra-op budget of two threads or more, a helper thread
+shares the pieces: each thread takes the next one until none is left, so a
+helper that starts late copies less instead of delaying the job. Every byte is
+read and written once.
 
 Completion (CPU-12). ``poll`` reports each finished job once. Unless the
 handler was built with ``complete_tier=False``, a finished store calls the
@@ -32,15 +34,16 @@ block that is not READY.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy
+import numpy.typing
 import torch
 
 from kvproto import OffloadKey
@@ -53,6 +56,9 @@ __all__ = ["CpuTransferHandler", "DeviceLayout", "TransferOutcome"]
 _log = logging.getLogger("kvproto_cpu")
 
 _Direction = Literal["store", "load"]
+
+_PIECE_BYTES = 4 << 20  # CPU copies: the size of one shared piece (_copy_shared)
+_Piece = tuple[numpy.typing.NDArray[numpy.uint8], numpy.typing.NDArray[numpy.uint8]]  # (destination, source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,20 +208,23 @@ class CpuTransferHandler:
             tier.num_slots, layout.num_layers, layout.layer_block_bytes
         )
         # CPU copies go through numpy views of the same memory (no copy): numpy's copies are serial and
-        # release the GIL, so the two halves of a run copy on two threads without torch's parallel regions.
+        # release the GIL, so two threads share a job's pieces without torch's parallel regions.
         self._host_slots = self._slots_by_layer.numpy()
         self._host_layers = (
             () if layout.device.type == "cuda" else tuple(layer.detach().numpy() for layer in self._device_bytes)
         )
         self._complete_tier = complete_tier
         self._chunk_blocks = max(1, max_staging_bytes // tier.block_bytes)
+        # CPU copies: one piece is one layer of up to this many blocks of a run (about 4 MiB), so two
+        # threads sharing the pieces end within a fraction of a millisecond of each other.
+        self._piece_blocks = max(1, _PIECE_BYTES // layout.layer_block_bytes)
         self._ids = itertools.count(1)
         self._closed = False
         self._jobs: dict[int, _Job] = {}
         self._cuda = layout.device.type == "cuda"
         self._stream: torch.cuda.Stream | None = None
         self._worker: ThreadPoolExecutor | None = None
-        self._helper: ThreadPoolExecutor | None = None  # CPU copies: the second half of each run (_halves)
+        self._helper: ThreadPoolExecutor | None = None  # CPU copies: shares the pieces (_copy_shared)
         if self._cuda:
             # torch.cuda.Stream's constructor is unannotated.
             self._stream = torch.cuda.Stream(device=layout.device)  # type: ignore[no-untyped-call]  # unannotated in torch
@@ -346,43 +355,53 @@ class CpuTransferHandler:
     # ------------------------------------------------------------------ host copies
 
     def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        rows = self._host_slots
-        sources = self._host_layers
-
-        def store(block: int, slot: int, lo: int, hi: int) -> None:
-            # One serial copy per layer (numpy's: a memmove per block piece, the GIL released, no parallel
-            # region to wait on): this thread alone writes its half of the run.
-            for layer, source in enumerate(sources):
-                numpy.copyto(rows[slot + lo : slot + hi, layer], source[block + lo : block + hi])
-
-        for block, slot, length in _runs(ids, slots):
-            self._halves(length, functools.partial(store, block, slot))
+        self._copy_shared(self._pieces("store", slots, ids))
 
     def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
+        self._copy_shared(self._pieces("load", slots, ids))
+
+    def _pieces(self, direction: _Direction, slots: tuple[int, ...], ids: tuple[int, ...]) -> Iterator[_Piece]:
+        """The job's ``(destination, source)`` pieces, made as they are taken: per run of blocks consecutive on
+        both sides, per layer, up to ``_piece_blocks`` blocks (CPU-13)."""
         rows = self._host_slots
-        targets = self._host_layers
+        span = self._piece_blocks
+        for block, slot, length in _runs(ids, slots):
+            for layer, blocks in enumerate(self._host_layers):
+                for lo in range(0, length, span):
+                    hi = min(length, lo + span)
+                    in_slots = rows[slot + lo : slot + hi, layer]
+                    in_cache = blocks[block + lo : block + hi]
+                    yield (in_slots, in_cache) if direction == "store" else (in_cache, in_slots)
 
-        def load(slot: int, block: int, lo: int, hi: int) -> None:
-            for layer, target in enumerate(targets):
-                numpy.copyto(target[block + lo : block + hi], rows[slot + lo : slot + hi, layer])
+    def _copy_shared(self, pieces: Iterator[_Piece]) -> None:
+        """Copy every ``(destination, source)`` piece, each with one serial ``numpy.copyto`` (the GIL released
+        inside it), this thread and the helper each taking the next piece until none is left (CPU-13).
 
-        for slot, block, length in _runs(slots, ids):
-            self._halves(length, functools.partial(load, slot, block))
+        Work is shared, not split in fixed halves: a helper that starts late (its CPU busy elsewhere, e.g.
+        with torch's own threads still spinning after a parallel region) takes fewer pieces instead of
+        making the job wait for its half, and one never started is cancelled, not waited for. The helper
+        is used only where torch may use two threads or more (``torch.get_num_threads()``)."""
+        lock = threading.Lock()
 
-    def _halves(self, length: int, copy: Callable[[int, int], None]) -> None:
-        """``copy(lo, hi)`` over ``[0, length)``: the second half on the helper thread while this one does the
-        first (torch releases the GIL inside a copy), each half's copies one serial run where they can be.
-        Only where torch may use two threads or more (``torch.get_num_threads()``, its intra-op budget)."""
+        def drain() -> None:
+            while True:
+                with lock:  # a generator is not safe to advance from two threads at once
+                    piece = next(pieces, None)
+                if piece is None:
+                    return
+                numpy.copyto(*piece)
+
         helper = self._helper
-        if helper is None or length < 2 or torch.get_num_threads() < 2:
-            copy(0, length)
+        if helper is None or torch.get_num_threads() < 2:
+            for destination, source in pieces:
+                numpy.copyto(destination, source)
             return
-        half = length // 2
-        other = helper.submit(copy, half, length)
+        other = helper.submit(drain)
         try:
-            copy(0, half)
+            drain()
         finally:
-            other.result()
+            if not other.cancel():  # started: wait for the piece it is copying (and its error, if any)
+                other.result()
 
     # ------------------------------------------------------------------ CUDA copies
 
