@@ -99,6 +99,38 @@ def test_first_writer_wins_and_a_complete_file_is_never_replaced(tmp_path: Path)
         assert temp_files(tier) == []
 
 
+class _NoHardLinks(FileOps):
+    """A filesystem that refuses hard links (EPERM, as some network and FUSE filesystems do), after the path
+    walk, as the kernel does: a missing parent directory is ENOENT first."""
+
+    def link(self, src: str, dst: str) -> None:
+        if not os.path.isdir(os.path.dirname(dst)):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", dst)
+        raise OSError(errno.EPERM, "Operation not permitted", src)
+
+
+def test_storage_refusing_hard_links_publishes_by_rename(tmp_path: Path) -> None:
+    """Where ``link`` is refused, publish falls back to ``os.replace`` of the temp: every block stored is
+    there with its bytes, no temp is left, and the fallback is counted (FS-3)."""
+    buffer = make_buffer()
+    tier = FsTier(buffer, FsTierConfig(root=tmp_path), ops=_NoHardLinks())
+    from tests.impls._tier_runner import Runner
+
+    run = Runner(tier, buffer)
+    try:
+        assert tier.wait_ready(5)
+        keys = [key(i) for i in range(3)]
+        assert run.store(keys).success
+        assert all(tier.path_of(k).is_file() for k in keys) and temp_files(tier) == []
+        assert tier.stats.link_fallbacks == 3
+        assert run.store(keys[:1]).success  # present: EXISTED before any temp, no fallback needed
+        assert tier.stats.link_fallbacks == 3
+        _, right, wrong = run.load(keys)
+        assert (right, wrong) == (set(keys), set())
+    finally:
+        tier.shutdown()
+
+
 def test_orphan_temps_older_than_the_grace_are_swept_at_start(tmp_path: Path) -> None:
     tier, _ = open_tier(tmp_path)
     tier.shutdown()
