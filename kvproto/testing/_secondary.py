@@ -81,7 +81,8 @@ class SecondaryTierTests(
     * ``refuse_direct(tier, after) -> int``, ``lose_directories(tier, n) -> int``: the storage refuses
       the tier's direct I/O (EINVAL) after ``after`` more direct-I/O calls, or has just removed the
       directory of the next ``n`` blocks put at their names (ENOENT); each returns how many calls it
-      hit since its previous call (TIER-35, TIER-36);
+      hit since its previous call (TIER-35, TIER-36); ``refuse_links(tier, on) -> int``: the storage
+      refuses hard links (EPERM) while ``on``, returning how many it refused (TIER-35);
     * ``plant_leftovers(tier)``: leave crashed writers' and an interrupted reset's leftovers in the
       storage, one the tier cannot remove and one removed while the next instance lists it (TIER-18);
       ``leftovers(tier) -> int``: how many of those the start-up promises to remove are still there (KIT-22; kvproto-fs: FS-14).

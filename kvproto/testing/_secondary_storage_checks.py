@@ -53,6 +53,12 @@ class SecondaryStorageChecks(SecondaryRole):
         :meth:`test_a_store_outlives_its_directory_vanishing` (KIT-5)."""
         raise NotImplementedError
 
+    def refuse_links(self, tier: SecondaryTier, on: bool) -> int:
+        """Make the tier's storage refuse hard links (``EPERM``, as filesystems without them answer)
+        while ``on``; return how many links it refused since the previous call: the backdoor hook of
+        :meth:`test_refused_hard_links_still_store` (KIT-5)."""
+        raise NotImplementedError
+
     def plant_leftovers(self, tier: SecondaryTier) -> None:
         """Leave in ``tier``'s storage what crashed writers and another instance's interrupted
         ``reset_cache`` leave: partial temporary data, trash, an entry the tier cannot remove, and a
@@ -166,6 +172,31 @@ class SecondaryStorageChecks(SecondaryRole):
                 )
         self._no_leak(baseline)
 
+
+    @check("TIER-35", hooks=("refuse_links",))
+    def test_refused_hard_links_still_store(self, kit: SecondaryDriver) -> None:
+        """With the storage refusing hard links (EPERM, as filesystems without them answer), a store
+        succeeds and its blocks answer HIT and load their bytes: a tier that publishes by hard link
+        publishes another way there (kvproto-fs: a rename, FS-3)."""
+        where = "with the storage refusing hard links (EPERM)"
+        fresh = key_pool("t35-links", 3)
+        self.refuse_links(kit.tier, True)
+        try:
+            result = kit.store(fresh, store_slots(kit, len(fresh)))
+        finally:
+            refused = self.refuse_links(kit.tier, False)
+        if refused == 0:
+            pytest.skip(
+                "needs a tier that publishes by hard link: it made no link over this storage (the refuse_links hook "
+                "refused nothing), so TIER-35's hard-link case was not checked"
+            )
+        if not result.success:
+            raise ConformanceFailure(
+                "TIER-35",
+                f"storing {len(fresh)} keys {where} failed ({result}): a filesystem without hard links (some FUSE, "
+                "SMB and network mounts) must still store, publishing another way",
+            )
+        hit_and_loaded(kit, fresh, "TIER-35", f"stored {where}")
 
     @staticmethod
     def _no_leak(baseline: set[str]) -> None:

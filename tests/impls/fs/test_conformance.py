@@ -49,6 +49,10 @@ class TestPrivateFsTier(HookTableTests):
         lost: int = self._hook("lose_directories", tier, n)
         return lost
 
+    def refuse_links(self, tier: SecondaryTier, on: bool) -> int:
+        refused: int = self._hook("refuse_links", tier, on)
+        return refused
+
     def plant_leftovers(self, tier: SecondaryTier) -> None:
         self._hook("plant_leftovers", tier)
 

@@ -1,6 +1,6 @@
 """Broken tiers for what a tier's storage may refuse or lose under it (issue 17, section 5; TIER-35,
 TIER-36): FsTiers built as the kit builds kvproto-fs (over
-:class:`~kvproto_fs._conformance.KitFileOps`, with its hooks ``refuse_direct`` and
+:class:`~kvproto_fs._conformance.KitFileOps`, with its hooks ``refuse_direct``, ``refuse_links``,
 ``lose_directories``, ``plant_leftovers``), each with one bug of the reference code's fallbacks that mutation testing
 showed the kit passed (docs/mutation/fs.json).
 
@@ -113,6 +113,28 @@ class LeavesCrashedWritersTemps(FsTier):
     file_backend = _SweepStopsAtAFailure
 
 
+class _LinksOnly(FileBackend):
+    """Publish by hard link only: a refused link fails the store (no fallback to a rename)."""
+
+    def _link(self, tmp: str, final: str) -> Published:
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        try:
+            self._ops.link(tmp, final)  # the bug: EPERM (a filesystem without hard links) is raised: the store fails
+            published = Published.CREATED
+        except FileExistsError:
+            published = Published.EXISTED
+        self._ops.unlink(tmp)
+        return published
+
+
+class AssumesHardLinks(FsTier):
+    """Bug: publishing assumes the filesystem does hard links; where it refuses them (EPERM: some FUSE,
+    SMB and network mounts) every store fails. Mutation testing found the kit passed the reference
+    code with its rename fallback removed (docs/mutation/fs.json)."""
+
+    file_backend = _LinksOnly
+
+
 def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
         config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
@@ -128,6 +150,11 @@ def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSp
 def assumes_direct_io() -> TierSpec:
     """:class:`AssumesDirectIo` over 4 KiB page-aligned rows (its O_DIRECT path)."""
     return _spec(AssumesDirectIo, block_bytes=4096)
+
+
+@FILES_GALLERY.fails("test_refused_hard_links_still_store", "TIER-35", "with the storage refusing hard links (EPERM)")
+def assumes_hard_links() -> TierSpec:
+    return _spec(AssumesHardLinks, block_bytes=64)
 
 
 @FILES_GALLERY.fails(

@@ -70,7 +70,10 @@ class KitFileOps(FileOps):
       negative: off): the hook ``refuse_direct`` (TIER-35);
     * ``vanish`` (the next ``vanish`` ``link`` calls raise ``ENOENT``, as when another instance's
       ``reset_cache`` removed the block's directory between its ``mkdir`` and the link): the hook
-      ``lose_directories`` (TIER-36).
+      ``lose_directories`` (TIER-36);
+    * ``no_links`` (every ``link`` raises ``EPERM`` once its path walk found the destination's directory,
+      as filesystems without hard links answer; a missing directory is ``ENOENT`` first, as the kernel
+      walks the path before the filesystem refuses): the hook ``refuse_links`` (TIER-35).
     """
 
     def __init__(self, root: Path | None = None) -> None:
@@ -78,6 +81,8 @@ class KitFileOps(FileOps):
         self.fail = 0
         self.vanish = 0
         self.vanished = 0
+        self.no_links = False
+        self.links_refused = 0
         self._lock = threading.Lock()
         # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
         # over one root shares it (so a new instance's construction meets it too).
@@ -98,6 +103,13 @@ class KitFileOps(FileOps):
             self.vanish = n
             hit, self.vanished = self.vanished, 0
         return hit
+
+    def refuse_links(self, on: bool) -> int:
+        """Arm or disarm ``no_links``; the links refused since the previous call."""
+        with self._lock:
+            self.no_links = on
+            refused, self.links_refused = self.links_refused, 0
+        return refused
 
     def _fault(self, call: str) -> None:
         with self._lock:
@@ -183,6 +195,10 @@ class KitFileOps(FileOps):
                 self.vanished += 1
         if lose:
             raise FileNotFoundError(errno.ENOENT, "injected by the kit's lose_directories hook: the directory was removed", dst)
+        if self.no_links and os.path.isdir(os.path.dirname(dst)):
+            with self._lock:
+                self.links_refused += 1
+            raise OSError(errno.EPERM, "injected by the kit's refuse_links hook: hard links refused", dst)
         super().link(src, dst)
 
 
@@ -224,6 +240,12 @@ def _lose_directories(tier: FsTier, n: int) -> int:
     """The next ``n`` links of a finished block into its directory find the directory removed
     (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
     return _kit_ops(tier).lose_directories(n)
+
+
+def _refuse_links(tier: FsTier, on: bool) -> int:
+    """The storage of ``tier`` refuses hard links (EPERM) while ``on``; how many links it refused since the
+    previous call of this hook (TIER-35)."""
+    return _kit_ops(tier).refuse_links(on)
 
 
 def _plant_leftovers(tier: FsTier) -> None:
@@ -344,6 +366,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "fail_io": _fail_io,
     "refuse_direct": _refuse_direct,
     "lose_directories": _lose_directories,
+    "refuse_links": _refuse_links,
     "plant_leftovers": _plant_leftovers,
     "leftovers": _leftovers,
     "storage_names": _storage_names,
