@@ -365,13 +365,17 @@ class CpuTransferHandler:
         both sides, per layer, up to ``_piece_blocks`` blocks (CPU-13)."""
         rows = self._host_slots
         span = self._piece_blocks
+        store = direction == "store"
         for block, slot, length in _runs(ids, slots):
             for layer, blocks in enumerate(self._host_layers):
+                if length <= span:  # one piece per layer: every scattered block (a job's worst case) and most runs
+                    in_slots, in_cache = rows[slot : slot + length, layer], blocks[block : block + length]
+                    yield (in_slots, in_cache) if store else (in_cache, in_slots)
+                    continue
                 for lo in range(0, length, span):
                     hi = min(length, lo + span)
-                    in_slots = rows[slot + lo : slot + hi, layer]
-                    in_cache = blocks[block + lo : block + hi]
-                    yield (in_slots, in_cache) if direction == "store" else (in_cache, in_slots)
+                    in_slots, in_cache = rows[slot + lo : slot + hi, layer], blocks[block + lo : block + hi]
+                    yield (in_slots, in_cache) if store else (in_cache, in_slots)
 
     def _copy_shared(self, pieces: Iterator[_Piece]) -> None:
         """Copy every ``(destination, source)`` piece, each with one serial ``numpy.copyto`` (the GIL released
