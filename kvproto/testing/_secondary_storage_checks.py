@@ -2,7 +2,7 @@
 mutation testing's blind spots; TIER-35, TIER-36): :class:`SecondaryStorageChecks`, a base of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
-Two backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_io`` do
+Three backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_io`` do
 (:mod:`kvproto.testing._secondary_io_checks`):
 
 * ``refuse_direct(tier, after) -> int``: the storage refuses the tier's direct (cache-bypassing)
@@ -13,6 +13,10 @@ Two backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_
 * ``lose_directories(tier, n) -> int``: the next ``n`` times the tier puts a finished block at its
   name, the directory it goes into has just been removed (as another instance's ``reset_cache``
   does between a ``mkdir`` and the link; 0 disarms); it returns how many times it did so.
+* ``refuse_links(tier, on) -> int``: while ``on``, the storage refuses hard links with ``EPERM``, as
+  filesystems without them answer; it returns how many links it refused since it was last called. A
+  tier that publishes no other way than by link fails its stores there (TIER-35); one that makes no
+  link refuses nothing (the check says so: not checked).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ switch of a descriptor to direct mode) or at its second (the first transfer), in
 
 
 class SecondaryStorageChecks(SecondaryRole):
-    """Direct I/O refused and directories lost under the tier, in the kit's order."""
+    """Direct I/O and hard links refused and directories lost under the tier, in the kit's order."""
 
     def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
         """Make the tier's storage refuse its direct (cache-bypassing) I/O with ``EINVAL`` once
@@ -179,6 +183,9 @@ class SecondaryStorageChecks(SecondaryRole):
         succeeds and its blocks answer HIT and load their bytes: a tier that publishes by hard link
         publishes another way there (kvproto-fs: a rename, FS-3)."""
         where = "with the storage refusing hard links (EPERM)"
+        before = key_pool("t35-links-before", 2)
+        if not kit.store(before, store_slots(kit, len(before))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-35")  # an error, never TIER-35's (KIT-17)
         fresh = key_pool("t35-links", 3)
         self.refuse_links(kit.tier, True)
         try:
@@ -186,6 +193,11 @@ class SecondaryStorageChecks(SecondaryRole):
         finally:
             refused = self.refuse_links(kit.tier, False)
         if refused == 0:
+            if not result.success:  # no link was refused: whatever failed the store, it is not TIER-35's case
+                raise SetUpFailed(
+                    "TIER-10", f"storing {len(fresh)} keys failed ({result}) although the refuse_links hook refused "
+                    "no link", "TIER-35",
+                )
             pytest.skip(
                 "needs a tier that publishes by hard link: it made no link over this storage (the refuse_links hook "
                 "refused nothing), so TIER-35's hard-link case was not checked"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
+import numpy
+import numpy.typing
 import pytest
 import torch
 
@@ -108,6 +111,39 @@ def test_runs_longer_than_a_piece_move_exactly_the_bytes(blocks: list[int], intr
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
     for before, after in zip(original, cache, strict=True):
         assert torch.equal(after[targets], before[blocks])
+        untouched = [b for b in range(BIG_BLOCKS) if b not in targets]
+        assert torch.count_nonzero(after[untouched]) == 0
+    handler.shutdown()
+
+
+def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two threads, a piece whose copy raises fails the job with that error: the other thread takes no
+    further piece (it finishes the one it is copying, here slowed to 50 ms), and the job's slots go back
+    to the tier (CPU-12, CPU-13). 12 blocks in reverse order are 36 pieces (12 runs x 3 layers)."""
+    tier, _, handler = setup(num_slots=NUM_BLOCKS)
+    real = numpy.copyto
+    calls: list[str] = []
+    guard = threading.Lock()
+
+    def copyto(destination: numpy.typing.NDArray[numpy.uint8], source: numpy.typing.NDArray[numpy.uint8]) -> None:
+        with guard:
+            calls.append(threading.current_thread().name)
+            first = len(calls) == 1
+        if first:
+            raise RuntimeError("injected copy failure")
+        time.sleep(0.05)
+        real(destination, source)
+
+    monkeypatch.setattr(numpy, "copyto", copyto)
+    ids = list(range(NUM_BLOCKS))
+    with _threads(2):
+        out = tier.prepare_store(keys(*ids), REQ)
+        assert out is not None
+        handler.submit_store(out.keys_to_store, out.slots, ids[::-1])
+        outcomes = handler.wait()
+    assert [o.success for o in outcomes] == [False] and "injected copy failure" in (outcomes[0].error or "")
+    assert len(calls) <= 3, f"{len(calls)} pieces copied after or beside the failed one (of 36)"
+    assert all(tier.state(k) is BlockState.ABSENT for k in keys(*ids))
     handler.shutdown()
 
 

@@ -234,7 +234,7 @@ class CpuTransferHandler:
                 )
         else:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy")
-            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy-half")
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy-helper")
 
     @property
     def layout(self) -> DeviceLayout:
@@ -384,28 +384,43 @@ class CpuTransferHandler:
         Work is shared, not split in fixed halves: a helper that starts late (its CPU busy elsewhere, e.g.
         with torch's own threads still spinning after a parallel region) takes fewer pieces instead of
         making the job wait for its half, and one never started is cancelled, not waited for. The helper
-        is used only where torch may use two threads or more (``torch.get_num_threads()``)."""
+        is used only where torch may use two threads or more (``torch.get_num_threads()``).
+
+        A failure ends the job's copying: the thread that failed stops the other from taking another
+        piece (it finishes the one it is copying), and the error raised is this thread's own if it failed,
+        else the helper's."""
         lock = threading.Lock()
+        failed = threading.Event()
 
         def drain() -> None:
             while True:
                 with lock:  # a generator is not safe to advance from two threads at once
-                    piece = next(pieces, None)
+                    piece = None if failed.is_set() else next(pieces, None)
                 if piece is None:
                     return
                 numpy.copyto(*piece)
+
+        def drain_or_stop() -> None:
+            try:
+                drain()
+            except BaseException:
+                failed.set()
+                raise
 
         helper = self._helper
         if helper is None or torch.get_num_threads() < 2:
             for destination, source in pieces:
                 numpy.copyto(destination, source)
             return
-        other = helper.submit(drain)
+        other = helper.submit(drain_or_stop)
         try:
-            drain()
-        finally:
-            if not other.cancel():  # started: wait for the piece it is copying (and its error, if any)
-                other.result()
+            drain_or_stop()
+        except BaseException:
+            if not other.cancel():
+                other.exception()  # wait for the piece it is copying; this thread's error is the job's
+            raise
+        if not other.cancel():  # started: wait for the piece it is copying (and its error, if any)
+            other.result()
 
     # ------------------------------------------------------------------ CUDA copies
 
