@@ -101,7 +101,8 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     # hook fails GETs and PUTs through KitStoreOps, below ObstoreBackend (TIER-31 runs, OBJ-13).
     # Nor refuse_direct/lose_directories/refuse_links/plant_leftovers (TIER-35, TIER-36, TIER-18's leftovers: kvproto-fs's).
     below = {"test_short_transfers_move_every_byte",
-             "test_refused_direct_io_still_moves_the_bytes", "test_a_store_outlives_its_directory_vanishing",
+             "test_refused_direct_io_still_moves_the_bytes", "test_refused_hard_links_still_store",
+             "test_a_store_outlives_its_directory_vanishing",
              "test_leftovers_never_hide_stored_blocks", "test_start_up_sweeps_leftovers"}
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
