@@ -15,8 +15,9 @@ from kvproto import EventKind, ReqContext, TransferJob, envelope as env, members
 from kvproto.errors import ConfigurationError, InvalidArgumentError
 
 from kvproto_fs import FileOps, FsTier, FsTierConfig
+from kvproto_fs._conformance import KitFileOps
 from kvproto_fs._io import probe_direct
-from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer
+from tests.impls._tier_runner import BLOCK, Runner, block_of, key, make_buffer
 from tests.impls.fs._support import open_tier, opened_tier, temp_files
 
 # -- FS-1: configuration -----------------------------------------------------------------------
@@ -99,30 +100,21 @@ def test_first_writer_wins_and_a_complete_file_is_never_replaced(tmp_path: Path)
         assert temp_files(tier) == []
 
 
-class _NoHardLinks(FileOps):
-    """A filesystem that refuses hard links (EPERM, as some network and FUSE filesystems do), after the path
-    walk, as the kernel does: a missing parent directory is ENOENT first."""
-
-    def link(self, src: str, dst: str) -> None:
-        if not os.path.isdir(os.path.dirname(dst)):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", dst)
-        raise OSError(errno.EPERM, "Operation not permitted", src)
-
-
 def test_storage_refusing_hard_links_publishes_by_rename(tmp_path: Path) -> None:
     """Where ``link`` is refused, publish falls back to ``os.replace`` of the temp: every block stored is
-    there with its bytes, no temp is left, and the fallback is counted (FS-3)."""
+    there with its bytes, no temp is left, and the fallback is counted (FS-3). The kit's file operations
+    refuse the links (``refuse_links``: EPERM after the path walk, as the kernel answers)."""
     buffer = make_buffer()
-    tier = FsTier(buffer, FsTierConfig(root=tmp_path), ops=_NoHardLinks())
-    from tests.impls._tier_runner import Runner
-
+    ops = KitFileOps()
+    ops.refuse_links(True)
+    tier = FsTier(buffer, FsTierConfig(root=tmp_path), ops=ops)
     run = Runner(tier, buffer)
     try:
         assert tier.wait_ready(5)
         keys = [key(i) for i in range(3)]
         assert run.store(keys).success
         assert all(tier.path_of(k).is_file() for k in keys) and temp_files(tier) == []
-        assert tier.stats.link_fallbacks == 3
+        assert tier.stats.link_fallbacks == 3 and ops.refuse_links(True) == 3
         assert run.store(keys[:1]).success  # present: EXISTED before any temp, no fallback needed
         assert tier.stats.link_fallbacks == 3
         _, right, wrong = run.load(keys)
@@ -279,8 +271,6 @@ def test_disk_full_fails_the_job_publishes_nothing_and_later_jobs_work(tmp_path:
     ops = _FullDisk()
     buffer = make_buffer()
     tier = FsTier(buffer, FsTierConfig(root=tmp_path, durability="data"), ops=ops)
-    from tests.impls._tier_runner import Runner
-
     run = Runner(tier, buffer)
     try:
         assert tier.wait_ready(5)
@@ -435,8 +425,6 @@ class _NoDirect(FileOps):
 
 def test_o_direct_refused_at_io_falls_back_to_buffered_per_filesystem(tmp_path: Path) -> None:
     import mmap
-
-    from tests.impls._tier_runner import Runner
 
     aligned = memoryview(mmap.mmap(-1, 8 * BLOCK)).cast("B", (8, BLOCK))
     ops = _NoDirect()

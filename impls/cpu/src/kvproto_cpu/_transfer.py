@@ -367,13 +367,10 @@ class CpuTransferHandler:
         span = self._piece_blocks
         store = direction == "store"
         for block, slot, length in _runs(ids, slots):
+            # The run's bounds once, not per layer: one pair for every scattered block (a job's worst case).
+            bounds = [(lo, min(length, lo + span)) for lo in range(0, length, span)]
             for layer, blocks in enumerate(self._host_layers):
-                if length <= span:  # one piece per layer: every scattered block (a job's worst case) and most runs
-                    in_slots, in_cache = rows[slot : slot + length, layer], blocks[block : block + length]
-                    yield (in_slots, in_cache) if store else (in_cache, in_slots)
-                    continue
-                for lo in range(0, length, span):
-                    hi = min(length, lo + span)
+                for lo, hi in bounds:
                     in_slots, in_cache = rows[slot + lo : slot + hi, layer], blocks[block + lo : block + hi]
                     yield (in_slots, in_cache) if store else (in_cache, in_slots)
 
