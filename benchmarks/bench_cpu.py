@@ -10,11 +10,15 @@ of bytes between two contiguous tensors, on the calling thread.
 
 What each side does: ours reserves the slots, checks the job, hands it to the
 data plane's worker thread and copies each layer's blocks into the slot rows
-(CPU-13: one serial ``numpy.copyto`` per layer and up to 4 MiB of a run of
-consecutive blocks, 64 KiB per block, the GIL released; with two intra-op
-threads or more a helper thread shares those pieces), then completes the blocks in
-the tier; the baseline copies one contiguous buffer. Both use up to torch's
-intra-op thread count.
+(CPU-13: one serial copy per layer and up to 4 MiB of a run of consecutive
+blocks, 64 KiB per block, the GIL released; with two intra-op threads or more a
+helper thread shares those pieces), then completes the blocks in the tier; the
+baseline copies one contiguous buffer. Both use up to torch's intra-op thread
+count. The copy kernel is the handler's default: non-temporal (streaming) stores
+where kvproto-cpu's extension is built (``cpu.streaming_kernel`` = 1), which skip
+the read of each destination line an ordinary store makes; where it is, the same
+is measured again with the ``numpy.copyto`` kernel (``cpu.numpy_kernel.*``), the
+one an install without a C compiler runs.
 
 Beside it (not instead: the headline ratio stays the contiguous copy's), ``*_vs_layered``: ours
 against what an engine writes without kvproto from the same per-layer tensors, one ``copy_`` per
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 
@@ -63,7 +68,9 @@ def _elapsed_s(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
-def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float]:
+def _measure(
+    device: torch.device, blocks: int, repeats: int, copy_kernel: Literal["auto", "numpy"] = "auto"
+) -> dict[str, float]:
     cuda = device.type == "cuda"
     layers = [
         torch.randn((blocks, *LAYER_BLOCK_SHAPE), dtype=torch.bfloat16, device=device)
@@ -73,7 +80,7 @@ def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float
         CpuTierConfig(num_slots=blocks, block_bytes=BLOCK_BYTES, pin_memory="auto" if cuda else "off")
     )
     tier.tensor.zero_()  # fault the pages in before timing
-    handler = CpuTransferHandler(tier, layers)
+    handler = CpuTransferHandler(tier, layers, copy_kernel=copy_kernel)
     req = ReqContext("bench")
     keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(blocks)]
     ids = list(range(blocks))
@@ -178,6 +185,7 @@ def _measure(device: torch.device, blocks: int, repeats: int) -> dict[str, float
         "layered_load_gbps": round(gb / layered_load_s, 2),
         "store_ratio_vs_layered": round(layered_store_s / ours_store, 3),
         "load_ratio_vs_layered": round(layered_load_s / ours_load, 3),
+        "streaming_kernel": float(handler.copy_kernel == "streaming"),
         "blocks": float(blocks),
         "mib": nbytes / (1 << 20),
     }
@@ -206,6 +214,13 @@ def run(quick: bool = False) -> BenchResult:
         f"(x{cpu['load_ratio']}); beside it, vs a per-layer copy of the same tensors: store "
         f"x{cpu['store_ratio_vs_layered']}, load x{cpu['load_ratio_vs_layered']}"
     )
+    if cpu["streaming_kernel"]:  # side by side: the same copies with numpy.copyto, the kernel without the extension
+        plain_kernel = _measure(torch.device("cpu"), blocks, repeats, copy_kernel="numpy")
+        figures.update({f"cpu.numpy_kernel.{k}": v for k, v in plain_kernel.items()})
+        summary += (
+            f"; the streaming-store kernel (numpy.copyto instead: store x{plain_kernel['store_ratio']}, "
+            f"load x{plain_kernel['load_ratio']})"
+        )
     if torch.get_num_threads() > 1:
         one = _one_thread(torch.device("cpu"), blocks, repeats)
         figures.update({f"cpu.one_thread.{k}": v for k, v in one.items()})

@@ -8,6 +8,7 @@ there (``.ci/wheels``).
 from __future__ import annotations
 
 import configparser
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -96,6 +97,22 @@ def test_kvproto_wheel_needs_no_torch_and_no_pydantic(wheels: dict[str, Path]) -
     assert any(r.startswith("Requires-Dist: rich") for r in base)
     cpu = [line for line in _metadata(wheels["impls/cpu"]).splitlines() if line.startswith("Requires-Dist:")]
     assert any("torch" in r for r in cpu) and any(r.startswith("Requires-Dist: kvproto") for r in cpu)
+
+
+@pytest.mark.parametrize("folder", sorted(DISTRIBUTIONS))
+def test_only_kvproto_cpu_carries_compiled_code(wheels: dict[str, Path], folder: str) -> None:
+    """kvproto-cpu's copy kernel (CPU-13) is its one compiled module, built for the stable ABI (one wheel for
+    CPython 3.11 and later), with its stub for mypy and without its C source; every other wheel is pure."""
+    with zipfile.ZipFile(wheels[folder]) as zf:
+        names = set(zf.namelist())
+    compiled = sorted(n for n in names if n.endswith((".so", ".pyd")))
+    if folder != "impls/cpu":
+        assert not compiled and wheels[folder].name.endswith("-py3-none-any.whl")
+        return
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: setup.py leaves the optional extension out")
+    assert compiled == ["kvproto_cpu/_streamcopy.abi3.so"] and "-cp311-abi3-" in wheels[folder].name
+    assert "kvproto_cpu/_streamcopy.pyi" in names and not [n for n in names if n.endswith(".c")]
 
 
 def test_kvproto_wheel_ships_what_verify_needs(wheels: dict[str, Path]) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Literal
 
 import numpy
 import numpy.typing
@@ -15,7 +16,16 @@ import torch
 from kvproto import EventKind, members as lr
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
-from kvproto_cpu import BlockState, CpuTier, CpuTierConfig, CpuTransferHandler, DeviceLayout, _transfer as transfer_module
+from kvproto_cpu import (
+    BlockState,
+    CpuTier,
+    CpuTierConfig,
+    CpuTransferHandler,
+    DeviceLayout,
+    _copy_kernels as copy_kernels_module,
+    _transfer as transfer_module,
+)
+from kvproto_cpu._copy_kernels import CopyKernel, streaming_built
 from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store, store_wipe_load
 
 NUM_BLOCKS = 12
@@ -31,14 +41,26 @@ def device_cache(seed: int = 0) -> list[torch.Tensor]:
     ]
 
 
-def setup(num_slots: int = 8) -> tuple[CpuTier, list[torch.Tensor], CpuTransferHandler]:
+def setup(
+    num_slots: int = 8, copy_kernel: Literal["auto", "streaming", "numpy"] = "auto"
+) -> tuple[CpuTier, list[torch.Tensor], CpuTransferHandler]:
     tier, _ = make_tier(num_slots=num_slots, block_bytes=LAYERS * 12)
     cache = device_cache()
-    return tier, cache, CpuTransferHandler(tier, cache)
+    return tier, cache, CpuTransferHandler(tier, cache, copy_kernel=copy_kernel)
 
 
-def test_slot_layout_is_layers_back_to_back() -> None:
-    tier, cache, handler = setup()
+@pytest.fixture(params=["streaming", "numpy"])
+def copy_kernel(request: pytest.FixtureRequest) -> CopyKernel:
+    """Each CPU copy kernel (CPU-13); the streaming one is skipped where this install did not build it."""
+    kernel: CopyKernel = request.param
+    if kernel == "streaming" and not streaming_built():
+        pytest.skip("kvproto_cpu._streamcopy is not built here (no C compiler, or no SSE2)")
+    return kernel
+
+
+def test_slot_layout_is_layers_back_to_back(copy_kernel: CopyKernel) -> None:
+    tier, cache, handler = setup(copy_kernel=copy_kernel)
+    assert handler.copy_kernel == copy_kernel
     store(tier, handler, [1], [7])
     slot = tier.slot_of(key(1))
     assert slot is not None
@@ -83,8 +105,8 @@ def intra_op_threads(request: pytest.FixtureRequest) -> Iterator[int]:
     "blocks",
     [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 2, 4, 6, 8, 10], [3, 4, 9, 10, 11, 0], [11], [1, 2, 3, 4, 5, 9, 10]],
 )
-def test_round_trip_moves_exactly_the_bytes(blocks: list[int], intra_op_threads: int) -> None:
-    tier, cache, handler = setup()
+def test_round_trip_moves_exactly_the_bytes(blocks: list[int], intra_op_threads: int, copy_kernel: CopyKernel) -> None:
+    tier, cache, handler = setup(copy_kernel=copy_kernel)
     original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 5)  # into other blocks
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
     for before, after in zip(original, cache, strict=True):
@@ -100,13 +122,15 @@ BIG_LAYER_BLOCK = (512, 1024)  # float16: 1 MiB per layer per block, so a piece 
 
 
 @pytest.mark.parametrize("blocks", [list(range(10)), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0], [2, 3, 4, 5, 6, 11, 0, 1]])
-def test_runs_longer_than_a_piece_move_exactly_the_bytes(blocks: list[int], intra_op_threads: int) -> None:
+def test_runs_longer_than_a_piece_move_exactly_the_bytes(
+    blocks: list[int], intra_op_threads: int, copy_kernel: CopyKernel
+) -> None:
     """A run of 10 blocks is copied in pieces of 4, 4 and 2 blocks per layer, shared by two threads where
     there are two; what comes back is exactly what went in, block for block (CPU-13)."""
     gen = torch.Generator().manual_seed(3)
     cache = [torch.randn((BIG_BLOCKS, *BIG_LAYER_BLOCK), generator=gen).to(torch.float16) for _ in range(BIG_LAYERS)]
     tier, _ = make_tier(num_slots=len(blocks), block_bytes=BIG_LAYERS * (1 << 20))
-    handler = CpuTransferHandler(tier, cache)
+    handler = CpuTransferHandler(tier, cache, copy_kernel=copy_kernel)
     original, targets, ids, outcomes = store_wipe_load(tier, handler, cache, blocks, 1)
     assert [o.direction for o in outcomes] == ["load"] and outcomes[0].success
     for before, after in zip(original, cache, strict=True):
@@ -123,7 +147,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
     one first waits until the job has marked itself failed (its stop event, seen through the module's
     ``threading``), so the verdict never depends on how the two threads are scheduled."""
     tier, _, handler = setup(num_slots=NUM_BLOCKS)
-    real = numpy.copyto
+    real = handler._copy_rows  # private on purpose: the copy kernel is what fails here
     calls: list[str] = []
     guard = threading.Lock()
     marked = threading.Event()  # the job's stop event was set
@@ -144,7 +168,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
             in_vain.append(True)
         real(destination, source)
 
-    monkeypatch.setattr(numpy, "copyto", copyto)
+    monkeypatch.setattr(handler, "_copy_rows", copyto)
     monkeypatch.setattr(transfer_module, "threading", SimpleNamespace(Lock=threading.Lock, Event=StopEvent))
     ids = list(range(NUM_BLOCKS))
     with _threads(2):
@@ -327,6 +351,16 @@ def test_submit_after_shutdown_is_misuse() -> None:
 def test_bad_device_caches_are_rejected(cache: list[object], culprit: str) -> None:
     with pytest.raises(ConfigurationError, match=culprit):
         DeviceLayout.of(cache)  # type: ignore[arg-type]  # deliberately wrong input
+
+
+def test_an_unknown_or_unbuilt_copy_kernel_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    tier, _ = make_tier(num_slots=2, block_bytes=LAYERS * 12)
+    with pytest.raises(ConfigurationError, match="got 'fast'"):
+        CpuTransferHandler(tier, device_cache(), copy_kernel="fast")  # type: ignore[arg-type]  # deliberately wrong
+    monkeypatch.setattr(copy_kernels_module, "_STREAMING", None)  # an install built without a C compiler
+    with pytest.raises(ConfigurationError, match="not built in this install"):
+        CpuTransferHandler(tier, device_cache(), copy_kernel="streaming")
+    assert CpuTransferHandler(tier, device_cache()).copy_kernel == "numpy"
 
 
 def test_block_size_mismatch_is_rejected() -> None:

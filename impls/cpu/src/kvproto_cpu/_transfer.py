@@ -15,13 +15,14 @@ the pinned slot buffer in one ``copy_``; a load does the reverse
 (``index_copy_`` on the device). One CUDA event per job; ``poll`` queries it
 and never blocks. On CPU tensors the same jobs run, in order, on one worker
 thread, copying each run of blocks consecutive on both sides in pieces: one
-layer of up to about 4 MiB of the run's blocks, each piece one serial
-``numpy.copyto`` over views of the same memory (a memmove per block piece with
-the GIL released, not a torch ``copy_`` whose parallel region waits for torch's
-threads). With an intra-op budget of two threads or more, a helper thread
-shares the pieces: each thread takes the next one until none is left, so a
-helper that starts late copies less instead of delaying the job. Every byte is
-read and written once.
+layer of up to about 4 MiB of the run's blocks, each piece one serial copy over
+numpy views of the same memory, the GIL released (not a torch ``copy_`` whose
+parallel region waits for torch's threads). The copy kernel (``copy_kernel``,
+``_copy_kernels``) writes with non-temporal stores where kvproto-cpu's small C
+extension is built, else it is ``numpy.copyto``. With an intra-op budget of two
+threads or more, a helper thread shares the pieces: each thread takes the next
+one until none is left, so a helper that starts late copies less instead of
+delaying the job. Every byte is read and written once.
 
 Completion (CPU-12). ``poll`` reports each finished job once. Unless the
 handler was built with ``complete_tier=False``, a finished store calls the
@@ -49,6 +50,7 @@ import torch
 from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
+from kvproto_cpu._copy_kernels import CopyKernel, pick_kernel
 from kvproto_cpu._tier import BlockState, CpuTier
 
 __all__ = ["CpuTransferHandler", "DeviceLayout", "TransferOutcome"]
@@ -181,6 +183,9 @@ class CpuTransferHandler:
     since the last call without blocking; ``wait()`` blocks until all are.
     ``max_staging_bytes`` bounds the device staging memory of one CUDA copy
     step (a job is split into chunks of at most that many bytes).
+    ``copy_kernel`` picks how CPU tensors are copied (CPU-13): ``"streaming"``
+    (non-temporal stores; ConfigurationError where this install did not build
+    it), ``"numpy"`` (``numpy.copyto``), or ``"auto"``: streaming where built.
     """
 
     def __init__(
@@ -190,8 +195,10 @@ class CpuTransferHandler:
         *,
         complete_tier: bool = True,
         max_staging_bytes: int = 256 << 20,
+        copy_kernel: Literal["auto", "streaming", "numpy"] = "auto",
     ) -> None:
         layout = DeviceLayout.of(device_cache)
+        self._copy_kernel, self._copy_rows = pick_kernel(copy_kernel)
         if layout.block_bytes != tier.block_bytes:
             raise ConfigurationError(
                 f"device KV cache block is {layout.num_layers} layer(s) x "
@@ -235,6 +242,11 @@ class CpuTransferHandler:
         else:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy")
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy-helper")
+
+    @property
+    def copy_kernel(self) -> CopyKernel:
+        """The kernel copying pieces between CPU tensors (CPU-13); unused where the cache is on CUDA."""
+        return self._copy_kernel
 
     @property
     def layout(self) -> DeviceLayout:
@@ -375,8 +387,8 @@ class CpuTransferHandler:
                     yield (in_slots, in_cache) if store else (in_cache, in_slots)
 
     def _copy_shared(self, pieces: Iterator[_Piece]) -> None:
-        """Copy every ``(destination, source)`` piece, each with one serial ``numpy.copyto`` (the GIL released
-        inside it), this thread and the helper each taking the next piece until none is left (CPU-13).
+        """Copy every ``(destination, source)`` piece, each with one serial call of the copy kernel (the GIL
+        released inside it), this thread and the helper each taking the next piece until none is left (CPU-13).
 
         Work is shared, not split in fixed halves: a helper that starts late (its CPU busy elsewhere, e.g.
         with torch's own threads still spinning after a parallel region) takes fewer pieces instead of
@@ -388,6 +400,7 @@ class CpuTransferHandler:
         else the helper's."""
         lock = threading.Lock()
         failed = threading.Event()
+        copy = self._copy_rows
 
         def drain() -> None:
             while True:
@@ -395,7 +408,7 @@ class CpuTransferHandler:
                     piece = None if failed.is_set() else next(pieces, None)
                 if piece is None:
                     return
-                numpy.copyto(*piece)
+                copy(*piece)
 
         def drain_or_stop() -> None:
             try:
@@ -407,7 +420,7 @@ class CpuTransferHandler:
         helper = self._helper
         if helper is None or torch.get_num_threads() < 2:
             for destination, source in pieces:
-                numpy.copyto(destination, source)
+                copy(destination, source)
             return
         other = helper.submit(drain_or_stop)
         try:
