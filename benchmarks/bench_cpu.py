@@ -16,7 +16,9 @@ helper thread shares those pieces), then completes the blocks in the tier; the
 baseline copies one contiguous buffer. Both use up to torch's intra-op thread
 count. The copy kernel is the handler's default: non-temporal (streaming) stores
 where kvproto-cpu's extension is built (``cpu.streaming_kernel`` = 1), which skip
-the read of each destination line an ordinary store makes; where it is, the same
+the read of each destination line an ordinary store makes (a load smaller than the
+last-level cache excepted; the 512 MiB load here is larger than most, the 480 MiB
+the development machine reports included); where it is, the same
 is measured again with the ``numpy.copyto`` kernel (``cpu.numpy_kernel.*``), the
 one an install without a C compiler runs.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -25,7 +26,7 @@ from kvproto_cpu import (
     _copy_kernels as copy_kernels_module,
     _transfer as transfer_module,
 )
-from kvproto_cpu._copy_kernels import CopyKernel, streaming_built
+from kvproto_cpu._copy_kernels import CopyKernel, RowCopy, streaming_built
 from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store, store_wipe_load
 
 NUM_BLOCKS = 12
@@ -147,7 +148,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
     one first waits until the job has marked itself failed (its stop event, seen through the module's
     ``threading``), so the verdict never depends on how the two threads are scheduled."""
     tier, _, handler = setup(num_slots=NUM_BLOCKS)
-    real = handler._copy_rows  # private on purpose: the copy kernel is what fails here
+    real = handler._kernels.store  # private on purpose: the copy kernel is what fails here
     calls: list[str] = []
     guard = threading.Lock()
     marked = threading.Event()  # the job's stop event was set
@@ -168,7 +169,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
             in_vain.append(True)
         real(destination, source)
 
-    monkeypatch.setattr(handler, "_copy_rows", copyto)
+    monkeypatch.setattr(handler, "_kernels", dataclasses.replace(handler._kernels, store=copyto))
     monkeypatch.setattr(transfer_module, "threading", SimpleNamespace(Lock=threading.Lock, Event=StopEvent))
     ids = list(range(NUM_BLOCKS))
     with _threads(2):
@@ -180,6 +181,39 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
     assert not in_vain, "the failed copy never stopped the job's other thread"
     assert len(calls) <= 2, f"{len(calls)} pieces copied after or beside the failed one (of 36)"
     assert all(tier.state(k) is BlockState.ABSENT for k in keys(*ids))
+    handler.shutdown()
+
+
+def test_a_load_copies_with_the_kernel_its_size_calls_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load under the handler's streamed-load size copies with the cached-load kernel, one of that size or
+    more with the load kernel, a store always with the store kernel (CPU-13: "auto" leaves a small load's
+    lines in the cache for the model). The kernels are spied on through the handler's private record."""
+    tier, _, handler = setup()
+    used: list[str] = []
+    kernels = handler._kernels  # private on purpose: which kernel ran is not observable otherwise
+
+    def spy(name: str, copy: RowCopy) -> RowCopy:
+        def recorded(destination: numpy.typing.NDArray[numpy.uint8], source: numpy.typing.NDArray[numpy.uint8]) -> None:
+            used.append(name)
+            copy(destination, source)
+
+        return recorded
+
+    two_blocks = 2 * LAYERS * 12
+    spied = dataclasses.replace(
+        kernels,
+        store=spy("store", kernels.store),
+        load=spy("load", kernels.load),
+        cached_load=spy("cached", kernels.cached_load),
+        streamed_load_bytes=two_blocks,
+    )
+    monkeypatch.setattr(handler, "_kernels", spied)
+    store(tier, handler, [1, 2, 3], [0, 1, 2])
+    assert set(used) == {"store"}
+    for blocks, kernel in (([1], "cached"), ([1, 2], "load"), ([1, 2, 3], "load")):
+        used.clear()
+        (outcome,) = load(tier, handler, blocks, list(range(5, 5 + len(blocks))))
+        assert outcome.success and set(used) == {kernel}, (blocks, used)
     handler.shutdown()
 
 

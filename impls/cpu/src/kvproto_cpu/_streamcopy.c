@@ -5,7 +5,9 @@
  * (_mm_stream_si128), which bypass the cache: a block copied into a CPU slot is not read again
  * soon, and a store that skips the cache also skips reading the destination line first, so a copy
  * moves two bytes of memory traffic per byte instead of three. Elsewhere the rows are memcpy'd.
- * The GIL is released while copying. The two arrays must not overlap (ValueError).
+ * The GIL is released while copying. The address ranges the two arrays span (first row to last)
+ * must not intersect (ValueError): a conservative test, which also refuses two interleaved views
+ * of one buffer that share no byte.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000
@@ -14,11 +16,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+/* SSE2 is part of x86-64; gcc and clang say so with __SSE2__, MSVC with _M_X64 / _M_AMD64. */
+#if defined(__SSE2__) || defined(_M_X64) || defined(_M_AMD64)
 #include <emmintrin.h>
-#endif
-
-#if defined(__SSE2__)
 #define STREAMING 1
 #else
 #define STREAMING 0
@@ -96,7 +96,7 @@ static PyObject *copy_rows(PyObject *module, PyObject *const *args, Py_ssize_t n
     extent(&dst, width, &dst_lo, &dst_hi);
     extent(&src, width, &src_lo, &src_hi);
     if (dst_lo < src_hi && src_lo < dst_hi) {
-        PyErr_SetString(PyExc_ValueError, "copy_rows: destination and source overlap");
+        PyErr_SetString(PyExc_ValueError, "copy_rows: destination and source overlap (their address ranges intersect)");
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -117,7 +117,8 @@ static PyMethodDef methods[] = {
     {"copy_rows", (PyCFunction)(void (*)(void))copy_rows, METH_FASTCALL,
      "copy_rows(destination, source, /)\n--\n\n"
      "Copy a 2-D byte array, rows contiguous, into another of the same shape (streaming stores where "
-     "the CPU has them); the GIL is released while copying; the two must not overlap."},
+     "the CPU has them); the GIL is released while copying; the address ranges the two span must not "
+     "intersect."},
     {NULL, NULL, 0, NULL},
 };
 

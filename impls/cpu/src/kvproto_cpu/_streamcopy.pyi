@@ -10,6 +10,7 @@ def copy_rows(destination: numpy.typing.NDArray[numpy.uint8], source: numpy.typi
     """Copy a 2-D byte array whose rows are contiguous into another of the same shape.
 
     At run time any object with the buffer protocol is accepted. Raises ValueError for arrays that
-    are not 2-D bytes, differ in shape, have rows that are not contiguous, or overlap; BufferError
+    are not 2-D bytes, differ in shape, have rows that are not contiguous, or whose address ranges (first
+    row to last) intersect, a conservative test: interleaved views sharing no byte are refused too; BufferError
     (or TypeError) for a read-only destination or an object without the buffer protocol.
     """

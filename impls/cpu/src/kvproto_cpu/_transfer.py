@@ -19,7 +19,8 @@ layer of up to about 4 MiB of the run's blocks, each piece one serial copy over
 numpy views of the same memory, the GIL released (not a torch ``copy_`` whose
 parallel region waits for torch's threads). The copy kernel (``copy_kernel``,
 ``_copy_kernels``) writes with non-temporal stores where kvproto-cpu's small C
-extension is built, else it is ``numpy.copyto``. With an intra-op budget of two
+extension is built (a load smaller than the last-level cache excepted), else it
+is ``numpy.copyto``. With an intra-op budget of two
 threads or more, a helper thread shares the pieces: each thread takes the next
 one until none is left, so a helper that starts late copies less instead of
 delaying the job. Every byte is read and written once.
@@ -50,7 +51,7 @@ import torch
 from kvproto import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError, TierMisuseError
 
-from kvproto_cpu._copy_kernels import CopyKernel, pick_kernel
+from kvproto_cpu._copy_kernels import CopyKernel, RowCopy, pick_kernels
 from kvproto_cpu._tier import BlockState, CpuTier
 
 __all__ = ["CpuTransferHandler", "DeviceLayout", "TransferOutcome"]
@@ -185,7 +186,9 @@ class CpuTransferHandler:
     step (a job is split into chunks of at most that many bytes).
     ``copy_kernel`` picks how CPU tensors are copied (CPU-13): ``"streaming"``
     (non-temporal stores; ConfigurationError where this install did not build
-    it), ``"numpy"`` (``numpy.copyto``), or ``"auto"``: streaming where built.
+    it), ``"numpy"`` (``numpy.copyto``), or ``"auto"``: streaming where built,
+    except for loads smaller than the last-level cache, whose lines the model
+    reads next (``numpy.copyto``). Ignored where the cache is on CUDA.
     """
 
     def __init__(
@@ -198,7 +201,9 @@ class CpuTransferHandler:
         copy_kernel: Literal["auto", "streaming", "numpy"] = "auto",
     ) -> None:
         layout = DeviceLayout.of(device_cache)
-        self._copy_kernel, self._copy_rows = pick_kernel(copy_kernel)
+        # A cache on CUDA is copied by CUDA copies: the CPU kernels never run there, nor need building.
+        on_cuda = layout.device.type == "cuda" and copy_kernel in ("auto", "streaming")
+        self._kernels = pick_kernels("numpy" if on_cuda else copy_kernel)
         if layout.block_bytes != tier.block_bytes:
             raise ConfigurationError(
                 f"device KV cache block is {layout.num_layers} layer(s) x "
@@ -244,9 +249,9 @@ class CpuTransferHandler:
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-tier-copy-helper")
 
     @property
-    def copy_kernel(self) -> CopyKernel:
-        """The kernel copying pieces between CPU tensors (CPU-13); unused where the cache is on CUDA."""
-        return self._copy_kernel
+    def copy_kernel(self) -> CopyKernel | Literal["cuda"]:
+        """The kernel copying pieces between CPU tensors (CPU-13); ``"cuda"`` where the cache is on CUDA."""
+        return "cuda" if self._cuda else self._kernels.name
 
     @property
     def layout(self) -> DeviceLayout:
@@ -367,10 +372,11 @@ class CpuTransferHandler:
     # ------------------------------------------------------------------ host copies
 
     def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        self._copy_shared(self._pieces("store", slots, ids))
+        self._copy_shared(self._pieces("store", slots, ids), self._kernels.store)
 
     def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        self._copy_shared(self._pieces("load", slots, ids))
+        copy = self._kernels.for_load(len(ids) * self._layout.block_bytes)
+        self._copy_shared(self._pieces("load", slots, ids), copy)
 
     def _pieces(self, direction: _Direction, slots: tuple[int, ...], ids: tuple[int, ...]) -> Iterator[_Piece]:
         """The job's ``(destination, source)`` pieces, made as they are taken: per run of blocks consecutive on
@@ -386,8 +392,8 @@ class CpuTransferHandler:
                     in_slots, in_cache = rows[slot + lo : slot + hi, layer], blocks[block + lo : block + hi]
                     yield (in_slots, in_cache) if store else (in_cache, in_slots)
 
-    def _copy_shared(self, pieces: Iterator[_Piece]) -> None:
-        """Copy every ``(destination, source)`` piece, each with one serial call of the copy kernel (the GIL
+    def _copy_shared(self, pieces: Iterator[_Piece], copy: RowCopy) -> None:
+        """Copy every ``(destination, source)`` piece, each with one serial call of ``copy`` (the GIL
         released inside it), this thread and the helper each taking the next piece until none is left (CPU-13).
 
         Work is shared, not split in fixed halves: a helper that starts late (its CPU busy elsewhere, e.g.
@@ -400,7 +406,6 @@ class CpuTransferHandler:
         else the helper's."""
         lock = threading.Lock()
         failed = threading.Event()
-        copy = self._copy_rows
 
         def drain() -> None:
             while True:
