@@ -18,9 +18,9 @@ count. The copy kernel is the handler's default: non-temporal (streaming) stores
 where kvproto-cpu's extension is built (``cpu.streaming_kernel`` = 1), which skip
 the read of each destination line an ordinary store makes (a load smaller than the
 last-level cache excepted; the 512 MiB load here is larger than most, the 480 MiB
-the development machine reports included); where it is, the same
-is measured again with the ``numpy.copyto`` kernel (``cpu.numpy_kernel.*``), the
-one an install without a C compiler runs.
+the development machine reports included). Where the extension is built, the same
+copies are measured again with the ``numpy.copyto`` kernel (``cpu.numpy_kernel.*``),
+the one an install without a C compiler runs.
 
 Beside it (not instead: the headline ratio stays the contiguous copy's), ``*_vs_layered``: ours
 against what an engine writes without kvproto from the same per-layer tensors, one ``copy_`` per

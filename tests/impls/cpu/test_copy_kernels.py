@@ -15,11 +15,12 @@ from kvproto.errors import ConfigurationError
 
 from kvproto_cpu import _copy_kernels
 from kvproto_cpu._copy_kernels import pick_kernels, streaming_built
+from tests.impls.cpu._support import STREAMING_NOT_BUILT
 
 if streaming_built():
     from kvproto_cpu._streamcopy import copy_rows
 needs_streaming = pytest.mark.skipif(
-    not streaming_built(), reason="kvproto_cpu._streamcopy is not built here (no C compiler, or no SSE2)"
+    not streaming_built(), reason=STREAMING_NOT_BUILT
 )
 
 Bytes = numpy.typing.NDArray[numpy.uint8]
@@ -31,7 +32,7 @@ def test_the_streaming_kernel_is_built_where_ci_runs() -> None:
     if not streaming_built():
         if os.environ.get("CI") == "true" and platform.machine() in ("x86_64", "AMD64"):
             pytest.fail("kvproto_cpu._streamcopy was not built in CI (setup.py's optional extension failed)")
-        pytest.skip("kvproto_cpu._streamcopy is not built here (no C compiler, or no SSE2)")
+        pytest.skip(STREAMING_NOT_BUILT)
     assert pick_kernels("auto").name == "streaming"
 
 
@@ -131,7 +132,7 @@ def test_streaming_refuses_what_it_cannot_copy(
 def _copies(kernels: _copy_kernels.CopyKernels, load_bytes: int) -> tuple[str, str]:
     """Which kernel stores, and which loads ``load_bytes``: "streaming" or "numpy"."""
     name = {numpy.copyto: "numpy", _copy_kernels._STREAMING: "streaming"}
-    return name[kernels.store], name[kernels.for_load(load_bytes)]
+    return name[kernels.copy], name[kernels.for_load(load_bytes)]
 
 
 def test_kernels_are_picked_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ from kvproto_cpu import (
     _transfer as transfer_module,
 )
 from kvproto_cpu._copy_kernels import CopyKernel, RowCopy, streaming_built
-from tests.impls.cpu._support import REQ, FakeClock, key, keys, load, make_tier, store, store_wipe_load
+from tests.impls.cpu._support import REQ, STREAMING_NOT_BUILT, FakeClock, key, keys, load, make_tier, store, store_wipe_load
 
 NUM_BLOCKS = 12
 LAYERS = 3
@@ -55,7 +55,7 @@ def copy_kernel(request: pytest.FixtureRequest) -> CopyKernel:
     """Each CPU copy kernel (CPU-13); the streaming one is skipped where this install did not build it."""
     kernel: CopyKernel = request.param
     if kernel == "streaming" and not streaming_built():
-        pytest.skip("kvproto_cpu._streamcopy is not built here (no C compiler, or no SSE2)")
+        pytest.skip(STREAMING_NOT_BUILT)
     return kernel
 
 
@@ -148,7 +148,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
     one first waits until the job has marked itself failed (its stop event, seen through the module's
     ``threading``), so the verdict never depends on how the two threads are scheduled."""
     tier, _, handler = setup(num_slots=NUM_BLOCKS)
-    real = handler._kernels.store  # private on purpose: the copy kernel is what fails here
+    real = handler._kernels.copy  # private on purpose: the copy kernel is what fails here
     calls: list[str] = []
     guard = threading.Lock()
     marked = threading.Event()  # the job's stop event was set
@@ -169,7 +169,7 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
             in_vain.append(True)
         real(destination, source)
 
-    monkeypatch.setattr(handler, "_kernels", dataclasses.replace(handler._kernels, store=copyto))
+    monkeypatch.setattr(handler, "_kernels", dataclasses.replace(handler._kernels, copy=copyto))
     monkeypatch.setattr(transfer_module, "threading", SimpleNamespace(Lock=threading.Lock, Event=StopEvent))
     ids = list(range(NUM_BLOCKS))
     with _threads(2):
@@ -186,8 +186,8 @@ def test_a_copy_failing_on_one_thread_ends_the_job_on_both(monkeypatch: pytest.M
 
 def test_a_load_copies_with_the_kernel_its_size_calls_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """A load under the handler's streamed-load size copies with the cached-load kernel, one of that size or
-    more with the load kernel, a store always with the store kernel (CPU-13: "auto" leaves a small load's
-    lines in the cache for the model). The kernels are spied on through the handler's private record."""
+    more with the handler's copy kernel, a store always with the copy kernel (CPU-13: "auto" leaves a small
+    load's lines in the cache for the model). The kernels are spied on through the handler's private record."""
     tier, _, handler = setup()
     used: list[str] = []
     kernels = handler._kernels  # private on purpose: which kernel ran is not observable otherwise
@@ -202,15 +202,14 @@ def test_a_load_copies_with_the_kernel_its_size_calls_for(monkeypatch: pytest.Mo
     two_blocks = 2 * LAYERS * 12
     spied = dataclasses.replace(
         kernels,
-        store=spy("store", kernels.store),
-        load=spy("load", kernels.load),
+        copy=spy("copy", kernels.copy),
         cached_load=spy("cached", kernels.cached_load),
         streamed_load_bytes=two_blocks,
     )
     monkeypatch.setattr(handler, "_kernels", spied)
     store(tier, handler, [1, 2, 3], [0, 1, 2])
-    assert set(used) == {"store"}
-    for blocks, kernel in (([1], "cached"), ([1, 2], "load"), ([1, 2, 3], "load")):
+    assert set(used) == {"copy"}
+    for blocks, kernel in (([1], "cached"), ([1, 2], "copy"), ([1, 2, 3], "copy")):
         used.clear()
         (outcome,) = load(tier, handler, blocks, list(range(5, 5 + len(blocks))))
         assert outcome.success and set(used) == {kernel}, (blocks, used)

@@ -66,18 +66,17 @@ def streaming_built() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CopyKernels:
-    """The row copies one handler uses: ``store`` for every store, ``load`` for a load of at least
-    ``streamed_load_bytes`` bytes, ``cached_load`` for a smaller one (CPU-13)."""
+    """The row copies one handler uses: ``copy`` for every store and for a load of at least
+    ``streamed_load_bytes`` bytes, ``cached_load`` for a smaller load (CPU-13)."""
 
     name: CopyKernel
-    store: RowCopy
-    load: RowCopy
+    copy: RowCopy
     cached_load: RowCopy
     streamed_load_bytes: int
 
     def for_load(self, nbytes: int) -> RowCopy:
         """The copy for a load job of ``nbytes``."""
-        return self.load if nbytes >= self.streamed_load_bytes else self.cached_load
+        return self.copy if nbytes >= self.streamed_load_bytes else self.cached_load
 
 
 def pick_kernels(wanted: Literal["auto", "streaming", "numpy"]) -> CopyKernels:
@@ -90,8 +89,8 @@ def pick_kernels(wanted: Literal["auto", "streaming", "numpy"]) -> CopyKernels:
     match wanted:
         case "auto":
             if _STREAMING is None:
-                return CopyKernels("numpy", plain, plain, plain, 0)
-            return CopyKernels("streaming", _STREAMING, _STREAMING, plain, _last_level_cache_bytes())
+                return CopyKernels("numpy", plain, plain, 0)
+            return CopyKernels("streaming", _STREAMING, plain, _last_level_cache_bytes())
         case "streaming":
             if _STREAMING is None:
                 raise ConfigurationError(
@@ -99,8 +98,8 @@ def pick_kernels(wanted: Literal["auto", "streaming", "numpy"]) -> CopyKernels:
                     "(kvproto-cpu was installed without a C compiler, on a CPU without SSE2, or on a "
                     "free-threaded CPython); use copy_kernel='auto' or 'numpy'"
                 )
-            return CopyKernels("streaming", _STREAMING, _STREAMING, _STREAMING, 0)
+            return CopyKernels("streaming", _STREAMING, _STREAMING, 0)
         case "numpy":
-            return CopyKernels("numpy", plain, plain, plain, 0)
+            return CopyKernels("numpy", plain, plain, 0)
         case _:
             unreachable(wanted, where="pick_kernels(wanted)")

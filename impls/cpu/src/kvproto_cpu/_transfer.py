@@ -20,10 +20,10 @@ numpy views of the same memory, the GIL released (not a torch ``copy_`` whose
 parallel region waits for torch's threads). The copy kernel (``copy_kernel``,
 ``_copy_kernels``) writes with non-temporal stores where kvproto-cpu's small C
 extension is built (a load smaller than the last-level cache excepted), else it
-is ``numpy.copyto``. With an intra-op budget of two
-threads or more, a helper thread shares the pieces: each thread takes the next
-one until none is left, so a helper that starts late copies less instead of
-delaying the job. Every byte is read and written once.
+is ``numpy.copyto``. With an intra-op budget of two threads or more, a helper
+thread shares the pieces: each thread takes the next one until none is left, so
+a helper that starts late copies less instead of delaying the job. Every byte is
+read and written once.
 
 Completion (CPU-12). ``poll`` reports each finished job once. Unless the
 handler was built with ``complete_tier=False``, a finished store calls the
@@ -201,9 +201,11 @@ class CpuTransferHandler:
         copy_kernel: Literal["auto", "streaming", "numpy"] = "auto",
     ) -> None:
         layout = DeviceLayout.of(device_cache)
-        # A cache on CUDA is copied by CUDA copies: the CPU kernels never run there, nor need building.
-        on_cuda = layout.device.type == "cuda" and copy_kernel in ("auto", "streaming")
-        self._kernels = pick_kernels("numpy" if on_cuda else copy_kernel)
+        self._cuda = layout.device.type == "cuda"
+        # A cache on CUDA is copied by CUDA copies: the CPU kernels never run there, nor need building (an
+        # unknown name is still refused).
+        unused = self._cuda and copy_kernel in ("auto", "streaming")
+        self._kernels = pick_kernels("numpy" if unused else copy_kernel)
         if layout.block_bytes != tier.block_bytes:
             raise ConfigurationError(
                 f"device KV cache block is {layout.num_layers} layer(s) x "
@@ -219,12 +221,10 @@ class CpuTransferHandler:
         self._slots_by_layer = tier.tensor.view(
             tier.num_slots, layout.num_layers, layout.layer_block_bytes
         )
-        # CPU copies go through numpy views of the same memory (no copy): numpy's copies are serial and
+        # CPU copies go through numpy views of the same memory (no copy): the copy kernels are serial and
         # release the GIL, so two threads share a job's pieces without torch's parallel regions.
         self._host_slots = self._slots_by_layer.numpy()
-        self._host_layers = (
-            () if layout.device.type == "cuda" else tuple(layer.detach().numpy() for layer in self._device_bytes)
-        )
+        self._host_layers = () if self._cuda else tuple(layer.detach().numpy() for layer in self._device_bytes)
         self._complete_tier = complete_tier
         self._chunk_blocks = max(1, max_staging_bytes // tier.block_bytes)
         # CPU copies: one piece is one layer of up to this many blocks of a run (about 4 MiB), so two
@@ -233,7 +233,6 @@ class CpuTransferHandler:
         self._ids = itertools.count(1)
         self._closed = False
         self._jobs: dict[int, _Job] = {}
-        self._cuda = layout.device.type == "cuda"
         self._stream: torch.cuda.Stream | None = None
         self._worker: ThreadPoolExecutor | None = None
         self._helper: ThreadPoolExecutor | None = None  # CPU copies: shares the pieces (_copy_shared)
@@ -372,7 +371,7 @@ class CpuTransferHandler:
     # ------------------------------------------------------------------ host copies
 
     def _host_store(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
-        self._copy_shared(self._pieces("store", slots, ids), self._kernels.store)
+        self._copy_shared(self._pieces("store", slots, ids), self._kernels.copy)
 
     def _host_load(self, slots: tuple[int, ...], ids: tuple[int, ...]) -> None:
         copy = self._kernels.for_load(len(ids) * self._layout.block_bytes)
