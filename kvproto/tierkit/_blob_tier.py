@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 from functools import partial
@@ -116,6 +117,10 @@ class BlobTier:
         )
         self._lock = threading.Lock()  # running jobs, closed, generation
         self._running: dict[int, Future[JobOutcome]] = {}
+        # Ids of running jobs whose futures completed, appended by the futures' callbacks (any thread; a
+        # deque's append and popleft are atomic): a poll with nothing finished reads one length, no lock.
+        # Bounded by _running: each running job's id enters once.
+        self._finished: deque[int] = deque()
         self._closed = False
         self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
         self._scan_done = threading.Event()
@@ -237,10 +242,17 @@ class BlobTier:
         self._start(job, store=False)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
-        """Report finished jobs once each, applying their effects to the index and verdicts (TIER-11)."""
+        """Report finished jobs once each, in the order they finished, applying their effects to the index
+        and verdicts (TIER-11). With nothing finished it returns at once, taking no lock."""
+        finished = self._finished
+        if not finished:
+            return []
+        futures = []
         with self._lock:
-            done = [job_id for job_id, f in self._running.items() if f.done()]
-            futures = [self._running.pop(job_id) for job_id in done]
+            while finished:
+                future = self._running.pop(finished.popleft(), None)
+                if future is not None:
+                    futures.append(future)
         results = [self._outcomes.apply(f.result()) for f in futures]
         if results:
             self._enforce_budget()
@@ -452,6 +464,8 @@ class BlobTier:
                 future = run_job(job, since, self._readers, load, refused,
                                  tier_name=self._name, timeout_s=timeout)
             self._running[job.job_id] = future
+            job_id = job.job_id
+            future.add_done_callback(lambda _: self._finished.append(job_id))  # runs now if already done
 
     def _gone_at_hit(self, key: OffloadKey) -> LookupResult:
         """MISS: a HIT found ``key``'s blob gone when it opened the read handle (TIERKIT-6); forgotten."""

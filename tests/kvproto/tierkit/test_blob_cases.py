@@ -194,6 +194,36 @@ class BlobBackendCases:
         assert jobs.run([k], load=False, slot0=0).success  # vouched for again
         assert jobs.run([k], load=True, slot0=1).success
 
+    def test_jobs_are_reported_once_each_as_they_finish_whatever_their_order(
+        self, env: BlobEnv, tier: tuple[BlobTier, FaultyBackend]
+    ) -> None:
+        """TIER-11: a job is reported once it finished, not behind an earlier job still running, and
+        exactly once however many polls follow (the reports come from a queue its completion fills)."""
+        t, faulty = tier
+        jobs = _Jobs(t)
+        held, late, early = key(5), key(6), key(7)
+        for slot, k in enumerate((held, late, early)):
+            _fill(t, slot, k)
+        assert jobs.run([held, late, early], load=False).success
+        release = threading.Event()
+        faulty.arm(OpFault("read_into", match=t.name_of(held), error=None, wait_before=release))
+        first = jobs.submit([held], load=True, slot0=3)
+        second = jobs.submit([early], load=True, slot0=4)
+        try:
+            assert jobs.wait(second).success  # while the first job still waits for its read
+            assert first.job_id not in jobs.results
+            assert t.has_pending_work()
+        finally:
+            release.set()
+        assert jobs.wait(first).success
+        third = jobs.run([late], load=True, slot0=5)  # a later job: the queue still works after a drain
+        assert third.success
+        for _ in range(20):  # nothing is reported twice
+            t.on_step_end()
+            assert t.get_finished_jobs() == []
+        assert not t.has_pending_work()
+        assert jobs.results == {}
+
     def test_untaken_events_are_bounded(self, env: BlobEnv, tier: tuple[BlobTier, FaultyBackend]) -> None:
         """TIERKIT-3: at most MAX_PENDING_EVENTS (65,536) untaken events; the oldest are dropped."""
         t, _ = tier
