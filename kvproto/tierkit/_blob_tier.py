@@ -119,7 +119,8 @@ class BlobTier:
         self._running: dict[int, Future[JobOutcome]] = {}
         # Ids of running jobs whose futures completed, appended by the futures' callbacks (any thread; a
         # deque's append and popleft are atomic): a poll with nothing finished reads one length, no lock.
-        # Bounded by _running: each running job's id enters once.
+        # Each id enters once, after its job entered _running, and only get_finished_jobs pops either:
+        # every id here names a job in _running (so the deque is bounded by it).
         self._finished: deque[int] = deque()
         self._closed = False
         self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
@@ -247,12 +248,8 @@ class BlobTier:
         finished = self._finished
         if not finished:
             return []
-        futures = []
         with self._lock:
-            while finished:
-                future = self._running.pop(finished.popleft(), None)
-                if future is not None:
-                    futures.append(future)
+            futures = [self._running.pop(finished.popleft()) for _ in range(len(finished))]
         results = [self._outcomes.apply(f.result()) for f in futures]
         if results:
             self._enforce_budget()
