@@ -34,8 +34,8 @@ default, where a crash is caught by the envelope check; O_DIRECT on both or on n
   side does not give. Ours load: ``open`` (or the descriptor held since the HIT) + ``preadv`` of header
   + row + ``fstat`` + ``close``, then the checksum verified.
 
-Beside the headline (not instead of it), ``made_dirs_store_ratio``: the store ratio of the third round
-of each rep (held HITs off, which only its load needs), whose tier finds the blocks' ``<aa>/<bb>``
+Beside the headline (not instead of it), ``made_dirs_store_ratio``: the store ratio of each rep's
+round with held HITs off (which only its load needs), whose tier finds the blocks' ``<aa>/<bb>``
 directories already made, as a tier that has run a while does (65,536 leaf directories; a fresh
 namespace makes one or two per new block, FS-2, which the raw side's single directory does not).
 
