@@ -65,7 +65,7 @@ def _violations(paths: list[Path], targets: tuple[str, ...]) -> dict[str, list[s
 
 
 def _core_files() -> list[Path]:
-    tools = {KVPROTO / "testing", KVPROTO / "_cli"}
+    tools = {KVPROTO / d for d in ("testing", "_cli", "_simulation", "_verification")}
     files = [p for p in KVPROTO.rglob("*.py") if not any(t in p.parents for t in tools)]
     return sorted(p for p in files if p != KVPROTO / "__main__.py")  # __main__ is the command line's door
 
@@ -83,10 +83,23 @@ def test_the_tierkit_never_imports_the_kit_or_the_command_line() -> None:
     assert _violations(sorted(kit.rglob("*.py")), TOOLS) == {}
 
 
-def test_the_kit_never_imports_the_command_line() -> None:
+def test_the_kit_never_imports_the_command_line_nor_the_tools_beside_it() -> None:
     files = sorted((KVPROTO / "testing").rglob("*.py"))
-    assert KVPROTO / "testing" / "_simulation" / "_loop.py" in files
-    assert _violations(files, ("kvproto._cli",)) == {}
+    assert KVPROTO / "testing" / "_harness" / "driver.py" in files
+    # kvproto.testing.scans is the public face of the scan verifier: the one import the kit makes of it.
+    others = [p for p in files if p != KVPROTO / "testing" / "scans.py"]
+    assert _violations(others, ("kvproto._cli", "kvproto._simulation", "kvproto._verification")) == {}
+    assert _violations([KVPROTO / "testing" / "scans.py"], ("kvproto._cli", "kvproto._simulation")) == {}
+
+
+def test_the_simulator_and_the_scan_verifier_never_import_the_command_line() -> None:
+    """``kvproto simulate``'s engine (``kvproto._simulation``) may use the kit's public fault wrappers;
+    ``kvproto verify``'s (``kvproto._verification``) needs nothing of the kit; neither imports the CLI."""
+    simulation = sorted((KVPROTO / "_simulation").rglob("*.py"))
+    verification = sorted((KVPROTO / "_verification").rglob("*.py"))
+    assert simulation and verification
+    assert _violations(simulation, ("kvproto._cli", "kvproto._verification")) == {}
+    assert _violations(verification, ("kvproto._cli", "kvproto.testing", "kvproto._simulation")) == {}
 
 
 def test_reference_tiers_import_the_kit_only_for_their_conformance_specs() -> None:

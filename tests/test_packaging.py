@@ -123,7 +123,7 @@ def test_kvproto_wheel_ships_what_verify_needs(wheels: dict[str, Path]) -> None:
     with zipfile.ZipFile(wheels["."]) as zf:
         names = set(zf.namelist())
     for module in ("_reference", "_checks", "_crosshair_targets", "_crosshair_stats", "_properties", "_inputs", "_targets"):
-        assert f"kvproto/testing/scans/{module}.py" in names
+        assert f"kvproto/_verification/{module}.py" in names
 
 
 @pytest.mark.parametrize("folder", sorted(SCHEMES))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvproto._cli.mypy_check import TypecheckResult
-    from kvproto.testing._tier_spec import TierSpec
+    from kvproto.testing._harness.tier_spec import TierSpec
 
 __all__ = ["add_arguments", "have_kit", "kit_missing", "run"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from kvproto._cli.targets import _required_positional, import_target, installed_tiers, one_line
 from kvproto.errors import ConfigurationError
-from kvproto.testing._base import KitBase
-from kvproto.testing._checks import CheckInfo, checks_of
-from kvproto.testing._driver import resolve_capabilities
-from kvproto.testing._primary import PrimaryTierTests
-from kvproto.testing._secondary import SecondaryTierTests
-from kvproto.testing._tier_spec import TierKind, TierSpec, shut_down_probe
+from kvproto.testing._checks.primary.suite import PrimaryTierTests
+from kvproto.testing._checks.secondary.suite import SecondaryTierTests
+from kvproto.testing._harness.base import KitBase
+from kvproto.testing._harness.decorator import CheckInfo, checks_of
+from kvproto.testing._harness.driver import resolve_capabilities
+from kvproto.testing._harness.tier_spec import TierKind, TierSpec, shut_down_probe
 
 __all__ = ["Source", "explain", "find_check", "source_of"]
 

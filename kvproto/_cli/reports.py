@@ -14,8 +14,8 @@ from rich.table import Table
 from kvproto._cli.mypy_check import TypecheckResult
 from kvproto._cli.runner import TierReport
 from kvproto.errors import InvalidArgumentError
-from kvproto.testing._failures import SEEN_AFTER_SET_UP
-from kvproto.testing._steps import STEPS_HEADING
+from kvproto.testing._harness.failures import SEEN_AFTER_SET_UP
+from kvproto.testing._harness.steps import STEPS_HEADING
 
 __all__ = ["cause_of", "render_summary", "render_tier", "to_json", "unchecked_words", "write_json", "write_junit"]
 

@@ -23,15 +23,15 @@ import pytest
 from kvproto._capabilities import Capabilities
 from kvproto._cli.targets import build_test_class
 from kvproto.errors import InvalidArgumentError
-from kvproto.testing._checks import checks_of
-from kvproto.testing._driver import resolve_capabilities
-from kvproto.testing._expected import unknown_names
-from kvproto.testing._failures import ConformanceFailure, SetUpFailed, clause_of
-from kvproto.testing._preflight import preflight
-from kvproto.testing._primary import PrimaryTierTests
-from kvproto.testing._secondary import SecondaryTierTests
-from kvproto.testing._steps import STEPS_HEADING, NondeterministicTier
-from kvproto.testing._tier_spec import TierSpec, shut_down_probe
+from kvproto.testing._checks.primary.suite import PrimaryTierTests
+from kvproto.testing._checks.secondary.suite import SecondaryTierTests
+from kvproto.testing._harness.decorator import checks_of
+from kvproto.testing._harness.driver import resolve_capabilities
+from kvproto.testing._harness.expected import unknown_names
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed, clause_of
+from kvproto.testing._harness.preflight import preflight
+from kvproto.testing._harness.steps import STEPS_HEADING, NondeterministicTier
+from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
 
 __all__ = [
     "CheckOutcome",

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvproto._protocols import PrimaryTier, SecondaryTier
+    from kvproto._simulation import FaultPlan, SimConfig, SimReport
     from kvproto.metrics import KvMetrics
-    from kvproto.testing._simulation import FaultPlan, SimConfig, SimReport
 
 __all__ = ["add_arguments", "run"]
 
@@ -143,7 +143,7 @@ def _metrics(args: argparse.Namespace) -> KvMetrics:
 def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
     import math
 
-    from kvproto.testing._simulation import FaultPlan, FaultSpecError, parse_faults
+    from kvproto._simulation import FaultPlan, FaultSpecError, parse_faults
 
     faults = FaultPlan()
     if args.faults is not None:
@@ -187,7 +187,7 @@ def _build(
 
     Returns the tiers and the options each was built with, by its argument's name.
     """
-    from kvproto.testing._simulation import TierOptionError, parse_tier_arg
+    from kvproto._simulation import TierOptionError, parse_tier_arg
 
     parsed: list[tuple[str, str, dict[str, object]]] = []
     for option, arg in (("--primary", primary_arg), *(("--secondary", a) for a in secondary_args)):
@@ -206,7 +206,7 @@ def _build(
         ) from None
     from kvproto._protocols import PrimaryTier, SecondaryTier
     from kvproto.errors import KvprotoError
-    from kvproto.testing._tier_spec import shut_down_probe
+    from kvproto.testing._harness.tier_spec import shut_down_probe
 
     seen: set[str] = set()
     for name in secondary_names:
@@ -266,7 +266,7 @@ def _build(
 
 def _sized(factory: object, options: dict[str, object], index: int, primary_slots: int) -> dict[str, object]:
     """``options``, plus ``capacity_blocks`` (4 ** (index + 1) primaries) when the factory takes it and none is given."""
-    from kvproto.testing._simulation import CAPACITY_OPTIONS, default_capacity_blocks, takes_option
+    from kvproto._simulation import CAPACITY_OPTIONS, default_capacity_blocks, takes_option
 
     if callable(factory) and not any(o in options for o in CAPACITY_OPTIONS) and takes_option(
         factory, "capacity_blocks", positional=1
@@ -276,7 +276,7 @@ def _sized(factory: object, options: dict[str, object], index: int, primary_slot
 
 
 def _checked(option: str, name: str, factory: object, options: dict[str, object], positional: int) -> dict[str, object]:
-    from kvproto.testing._simulation import TierOptionError, factory_options
+    from kvproto._simulation import TierOptionError, factory_options
 
     if not options or not callable(factory):
         return options
@@ -304,8 +304,8 @@ def _simulate(
     config_kwargs: dict[str, object],
     metrics: KvMetrics,
 ) -> int:
+    from kvproto._simulation import SimConfig, render_html
     from kvproto.errors import ConfigurationError
-    from kvproto.testing._simulation import SimConfig, render_html
 
     tier_options = config_kwargs.pop("tier_options")
     try:
@@ -369,8 +369,8 @@ def _run(
 ) -> SimReport | None:
     """The run under a progress display; None (after a printed usage error) when the stack cannot run."""
     from kvproto._cli.progress import progress_display
+    from kvproto._simulation import SimProgress, run_simulation
     from kvproto.errors import ConfigurationError
-    from kvproto.testing._simulation import SimProgress, run_simulation
 
     with progress_display(console, "[bold]simulate", "figures") as progress:
         task = progress.add_task("simulate", total=1000, figures=stack)

@@ -16,10 +16,10 @@ import pytest
 
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto.errors import ConfigurationError, KvprotoError
-from kvproto.testing._base import KitBase
-from kvproto.testing._primary import PrimaryTierTests
-from kvproto.testing._secondary import SecondaryTierTests
-from kvproto.testing._tier_spec import TierSpec, shut_down_probe
+from kvproto.testing._checks.primary.suite import PrimaryTierTests
+from kvproto.testing._checks.secondary.suite import SecondaryTierTests
+from kvproto.testing._harness.base import KitBase
+from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -29,21 +29,21 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvproto.testing._backend_faults import FaultyBackend, ForwardingBackend, OpFault
-    from kvproto.testing._checks import CheckInfo, check, checks_of
-    from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
-    from kvproto.testing._driver import TrackedContext
-    from kvproto.testing._failures import ConformanceFailure
-    from kvproto.testing._fault_surface_checks import PROGRAMMING_ERRORS, programming_errors_logged
-    from kvproto.testing._hosting import Rebuilds, build_secondary_tier, fresh_directory, split_kit_options
-    from kvproto.testing._primary import PrimaryTierFactory, PrimaryTierTests
-    from kvproto.testing._primary_driver import PrimaryDriver
+    from kvproto.testing._checks.primary.suite import PrimaryTierFactory, PrimaryTierTests
+    from kvproto.testing._checks.secondary.faults_inside import PROGRAMMING_ERRORS, programming_errors_logged
+    from kvproto.testing._checks.secondary.suite import SecondaryTierFactory, SecondaryTierTests
+    from kvproto.testing._faults.backend import FaultyBackend, ForwardingBackend, OpFault
+    from kvproto.testing._harness.data import block_for, key_pool, make_buffer, row, tricky_keys
+    from kvproto.testing._harness.decorator import CheckInfo, check, checks_of
+    from kvproto.testing._harness.driver import TrackedContext
+    from kvproto.testing._harness.failures import ConformanceFailure
+    from kvproto.testing._harness.hosting import Rebuilds, build_secondary_tier, fresh_directory, split_kit_options
+    from kvproto.testing._harness.primary_driver import PrimaryDriver
+    from kvproto.testing._harness.secondary_driver import SecondaryDriver
+    from kvproto.testing._harness.settings import PROFILES, KitLimits, KitProfile
+    from kvproto.testing._harness.thread_ledger import ThreadLedger
+    from kvproto.testing._harness.tier_spec import TierSpec
     from kvproto.testing._reference import MEMORY_HOOKS
-    from kvproto.testing._secondary import SecondaryTierFactory, SecondaryTierTests
-    from kvproto.testing._secondary_driver import SecondaryDriver
-    from kvproto.testing._settings import PROFILES, KitLimits, KitProfile
-    from kvproto.testing._thread_ledger import ThreadLedger
-    from kvproto.testing._tier_spec import TierSpec
     from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
 __all__ = [
@@ -86,40 +86,40 @@ __all__ = [
 # Where each public name lives; loaded on first use, so that the pytest plugin
 # (kvproto.testing.plugin, imported at every pytest start-up) stays light.
 _WHERE = {
-    "FaultyBackend": "_backend_faults",
-    "ForwardingBackend": "_backend_faults",
-    "OpFault": "_backend_faults",
+    "FaultyBackend": "_faults.backend",
+    "ForwardingBackend": "_faults.backend",
+    "OpFault": "_faults.backend",
     "MEMORY_HOOKS": "_reference",
-    "PROGRAMMING_ERRORS": "_fault_surface_checks",
-    "programming_errors_logged": "_fault_surface_checks",
-    "PROFILES": "_settings",
-    "KitLimits": "_settings",
-    "KitProfile": "_settings",
-    "CheckInfo": "_checks",
-    "check": "_checks",
-    "checks_of": "_checks",
-    "ConformanceFailure": "_failures",
+    "PROGRAMMING_ERRORS": "_checks.secondary.fault_surface",
+    "programming_errors_logged": "_checks.secondary.fault_surface",
+    "PROFILES": "_harness.settings",
+    "KitLimits": "_harness.settings",
+    "KitProfile": "_harness.settings",
+    "CheckInfo": "_harness.decorator",
+    "check": "_harness.decorator",
+    "checks_of": "_harness.decorator",
+    "ConformanceFailure": "_harness.failures",
     "DifferentialStateMachine": "stateful",
     "PrimaryStateMachine": "stateful",
     "TierStateMachine": "stateful",
-    "PrimaryDriver": "_primary_driver",
-    "PrimaryTierFactory": "_primary",
-    "PrimaryTierTests": "_primary",
-    "SecondaryDriver": "_secondary_driver",
-    "TrackedContext": "_driver",
-    "SecondaryTierFactory": "_secondary",
-    "SecondaryTierTests": "_secondary",
-    "ThreadLedger": "_thread_ledger",
-    "TierSpec": "_tier_spec",
-    "block_for": "_data",
-    "build_secondary_tier": "_hosting",
-    "split_kit_options": "_hosting",
-    "Rebuilds": "_hosting",
-    "fresh_directory": "_hosting",
-    "key_pool": "_data",
-    "make_buffer": "_data",
-    "row": "_data",
-    "tricky_keys": "_data",
+    "PrimaryDriver": "_harness.primary_driver",
+    "PrimaryTierFactory": "_checks.primary.suite",
+    "PrimaryTierTests": "_checks.primary.suite",
+    "SecondaryDriver": "_harness.secondary_driver",
+    "TrackedContext": "_harness.driver",
+    "SecondaryTierFactory": "_checks.secondary.suite",
+    "SecondaryTierTests": "_checks.secondary.suite",
+    "ThreadLedger": "_harness.thread_ledger",
+    "TierSpec": "_harness.tier_spec",
+    "block_for": "_harness.data",
+    "build_secondary_tier": "_harness.hosting",
+    "split_kit_options": "_harness.hosting",
+    "Rebuilds": "_harness.hosting",
+    "fresh_directory": "_harness.hosting",
+    "key_pool": "_harness.data",
+    "make_buffer": "_harness.data",
+    "row": "_harness.data",
+    "tricky_keys": "_harness.data",
 }
 
 

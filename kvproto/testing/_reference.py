@@ -14,7 +14,7 @@ from kvproto._memory_primary_tier import MemoryPrimaryTier
 from kvproto._memory_tier import MemoryTier
 from kvproto._protocols import SecondaryTier
 from kvproto.errors import ConfigurationError
-from kvproto.testing._tier_spec import TierSpec
+from kvproto.testing._harness.tier_spec import TierSpec
 from kvproto.testing.faults import LatencySecondary
 
 __all__ = ["MEMORY_HOOKS", "memory", "memory_async", "memory_primary", "memory_threaded"]

@@ -47,10 +47,10 @@ This module imports neither pytest nor Hypothesis.
 
 from __future__ import annotations
 
-from kvproto.testing._fault_latency import LatencySecondary
-from kvproto.testing._fault_primary import FaultyPrimary
-from kvproto.testing._fault_rules import PRIMARY_METHODS, SECONDARY_METHODS, RaiseRule
-from kvproto.testing._fault_secondary import FaultySecondary
+from kvproto.testing._faults.latency import LatencySecondary
+from kvproto.testing._faults.primary import FaultyPrimary
+from kvproto.testing._faults.rules import PRIMARY_METHODS, SECONDARY_METHODS, RaiseRule
+from kvproto.testing._faults.secondary import FaultySecondary
 
 __all__ = [
     "PRIMARY_METHODS",

@@ -76,7 +76,7 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if call.excinfo is not None:
-        from kvproto.testing._failures import ConformanceFailure
+        from kvproto.testing._harness.failures import ConformanceFailure
 
         error = call.excinfo.value
         if isinstance(error, ConformanceFailure):

@@ -31,16 +31,16 @@ from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import unreachable
-from kvproto.testing._data import key_pool, make_buffer
-from kvproto.testing._driver import resolve_capabilities, short_key
-from kvproto.testing._failures import ConformanceFailure
-from kvproto.testing._primary_driver import PrimaryDriver
-from kvproto.testing._secondary_driver import SecondaryDriver
-from kvproto.testing._settings import KitLimits
+from kvproto.testing._harness.data import key_pool, make_buffer
+from kvproto.testing._harness.driver import resolve_capabilities, short_key
+from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.primary_driver import PrimaryDriver
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+from kvproto.testing._harness.settings import KitLimits
 from kvproto.testing.strategies import key_lists
 
 if TYPE_CHECKING:
-    from kvproto.testing._base import KitBase
+    from kvproto.testing._harness.base import KitBase
 
 __all__ = ["DifferentialStateMachine", "PrimaryStateMachine", "TierStateMachine"]
 

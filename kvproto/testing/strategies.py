@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from kvproto._keys import MAX_GROUP, OffloadKey, make_key
-from kvproto.testing._data import tricky_keys
+from kvproto.testing._harness.data import tricky_keys
 
 __all__ = [
     "JobOp",

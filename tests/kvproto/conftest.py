@@ -22,7 +22,7 @@ def no_thread_leak() -> Iterator[None]:
     ``pytestmark = pytest.mark.usefixtures("no_thread_leak")``; the check runs
     after the test's own fixtures have shut their tiers down.
 
-    Recorded, not sampled (:class:`~kvproto.testing._thread_ledger.ThreadLedger`): only threads
+    Recorded, not sampled (:class:`~kvproto.testing._harness.thread_ledger.ThreadLedger`): only threads
     started from the test's thread (and their descendants) count, so a thread another test left
     running that starts one meanwhile is not blamed on this test; and each recorded thread is held at
     its end until joined, so a worker nobody joins is found every run, not only when it is slow to end.

@@ -29,7 +29,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 )
 WINDOW = (1280, 1400)
-#: The page's series colours, in order (kvproto.testing._simulation._html.PALETTE): the primary,
+#: The page's series colours, in order (kvproto._simulation._html.PALETTE): the primary,
 #: each secondary, then "computed"; the deferral bars take the fifth.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 

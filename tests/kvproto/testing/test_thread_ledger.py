@@ -1,5 +1,5 @@
 """The kit records the threads a tier starts and holds each one's end until it is joined (TIER-16,
-KIT-19; ``kvproto/testing/_thread_ledger.py``): a thread left to end on its own is found every run,
+KIT-19; ``kvproto/testing/_harness/thread_ledger.py``): a thread left to end on its own is found every run,
 however early its work ended, and a tier that joins its threads (also as ``if t.is_alive():
 t.join()``, as BlobTier joins its start-up thread) is never blamed. Through the command line only
 (``kvproto conform --json`` in this process), as a tier author reaches the kit."""

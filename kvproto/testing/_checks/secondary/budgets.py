@@ -1,0 +1,132 @@
+"""The byte budget of a :class:`~kvproto.tierkit.BlobTier` (TIER-29): :class:`SecondaryBudgetChecks`,
+a base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+A BlobTier configured with ``max_bytes`` declares how much storage it may hold; the kit stores past
+it and counts, through the ``read_block`` hook (the storage itself, not the tier's own accounting),
+the blobs left once the jobs are reported and the background deletions had time to run. Any other
+tier skips, naming what it needs. Found by mutation testing (docs/mutation/blobtier.json: a budget
+that was never enforced passed every check, its eviction checks skipping as vacuous).
+
+The byte budget of a :class:`~kvproto.tierkit.BlobTier` that holds HITs (TIER-29, TIERKIT-6):
+:class:`SecondaryHeldBudgetChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+A held HIT keeps its blob's bytes on the storage (an open handle on a deleted file still occupies the
+disk), so a block evicted while held still counts against ``max_bytes`` until its handle closes
+(TIERKIT-6): the tier evicts more to make room. The budget check (TIER-29) stores with no HIT held,
+so an eviction that forgot the held bytes passed it (found by mutation testing,
+docs/mutation/blobtier.json). Here the kit holds a HIT on every block the budget allows, stores past
+the budget, and counts the storage's bytes as the blocks still readable (``read_block``) plus the
+held blocks no longer readable (their bytes live on in the handles).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvproto import envelope as env, members as lr
+from kvproto._events import EventKind
+from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
+from kvproto.testing._checks.secondary.role import SecondaryRole, store_slots
+from kvproto.testing._harness.data import key_pool
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import TrackedContext
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+from kvproto.tierkit import BlobTier
+
+__all__ = ["SecondaryBudgetChecks", "SecondaryHeldBudgetChecks"]
+
+
+class SecondaryBudgetChecks(SecondaryRole):
+    """The byte budget, in the kit's order (see ``SecondaryTierTests``)."""
+
+    @check("TIER-29", needs=("eviction",), hooks=("read_block",))
+    def test_a_byte_budget_is_kept(self, kit: SecondaryDriver) -> None:
+        """A BlobTier with ``max_bytes``: after storing 16 blocks more than the budget holds (8 per
+        job, a step after each), at most the budget's worth of the stored blocks are left in the
+        storage (read_block) once the jobs are reported and its deletions ran (waited for within the
+        kit's job bound), and a REMOVED event named the evicted ones."""
+        tier = kit.tier
+        budget = tier.blob_config.max_bytes if isinstance(tier, BlobTier) else None
+        if budget is None:
+            pytest.skip("needs a BlobTier with a byte budget (BlobTierConfig.max_bytes)")
+        room = budget // (env.HEADER_BYTES + kit.block_bytes)
+        keys = key_pool("budget", room + 16)
+        removed: set[bytes] = set()
+        stored: set[bytes] = set()
+        for i in range(0, len(keys), 8):
+            result = kit.store(keys[i : i + 8], store_slots(kit, len(keys[i : i + 8])))
+            stored |= result.succeeded_keys(kit.jobs[result.job_id])
+            kit.step()
+            removed |= {k for e in tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+        deadline = time.monotonic() + kit.limits.job_timeout_s
+        while True:
+            kit.quiet_steps(1)
+            removed |= {k for e in tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+            left = [k for k in keys if self.read_block(tier, k) is not None]
+            if len(left) <= room or time.monotonic() > deadline:
+                break
+        if len(left) > room:
+            raise ConformanceFailure(
+                "TIER-29",
+                f"after storing {len(keys)} blocks into a BlobTier whose max_bytes ({budget}) holds {room}, the "
+                f"storage still holds {len(left)} of them ({kit.limits.job_timeout_s:g} s after the last job was "
+                "reported): the budget is not kept (the least recently used blocks must be evicted and deleted)",
+            )
+        unnamed = [k for k in keys if k in stored and k not in left and k not in removed]
+        if unnamed:
+            raise ConformanceFailure(
+                "TIER-14",
+                f"{len(unnamed)} of the blocks evicted to keep the byte budget were named by no REMOVED event",
+            )
+
+_JOB = 8  # blocks per store job
+_PAST = 8  # blocks stored past the budget while every block the budget holds is held
+
+
+class SecondaryHeldBudgetChecks(SecondaryRole):
+    """The byte budget with held HITs, in the kit's order (see ``SecondaryTierTests``)."""
+
+    @check("TIER-29", needs=("eviction", "holds_hits"), hooks=("read_block",))
+    def test_held_blocks_count_against_the_byte_budget(self, kit: SecondaryDriver) -> None:
+        """A BlobTier with ``max_bytes`` holding HITs: it stores as many blocks as the budget holds (8 per
+        job), answers HIT on all of them in one live request (each held), then stores 8 more. Within the
+        kit's job bound, with no further step (the holds stay), the storage holds at most the budget: the
+        blocks still readable (``read_block``) plus the held blocks no longer readable."""
+        tier = kit.tier
+        budget = tier.blob_config.max_bytes if isinstance(tier, BlobTier) else None
+        if budget is None:
+            pytest.skip("needs a BlobTier with a byte budget (BlobTierConfig.max_bytes)")
+        room = budget // (env.HEADER_BYTES + kit.block_bytes)
+        first = key_pool("t29-held", room)
+        for i in range(0, room, _JOB):
+            chunk = first[i : i + _JOB]
+            if not kit.store(chunk, store_slots(kit, len(chunk))).success:
+                raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-29")
+        request = TrackedContext("kvproto-kit-t29-held")
+        answers = kit.resolve(first, request)
+        kit.expect(answers, lr.HIT, "TIER-29", "stored within the byte budget")
+        held = getattr(tier, "held_hits", 0)
+        if held != room:
+            pytest.skip(f"the tier held {held!r} of {room} HITs (its cap of held handles): not checked")
+        past = key_pool("t29-past", _PAST)
+        if not kit.store(past, store_slots(kit, _PAST)).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-29")
+        deadline = time.monotonic() + kit.limits.job_timeout_s
+        while True:
+            readable = {k for k in (*first, *past) if self.read_block(tier, k) is not None}
+            on_storage = len(readable) + sum(1 for k in first if k not in readable)
+            if on_storage <= room or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)  # the tier's deletions run in the background; polled within the bound
+        tier.on_request_finished(request)
+        if on_storage > room:
+            raise ConformanceFailure(
+                "TIER-29",
+                f"with a HIT held on each of the {room} blocks its max_bytes ({budget}) holds, {_PAST} more stored: "
+                f"the storage holds {on_storage} blocks ({len(readable)} readable, {on_storage - len(readable)} "
+                f"evicted but held), {kit.limits.job_timeout_s:g} s after the store was reported; an evicted block a "
+                "handle keeps still counts against the budget (TIERKIT-6): evict more",
+            )

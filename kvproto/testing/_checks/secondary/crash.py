@@ -1,0 +1,239 @@
+"""The secondary tier's crash-consistency check (issue 17, section 1; TIER-24):
+:class:`SecondaryCrashChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+With ``persistence`` declared and the ``reopen`` hook, the kit runs a tier's stores in a forked
+child process (:mod:`kvproto.testing._harness.crash`) and kills it with SIGKILL: at the tier's own declared
+points (the hooks ``crash_points`` and ``arm_crash``), at the kit's points below a BlobTier built
+with ``wrap=FaultyBackend`` (right before and right after a block's publish), and at seeded random
+moments (the same moments every run: after the n-th acknowledged block, then a seeded pause). After
+each kill a new instance over the same storage must answer HIT only for blocks that load with their
+bytes, keep every block whose store was reported, and store every key again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots, store_again, store_slots
+from kvproto.testing._faults.probes import KitBackend, faulty_backend_of
+from kvproto.testing._harness.crash import Child, kill_self
+from kvproto.testing._harness.data import key_pool, make_buffer
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import short_key
+from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+
+__all__ = ["CRASH_SEED", "RANDOM_KILLS", "SecondaryCrashChecks"]
+
+RANDOM_KILLS = 3
+"""Kills at seeded random moments per check (after the declared and the kit's points)."""
+
+CRASH_SEED = 2417
+"""The seed of those moments: the same kills, so the same verdict, every run."""
+
+_KEYS_PER_ROUND = 16
+_BATCH = 4
+
+Arm = Callable[[SecondaryTier, Sequence[OffloadKey]], None]
+
+
+def _acked_at_least(count: int) -> Callable[[list[str]], bool]:
+    """Enough lines read once the child acknowledged ``count`` stored blocks."""
+
+    def enough(lines: list[str]) -> bool:
+        return sum(1 for line in lines if line.startswith("A ")) >= count
+
+    return enough
+
+
+class SecondaryCrashChecks(SecondaryRole):
+    """Kills of a writer process, in the kit's order (see ``SecondaryTierTests``)."""
+
+    def crash_points(self, tier: SecondaryTier) -> Sequence[str]:
+        """The names of the points where a store of ``tier`` can be cut short by a crash (e.g.
+        ``"after the temporary file, before its rename"``): the backdoor hook of
+        :meth:`test_a_killed_writer_leaves_no_false_hit` with :meth:`arm_crash` (KIT-5)."""
+        raise NotImplementedError
+
+    def arm_crash(self, tier: SecondaryTier, point: str) -> None:
+        """Make ``tier``'s process kill itself (SIGKILL) the next time one of its stores reaches
+        ``point`` (one of :meth:`crash_points`); called in the child process only (KIT-5)."""
+        raise NotImplementedError
+
+    def fork_safe(self, tier: SecondaryTier) -> bool:
+        """Whether a new instance of ``tier`` works in a forked child process (without this hook the
+        kit tries, and reports the check vacuous if a child cannot store); a client whose runtime
+        does not survive a fork (obstore's) answers False, and the check says it was not run (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-24", needs=("persistence",), hooks=("reopen",))
+    def test_a_killed_writer_leaves_no_false_hit(self, kit: SecondaryDriver) -> None:
+        """Stores in a child process killed (SIGKILL) at the tier's declared points, at the kit's
+        points below a BlobTier (right before and right after a publish) and at seeded random moments;
+        after each kill a new instance over the same storage answers HIT only for blocks that load
+        their bytes, still holds every block whose store was reported, and stores every key again."""
+        if self.has_hook("fork_safe") and not self.fork_safe(kit.tier):
+            pytest.skip("needs a tier whose storage client works in a forked child process (its fork_safe hook says no)")
+        kit.shutdown()
+        template = kit.tier
+        clean = key_pool("crash-clean", _BATCH)
+        child = self._writer(kit, template, clean, None)
+        child.read_until(lambda lines: False)
+        child.reap()
+        trouble = child.failure()
+        if trouble is not None:
+            pytest.skip(
+                "vacuous: a child process could not store through a new instance of the tier with no kill "
+                f"({trouble[2:][:200]}): the kit's instance does not work in a forked process"
+            )
+        if not self._sees(kit, template, clean, child.acked()):
+            pytest.skip(
+                "vacuous: a new instance did not see the blocks a child process stored and shut down cleanly "
+                "(the kit's instance keeps its storage in this process only)"
+            )
+        rounds: list[tuple[str, Arm | None]] = []
+        if self.has_hook("crash_points"):
+            for point in self.crash_points(template):
+                rounds.append((f"at its declared point {point!r}", self._declared(point)))
+        if faulty_backend_of(template) is not None and callable(getattr(template, "name_of", None)):
+            rounds.append(("right before a block's publish", self._at_publish(after=False)))
+            rounds.append(("right after a block's publish, before its job was reported", self._at_publish(after=True)))
+        for number, (how, arm) in enumerate(rounds):
+            keys = key_pool(f"crash-point-{number}", _KEYS_PER_ROUND)
+            child = self._writer(kit, template, keys, arm)
+            child.read_until(lambda lines: False)
+            if not child.killed():
+                self._child_failed(child, how)
+                if how.startswith("at its declared"):
+                    raise ConformanceFailure("KIT-5", f"arm_crash had no effect: the writer was not killed {how}")
+            self._after_crash(kit, template, keys, child.acked(), f"killed {how}")
+        rng = random.Random(CRASH_SEED)
+        for number in range(RANDOM_KILLS):
+            keys = key_pool(f"crash-random-{number}", _KEYS_PER_ROUND)
+            acks = rng.randrange(0, _KEYS_PER_ROUND)
+            pause = rng.uniform(0.0, 0.003)
+            child = self._writer(kit, template, keys, None)
+            child.read_until(_acked_at_least(acks))
+            time.sleep(pause)  # where the kill lands; the verdict never depends on it
+            child.kill()
+            if child.failure() is not None:
+                self._child_failed(child, "before the kit killed it")
+            how = f"at a random moment (after {acks} acknowledged blocks and {pause * 1000:.1f} ms; seed {CRASH_SEED})"
+            self._after_crash(kit, template, keys, child.acked(), f"killed {how}")
+
+    # ---- the child's side ----------------------------------------------------------------
+    def _writer(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], arm: Arm | None) -> Child:
+        """A child process storing ``keys`` in a new instance over ``template``'s storage: ``_BATCH`` per job,
+        or one per job when ``arm`` sets a kill point (so the block cut short is the same every run)."""
+        caps, limits = kit.capabilities, kit.limits
+
+        def run(say: Callable[[str], None]) -> None:
+            buffer = make_buffer(self.num_slots, self.block_bytes)
+            writer = SecondaryDriver(self.reopen(template, buffer), buffer, caps, limits, first_job_id=30_001)
+            if arm is not None:
+                arm(writer.tier, keys)
+            say("R")
+            per_job = _BATCH if arm is None else 1  # at a kill point, one block at a time: the same block is cut
+            for i in range(0, len(keys), per_job):
+                batch = keys[i : i + per_job]
+                result = writer.store(batch, store_slots(writer, len(batch)))
+                done = result.succeeded_keys(writer.jobs[result.job_id])
+                for key in batch:
+                    if key in done:
+                        say(f"A {keys.index(key)}")
+            writer.shutdown()
+
+        return Child(run)
+
+    def _declared(self, point: str) -> Arm:
+        def arm(tier: SecondaryTier, keys: Sequence[OffloadKey]) -> None:
+            self.arm_crash(tier, point)
+
+        return arm
+
+    @staticmethod
+    def _at_publish(*, after: bool) -> Arm:
+        def arm(tier: SecondaryTier, keys: Sequence[OffloadKey]) -> None:
+            backend = faulty_backend_of(tier)
+            name_of: Callable[[OffloadKey], str] = getattr(tier, "name_of")  # noqa: B009 - checked callable by the caller
+            if backend is None:
+                raise ConformanceFailure("KIT-5", "the reopen hook built an instance without wrap=FaultyBackend")
+            probe = KitBackend(backend.inner)
+            backend.inner = probe
+            probe.gate("publish", name_of(keys[_BATCH + 1]), after=after, action=kill_self)
+
+        return arm
+
+    @staticmethod
+    def _child_failed(child: Child, how: str) -> None:
+        line = child.failure()
+        if line is not None and line.startswith("F "):
+            clause, _, detail = line[2:].partition("\t")
+            raise ConformanceFailure(clause, f"in a writer process (then {how}): {detail}")
+        if line is not None:
+            raise ConformanceFailure("TIER-24", f"a writer process (then {how}) raised {line[2:]}")
+
+    # ---- the parent's judgement ---------------------------------------------------------
+    def _reopened(self, kit: SecondaryDriver, template: SecondaryTier) -> SecondaryDriver:
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        return SecondaryDriver(self.reopen(template, buffer), buffer, kit.capabilities, kit.limits, first_job_id=40_001)
+
+    def _sees(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], acked: list[int]) -> bool:
+        """Whether a new instance sees the blocks a child stored and shut down cleanly."""
+        other = self._reopened(kit, template)
+        try:
+            answers = other.resolve(keys)
+        finally:
+            other.shutdown()
+        return bool(acked) and all(answers[keys[i]] is lr.HIT for i in acked)
+
+    def _after_crash(
+        self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], acked: list[int], how: str
+    ) -> None:
+        """A new instance after a writer was ``how``: HITs load, reported stores stay, every key stores again."""
+        other = self._reopened(kit, template)
+        try:
+            answers = other.resolve(keys)
+            lost = [keys[i] for i in acked if answers[keys[i]] is not lr.HIT]
+            if lost:
+                raise ConformanceFailure(
+                    "TIER-24",
+                    f"{len(lost)} block(s) whose store was reported successful answer {answers[lost[0]].name} in a new "
+                    f"instance after their writer was {how} (first {short_key(lost[0])}): with persistence declared, "
+                    "a reported store outlives a crash of its writer",
+                )
+            hits = [k for k in keys if answers[k] is lr.HIT]
+            self._load_all(other, hits, f"answered HIT in a new instance after its writer was {how}")
+            for i in range(0, len(keys), _BATCH):
+                batch = keys[i : i + _BATCH]
+                store_again(other, batch, "TIER-24", f"again after their writer was {how}",
+                            ": a crashed writer's leftovers must never block a later store of the same key")
+            other.expect(other.resolve(keys), lr.HIT, "TIER-24", f"stored again after their writer was {how}")
+            self._load_all(other, list(keys), f"was stored again after its writer was {how}")
+        finally:
+            other.shutdown()
+
+    @staticmethod
+    def _load_all(kit: SecondaryDriver, keys: list[OffloadKey], what: str) -> None:
+        for i in range(0, len(keys), 8):
+            batch = keys[i : i + 8]
+            try:
+                result = kit.load(batch, load_slots(kit, len(batch)))
+            except ConformanceFailure as failure:
+                if failure.clause != "TIER-10":
+                    raise
+                raise ConformanceFailure("TIER-24", f"a block {what}: {failure.detail}") from failure
+            failed = [k for k in batch if k not in result.succeeded_keys(kit.jobs[result.job_id])]
+            if failed:
+                raise ConformanceFailure(
+                    "TIER-24",
+                    f"{short_key(failed[0])} {what}, but its load failed: a block whose write was interrupted must "
+                    "never answer HIT",
+                )

@@ -1,0 +1,337 @@
+"""The secondary tier's checks of faults inside its own transfer code (issue 17, section 1, "faults
+below the tier"; TIER-30, TIER-31): :class:`SecondaryIoChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+The faults of :mod:`kvproto.testing._checks.secondary.faults_below` act at a BlobTier's backend boundary:
+a backend call fails or lies before or after the backend ran, so the backend's own loops and
+clean-up paths (a read or write that moves fewer bytes than asked, an error after a file was
+opened) never run. Here a tier's spec reaches further down with two backdoor hooks: ``short_io``
+(every read and write call moves at most a few bytes, as POSIX ``read``/``write`` and network
+streams may) and ``fail_io`` (the next read or write calls raise ``OSError(EIO)``, after the tier
+opened what it transfers).
+
+A storage fault never surfaces as a programming error (TIER-38), nor out of ``shutdown`` (TIER-39):
+:class:`SecondaryFaultSurfaceChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+A tier's fault paths (a failed listing, read or write below it) are where its code runs least: a
+wrong index or a missing attribute there raises a programming error (``IndexError``, ``TypeError``,
+...) that the tier's own fallback then swallows, so every answer stays right and no answer-level
+check sees it (found by mutation testing, docs/mutation/obj.json: formatting the warning of a failed
+listing raised ``IndexError``, hidden by the per-key fallback). What stays visible is the tier's
+log: the fallback logs what it caught. The kit records every log record emitted while it injects
+storage faults through the ``fail_io`` hook, and fails a record that carries an exception of a
+programming-error class (:data:`PROGRAMMING_ERRORS`), as its ``exc_info`` or among its arguments.
+Storage errors (``OSError`` and its kin, a store's own exception types, timeouts) are what the
+faults are, never blamed. A tier without ``fail_io`` is "not checked" on TIER-38.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import pytest
+
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks.secondary.role import SecondaryRole, hit_and_loaded, load_exact, load_slots, store_again, store_slots
+from kvproto.testing._harness.data import key_pool
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import TrackedContext, short_key
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+
+__all__ = [
+    "PROGRAMMING_ERRORS",
+    "SHORT_IO_BYTES",
+    "SecondaryFaultSurfaceChecks",
+    "SecondaryIoChecks",
+    "describe_fds",
+    "first_setup_failure",
+    "open_fds",
+    "programming_errors_logged",
+    "settled_leaks",
+]
+
+SHORT_IO_BYTES = 7
+"""The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
+header, payload or page boundary falls on a call's end)."""
+
+_FD_DIR = "/proc/self/fd"
+_FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
+
+
+def open_fds() -> set[str] | None:
+    """The process's file descriptors open on regular files (Linux), or None where the kit cannot list
+    them. Directories, pipes and sockets are left out: a thread of the process walking a directory
+    (a background delete) or talking to a server is not a transfer's leak."""
+    try:
+        names = os.listdir(_FD_DIR)
+    except OSError:
+        return None
+    files = set()
+    for name in names:
+        try:
+            if stat.S_ISREG(os.stat(os.path.join(_FD_DIR, name)).st_mode):
+                files.add(name)
+        except OSError:
+            continue  # closed meanwhile
+    return files
+
+
+def settled_leaks(baseline: set[str]) -> set[str]:
+    """The regular-file descriptors open now that were not in ``baseline``, once the tier's threads had
+    up to ``_FD_SETTLE_S`` to close what finished jobs opened (a condition polled, never a verdict by time)."""
+    deadline = time.monotonic() + _FD_SETTLE_S
+    leaked = (open_fds() or set()) - baseline
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
+        leaked = (open_fds() or set()) - baseline
+    return leaked
+
+
+class SecondaryIoChecks(SecondaryRole):
+    """Short transfers and I/O errors inside the tier's transfer code, in the kit's order."""
+
+    def short_io(self, tier: SecondaryTier, max_bytes: int) -> None:
+        """Make every read and write call the tier's storage code makes move at most ``max_bytes``
+        bytes (a short transfer, which POSIX and network streams allow; 0: back to normal): the
+        backdoor hook of :meth:`test_short_transfers_move_every_byte` (KIT-5)."""
+        raise NotImplementedError
+
+    def fail_io(self, tier: SecondaryTier, n: int) -> None:
+        """Make the next ``n`` read or write calls of the tier's storage code raise
+        ``OSError(EIO)``, after it opened what it transfers (a file, a connection; 0 disarms): the
+        backdoor hook of :meth:`test_io_errors_inside_transfers_fail_cleanly` (KIT-5)."""
+        raise NotImplementedError
+
+
+    @check("TIER-30", hooks=("short_io",))
+    def test_short_transfers_move_every_byte(self, kit: SecondaryDriver) -> None:
+        """With every read and write call of the tier's storage moving at most 7 bytes: blocks
+        stored before load their bytes, and blocks stored now succeed and load their bytes (with
+        and without short transfers): a short read or write is not the end of the data."""
+        before = key_pool("t30-before", 2)
+        during = key_pool("t30-during", 2)
+        if not kit.store(before, store_slots(kit, len(before))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-30")  # an error, never TIER-30's (KIT-17)
+        self.short_io(kit.tier, SHORT_IO_BYTES)
+        try:
+            kit.faults_injected = True
+            load_exact(kit, before, "TIER-30", f"stored normally, loaded with reads of at most {SHORT_IO_BYTES} bytes")
+            result = kit.store(during, store_slots(kit, len(during)))
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-30",
+                    f"a store of {len(during)} blocks failed ({result}) with every write call moving at most "
+                    f"{SHORT_IO_BYTES} bytes: a short write is not an error, the rest is written by the next call",
+                )
+            load_exact(kit, during, "TIER-30", f"stored and loaded with transfers of at most {SHORT_IO_BYTES} bytes")
+        finally:
+            self.short_io(kit.tier, 0)
+        kit.quiet_steps(2)
+        load_exact(kit, during, "TIER-30", f"stored with writes of at most {SHORT_IO_BYTES} bytes, loaded normally")
+
+    @check("TIER-31", hooks=("fail_io",))
+    def test_io_errors_inside_transfers_fail_cleanly(self, kit: SecondaryDriver) -> None:
+        """Stores and loads whose first read or write call raises EIO inside the tier's storage
+        code: each is reported failed, or (retried) succeeds with its bytes; afterwards, with no
+        fault armed, every key stores and loads its bytes, and the process holds no file
+        descriptor on a regular file it did not hold before (the failed transfers closed what they opened);
+        a reset_cache whose first read or write raises answers False (or True), never raises."""
+        if open_fds() is None:
+            pytest.skip(f"needs {_FD_DIR} to count the process's open files (Linux)")
+        keys = key_pool("t31-io", 6)
+        loaded, stored = keys[:3], keys[3:]
+        if not kit.store(loaded, store_slots(kit, len(loaded))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-31")  # an error, never TIER-31's (KIT-17)
+        kit.quiet_steps(2)
+        baseline = open_fds() or set()
+        kit.faults_injected = True
+        try:
+            for key in stored:
+                self.fail_io(kit.tier, 1)
+                kit.store([key], store_slots(kit, 1))
+            for key in loaded:
+                self.fail_io(kit.tier, 1)
+                self._load_exact_or_failed(kit, key)
+        finally:
+            self.fail_io(kit.tier, 0)
+        kit.quiet_steps(2)
+        store_again(kit, keys, "TIER-31", "with no fault armed", " after I/O errors inside earlier transfers of them: an "
+                    "I/O error must not keep a key from being stored later")
+        hit_and_loaded(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
+        kit.quiet_steps(2)
+        leaked = settled_leaks(baseline)
+        if leaked:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"{len(leaked)} file descriptor(s) opened during {len(stored)} stores and {len(loaded)} loads whose "
+                f"first read or write raised EIO are still open ({describe_fds(leaked)}): a failed transfer must "
+                "close what it opened",
+            )
+        self.fail_io(kit.tier, 1)
+        try:
+            answer = kit.tier.reset_cache()  # its first read or write raises: False (or done), never an error
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"reset_cache() whose first read or write call raised EIO raised {type(error).__name__}: {error} "
+                "(it answers False when it cannot now, TIER-16)",
+            ) from error
+        finally:
+            self.fail_io(kit.tier, 0)
+        if not isinstance(answer, bool):
+            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
+
+    @staticmethod
+    def _load_exact_or_failed(kit: SecondaryDriver, key: OffloadKey) -> None:
+        """A load of ``key`` whose first read raised: reported failed, or done with its bytes (the
+        driver checks them); wrong bytes (a TIER-10 failure) are this clause's."""
+        try:
+            kit.load([key], load_slots(kit, 1))
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(
+                "TIER-31", f"a load of {short_key(key)} whose first read raised EIO: {failure.detail}"
+            ) from failure
+
+
+def describe_fds(fds: set[str]) -> str:
+    """What a few leaked descriptors point at."""
+    shown = []
+    for fd in sorted(fds, key=int)[:3]:
+        try:
+            shown.append(f"{fd} -> {os.readlink(os.path.join(_FD_DIR, fd))}")
+        except OSError:
+            shown.append(fd)
+    return ", ".join(shown) + (", ..." if len(fds) > 3 else "")
+
+
+def first_setup_failure(kit: SecondaryDriver) -> str:
+    """What the driver recorded of the failed set-up store (KIT-17)."""
+    return kit.setup_failures[0] if kit.setup_failures else "a store with no fault injected failed"
+
+PROGRAMMING_ERRORS: tuple[type[BaseException], ...] = (
+    IndexError, KeyError, TypeError, AttributeError, NameError, ZeroDivisionError, AssertionError, RecursionError,
+)
+"""Exception classes that come from the tier's code, never from storage: a storage fault that makes
+the tier log one of them broke TIER-38. (``ValueError`` is not among them: some stores raise it for
+a reply they cannot parse.)"""
+
+_FAILING = (1, 2, 3)  # requests failed in a row before each batch, load and store
+_ASKED = 64  # never-stored keys in each existence batch: enough for a tier to plan a listing (OBJ-11)
+_STORED = 4
+_FAILING_AT_SHUTDOWN = 8
+
+
+class _Recorder(logging.Handler):
+    """Keeps each record that carries an exception of a programming-error class (thread-safe)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.found: list[tuple[logging.LogRecord, BaseException]] = []
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        carried: list[object] = []
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            carried.append(record.exc_info[1])
+        args = record.args
+        if isinstance(args, tuple):
+            carried.extend(args)
+        elif isinstance(args, dict):
+            carried.extend(args.values())
+        for item in carried:
+            if isinstance(item, PROGRAMMING_ERRORS):
+                with self._guard:
+                    self.found.append((record, item))
+                return
+
+
+@contextmanager
+def programming_errors_logged() -> Iterator[list[tuple[logging.LogRecord, BaseException]]]:
+    """Within the block, every log record that reaches the root logger carrying an exception of a
+    :data:`PROGRAMMING_ERRORS` class is appended to the yielded list (with that exception). The
+    loggers' levels are left as they are: a tier's warnings and errors reach the root logger."""
+    recorder = _Recorder()
+    root = logging.getLogger()
+    root.addHandler(recorder)
+    try:
+        yield recorder.found
+    finally:
+        root.removeHandler(recorder)
+
+
+class SecondaryFaultSurfaceChecks(SecondaryIoChecks):
+    """TIER-38 and TIER-39, in the kit's order (see ``SecondaryTierTests``). Builds on :class:`SecondaryIoChecks`
+    for its ``fail_io`` hook."""
+
+    @check("TIER-38", hooks=("fail_io",))
+    def test_storage_faults_never_surface_as_programming_errors(self, kit: SecondaryDriver) -> None:
+        """With 4 blocks stored: for 1, 2 and 3 storage requests failed in a row (``fail_io``), an
+        existence batch of the 4 and 64 never-stored keys (one request), a load of one stored block
+        and a store of a new one, each with the fault armed anew; no log record emitted meanwhile
+        carries an IndexError, KeyError, TypeError, AttributeError, NameError, ZeroDivisionError,
+        AssertionError or RecursionError. Answers, loads and stores may fail: TIER-31 judges them."""
+        kit.wait_started()
+        stored = key_pool("t38-stored", _STORED)
+        if not kit.store(stored, store_slots(kit, len(stored))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-38")
+        kit.quiet_steps(2)
+        kit.faults_injected = True
+        with programming_errors_logged() as found:
+            try:
+                for failing in _FAILING:
+                    self._faulted_round(kit, stored, failing)
+            finally:
+                self.fail_io(kit.tier, 0)
+            kit.quiet_steps(2)
+        if found:
+            record, error = found[0]
+            raise ConformanceFailure(
+                "TIER-38",
+                f"while storage requests failed (fail_io), the tier logged {type(error).__name__}: {error} "
+                f"(logger {record.name!r}: {record.getMessage()[:200]!r}; {len(found)} such record(s)): a storage "
+                "fault must surface as a storage error, never as an error of the tier's own code that its fallback hides",
+            )
+
+    @check("TIER-39", hooks=("fail_io",))
+    def test_shutdown_returns_while_storage_requests_fail(self, kit: SecondaryDriver) -> None:
+        """With 2 blocks stored and a store of 2 more submitted, the next 8 storage requests armed to fail
+        (``fail_io``: for a tier over a kit backend, its close too), then ``shutdown()``: it returns, never
+        raises, whatever the storage answers (what it could not close it logs)."""
+        kit.wait_started()
+        stored = key_pool("t39-stored", 2)
+        if not kit.store(stored, store_slots(kit, len(stored))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-39")
+        kit.faults_injected = True
+        kit.submit_store(key_pool("t39-late", 2), store_slots(kit, 2))
+        self.fail_io(kit.tier, _FAILING_AT_SHUTDOWN)
+        try:
+            kit.shutdown()
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-39",
+                f"shutdown() while storage requests failed (fail_io) raised {type(error).__name__}: {error}: shutdown "
+                "returns whatever its storage answers (an engine shutting down cannot act on the error)",
+            ) from error
+
+    def _faulted_round(self, kit: SecondaryDriver, stored: Sequence[OffloadKey], failing: int) -> None:
+        """One existence batch, one load and one store, each after ``failing`` requests were armed to fail."""
+        self.fail_io(kit.tier, failing)
+        asked = [*stored, *key_pool(f"t38-never-{failing}", _ASKED)]
+        context = TrackedContext(f"kvproto-kit-t38-{failing}")
+        kit.resolve(asked, context)  # any answer: a fault may turn a HIT into MISS (TIER-31 judges answers)
+        kit.tier.on_request_finished(context)
+        self.fail_io(kit.tier, failing)
+        kit.load(stored[:1], load_slots(kit, 1))
+        self.fail_io(kit.tier, failing)
+        kit.store(key_pool(f"t38-new-{failing}", 1), store_slots(kit, 1))
+        self.fail_io(kit.tier, 0)

@@ -1,0 +1,128 @@
+"""Where a tier writes in storage other instances share (TIER-37): :class:`SecondaryNamespaceChecks`, a
+base of :class:`~kvproto.testing.SecondaryTierTests`.
+
+TIER-22 checks that a block stored under one layout never loads under another. It cannot see a tier
+that writes something (a layout manifest, a marker, a block) under ANOTHER namespace than its own
+when no instance of that namespace ever reads it: the answers stay right, and the storage holds a
+name that a later instance of that layout would find (found by mutation testing,
+docs/mutation/obj.json: the start-up check wrote its manifest for the row count in place of the row
+length). A tier's spec that can list its storage declares two backdoor hooks:
+
+* ``storage_names(tier) -> Iterable[str]``: every name the storage ``tier`` writes to holds, listed
+  without the tier (the whole storage instances share, not only ``tier``'s namespace);
+* ``namespace_of(tier) -> str``: the prefix under which every name ``tier`` writes lies (its
+  namespace, ending in its separator).
+
+A tier without them is "not checked" on TIER-37 (the kit skips, naming the hook).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
+from kvproto.testing._checks.secondary.role import store_slots
+from kvproto.testing._checks.secondary.threads_and_order import SecondaryClassChecks
+from kvproto.testing._harness.data import key_pool, make_buffer
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+
+__all__ = ["SecondaryNamespaceChecks"]
+
+_STORED = 3  # blocks each instance stores
+_SHOWN = 3  # stray names a failure lists
+
+
+class SecondaryNamespaceChecks(SecondaryClassChecks):
+    """Every name a tier writes lies under its own namespace (TIER-37), in the kit's order (see
+    ``SecondaryTierTests``). Builds on :class:`SecondaryClassChecks` for its ``reopen_other_layout`` hook."""
+
+    def storage_names(self, tier: SecondaryTier) -> Iterable[str]:
+        """Every name the storage ``tier`` writes to holds, listed without the tier: the backdoor hook
+        of :meth:`test_a_tier_writes_only_under_its_own_namespace` (KIT-5)."""
+        raise NotImplementedError
+
+    def namespace_of(self, tier: SecondaryTier) -> str:
+        """The prefix under which every name ``tier`` writes lies (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-37", hooks=("storage_names", "namespace_of"))
+    def test_a_tier_writes_only_under_its_own_namespace(self, kit: SecondaryDriver) -> None:
+        """A tier started and storing 3 blocks: every name in its storage lies under its namespace
+        (``namespace_of``). With ``reopen_other_layout``: an instance for another layout over the same
+        storage has a namespace disjoint from the first's (neither is a prefix of the other); started
+        and storing the same 3 keys, it writes every name under its own namespace, at least one, and
+        leaves the names under the first's exactly as they were."""
+        kit.wait_started()  # its start-up writes are done (KIT-19)
+        keys = key_pool("t37-layout", _STORED)
+        mine = self._namespace(kit.tier, "")
+        self._stores(kit, keys)
+        names = set(self.storage_names(kit.tier))
+        self._only_under(names, [mine], "a tier started and storing 3 blocks")
+        if not self.has_hook("reopen_other_layout"):
+            return
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(
+            self.reopen_other_layout(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=37_001
+        )
+        try:
+            other.wait_started()
+            theirs = self._namespace(other.tier, " for another layout (reopen_other_layout)")
+            if theirs.startswith(mine) or mine.startswith(theirs):
+                raise ConformanceFailure(
+                    "TIER-37",
+                    f"an instance for another layout over the same storage writes under {theirs!r}, the first under "
+                    f"{mine!r}: one namespace holds the other, so one layout's names lie in the other's",
+                )
+            self._stores(other, keys)
+            after = set(self.storage_names(kit.tier))
+        finally:
+            other.shutdown()
+        self._only_under(after, [mine, theirs], "two instances of different layouts, each started and storing 3 blocks")
+        if not any(n.startswith(theirs) for n in after):
+            raise ConformanceFailure(
+                "TIER-37",
+                f"an instance for another layout stored {_STORED} blocks, yet its storage holds no name under its "
+                f"namespace {theirs!r} (namespace_of)",
+            )
+        ours = {n for n in names if n.startswith(mine)}
+        ours_after = {n for n in after if n.startswith(mine)}
+        if ours_after != ours:
+            changed = sorted(ours_after ^ ours)
+            raise ConformanceFailure(
+                "TIER-37",
+                f"an instance for another layout, started and storing the same {_STORED} keys, changed "
+                f"{len(changed)} name(s) under the first instance's namespace {mine!r} (e.g. {changed[0]!r}): "
+                "a layout writes only under its own namespace",
+            )
+
+    def _namespace(self, tier: SecondaryTier, where: str) -> str:
+        """``namespace_of(tier)``, which must name a prefix (KIT-5: an empty one would check nothing)."""
+        prefix: object = self.namespace_of(tier)  # a hook: checked at run time
+        if not isinstance(prefix, str) or not prefix:
+            raise ConformanceFailure("KIT-5", f"namespace_of answered {prefix!r}{where}: a non-empty prefix is its promise")
+        return prefix
+
+    @staticmethod
+    def _stores(kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> None:
+        """Store ``keys`` and let the tier settle; a failed store is a set-up failure (KIT-17)."""
+        if not kit.store(keys, store_slots(kit, len(keys))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-37")
+        kit.quiet_steps(2)
+        kit.wait_started()
+
+    @staticmethod
+    def _only_under(names: set[str], prefixes: list[str], what: str) -> None:
+        """Every name of ``names`` lies under one of ``prefixes``, or TIER-37 fails naming the strays."""
+        stray = sorted(n for n in names if not any(n.startswith(p) for p in prefixes))
+        if stray:
+            shown = ", ".join(repr(n) for n in stray[:_SHOWN]) + (" ..." if len(stray) > _SHOWN else "")
+            under = " or ".join(repr(p) for p in prefixes)
+            raise ConformanceFailure(
+                "TIER-37",
+                f"{what}: its storage holds {len(stray)} name(s) outside its own namespace {under}: {shown}; a tier "
+                "writes nothing outside its namespace (another layout's instance would find it there)",
+            )

@@ -1,0 +1,206 @@
+"""The secondary tier's checks of visibility across instances (issue 17, section 1; TIER-18 with
+``sharing``, TIER-4): :class:`SecondarySharingChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+Two live instances over the same storage (the ``reopen`` hook). An existence verdict lives only as
+long as a request that refers to it: a request asked before the other instance stored, and once it
+finished a new request sees the block. One request finishing never disturbs another's pending
+lookups. And a block another instance removed while a request held its HIT fails that request's
+load; the request is not told HIT again unless a load right after succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kvproto import members as lr
+from kvproto._keys import OffloadKey
+from kvproto._protocols import SecondaryTier
+from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
+from kvproto.testing._harness.data import block_for, key_pool, make_buffer
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import TrackedContext, short_key
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+
+__all__ = ["SecondarySharingChecks"]
+
+
+class SecondarySharingChecks(SecondaryRole):
+    """Visibility across live instances, in the kit's order (see ``SecondaryTierTests``)."""
+
+    def replace_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
+        """Replace the block stored under ``key`` by ``data`` (another writer on the same storage), the
+        backdoor hook of :meth:`test_a_block_replaced_after_its_hit_never_loads_the_new_bytes`;
+        declaring it promises TIER-34 (KIT-5)."""
+        raise NotImplementedError
+
+    @contextmanager
+    def _second_instance(self, kit: SecondaryDriver, first_job_id: int) -> Iterator[SecondaryDriver]:
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        other = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=first_job_id)
+        try:
+            yield other
+        finally:
+            other.shutdown()
+
+    @check("TIER-18", needs=("sharing",), hooks=("reopen",))
+    def test_verdicts_never_outlive_their_request(self, kit: SecondaryDriver) -> None:
+        """Asked in one instance before a second one stores (MISS): once that request finished, a new
+        request is not told MISS at once (it asks again: RETRY, or HIT) and a HIT loads. Two requests
+        ask the same fresh keys; the first finishes while the second's lookups are pending: the second's
+        RETRYs still resolve within ``max_retry_steps``, and as HIT wherever an undisturbed request
+        asking other stored keys right after the finish was told HIT (a check that ran out of time may answer
+        MISS, AP-5: the undisturbed request is the control)."""
+        with self._second_instance(kit, 9901) as other:
+            keys = key_pool("share-late", 4)
+            early = TrackedContext("kvproto-kit-asked-early")
+            kit.expect(kit.resolve(keys, early), lr.MISS, "TIER-4", "before any instance stored it")
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise ConformanceFailure("TIER-10", f"a store of {len(keys)} blocks into the second instance failed")
+            kit.tier.on_request_finished(early)
+            later = TrackedContext("kvproto-kit-asked-later")
+            first_answers = {k: kit.lookup(k, later) for k in keys}
+            stale = [k for k in keys if first_answers[k] is lr.MISS]
+            if stale:
+                raise ConformanceFailure(
+                    "TIER-18",
+                    f"key {short_key(stale[0])} answered MISS at once to a new request of the first instance after "
+                    "the second instance stored it: the MISS it answered to an earlier, finished request outlived "
+                    "that request (an existence verdict lives only while a request refers to it)",
+                )
+            answers = kit.resolve(keys, later)  # a check that ran out of time may still answer MISS (AP-5)
+            held = [k for k in keys if answers[k] is lr.HIT]
+            if held:
+                kit.load(held, load_slots(kit, len(held)), context=later)
+            kit.tier.on_request_finished(later)
+            fresh = key_pool("share-pending", 4)  # two for the disturbed request, two for an undisturbed one
+            if not other.store(fresh, store_slots(other, len(fresh))).success:
+                raise ConformanceFailure("TIER-10", f"a store of {len(fresh)} blocks into the second instance failed")
+            first = TrackedContext("kvproto-kit-finishes-first")
+            second = TrackedContext("kvproto-kit-still-asking")
+            control = TrackedContext("kvproto-kit-undisturbed")
+            for key in fresh[:2]:
+                kit.lookup(key, first)
+                kit.lookup(key, second)
+            kit.tier.on_request_finished(first)  # while the second request's lookups are pending
+            for key in fresh[2:]:
+                kit.lookup(key, control)  # asked after the finish: nothing disturbs these
+            undisturbed = kit.resolve(fresh[2:], control)
+            disturbed = kit.resolve(fresh[:2], second)
+            kit.tier.on_request_finished(control)
+            kit.tier.on_request_finished(second)
+            if all(undisturbed[k] is lr.HIT for k in fresh[2:]):
+                wrong = [k for k in fresh[:2] if disturbed[k] is not lr.HIT]
+                if wrong:
+                    raise ConformanceFailure(
+                        "TIER-18",
+                        f"key {short_key(wrong[0])}, stored by the second instance, answered {disturbed[wrong[0]].name} "
+                        "to a request whose lookups were pending when another request asking the same keys finished, "
+                        "while keys asked right after by an undisturbed request answered HIT: one request "
+                        "finishing must not disturb another's pending lookups",
+                    )
+
+    @check("TIER-4", needs=("sharing",), hooks=("reopen",))
+    def test_no_hit_after_a_failed_load_in_a_live_request(self, kit: SecondaryDriver) -> None:
+        """A live request saw HIT; then another instance removed the blocks (its reset_cache, which in
+        a shared storage removes them for everyone) and the request's load of one failed: the
+        request's next lookups of it answer HIT only if a load right after succeeds."""
+        keys = key_pool("share-gone", 2)
+        kit.store(keys, store_slots(kit, len(keys)))
+        kit.quiet_steps(2)
+        live = TrackedContext("kvproto-kit-live-across")
+        kit.expect(kit.resolve(keys, live), lr.HIT, "TIER-10", "right after its store reported success")
+        with self._second_instance(kit, 9951) as other:
+            other.quiet_steps(1)
+            if other.tier.reset_cache() is not True:
+                raise ConformanceFailure("TIER-16", "reset_cache of an idle second instance did not answer True")
+            other.quiet_steps(1)
+        slot, spare = load_slots(kit, 2)
+        result = kit.load(keys[:1], [slot], context=live)
+        if keys[0] in result.succeeded_keys(kit.jobs[result.job_id]):
+            kit.tier.on_request_finished(live)
+            return  # the tier still held a readable copy: nothing failed (the driver checked its bytes)
+        for _ in range(2):
+            if kit.lookup(keys[0], live) is lr.HIT:
+                load_right_after_hit(
+                    kit, keys[0], spare, when=" again, to the live request whose load of it had just failed"
+                )
+            kit.step()
+        kit.tier.on_request_finished(live)
+
+    @check("TIER-32", needs=("sharing",), hooks=("reopen",))
+    def test_a_large_batch_sees_the_other_instances_blocks(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 32 blocks; the first instance, which knows none of them, asks for
+        64 keys in one request and one step (those 32 and 32 never stored: one batch of existence
+        checks, as a scheduler step asks): every stored key answers HIT and loads, every other key
+        MISS. A key told MISS is asked again in a new request of one key at a time; a batch answer
+        that differs from those (twice) is the batch's fault (a listing in place of per-key checks
+        must decide what per-key checks decide)."""
+        stored = key_pool("share-batch", 32)
+        never = key_pool("share-batch-never", 32)
+        asked = [k for pair in zip(stored, never, strict=True) for k in pair]  # interleaved: no range holds only one kind
+        with self._second_instance(kit, 9971) as other:
+            other.wait_started()
+            for i in range(0, len(stored), 8):
+                batch = stored[i : i + 8]
+                if not other.store(batch, store_slots(other, len(batch))).success:
+                    raise ConformanceFailure("TIER-10", f"a store of {len(batch)} blocks into the second instance failed")
+            kit.wait_started()
+            missed: list[OffloadKey] = []
+            for attempt in ("kvproto-kit-large-batch", "kvproto-kit-large-batch-again"):
+                context = TrackedContext(attempt)
+                answers = kit.resolve(asked, context)
+                for key in never:
+                    if answers[key] is lr.HIT:
+                        load_right_after_hit(kit, key, load_slots(kit, 1)[0], when=" in a batch of 64 keys, never stored")
+                held = [k for k in stored if answers[k] is lr.HIT]
+                for i in range(0, len(held), 8):
+                    kit.load(held[i : i + 8], load_slots(kit, len(held[i : i + 8])), context=context)
+                kit.tier.on_request_finished(context)
+                missed = [k for k in stored if answers[k] is not lr.HIT and k in (missed or stored)]
+                if not missed:
+                    return
+            alone = TrackedContext("kvproto-kit-one-at-a-time")
+            seen = [k for k in missed if kit.resolve_one(k, alone) is lr.HIT]
+            kit.tier.on_request_finished(alone)
+            if seen:
+                raise ConformanceFailure(
+                    "TIER-32",
+                    f"{len(seen)} of the 32 blocks a second instance stored answered MISS, twice, to a request asking "
+                    f"64 keys in one step (first {short_key(seen[0])}), but HIT when asked alone: a batch of existence "
+                    "checks must decide what per-key checks decide",
+                )
+
+    @check("TIER-34", needs=("sharing",), hooks=("reopen", "replace_block"))
+    def test_a_block_replaced_after_its_hit_never_loads_the_new_bytes(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 2 blocks; the first instance, which knows neither, is told HIT for
+        them in a request; then another writer replaces each stored block by other bytes under the same
+        key (``replace_block``); the request's load of them fails, or loads the bytes that were there
+        when it was told HIT, never the new ones."""
+        keys = key_pool("t34-replaced", 2)
+        with self._second_instance(kit, 9991) as other:
+            other.wait_started()
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise SetUpFailed("TIER-10", "a store of 2 blocks into the second instance failed", "TIER-34")
+        kit.wait_started()
+        context = TrackedContext("kvproto-kit-replaced-after-hit")
+        answers = kit.resolve(keys, context)
+        told = [k for k in keys if answers[k] is lr.HIT]
+        if not told:
+            raise SetUpFailed("TIER-18", "neither block another instance stored answered HIT", "TIER-34")
+        for key in told:
+            self.replace_block(kit.tier, key, bytes(reversed(block_for(key, kit.block_bytes))))
+        try:
+            kit.load(told, load_slots(kit, len(told)), context=context)  # the driver checks the bytes it reports
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-10":
+                raise
+            raise ConformanceFailure(
+                "TIER-34",
+                f"a block replaced by other bytes after the lookup that answered HIT for it: {failure.detail} "
+                "(a load serves the block its HIT saw, or fails)",
+            ) from failure
+        finally:
+            kit.tier.on_request_finished(context)

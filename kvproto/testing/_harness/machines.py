@@ -1,0 +1,108 @@
+"""How the kit runs its state machines (:mod:`kvproto.testing.stateful`) as checks (KIT-7, KIT-8).
+
+Each machine runs under the check's profile; a failure Hypothesis cannot
+replay (a threaded tier's timing) still fails with its clause, and the
+examples and steps run are recorded on the test item for the reports.
+Every failure lists the steps that led to it, replayed or not, as recorded by
+:mod:`kvproto.testing._harness.steps` (KIT-3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from hypothesis.errors import Flaky
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+
+from kvproto._protocols import PrimaryTier, SecondaryTier
+from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.settings import KitProfile, hypothesis_settings
+from kvproto.testing._harness.steps import StepRecorder, explain_flaky, with_steps
+from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
+
+if TYPE_CHECKING:
+    import pytest
+
+    from kvproto.testing._harness.base import KitBase
+
+__all__ = ["run_machine", "run_primary_machine", "run_recorded"]
+
+_M = TypeVar("_M", bound=RuleBasedStateMachine)
+
+
+def run_machine(
+    tests: KitBase,
+    tier_factory: Callable[[memoryview], SecondaryTier],
+    profile: KitProfile,
+    request: pytest.FixtureRequest,
+    *,
+    differential: bool,
+) -> None:
+    """Run one secondary-tier machine under ``profile`` (see :func:`run_recorded`)."""
+    base = DifferentialStateMachine if differential else TierStateMachine
+    recorder = StepRecorder(base)
+    machine = base.configure(
+        recorder.traced_factory(tier_factory), capabilities=tests.capabilities, limits=tests.limits, tests=tests
+    )
+    untrace = recorder.trace_hooks(tests)
+    try:
+        run_recorded(machine, machine.runs, profile, request, recorder)
+    finally:
+        untrace()
+
+
+def run_primary_machine(
+    tests: KitBase, tier_factory: Callable[[], PrimaryTier], profile: KitProfile, request: pytest.FixtureRequest
+) -> None:
+    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`)."""
+    recorder = StepRecorder(PrimaryStateMachine)
+    machine = PrimaryStateMachine.configure(
+        recorder.traced_factory(tier_factory), capabilities=tests.capabilities, limits=tests.limits
+    )
+    run_recorded(machine, machine.runs, profile, request, recorder)
+
+
+def _recording(machine: type[_M], recorder: StepRecorder) -> type[_M]:
+    """``machine``, telling ``recorder`` how each example ends (see StepRecorder.finish)."""
+
+    def __init__(self: Any) -> None:
+        self._kvproto_outer = recorder.start()
+        machine.__init__(self)
+
+    def teardown(self: Any) -> None:
+        recorder.finish(self._kvproto_outer, lambda: machine.teardown(self))
+
+    return type(machine.__name__, (machine,), {"__init__": __init__, "teardown": teardown})
+
+
+def run_recorded(
+    machine: type[RuleBasedStateMachine],
+    runs: list[int],
+    profile: KitProfile,
+    request: pytest.FixtureRequest,
+    recorder: StepRecorder | None = None,
+) -> None:
+    """Run ``machine`` under ``profile``; a failure Hypothesis could not replay still fails with
+    its clause. ``runs`` (examples, steps), as the machine counts them,
+    is recorded on the test item either way. With ``recorder`` (whose traced factory the
+    machine builds its tiers with), every failure lists the steps that led to it, and a tier
+    that is merely nondeterministic is reported as such, blaming no clause
+    (:func:`~kvproto.testing._harness.steps.explain_flaky`)."""
+    if recorder is None:
+        recorder = StepRecorder(machine)  # records how examples end, not the calls
+    try:
+        run_state_machine_as_test(_recording(machine, recorder), settings=hypothesis_settings(profile))
+    except Flaky as flaky:
+        raise explain_flaky(flaky, recorder) from flaky
+    except ConformanceFailure as failure:
+        raise with_steps(failure, recorder.log_of(failure)) from failure
+    except Exception as error:  # an error of the tier itself: its steps go in a note
+        log = recorder.log_of(error)
+        if log is not None:
+            error.add_note(log.render())
+        raise
+    finally:
+        stats = {"examples": runs[0], "steps": runs[1], "profile": profile.name}
+        request.node.user_properties.append(("hypothesis", json.dumps(stats)))
