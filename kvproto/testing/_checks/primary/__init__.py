@@ -1,0 +1,2 @@
+"""The primary tier's checks by contract area; :mod:`.suite` composes them into
+:class:`~kvproto.testing.PrimaryTierTests`."""

@@ -1,0 +1,2 @@
+"""The secondary tier's checks by contract area; :mod:`.suite` composes them into
+:class:`~kvproto.testing.SecondaryTierTests`."""

@@ -1,5 +1,6 @@
-"""The byte budget of a :class:`~kvproto.tierkit.BlobTier` (TIER-29): :class:`SecondaryBudgetChecks`,
-a base of :class:`~kvproto.testing.SecondaryTierTests`.
+"""Byte budgets (TIER-29): every check of a tier's declared storage budget, with and without held
+HITs: :class:`SecondaryBudgetChecks` and :class:`SecondaryHeldBudgetChecks`, bases of
+:class:`~kvproto.testing.SecondaryTierTests`.
 
 A BlobTier configured with ``max_bytes`` declares how much storage it may hold; the kit stores past
 it and counts, through the ``read_block`` hook (the storage itself, not the tier's own accounting),
@@ -7,10 +8,8 @@ the blobs left once the jobs are reported and the background deletions had time 
 tier skips, naming what it needs. Found by mutation testing (docs/mutation/blobtier.json: a budget
 that was never enforced passed every check, its eviction checks skipping as vacuous).
 
-The byte budget of a :class:`~kvproto.tierkit.BlobTier` that holds HITs (TIER-29, TIERKIT-6):
-:class:`SecondaryHeldBudgetChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
-
-A held HIT keeps its blob's bytes on the storage (an open handle on a deleted file still occupies the
+With HITs held (:class:`SecondaryHeldBudgetChecks`, TIERKIT-6): a held HIT keeps its blob's bytes on
+the storage (an open handle on a deleted file still occupies the
 disk), so a block evicted while held still counts against ``max_bytes`` until its handle closes
 (TIERKIT-6): the tier evicts more to make room. The budget check (TIER-29) stores with no HIT held,
 so an eviction that forgot the held bytes passed it (found by mutation testing,

@@ -1,7 +1,8 @@
-"""The secondary tier's checks of faults below the tier (issue 17, section 1): backend writes and
-reads that fail, land without a reply, come back short or damaged, or are slow, and a race between
-a re-store, a load that finds the block damaged and the deletion that follows, made to happen in one
-order by gates (TIER-4, TIER-10): :class:`SecondaryFaultChecks`, a base of
+"""Faults below a secondary tier: what its storage may fail, refuse or lose under it (TIER-4,
+TIER-10, TIER-35, TIER-36): :class:`SecondaryFaultChecks` (backend writes and reads that fail, land
+without a reply, come back short or damaged, or are slow, and a race between a re-store, a load that
+finds the block damaged and the deletion that follows, made to happen in one order by gates) and
+:class:`SecondaryStorageChecks` (direct I/O refused, directories lost, hard links refused), bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
 They need a :class:`~kvproto.tierkit.BlobTier` built with ``wrap=FaultyBackend`` (the kit arms the
@@ -9,11 +10,8 @@ They need a :class:`~kvproto.tierkit.BlobTier` built with ``wrap=FaultyBackend``
 under it); for any other tier they skip, naming what they need. A tier may retry what failed: a
 check never demands that an injected fault fail a job, only that what the tier reports is true.
 
-The secondary tier's checks of what its storage may refuse or lose under it (issue 17, section 5:
-mutation testing's blind spots; TIER-35, TIER-36): :class:`SecondaryStorageChecks`, a base of
-:class:`~kvproto.testing.SecondaryTierTests`.
-
-Three backdoor hooks reach into a tier's storage code, as ``short_io`` and ``fail_io`` do
+:class:`SecondaryStorageChecks` (mutation testing's blind spots): three backdoor hooks reach into a
+tier's storage code, as ``short_io`` and ``fail_io`` do
 (:mod:`kvproto.testing._checks.secondary.faults_inside`):
 
 * ``refuse_direct(tier, after) -> int``: the storage refuses the tier's direct (cache-bypassing)

@@ -1,6 +1,7 @@
-"""The secondary tier's checks of faults inside its own transfer code (issue 17, section 1, "faults
-below the tier"; TIER-30, TIER-31): :class:`SecondaryIoChecks`, a base of
-:class:`~kvproto.testing.SecondaryTierTests`.
+"""Faults inside a secondary tier's own storage code, and what they must never surface as (TIER-30,
+TIER-31, TIER-38, TIER-39): :class:`SecondaryIoChecks` (short transfers and I/O errors inside the
+tier's transfer code) and :class:`SecondaryFaultSurfaceChecks` (a storage fault never surfaces as a
+programming error, nor out of ``shutdown``), bases of :class:`~kvproto.testing.SecondaryTierTests`.
 
 The faults of :mod:`kvproto.testing._checks.secondary.faults_below` act at a BlobTier's backend boundary:
 a backend call fails or lies before or after the backend ran, so the backend's own loops and
@@ -10,10 +11,8 @@ opened) never run. Here a tier's spec reaches further down with two backdoor hoo
 streams may) and ``fail_io`` (the next read or write calls raise ``OSError(EIO)``, after the tier
 opened what it transfers).
 
-A storage fault never surfaces as a programming error (TIER-38), nor out of ``shutdown`` (TIER-39):
-:class:`SecondaryFaultSurfaceChecks`, a base of :class:`~kvproto.testing.SecondaryTierTests`.
-
-A tier's fault paths (a failed listing, read or write below it) are where its code runs least: a
+TIER-38 and TIER-39 (:class:`SecondaryFaultSurfaceChecks`): a tier's fault paths (a failed listing,
+read or write below it) are where its code runs least: a
 wrong index or a missing attribute there raises a programming error (``IndexError``, ``TypeError``,
 ...) that the tier's own fallback then swallows, so every answer stays right and no answer-level
 check sees it (found by mutation testing, docs/mutation/obj.json: formatting the warning of a failed
