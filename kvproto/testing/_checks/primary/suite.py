@@ -382,7 +382,7 @@ class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChec
     @check("TIER-7", hypothesis=True)
     def test_state_machine_against_model(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
         """Random stores, failures, loads, releases and resets agree with a model of block states."""
-        from kvproto.testing._harness.machines import run_primary_machine
+        from kvproto.testing._checks.machines import run_primary_machine
 
         run_primary_machine(self, tier_factory, self.profile(request), request)
 

@@ -443,7 +443,7 @@ class SecondaryTierTests(
         self, tier_factory: SecondaryTierFactory, request: pytest.FixtureRequest
     ) -> None:
         """Random interleavings of stores, loads, lookups, steps and resets agree with a dict model."""
-        from kvproto.testing._harness.machines import run_machine
+        from kvproto.testing._checks.machines import run_machine
 
         run_machine(self, tier_factory, self.profile(request), request, differential=False)
 
@@ -452,7 +452,7 @@ class SecondaryTierTests(
         self, tier_factory: SecondaryTierFactory, request: pytest.FixtureRequest
     ) -> None:
         """The same operations on the tier and on MemoryTier leave the same blocks readable."""
-        from kvproto.testing._harness.machines import run_machine
+        from kvproto.testing._checks.machines import run_machine
 
         run_machine(self, tier_factory, self.profile(request), request, differential=True)
 
