@@ -1,5 +1,5 @@
 """Byte budgets (TIER-29): every check of a tier's declared storage budget, with and without held
-HITs: :class:`SecondaryBudgetChecks` and :class:`SecondaryHeldBudgetChecks`, bases of
+HITs: :class:`SecondaryBudgetChecks` and :class:`SecondaryBudgetChecks`, bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
 A BlobTier configured with ``max_bytes`` declares how much storage it may hold; the kit stores past
@@ -8,7 +8,7 @@ the blobs left once the jobs are reported and the background deletions had time 
 tier skips, naming what it needs. Found by mutation testing (docs/mutation/blobtier.json: a budget
 that was never enforced passed every check, its eviction checks skipping as vacuous).
 
-With HITs held (:class:`SecondaryHeldBudgetChecks`, TIERKIT-6): a held HIT keeps its blob's bytes on
+With HITs held (:class:`SecondaryBudgetChecks`, TIERKIT-6): a held HIT keeps its blob's bytes on
 the storage (an open handle on a deleted file still occupies the
 disk), so a block evicted while held still counts against ``max_bytes`` until its handle closes
 (TIERKIT-6): the tier evicts more to make room. The budget check (TIER-29) stores with no HIT held,
@@ -35,11 +35,11 @@ from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.tierkit import BlobTier
 
-__all__ = ["SecondaryBudgetChecks", "SecondaryHeldBudgetChecks"]
+__all__ = ["SecondaryBudgetChecks", "SecondaryBudgetChecks"]
 
 
 class SecondaryBudgetChecks(SecondaryRole):
-    """The byte budget, in the kit's order (see ``SecondaryTierTests``)."""
+    """The byte budget, with no HIT held and with HITs held (TIER-29, TIERKIT-6)."""
 
     @check("TIER-29", needs=("eviction",), hooks=("read_block",))
     def test_a_byte_budget_is_kept(self, kit: SecondaryDriver) -> None:
@@ -80,13 +80,6 @@ class SecondaryBudgetChecks(SecondaryRole):
                 "TIER-14",
                 f"{len(unnamed)} of the blocks evicted to keep the byte budget were named by no REMOVED event",
             )
-
-_JOB = 8  # blocks per store job
-_PAST = 8  # blocks stored past the budget while every block the budget holds is held
-
-
-class SecondaryHeldBudgetChecks(SecondaryRole):
-    """The byte budget with held HITs, in the kit's order (see ``SecondaryTierTests``)."""
 
     @check("TIER-29", needs=("eviction", "holds_hits"), hooks=("read_block",))
     def test_held_blocks_count_against_the_byte_budget(self, kit: SecondaryDriver) -> None:
@@ -129,3 +122,8 @@ class SecondaryHeldBudgetChecks(SecondaryRole):
                 f"evicted but held), {kit.limits.job_timeout_s:g} s after the store was reported; an evicted block a "
                 "handle keeps still counts against the budget (TIERKIT-6): evict more",
             )
+
+_JOB = 8  # blocks per store job
+_PAST = 8  # blocks stored past the budget while every block the budget holds is held
+
+

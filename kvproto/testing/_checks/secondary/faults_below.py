@@ -1,8 +1,8 @@
 """Faults below a secondary tier: what its storage may fail, refuse or lose under it (TIER-4,
-TIER-10, TIER-35, TIER-36): :class:`SecondaryFaultChecks` (backend writes and reads that fail, land
+TIER-10, TIER-35, TIER-36): :class:`SecondaryFaultsBelowChecks` (backend writes and reads that fail, land
 without a reply, come back short or damaged, or are slow, and a race between a re-store, a load that
 finds the block damaged and the deletion that follows, made to happen in one order by gates) and
-:class:`SecondaryStorageChecks` (direct I/O refused, directories lost, hard links refused), bases of
+:class:`SecondaryFaultsBelowChecks` (direct I/O refused, directories lost, hard links refused), bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
 They need a :class:`~kvproto.tierkit.BlobTier` built with ``wrap=FaultyBackend`` (the kit arms the
@@ -10,7 +10,7 @@ They need a :class:`~kvproto.tierkit.BlobTier` built with ``wrap=FaultyBackend``
 under it); for any other tier they skip, naming what they need. A tier may retry what failed: a
 check never demands that an injected fault fail a job, only that what the tier reports is true.
 
-:class:`SecondaryStorageChecks` (mutation testing's blind spots): three backdoor hooks reach into a
+:class:`SecondaryFaultsBelowChecks` (mutation testing's blind spots): three backdoor hooks reach into a
 tier's storage code, as ``short_io`` and ``fail_io`` do
 (:mod:`kvproto.testing._checks.secondary.faults_inside`):
 
@@ -57,7 +57,7 @@ from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
-__all__ = ["SLOW_IO_S", "SecondaryFaultChecks", "SecondaryStorageChecks"]
+__all__ = ["SLOW_IO_S", "SecondaryFaultsBelowChecks", "SecondaryFaultsBelowChecks"]
 
 SLOW_IO_S = 0.05
 """How long the kit's slow backend call takes (its reply comes late; no verdict waits on it)."""
@@ -70,8 +70,8 @@ def _loads(kit: SecondaryDriver, key: OffloadKey, slot: int, clause: str, why: s
         raise ConformanceFailure(clause, f"{why}, but a load of {short_key(key)} right after failed")
 
 
-class SecondaryFaultChecks(SecondaryRole):
-    """Faults and races below the tier, in the kit's order (see ``SecondaryTierTests``)."""
+class SecondaryFaultsBelowChecks(SecondaryRole):
+    """Faults and races below the tier, and what its storage may refuse or lose (TIER-4, TIER-10, TIER-35, TIER-36)."""
 
     def _below(self, kit: SecondaryDriver) -> tuple[FaultyBackend, Callable[[OffloadKey], str]]:
         """The tier's FaultyBackend and its blob naming (``name_of``), else the check skips."""
@@ -275,14 +275,6 @@ class SecondaryFaultChecks(SecondaryRole):
         if kit.resolve_one(key) is lr.HIT:
             what = "its eviction and the deletion of its blob" if evicted else "stores that made the tier evict"
             load_right_after_hit(kit, key, target, when=f" after a load of it raced {what}")
-
-_ROUNDS = (("store", 0), ("store", 1), ("load", 0), ("load", 1))
-"""Each round refuses direct I/O in a fresh instance: at its first direct-I/O call (an open, or a
-switch of a descriptor to direct mode) or at its second (the first transfer), in a store or a load."""
-
-
-class SecondaryStorageChecks(SecondaryRole):
-    """Direct I/O and hard links refused and directories lost under the tier, in the kit's order."""
 
     def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
         """Make the tier's storage refuse its direct (cache-bypassing) I/O with ``EINVAL`` once
@@ -500,4 +492,9 @@ class SecondaryStorageChecks(SecondaryRole):
             )
         what = "stored again after their directories were removed during earlier stores"
         hit_and_loaded(kit, keys, "TIER-36", what)
+
+_ROUNDS = (("store", 0), ("store", 1), ("load", 0), ("load", 1))
+"""Each round refuses direct I/O in a fresh instance: at its first direct-I/O call (an open, or a
+switch of a descriptor to direct mode) or at its second (the first transfer), in a store or a load."""
+
 

@@ -1,6 +1,6 @@
 """Faults inside a secondary tier's own storage code, and what they must never surface as (TIER-30,
-TIER-31, TIER-38, TIER-39): :class:`SecondaryIoChecks` (short transfers and I/O errors inside the
-tier's transfer code) and :class:`SecondaryFaultSurfaceChecks` (a storage fault never surfaces as a
+TIER-31, TIER-38, TIER-39): :class:`SecondaryFaultsInsideChecks` (short transfers and I/O errors inside the
+tier's transfer code) and :class:`SecondaryFaultsInsideChecks` (a storage fault never surfaces as a
 programming error, nor out of ``shutdown``), bases of :class:`~kvproto.testing.SecondaryTierTests`.
 
 The faults of :mod:`kvproto.testing._checks.secondary.faults_below` act at a BlobTier's backend boundary:
@@ -11,7 +11,7 @@ opened) never run. Here a tier's spec reaches further down with two backdoor hoo
 streams may) and ``fail_io`` (the next read or write calls raise ``OSError(EIO)``, after the tier
 opened what it transfers).
 
-TIER-38 and TIER-39 (:class:`SecondaryFaultSurfaceChecks`): a tier's fault paths (a failed listing,
+TIER-38 and TIER-39 (:class:`SecondaryFaultsInsideChecks`): a tier's fault paths (a failed listing,
 read or write below it) are where its code runs least: a
 wrong index or a missing attribute there raises a programming error (``IndexError``, ``TypeError``,
 ...) that the tier's own fallback then swallows, so every answer stays right and no answer-level
@@ -48,8 +48,8 @@ from kvproto.testing._harness.secondary_driver import SecondaryDriver
 __all__ = [
     "PROGRAMMING_ERRORS",
     "SHORT_IO_BYTES",
-    "SecondaryFaultSurfaceChecks",
-    "SecondaryIoChecks",
+    "SecondaryFaultsInsideChecks",
+    "SecondaryFaultsInsideChecks",
     "describe_fds",
     "first_setup_failure",
     "open_fds",
@@ -94,8 +94,9 @@ def settled_leaks(baseline: set[str]) -> set[str]:
     return leaked
 
 
-class SecondaryIoChecks(SecondaryRole):
-    """Short transfers and I/O errors inside the tier's transfer code, in the kit's order."""
+class SecondaryFaultsInsideChecks(SecondaryRole):
+    """Short transfers and I/O errors inside the tier's transfer code, and what a storage fault must never
+    surface as (TIER-30, TIER-31, TIER-38, TIER-39)."""
 
     def short_io(self, tier: SecondaryTier, max_bytes: int) -> None:
         """Make every read and write call the tier's storage code makes move at most ``max_bytes``
@@ -201,6 +202,69 @@ class SecondaryIoChecks(SecondaryRole):
                 "TIER-31", f"a load of {short_key(key)} whose first read raised EIO: {failure.detail}"
             ) from failure
 
+    @check("TIER-38", hooks=("fail_io",))
+    def test_storage_faults_never_surface_as_programming_errors(self, kit: SecondaryDriver) -> None:
+        """With 4 blocks stored: for 1, 2 and 3 storage requests failed in a row (``fail_io``), an
+        existence batch of the 4 and 64 never-stored keys (one request), a load of one stored block
+        and a store of a new one, each with the fault armed anew; no log record emitted meanwhile
+        carries an IndexError, KeyError, TypeError, AttributeError, NameError, ZeroDivisionError,
+        AssertionError or RecursionError. Answers, loads and stores may fail: TIER-31 judges them."""
+        kit.wait_started()
+        stored = key_pool("t38-stored", _STORED)
+        if not kit.store(stored, store_slots(kit, len(stored))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-38")
+        kit.quiet_steps(2)
+        kit.faults_injected = True
+        with programming_errors_logged() as found:
+            try:
+                for failing in _FAILING:
+                    self._faulted_round(kit, stored, failing)
+            finally:
+                self.fail_io(kit.tier, 0)
+            kit.quiet_steps(2)
+        if found:
+            record, error = found[0]
+            raise ConformanceFailure(
+                "TIER-38",
+                f"while storage requests failed (fail_io), the tier logged {type(error).__name__}: {error} "
+                f"(logger {record.name!r}: {record.getMessage()[:200]!r}; {len(found)} such record(s)): a storage "
+                "fault must surface as a storage error, never as an error of the tier's own code that its fallback hides",
+            )
+
+    @check("TIER-39", hooks=("fail_io",))
+    def test_shutdown_returns_while_storage_requests_fail(self, kit: SecondaryDriver) -> None:
+        """With 2 blocks stored and a store of 2 more submitted, the next 8 storage requests armed to fail
+        (``fail_io``: for a tier over a kit backend, its close too), then ``shutdown()``: it returns, never
+        raises, whatever the storage answers (what it could not close it logs)."""
+        kit.wait_started()
+        stored = key_pool("t39-stored", 2)
+        if not kit.store(stored, store_slots(kit, len(stored))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-39")
+        kit.faults_injected = True
+        kit.submit_store(key_pool("t39-late", 2), store_slots(kit, 2))
+        self.fail_io(kit.tier, _FAILING_AT_SHUTDOWN)
+        try:
+            kit.shutdown()
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-39",
+                f"shutdown() while storage requests failed (fail_io) raised {type(error).__name__}: {error}: shutdown "
+                "returns whatever its storage answers (an engine shutting down cannot act on the error)",
+            ) from error
+
+    def _faulted_round(self, kit: SecondaryDriver, stored: Sequence[OffloadKey], failing: int) -> None:
+        """One existence batch, one load and one store, each after ``failing`` requests were armed to fail."""
+        self.fail_io(kit.tier, failing)
+        asked = [*stored, *key_pool(f"t38-never-{failing}", _ASKED)]
+        context = TrackedContext(f"kvproto-kit-t38-{failing}")
+        kit.resolve(asked, context)  # any answer: a fault may turn a HIT into MISS (TIER-31 judges answers)
+        kit.tier.on_request_finished(context)
+        self.fail_io(kit.tier, failing)
+        kit.load(stored[:1], load_slots(kit, 1))
+        self.fail_io(kit.tier, failing)
+        kit.store(key_pool(f"t38-new-{failing}", 1), store_slots(kit, 1))
+        self.fail_io(kit.tier, 0)
+
 
 def describe_fds(fds: set[str]) -> str:
     """What a few leaked descriptors point at."""
@@ -268,69 +332,3 @@ def programming_errors_logged() -> Iterator[list[tuple[logging.LogRecord, BaseEx
         root.removeHandler(recorder)
 
 
-class SecondaryFaultSurfaceChecks(SecondaryIoChecks):
-    """TIER-38 and TIER-39, in the kit's order (see ``SecondaryTierTests``). Builds on :class:`SecondaryIoChecks`
-    for its ``fail_io`` hook."""
-
-    @check("TIER-38", hooks=("fail_io",))
-    def test_storage_faults_never_surface_as_programming_errors(self, kit: SecondaryDriver) -> None:
-        """With 4 blocks stored: for 1, 2 and 3 storage requests failed in a row (``fail_io``), an
-        existence batch of the 4 and 64 never-stored keys (one request), a load of one stored block
-        and a store of a new one, each with the fault armed anew; no log record emitted meanwhile
-        carries an IndexError, KeyError, TypeError, AttributeError, NameError, ZeroDivisionError,
-        AssertionError or RecursionError. Answers, loads and stores may fail: TIER-31 judges them."""
-        kit.wait_started()
-        stored = key_pool("t38-stored", _STORED)
-        if not kit.store(stored, store_slots(kit, len(stored))).success:
-            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-38")
-        kit.quiet_steps(2)
-        kit.faults_injected = True
-        with programming_errors_logged() as found:
-            try:
-                for failing in _FAILING:
-                    self._faulted_round(kit, stored, failing)
-            finally:
-                self.fail_io(kit.tier, 0)
-            kit.quiet_steps(2)
-        if found:
-            record, error = found[0]
-            raise ConformanceFailure(
-                "TIER-38",
-                f"while storage requests failed (fail_io), the tier logged {type(error).__name__}: {error} "
-                f"(logger {record.name!r}: {record.getMessage()[:200]!r}; {len(found)} such record(s)): a storage "
-                "fault must surface as a storage error, never as an error of the tier's own code that its fallback hides",
-            )
-
-    @check("TIER-39", hooks=("fail_io",))
-    def test_shutdown_returns_while_storage_requests_fail(self, kit: SecondaryDriver) -> None:
-        """With 2 blocks stored and a store of 2 more submitted, the next 8 storage requests armed to fail
-        (``fail_io``: for a tier over a kit backend, its close too), then ``shutdown()``: it returns, never
-        raises, whatever the storage answers (what it could not close it logs)."""
-        kit.wait_started()
-        stored = key_pool("t39-stored", 2)
-        if not kit.store(stored, store_slots(kit, len(stored))).success:
-            raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-39")
-        kit.faults_injected = True
-        kit.submit_store(key_pool("t39-late", 2), store_slots(kit, 2))
-        self.fail_io(kit.tier, _FAILING_AT_SHUTDOWN)
-        try:
-            kit.shutdown()
-        except Exception as error:
-            raise ConformanceFailure(
-                "TIER-39",
-                f"shutdown() while storage requests failed (fail_io) raised {type(error).__name__}: {error}: shutdown "
-                "returns whatever its storage answers (an engine shutting down cannot act on the error)",
-            ) from error
-
-    def _faulted_round(self, kit: SecondaryDriver, stored: Sequence[OffloadKey], failing: int) -> None:
-        """One existence batch, one load and one store, each after ``failing`` requests were armed to fail."""
-        self.fail_io(kit.tier, failing)
-        asked = [*stored, *key_pool(f"t38-never-{failing}", _ASKED)]
-        context = TrackedContext(f"kvproto-kit-t38-{failing}")
-        kit.resolve(asked, context)  # any answer: a fault may turn a HIT into MISS (TIER-31 judges answers)
-        kit.tier.on_request_finished(context)
-        self.fail_io(kit.tier, failing)
-        kit.load(stored[:1], load_slots(kit, 1))
-        self.fail_io(kit.tier, failing)
-        kit.store(key_pool(f"t38-new-{failing}", 1), store_slots(kit, 1))
-        self.fail_io(kit.tier, 0)

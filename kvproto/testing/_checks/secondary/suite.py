@@ -14,10 +14,10 @@ import pytest
 
 from kvproto import OffloadKey, members as lr
 from kvproto._events import EventKind
-from kvproto.testing._checks.secondary.budgets import SecondaryBudgetChecks, SecondaryHeldBudgetChecks
+from kvproto.testing._checks.secondary.budgets import SecondaryBudgetChecks
 from kvproto.testing._checks.secondary.crash import SecondaryCrashChecks
-from kvproto.testing._checks.secondary.faults_below import SecondaryFaultChecks, SecondaryStorageChecks
-from kvproto.testing._checks.secondary.faults_inside import SecondaryFaultSurfaceChecks, SecondaryIoChecks
+from kvproto.testing._checks.secondary.faults_below import SecondaryFaultsBelowChecks
+from kvproto.testing._checks.secondary.faults_inside import SecondaryFaultsInsideChecks
 from kvproto.testing._checks.secondary.held_hits import HeldHitsChecks
 from kvproto.testing._checks.secondary.lookups_jobs_bytes import SecondaryDataChecks
 from kvproto.testing._checks.secondary.namespaces import SecondaryNamespaceChecks
@@ -41,16 +41,13 @@ listing takes in its first batch or page (BlobTier's restart scan indexes 256 at
 class SecondaryTierTests(
     SecondaryNamespaceChecks,
     SecondaryClassChecks,
-    SecondaryFaultChecks,
-    SecondaryFaultSurfaceChecks,
-    SecondaryIoChecks,
-    SecondaryStorageChecks,
+    SecondaryFaultsBelowChecks,
+    SecondaryFaultsInsideChecks,
     SecondaryCrashChecks,
     SecondarySharingChecks,
     SecondaryDataChecks,
     HeldHitsChecks,
     SecondaryBudgetChecks,
-    SecondaryHeldBudgetChecks,
     SecondaryRequestChecks,
 ):
     """Subclass this (as ``TestMyTier``) and override the ``tier_factory`` fixture.
