@@ -8,10 +8,10 @@ exhaustive ``match``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar
+from typing import TypeVar
 
 from kvproto import members as lr
+from kvproto._decisions import DEFER_PENDING, DEFER_RETRY, Decision, Defer, Hits, hits_cache, shared_hits
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import InvalidArgumentError
 
@@ -25,40 +25,6 @@ __all__ = [
 ]
 
 K = TypeVar("K")
-
-
-@dataclass(frozen=True, slots=True)
-class Hits:
-    """Load now: ``count`` leading blocks (prefix scan) or the window's end index (window scan)."""
-
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Defer:
-    """Ask again next step; ``cause`` is HIT_PENDING or RETRY (SCAN-3, SCAN-8)."""
-
-    cause: LookupResult
-
-
-Decision: TypeAlias = Hits | Defer
-
-# Decisions are immutable values, so the scans hand out shared instances:
-# building a frozen dataclass costs far more than a whole short scan.
-_DEFER_RETRY: Final = Defer(lr.RETRY)
-_DEFER_PENDING: Final = Defer(lr.HIT_PENDING)
-_HITS_CACHED = 1 << 16  # counts below this are cached (a 1M-token prompt at 16 tokens/block)
-_hits_cache: dict[int, Hits] = {}
-
-
-def _hits(count: int) -> Hits:
-    """``Hits(count)``, shared for counts below ``_HITS_CACHED``."""
-    found = _hits_cache.get(count)
-    if found is None:
-        found = Hits(count)
-        if count < _HITS_CACHED:
-            _hits_cache[count] = found
-    return found
 
 
 def as_legacy(decision: Decision) -> int | None:
@@ -109,10 +75,10 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
                 )
     if cause is None:
         try:
-            return _hits_cache[count]
+            return hits_cache[count]
         except KeyError:
-            return _hits(count)
-    return _DEFER_RETRY if cause is lr.RETRY else _DEFER_PENDING
+            return shared_hits(count)
+    return DEFER_RETRY if cause is lr.RETRY else DEFER_PENDING
 
 
 def sliding_window_lookup(
@@ -212,12 +178,12 @@ def sliding_window_lookup(
     # After a break the streak is the filled window [idx, idx + streak); after
     # the last key (idx == 0, or no keys) it is the run from index 0.
     if retried:
-        return _DEFER_RETRY
+        return DEFER_RETRY
     end = idx + streak
     if pending_at < end:
-        return _DEFER_PENDING
+        return DEFER_PENDING
     try:
-        return _hits_cache[end]
+        return hits_cache[end]
     except KeyError:
-        return _hits(end)
+        return shared_hits(end)
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from kvproto import members as lr
 from kvproto._events import OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
+from kvproto._key_batches import key_batch
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
+from kvproto._ready_scans import batched_prefix, batched_window, fast_flags, unhashable_key
 from kvproto._requests import ReqContext, check_req_id
 from kvproto._results import LookupResult, unreachable
-from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_flags, unhashable_key
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
@@ -37,7 +38,6 @@ from kvproto.errors import (
     TierMisuseError,
 )
 from kvproto.scan import Decision
-from kvproto.tierkit._slot_checks import key_batch
 
 __all__ = ["TieringManager"]
 
