@@ -7,7 +7,7 @@ exhaustive ``match``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from kvproto import members as lr
@@ -81,6 +81,51 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
     return DEFER_RETRY if cause is lr.RETRY else DEFER_PENDING
 
 
+def _check_windows(window: int, initial_window: int | None) -> None:
+    """InvalidArgumentError unless ``window >= 1`` and ``initial_window`` is None or ``>= window`` (SCAN-10)."""
+    if type(window) is not int or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
+    if initial_window is not None:
+        if type(initial_window) is not int or initial_window < window:
+            raise InvalidArgumentError(
+                f"initial_window must be an int >= {window}, got {initial_window!r}"
+            )
+
+
+def _after_the_first_miss(
+    results: Iterator[LookupResult], idx: int, window: int, pending_at: int, retried: bool
+) -> tuple[int, int, int, bool]:
+    """The second loop of :func:`sliding_window_lookup`, after the first MISS (SCAN-6, SCAN-7): MISS
+    first (an uncached tail is a long run of MISSes, and only ``window`` HITs follow).
+
+    ``results`` are the lookups left, back to front, of the keys below ``idx``;
+    the required length is ``window`` now. Returns ``(idx, streak, pending_at,
+    retried)`` where it stopped: a filled window ``[idx, idx + streak)``, or the
+    run from index 0 when the keys ran out.
+    """
+    streak = 0
+    for result in results:
+        idx -= 1
+        match result:
+            case lr.MISS:
+                streak = 0
+            case lr.HIT:
+                streak += 1
+                if streak == window:
+                    break
+            case lr.HIT_PENDING:
+                streak += 1
+                pending_at = idx
+                if streak == window:
+                    break
+            case lr.RETRY:
+                streak = 0
+                retried = True
+            case _:
+                unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+    return idx, streak, pending_at, retried
+
+
 def sliding_window_lookup(
     lookup: Callable[[K], LookupResult],
     keys: Sequence[K],
@@ -105,13 +150,7 @@ def sliding_window_lookup(
     window arguments raise :class:`~kvproto.errors.InvalidArgumentError`
     before any lookup (SCAN-10).
     """
-    if type(window) is not int or window < 1:
-        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
-    if initial_window is not None:
-        if type(initial_window) is not int or initial_window < window:
-            raise InvalidArgumentError(
-                f"initial_window must be an int >= {window}, got {initial_window!r}"
-            )
+    _check_windows(window, initial_window)
     n = len(keys)
     streak = 0
     # The pending mark is the index of the last HIT_PENDING seen (the
@@ -124,8 +163,7 @@ def sliding_window_lookup(
     results = map(lookup, reversed(keys))
     # Two loops over the same lookups, each with its cases in the order of
     # their frequency: up to the first MISS, HIT first (initial_window applies
-    # until the first MISS or RETRY, SCAN-7); after it, MISS first (an
-    # uncached tail is a long run of MISSes, and only `window` HITs follow).
+    # until the first MISS or RETRY, SCAN-7); after it, _after_the_first_miss.
     required = window if initial_window is None else initial_window
     # In the first loop the streak is keys[top - streak : top], so a HIT
     # needs no index bookkeeping.
@@ -156,25 +194,7 @@ def sliding_window_lookup(
                 )
     idx = top - streak
     if streak == 0:  # a MISS ended the first loop (or the keys ran out)
-        for result in results:
-            idx -= 1
-            match result:
-                case lr.MISS:
-                    streak = 0
-                case lr.HIT:
-                    streak += 1
-                    if streak == window:
-                        break
-                case lr.HIT_PENDING:
-                    streak += 1
-                    pending_at = idx
-                    if streak == window:
-                        break
-                case lr.RETRY:
-                    streak = 0
-                    retried = True
-                case _:
-                    unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+        idx, streak, pending_at, retried = _after_the_first_miss(results, idx, window, pending_at, retried)
     # After a break the streak is the filled window [idx, idx + streak); after
     # the last key (idx == 0, or no keys) it is the run from index 0.
     if retried:
