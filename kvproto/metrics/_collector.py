@@ -39,7 +39,7 @@ class MetricsUnavailable(ConfigurationError):
 def _prometheus() -> Any:
     try:
         import prometheus_client
-        import prometheus_client.core  # noqa: F401 - the metric families, as prometheus_client.core
+        import prometheus_client.core  # the metric families, as prometheus_client.core
     except ImportError:
         raise MetricsUnavailable(
             "kvproto.metrics: Prometheus output needs prometheus_client: pip install 'kvproto[metrics]'"
@@ -287,7 +287,7 @@ class MetricsServer:
 
     def __init__(self, metrics: KvMetrics, host: str, port: int) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            def do_GET(self) -> None:  # the http.server name
                 if self.path.split("?")[0] not in ("/", "/metrics"):
                     self.send_error(404)
                     return
@@ -298,7 +298,7 @@ class MetricsServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+            def log_message(self, format: str, *args: Any) -> None:  # the base's name
                 pass  # a scrape is not worth a line on stderr
 
         self._server = ThreadingHTTPServer((host, port), Handler)
