@@ -81,8 +81,9 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
     return DEFER_RETRY if cause is lr.RETRY else DEFER_PENDING
 
 
-def _check_windows(window: int, initial_window: int | None) -> None:
-    """InvalidArgumentError unless ``window >= 1`` and ``initial_window`` is None or ``>= window`` (SCAN-10)."""
+def _refuse_windows(window: int, initial_window: int | None) -> None:
+    """InvalidArgumentError naming the bad one unless ``window >= 1`` and ``initial_window`` is None or
+    ``>= window`` (SCAN-10); called only when one is bad (a good call makes no extra call)."""
     if type(window) is not int or window < 1:
         raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
     if initial_window is not None:
@@ -150,23 +151,23 @@ def sliding_window_lookup(
     window arguments raise :class:`~kvproto.errors.InvalidArgumentError`
     before any lookup (SCAN-10).
     """
-    _check_windows(window, initial_window)
+    if type(window) is not int or window < 1 or (
+        initial_window is not None and (type(initial_window) is not int or initial_window < window)
+    ):
+        _refuse_windows(window, initial_window)
     n = len(keys)
     streak = 0
-    # The pending mark is the index of the last HIT_PENDING seen (the
-    # leftmost so far): it lies in the streak exactly when it is below the
-    # streak's end, so a MISS or RETRY clears it without a store.
+    # The pending mark is the index of the last HIT_PENDING seen (the leftmost so far): it lies in the
+    # streak exactly when it is below the streak's end, so a MISS or RETRY clears it without a store.
     pending_at = n
     retried = False
-    # map() calls lookup lazily, one key at a time, from C: the same calls in
-    # the same order as indexing keys[idx] by hand, without its bytecode.
+    # map() calls lookup lazily, one key at a time, from C: the same calls in the same order as
+    # indexing keys[idx] by hand, without its bytecode.
     results = map(lookup, reversed(keys))
-    # Two loops over the same lookups, each with its cases in the order of
-    # their frequency: up to the first MISS, HIT first (initial_window applies
-    # until the first MISS or RETRY, SCAN-7); after it, _after_the_first_miss.
+    # Two loops over the same lookups, each with its cases in the order of their frequency: up to the first
+    # MISS, HIT first (initial_window applies until the first MISS or RETRY, SCAN-7); then _after_the_first_miss.
     required = window if initial_window is None else initial_window
-    # In the first loop the streak is keys[top - streak : top], so a HIT
-    # needs no index bookkeeping.
+    # In the first loop the streak is keys[top - streak : top], so a HIT needs no index bookkeeping.
     top = n
     for result in results:
         match result:
