@@ -19,7 +19,8 @@ Every side's verdicts must agree with what was stored.
 namespace directory (seeded straight into the moto server's memory, see
 ``SERVER``), then one batch of ``batch`` names (1 in 8 of them present)
 answered by ``batch`` concurrent HEADs vs one complete listing of the
-directory (pages as the tier's listing makes them); seconds for each.
+directory (through kvproto_obj's public ``StoreOps.list``, in 1,000-object pages and
+concurrent ranges as the tier's listing makes them); seconds for each.
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kvproto import OffloadKey, ReqContext, envelope as env, make_key, members as lr
+
+if TYPE_CHECKING:
+    from kvproto_obj import StoreOps
 
 __all__ = ["SERVER", "crossover", "existence_rates", "seed"]
 
 PROBE_CONCURRENCY = 64  # the tier's default
+LIST_PAGE = 1000  # objects per LIST page: S3's maximum, the page the tier's listings ask for
 
 SERVER = """
 import hashlib, logging, sys
@@ -141,7 +146,6 @@ def crossover(store: Any, directory: str, filler: int, batch: int, *, ranges: in
     import obstore
 
     from kvproto_obj import StoreOps
-    from kvproto_obj._listing import LIST_PAGE, list_sizes
 
     n_present = batch // 8
     asked = [_fill_path(directory, i) for i in range(n_present)]
@@ -160,12 +164,8 @@ def crossover(store: Any, directory: str, filler: int, batch: int, *, ranges: in
         return await asyncio.gather(*(one(p) for p in asked))
 
     async def listed() -> list[int | None]:
-        pages = ranges * (filler // LIST_PAGE + 2)  # enough for any range: the listing is read to its end
-        got = await list_sizes(StoreOps(), store, directory, asked, pages=pages, ranges=ranges, time_limit=3000.0,
-                               slots=asyncio.Semaphore(PROBE_CONCURRENCY))
-        if got.objects is None:
-            raise RuntimeError(f"bench obj: the listing of {directory} stopped early: {got.errors}")
-        return [got.sizes[p] for p in asked]
+        sizes = await _listed_sizes(StoreOps(), store, directory, asked, ranges)
+        return [sizes[p] for p in asked]
 
     t0 = time.perf_counter()
     by_head = asyncio.run(heads())
@@ -175,6 +175,33 @@ def crossover(store: Any, directory: str, filler: int, batch: int, *, ranges: in
     list_s = time.perf_counter() - t0
     return {"head_s": head_s, "list_s": list_s, "list_over_head": list_s / head_s,
             "agree": float(by_head == by_list and sum(s is not None for s in by_list) == n_present)}
+
+
+async def _listed_sizes(
+    ops: StoreOps, store: Any, directory: str, asked: list[str], ranges: int
+) -> dict[str, int | None]:
+    """One complete listing of ``directory`` through ``ops`` (pages of :data:`LIST_PAGE`), split as the
+    tier splits its listings (OBJ-11): ``ranges`` concurrent ranges of the sorted asked paths, each
+    from the previous range's last path to its own. Each asked path's size, None where it is absent."""
+    wanted = sorted(set(asked))
+    step = -(-len(wanted) // max(1, min(ranges, len(wanted))))
+    groups = [wanted[i : i + step] for i in range(0, len(wanted), step)]
+
+    async def one(j: int) -> dict[str, int]:
+        after = groups[j - 1][-1] if j > 0 else None
+        bound = groups[j][-1] if j < len(groups) - 1 else None  # the last range reads to the end
+        found: dict[str, int] = {}
+        async for page in ops.list(store, directory, offset=after, chunk_size=LIST_PAGE):
+            for meta in page:
+                if bound is not None and meta["path"] > bound:
+                    return found  # key order: nothing of this range comes after
+                found[meta["path"]] = meta["size"]
+        return found
+
+    found: dict[str, int] = {}
+    for part in await asyncio.gather(*(one(j) for j in range(len(groups)))):
+        found.update(part)
+    return {path: found.get(path) for path in asked}
 
 
 def _fill_path(directory: str, i: int, suffix: str = ".fill") -> str:

@@ -70,9 +70,83 @@ def _elapsed_s(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
+def _baselines(
+    device: torch.device, layers: list[torch.Tensor], blocks: int, sync: Callable[[], None]
+) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None], Callable[[], None]]:
+    """What ``_measure`` compares the tier with: the plain store and load (one copy of all the bytes
+    between a device tensor and a host tensor) and the layered store and load (below)."""
+    cuda = device.type == "cuda"
+    nbytes = blocks * BLOCK_BYTES
+    plain_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    plain_device.fill_(0x5A)
+    plain_host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=cuda)
+
+    def plain_store() -> None:
+        plain_host.copy_(plain_device, non_blocking=cuda)
+        sync()
+
+    def plain_load() -> None:
+        plain_device.copy_(plain_host, non_blocking=cuda)
+        sync()
+
+    # What an engine writes without kvproto: the same per-layer device tensors, one copy_ per layer into a
+    # contiguous host buffer laid out as the slots are (and back). Reported beside the stricter plain copy.
+    layered_host = plain_host.view(blocks, LAYERS, BLOCK_BYTES // LAYERS)
+    device_bytes = [layer.view(torch.uint8).reshape(blocks, BLOCK_BYTES // LAYERS) for layer in layers]
+
+    def layered_store() -> None:
+        for index, layer in enumerate(device_bytes):
+            layered_host[:, index].copy_(layer, non_blocking=cuda)
+        sync()
+
+    def layered_load() -> None:
+        for index, layer in enumerate(device_bytes):
+            layer.copy_(layered_host[:, index], non_blocking=cuda)
+        sync()
+
+    return plain_store, plain_load, layered_store, layered_load
+
+
+_StoreLoad = tuple[Callable[[], None], Callable[[], None]]
+
+
+def _best_of_rounds(
+    repeats: int, reset: Callable[[], None], ours: _StoreLoad, plain: _StoreLoad, layered: _StoreLoad
+) -> tuple[float, float, float, float, float, float]:
+    """The best seconds of each side's store and load over ``repeats`` rounds (ours, plain, layered),
+    after a warm-up round of each: ours and plain in ABBA order, the layered copies after each pair."""
+    store, load = ours
+    plain_store, plain_load = plain
+    layered_store, layered_load = layered
+    store()
+    load()  # warm-up round (page faults, allocator, worker thread)
+    plain_store()
+    plain_load()
+    layered_store()
+    layered_load()
+    ours_store = ours_load = plain_store_s = plain_load_s = layered_store_s = layered_load_s = float("inf")
+    for rep in range(repeats):
+        reset()
+        if rep % 2 == 0:  # ABBA: ours store, plain store, plain load, ours load
+            ours_store = min(ours_store, _elapsed_s(store))
+            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
+            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
+            ours_load = min(ours_load, _elapsed_s(load))
+        else:  # BAAB
+            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
+            ours_store = min(ours_store, _elapsed_s(store))
+            ours_load = min(ours_load, _elapsed_s(load))
+            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
+        layered_store_s = min(layered_store_s, _elapsed_s(layered_store))  # after the pair: the same rounds
+        layered_load_s = min(layered_load_s, _elapsed_s(layered_load))
+    return ours_store, ours_load, plain_store_s, plain_load_s, layered_store_s, layered_load_s
+
+
 def _measure(
     device: torch.device, blocks: int, repeats: int, copy_kernel: Literal["auto", "numpy"] = "auto"
 ) -> dict[str, float]:
+    """Store and load ``blocks`` blocks through a CpuTier and its transfer handler against the plain and
+    layered copies (best of ``repeats``), the scattered store, and a check of the bytes round trip."""
     cuda = device.type == "cuda"
     layers = [
         torch.randn((blocks, *LAYER_BLOCK_SHAPE), dtype=torch.bfloat16, device=device)
@@ -111,54 +185,10 @@ def _measure(
             raise RuntimeError("bench: reset_cache refused")
 
     nbytes = blocks * BLOCK_BYTES
-    plain_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    plain_device.fill_(0x5A)
-    plain_host = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=cuda)
-
-    def plain_store() -> None:
-        plain_host.copy_(plain_device, non_blocking=cuda)
-        sync()
-
-    def plain_load() -> None:
-        plain_device.copy_(plain_host, non_blocking=cuda)
-        sync()
-
-    # What an engine writes without kvproto: the same per-layer device tensors, one copy_ per layer into a
-    # contiguous host buffer laid out as the slots are (and back). Reported beside the stricter plain copy.
-    layered_host = plain_host.view(blocks, LAYERS, BLOCK_BYTES // LAYERS)
-    device_bytes = [layer.view(torch.uint8).reshape(blocks, BLOCK_BYTES // LAYERS) for layer in layers]
-
-    def layered_store() -> None:
-        for index, layer in enumerate(device_bytes):
-            layered_host[:, index].copy_(layer, non_blocking=cuda)
-        sync()
-
-    def layered_load() -> None:
-        for index, layer in enumerate(device_bytes):
-            layer.copy_(layered_host[:, index], non_blocking=cuda)
-        sync()
-
-    ours_store = ours_load = plain_store_s = plain_load_s = layered_store_s = layered_load_s = float("inf")
-    store()
-    load()  # warm-up round (page faults, allocator, worker thread)
-    plain_store()
-    plain_load()
-    layered_store()
-    layered_load()
-    for rep in range(repeats):
-        reset()
-        if rep % 2 == 0:  # ABBA: ours store, plain store, plain load, ours load
-            ours_store = min(ours_store, _elapsed_s(store))
-            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
-            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
-            ours_load = min(ours_load, _elapsed_s(load))
-        else:  # BAAB
-            plain_store_s = min(plain_store_s, _elapsed_s(plain_store))
-            ours_store = min(ours_store, _elapsed_s(store))
-            ours_load = min(ours_load, _elapsed_s(load))
-            plain_load_s = min(plain_load_s, _elapsed_s(plain_load))
-        layered_store_s = min(layered_store_s, _elapsed_s(layered_store))  # after the pair: the same rounds
-        layered_load_s = min(layered_load_s, _elapsed_s(layered_load))
+    plain_store, plain_load, layered_store, layered_load = _baselines(device, layers, blocks, sync)
+    ours_store, ours_load, plain_store_s, plain_load_s, layered_store_s, layered_load_s = _best_of_rounds(
+        repeats, reset, (store, load), (plain_store, plain_load), (layered_store, layered_load)
+    )
     # Worst case for run coalescing: device blocks in reverse order, every block its own run.
     scattered = float("inf")
     for _ in range(max(1, repeats // 2)):

@@ -55,6 +55,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvproto import OffloadKey, ReqContext, TransferJob, make_key, members as lr
@@ -121,83 +122,89 @@ def _checksum_gbps(blocks: list[memoryview]) -> dict[str, float]:
     return out
 
 
-def run(quick: bool = False) -> BenchResult:
-    blocks = 32 if quick else 256
-    root = Path(tempfile.mkdtemp(prefix="kvproto-bench-fs-"))
-    try:
-        raw = mmap.mmap(-1, blocks * BLOCK_BYTES)
-        buffer = memoryview(raw).cast("B", (blocks, BLOCK_BYTES))
-        flat = memoryview(raw)
-        flat[:] = os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20)
-        rows = [flat[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] for i in range(blocks)]
-        figures = _checksum_gbps(rows[: min(blocks, 64)])
-        keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(blocks)]
-        per_job = 16
+@dataclass
+class _Rounds:
+    """The store and load rounds over ``blocks`` rows of ``buffer`` (``rows``: the same rows), each in
+    a fresh directory under ``root``; figures are recorded into ``figures``."""
 
-        def ours_round(tag: str, hold_steps: int = 64, made_dirs: bool = False) -> tuple[float, float, bool]:
-            """Store then load every block through a fresh tier; ``made_dirs``: the blocks' ``<aa>/<bb>``
-            directories are made before the clock starts (see the module docstring)."""
-            (root / tag).mkdir()
-            cfg = FsTierConfig(root=root / tag, read_threads=THREADS, write_threads=THREADS,
-                               hold_hits_steps=hold_steps)
-            tier = FsTier(buffer, cfg, name="bench")
-            tier.wait_ready(10)
-            if made_dirs:
-                for key in keys:
-                    (root / tag / tier.name_of(key)).parent.mkdir(parents=True, exist_ok=True)
+    root: Path
+    buffer: memoryview
+    rows: list[memoryview]
+    keys: list[OffloadKey]
+    figures: dict[str, float]
+    per_job: int = 16
+
+    def ours(self, tag: str, hold_steps: int = 64, made_dirs: bool = False) -> tuple[float, float, bool]:
+        """Store then load every block through a fresh tier; ``made_dirs``: the blocks' ``<aa>/<bb>``
+        directories are made before the clock starts (see the module docstring)."""
+        root, keys, blocks, per_job = self.root, self.keys, len(self.keys), self.per_job
+        (root / tag).mkdir()
+        cfg = FsTierConfig(root=root / tag, read_threads=THREADS, write_threads=THREADS,
+                           hold_hits_steps=hold_steps)
+        tier = FsTier(self.buffer, cfg, name="bench")
+        tier.wait_ready(10)
+        if made_dirs:
+            for key in keys:
+                (root / tag / tier.name_of(key)).parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        ids = set()
+        for j in range(0, blocks, per_job):
+            job = TransferJob(j + 1, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), False)
+            tier.submit_store(job)
+            ids.add(job.job_id)
+        ok = wait_all(tier, ids, FS_POLL_S)
+        store_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ids = set()
+        req = ReqContext(f"bench-{tag}")
+        for j in range(0, blocks, per_job):
+            job = TransferJob(10_000 + j, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), True)
+            ok &= all(tier.lookup(k, req) is lr.HIT for k in job.keys)  # held HITs: a descriptor each
+            tier.submit_load(job)
+            ids.add(job.job_id)
+        ok &= wait_all(tier, ids, FS_POLL_S)
+        tier.on_request_finished(req)
+        load_s = time.perf_counter() - t0
+        direct = tier.direct_io_counts[0] > 0
+        tier.shutdown()
+        self.figures["ours_used_o_direct"] = float(direct)
+        return store_s, load_s, ok
+
+    def raw(self, tag: str, direct: bool) -> tuple[float, float]:
+        """Store then load every block with plain ``pwritev``/``preadv``, one file per block."""
+        d = self.root / tag
+        d.mkdir()
+        flag = os.O_DIRECT if direct else 0
+        rows = self.rows
+
+        def put(i: int) -> None:
+            fd = os.open(d / f"{i}.blk", os.O_WRONLY | os.O_CREAT | flag, 0o644)
+            try:
+                os.pwritev(fd, [rows[i]], 0)
+            finally:
+                os.close(fd)
+
+        def get(i: int) -> None:
+            fd = os.open(d / f"{i}.blk", os.O_RDONLY | flag)
+            try:
+                os.preadv(fd, [rows[i]], 0)
+            finally:
+                os.close(fd)
+
+        with ThreadPoolExecutor(THREADS) as pool:
             t0 = time.perf_counter()
-            ids = set()
-            for j in range(0, blocks, per_job):
-                job = TransferJob(j + 1, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), False)
-                tier.submit_store(job)
-                ids.add(job.job_id)
-            ok = wait_all(tier, ids, FS_POLL_S)
+            list(pool.map(put, range(len(rows))))
             store_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            ids = set()
-            req = ReqContext(f"bench-{tag}")
-            for j in range(0, blocks, per_job):
-                job = TransferJob(10_000 + j, tuple(keys[j : j + per_job]), tuple(range(j, min(j + per_job, blocks))), True)
-                ok &= all(tier.lookup(k, req) is lr.HIT for k in job.keys)  # held HITs: a descriptor each
-                tier.submit_load(job)
-                ids.add(job.job_id)
-            ok &= wait_all(tier, ids, FS_POLL_S)
-            tier.on_request_finished(req)
+            list(pool.map(get, range(len(rows))))
             load_s = time.perf_counter() - t0
-            direct = tier.direct_io_counts[0] > 0
-            tier.shutdown()
-            figures["ours_used_o_direct"] = float(direct)
-            return store_s, load_s, ok
+        return store_s, load_s
 
-        def raw_round(tag: str, direct: bool) -> tuple[float, float]:
-            d = root / tag
-            d.mkdir()
-            flag = os.O_DIRECT if direct else 0
-
-            def put(i: int) -> None:
-                fd = os.open(d / f"{i}.blk", os.O_WRONLY | os.O_CREAT | flag, 0o644)
-                try:
-                    os.pwritev(fd, [rows[i]], 0)
-                finally:
-                    os.close(fd)
-
-            def get(i: int) -> None:
-                fd = os.open(d / f"{i}.blk", os.O_RDONLY | flag)
-                try:
-                    os.preadv(fd, [rows[i]], 0)
-                finally:
-                    os.close(fd)
-
-            with ThreadPoolExecutor(THREADS) as pool:
-                t0 = time.perf_counter()
-                list(pool.map(put, range(blocks)))
-                store_s = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                list(pool.map(get, range(blocks)))
-                load_s = time.perf_counter() - t0
-            return store_s, load_s
-
-        gb = blocks * BLOCK_BYTES / 1e9
+    def reps(self, quick: bool) -> tuple[float, float, bool, list[float]]:
+        """Every rep's three rounds in its order (ROUND_ORDERS): the median store and load ratios, whether
+        every job succeeded, and each rep's held-HITs load ratio (on / off)."""
+        figures, root = self.figures, self.root
+        gb = len(self.keys) * BLOCK_BYTES / 1e9
         ratios_store: list[float] = []
         ratios_load: list[float] = []
         held_load: list[float] = []
@@ -207,10 +214,10 @@ def run(quick: bool = False) -> BenchResult:
             took: dict[str, tuple[float, float]] = {}  # side -> (store s, load s)
             for side in order:  # each side runs first, second and third equally often over the reps
                 if side == "raw":
-                    took[side] = raw_round(f"raw{rep}", figures["ours_used_o_direct"] > 0)
+                    took[side] = self.raw(f"raw{rep}", figures["ours_used_o_direct"] > 0)
                     continue
-                store_s, load_s, ok = ours_round(f"{side}{rep}", hold_steps=64 if side == "ours" else 0,
-                                                 made_dirs=side == "off")
+                store_s, load_s, ok = self.ours(f"{side}{rep}", hold_steps=64 if side == "ours" else 0,
+                                                made_dirs=side == "off")
                 took[side] = (store_s, load_s)
                 ok_all &= ok
             (o_store, o_load), (off_store, off_load), (r_store, r_load) = took["ours"], took["off"], took["raw"]
@@ -228,70 +235,124 @@ def run(quick: bool = False) -> BenchResult:
         figures["store_ratio"] = store_ratio
         figures["load_ratio"] = load_ratio
         figures["made_dirs_store_ratio"] = statistics.median(made_dirs_store)
+        return store_ratio, load_ratio, ok_all, held_load
+
+
+def _seed_probe(small: memoryview, root: Path, n_keys: int) -> list[OffloadKey]:
+    """``n_keys`` probe keys, the first half of them stored under ``root`` (made here)."""
+    root.mkdir()
+    writer = FsTier(small, FsTierConfig(root=root), name="seed")
+    writer.wait_ready(10)
+    probe_keys = [make_key(b"p" + i.to_bytes(8, "big"), 0) for i in range(n_keys)]
+    for i in range(0, n_keys // 2, 4):
+        job = TransferJob(i + 1, tuple(probe_keys[i : i + 4]), (0, 1, 2, 3), False)
+        writer.submit_store(job)
+        wait_all(writer, {job.job_id}, FS_POLL_S)
+    writer.shutdown()
+    return probe_keys
+
+
+def _existence_round(small: memoryview, root: Path, probe_keys: list[OffloadKey], hold_steps: int) -> tuple[float, float, int]:
+    """Checks per second of wall time and per second of this process's CPU time (every thread: the
+    probe's worker too), and the HITs."""
+    n_keys = len(probe_keys)
+    shared = FsTier(small, FsTierConfig(root=root, shared=True, probe_min_interval_s=0.0,
+                                        probe_deadline_steps=10**6, hold_hits_steps=hold_steps), name="probe")
+    req = ReqContext("bench")
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    pending = list(probe_keys)
+    hits = 0
+    while pending:
+        still = []
+        for k in pending:
+            answer = shared.lookup(k, req)
+            if answer is lr.RETRY:
+                still.append(k)
+            elif answer is lr.HIT:
+                hits += 1
+        pending = still
+        shared.on_step_end()
+        if pending:
+            time.sleep(0.0005)
+    shared.on_request_finished(req)
+    probe_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+    shared.shutdown()
+    return n_keys / probe_s, n_keys / max(cpu_s, 1e-9), hits
+
+
+def _existence(
+    small: memoryview, root: Path, probe_keys: list[OffloadKey], figures: dict[str, float], quick: bool
+) -> tuple[bool, list[float], list[float]]:
+    """The existence rounds with held HITs on and off side by side: whether both saw the same HITs,
+    and each pair's wall-clock and CPU-time ratios (on / off)."""
+    held_existence: list[float] = []
+    held_existence_cpu: list[float] = []
+    hits = 0
+    ok_all = True
+    # A warm-up pair, not counted: the process's first rounds pay for the dentry cache.
+    _existence_round(small, root, probe_keys, 64)
+    _existence_round(small, root, probe_keys, 0)
+    gc.collect()
+    gc.freeze()  # the engine's heap once started (vLLM's freeze_gc_heap); unfrozen after the rounds
+    try:
+        for rep in range(1 if quick else EXISTENCE_REPS):  # on and off side by side, alternating
+            if rep % 2:
+                off_rate, off_cpu, off_hits = _existence_round(small, root, probe_keys, 0)
+                on_rate, on_cpu, hits = _existence_round(small, root, probe_keys, 64)
+            else:
+                on_rate, on_cpu, hits = _existence_round(small, root, probe_keys, 64)
+                off_rate, off_cpu, off_hits = _existence_round(small, root, probe_keys, 0)
+            ok_all &= hits == off_hits
+            held_existence.append(on_rate / off_rate)
+            held_existence_cpu.append(on_cpu / off_cpu)
+            figures[f"held_existence_checks_per_s_{rep}"] = on_rate
+            figures[f"held_off_existence_checks_per_s_{rep}"] = off_rate
+    finally:
+        gc.unfreeze()
+    figures["shared_existence_checks_per_s"] = figures["held_existence_checks_per_s_0"]
+    figures["shared_existence_hits"] = float(hits)
+    return ok_all, held_existence, held_existence_cpu
+
+
+def _summary(figures: dict[str, float], blocks: int, n_keys: int, store_ratio: float, load_ratio: float) -> str:
+    return (
+        f"{blocks} x 2 MiB: store {figures['ours_store_gbps_0']:.2f} GB/s vs raw "
+        f"{figures['raw_store_gbps_0']:.2f} (median ratio {store_ratio:.2f}); load "
+        f"{figures['ours_load_gbps_0']:.2f} vs {figures['raw_load_gbps_0']:.2f} (median ratio {load_ratio:.2f}); "
+        f"store into directories made beforehand {figures['made_dirs_store_ratio']:.2f}; "
+        f"O_DIRECT {'on' if figures['ours_used_o_direct'] else 'off'}; "
+        f"{figures['shared_existence_checks_per_s']:.0f} existence checks/s (shared, {n_keys} keys); "
+        f"held HITs on/off (TIERKIT-6): load {figures['held_load_ratio']:.2f}, existence checks "
+        f"{figures['held_existence_ratio']:.2f} (per CPU second {figures['held_existence_cpu_ratio']:.2f}); "
+        f"leading HITs of {LEADING_KEYS} asked in one step, hooks 2/10 ms apart: "
+        f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_2ms_steps']:.0f}/"
+        f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_10ms_steps']:.0f}; "
+        f"checksum GB/s: " + ", ".join(
+            f"{k[9:-5]} {v:.1f}" for k, v in figures.items() if k.startswith("checksum_")
+        )
+    )
+
+
+def run(quick: bool = False) -> BenchResult:
+    blocks = 32 if quick else 256
+    root = Path(tempfile.mkdtemp(prefix="kvproto-bench-fs-"))
+    try:
+        raw = mmap.mmap(-1, blocks * BLOCK_BYTES)
+        buffer = memoryview(raw).cast("B", (blocks, BLOCK_BYTES))
+        flat = memoryview(raw)
+        flat[:] = os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20)
+        rows = [flat[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] for i in range(blocks)]
+        figures = _checksum_gbps(rows[: min(blocks, 64)])
+        keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(blocks)]
+        store_ratio, load_ratio, ok_all, held_load = _Rounds(root, buffer, rows, keys, figures).reps(quick)
         figures["all_jobs_succeeded"] = float(ok_all)
 
         # Existence checks per second, shared mode, 8,192 keys of which half are stored.
         small = memoryview(bytearray(4 * 4096)).cast("B", (4, 4096))
-        (root / "probe").mkdir()
         n_keys = 1024 if quick else 8192
-        writer = FsTier(small, FsTierConfig(root=root / "probe"), name="seed")
-        writer.wait_ready(10)
-        probe_keys = [make_key(b"p" + i.to_bytes(8, "big"), 0) for i in range(n_keys)]
-        for i in range(0, n_keys // 2, 4):
-            job = TransferJob(i + 1, tuple(probe_keys[i : i + 4]), (0, 1, 2, 3), False)
-            writer.submit_store(job)
-            wait_all(writer, {job.job_id}, FS_POLL_S)
-        writer.shutdown()
-        def existence_round(hold_steps: int) -> tuple[float, float, int]:
-            """Checks per second of wall time and per second of this process's CPU time (every thread: the
-            probe's worker too), and the HITs."""
-            shared = FsTier(small, FsTierConfig(root=root / "probe", shared=True, probe_min_interval_s=0.0,
-                                                probe_deadline_steps=10**6, hold_hits_steps=hold_steps), name="probe")
-            req = ReqContext("bench")
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            pending = list(probe_keys)
-            hits = 0
-            while pending:
-                still = []
-                for k in pending:
-                    answer = shared.lookup(k, req)
-                    if answer is lr.RETRY:
-                        still.append(k)
-                    elif answer is lr.HIT:
-                        hits += 1
-                pending = still
-                shared.on_step_end()
-                if pending:
-                    time.sleep(0.0005)
-            shared.on_request_finished(req)
-            probe_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
-            shared.shutdown()
-            return n_keys / probe_s, n_keys / max(cpu_s, 1e-9), hits
-
-        held_existence: list[float] = []
-        held_existence_cpu: list[float] = []
-        hits = 0
-        existence_round(64)
-        existence_round(0)  # a warm-up pair, not counted: the process's first rounds pay for the dentry cache
-        gc.collect()
-        gc.freeze()  # the engine's heap once started (vLLM's freeze_gc_heap); unfrozen after the rounds
-        try:
-            for rep in range(1 if quick else EXISTENCE_REPS):  # on and off side by side, alternating
-                if rep % 2:
-                    off_rate, off_cpu, off_hits = existence_round(0)
-                    on_rate, on_cpu, hits = existence_round(64)
-                else:
-                    on_rate, on_cpu, hits = existence_round(64)
-                    off_rate, off_cpu, off_hits = existence_round(0)
-                ok_all &= hits == off_hits
-                held_existence.append(on_rate / off_rate)
-                held_existence_cpu.append(on_cpu / off_cpu)
-                figures[f"held_existence_checks_per_s_{rep}"] = on_rate
-                figures[f"held_off_existence_checks_per_s_{rep}"] = off_rate
-        finally:
-            gc.unfreeze()
-        figures["shared_existence_checks_per_s"] = figures["held_existence_checks_per_s_0"]
-        figures["shared_existence_hits"] = float(hits)
+        probe_keys = _seed_probe(small, root / "probe", n_keys)
+        ok_existence, held_existence, held_existence_cpu = _existence(small, root / "probe", probe_keys, figures, quick)
+        ok_all &= ok_existence
         figures["held_load_ratio"] = statistics.median(held_load)
         figures["held_existence_ratio"] = statistics.median(held_existence)
         figures["held_existence_cpu_ratio"] = statistics.median(held_existence_cpu)
@@ -302,22 +363,7 @@ def run(quick: bool = False) -> BenchResult:
             figures[f"leading_hits_of_{LEADING_KEYS}_at_{gap_ms}ms_steps"] = float(
                 _leading_hits(small, root / "probe", probe_keys[:LEADING_KEYS], gap_ms / 1000))
         ratio = min(store_ratio, load_ratio)
-        summary = (
-            f"{blocks} x 2 MiB: store {figures['ours_store_gbps_0']:.2f} GB/s vs raw "
-            f"{figures['raw_store_gbps_0']:.2f} (median ratio {store_ratio:.2f}); load "
-            f"{figures['ours_load_gbps_0']:.2f} vs {figures['raw_load_gbps_0']:.2f} (median ratio {load_ratio:.2f}); "
-            f"store into directories made beforehand {figures['made_dirs_store_ratio']:.2f}; "
-            f"O_DIRECT {'on' if figures['ours_used_o_direct'] else 'off'}; "
-            f"{figures['shared_existence_checks_per_s']:.0f} existence checks/s (shared, {n_keys} keys); "
-            f"held HITs on/off (TIERKIT-6): load {figures['held_load_ratio']:.2f}, existence checks "
-            f"{figures['held_existence_ratio']:.2f} (per CPU second {figures['held_existence_cpu_ratio']:.2f}); "
-            f"leading HITs of {LEADING_KEYS} asked in one step, hooks 2/10 ms apart: "
-            f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_2ms_steps']:.0f}/"
-            f"{figures[f'leading_hits_of_{LEADING_KEYS}_at_10ms_steps']:.0f}; "
-            f"checksum GB/s: " + ", ".join(
-                f"{k[9:-5]} {v:.1f}" for k, v in figures.items() if k.startswith("checksum_")
-            )
-        )
+        summary = _summary(figures, blocks, n_keys, store_ratio, load_ratio)
         return BenchResult("fs", ratio, 0.85, False, summary, figures)
     finally:
         shutil.rmtree(root, ignore_errors=True)

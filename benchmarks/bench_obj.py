@@ -72,6 +72,8 @@ from benchmarks._obj_existence import SERVER, crossover, existence_rates, seed
 from benchmarks._result import BenchResult, record_round
 
 if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
     from kvproto_obj import ObjTierConfig
 
 BLOCK_BYTES = 2 << 20
@@ -87,8 +89,6 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
     """Store and load ``blocks`` blocks through the tier and raw obstore, ``rounds`` ABBA rounds (see the
     module docstring): per-round MB/s figures, the median ``store_ratio`` and ``load_ratio``, and whether
     every job and request succeeded."""
-    import obstore
-
     from kvproto_obj import ObjTier, make_store
 
     raw_mem = bytearray(os.urandom(1 << 20) * (blocks * BLOCK_BYTES >> 20))
@@ -119,49 +119,18 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
     store = make_store(config("raw"))  # the same client, retry and timeout settings as the tier's
 
     envelope_bytes = env.HEADER_BYTES + BLOCK_BYTES  # the tier's object size
-    raw_objects = bytearray(blocks * envelope_bytes)
-    for i, row in enumerate(rows):  # a header-sized zero prefix, then the same row
-        raw_objects[i * envelope_bytes + env.HEADER_BYTES : (i + 1) * envelope_bytes] = row
-    raw_bodies = [memoryview(raw_objects)[i * envelope_bytes : (i + 1) * envelope_bytes] for i in range(blocks)]
+    raw_bodies = _raw_bodies(rows)
 
     landing = memoryview(bytearray(blocks * BLOCK_BYTES))  # the second baseline's rows (not the tier's buffer)
 
-    async def raw_async(tag: str, promotion: bool, land: bool = False) -> tuple[float, int]:
-        """Seconds to put (or get) ``blocks`` objects, CONCURRENCY at a time; bytes got. ``land``: each GET's
-        payload is also copied into a row of ``landing`` (the second baseline, see the module docstring)."""
-        slots = asyncio.Semaphore(CONCURRENCY)
-
-        async def put(i: int) -> int:
-            async with slots:
-                await obstore.put_async(store, f"raw-{tag}/{i}", raw_bodies[i], mode="create",
-                                        use_multipart=False)
-                return 0
-
-        async def get(i: int) -> int:
-            async with slots:
-                result = await obstore.get_async(store, f"raw-{tag}/{i}")
-                body = await result.bytes_async()
-                if land:
-                    landing[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] = memoryview(body)[env.HEADER_BYTES :]
-                return len(body)
-
-        t0 = time.perf_counter()
-        c0 = time.process_time()
-        sizes = await asyncio.gather(*((get if promotion else put)(i) for i in range(blocks)))
-        cpu_s["raw_copy_load" if land else "raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
-        return time.perf_counter() - t0, sum(sizes)
-
     def raw_phase(tag: str, promotion: bool, land: bool = False) -> tuple[float, int]:
-        return asyncio.run(raw_async(tag, promotion, land))
-
-    def round_keys(tag: str) -> list[OffloadKey]:
-        return [make_key(hashlib.sha256(tag.encode() + i.to_bytes(8, "big")).digest(), 0) for i in range(blocks)]
+        return asyncio.run(_raw_async(store, raw_bodies, landing, cpu_s, tag, promotion, land))
 
     try:
         raw_phase("warm-up", False)  # the server imports its S3 backend on first use: not timed
         raw_phase("warm-up", True)
         raw_phase("warm-up", True, land=True)
-        warm = round_keys("warm-up")
+        warm = _round_keys("warm-up", blocks)
         ours_jobs(warm, False)  # the tier's pools, loop and connections: not timed either
         ours_jobs(warm, True)
         mb = blocks * BLOCK_BYTES / 1e6
@@ -171,7 +140,7 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
         ratios_vs_copy: list[float] = []
         ok_all = True
         for rep in range(rounds):
-            keys = round_keys(str(rep))
+            keys = _round_keys(str(rep), blocks)
             if rep % 2 == 0:  # ABBA: ours store, raw store, raw load, ours load
                 o_store, stored = ours_jobs(keys, False)
                 r_store, _ = raw_phase(str(rep), False)
@@ -192,6 +161,61 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
     finally:
         tier.shutdown()
 
+    _record_medians(figures, ratios_store, ratios_load, ratios_vs_copy, cpu_s, rounds)
+    return figures, ok_all
+
+
+def _round_keys(tag: str, blocks: int) -> list[OffloadKey]:
+    """A round's ``blocks`` fresh keys, named by ``tag``."""
+    return [make_key(hashlib.sha256(tag.encode() + i.to_bytes(8, "big")).digest(), 0) for i in range(blocks)]
+
+
+def _raw_bodies(rows: list[memoryview]) -> list[memoryview]:
+    """The raw side's objects, the tier's size: a header-sized zero prefix, then the same row."""
+    envelope_bytes = env.HEADER_BYTES + BLOCK_BYTES
+    raw_objects = bytearray(len(rows) * envelope_bytes)
+    for i, row in enumerate(rows):
+        raw_objects[i * envelope_bytes + env.HEADER_BYTES : (i + 1) * envelope_bytes] = row
+    return [memoryview(raw_objects)[i * envelope_bytes : (i + 1) * envelope_bytes] for i in range(len(rows))]
+
+
+async def _raw_async(
+    store: ObjectStore, raw_bodies: list[memoryview], landing: memoryview, cpu_s: dict[str, list[float]],
+    tag: str, promotion: bool, land: bool = False,
+) -> tuple[float, int]:
+    """Seconds to put (or get) every raw body as an object of ``store``, CONCURRENCY at a time; bytes got.
+    ``land``: each GET's payload is also copied into a row of ``landing`` (the second baseline, see the
+    module docstring). The process's CPU seconds are appended to ``cpu_s`` under the phase's name."""
+    import obstore
+
+    slots = asyncio.Semaphore(CONCURRENCY)
+
+    async def put(i: int) -> int:
+        async with slots:
+            await obstore.put_async(store, f"raw-{tag}/{i}", raw_bodies[i], mode="create",
+                                    use_multipart=False)
+            return 0
+
+    async def get(i: int) -> int:
+        async with slots:
+            result = await obstore.get_async(store, f"raw-{tag}/{i}")
+            body = await result.bytes_async()
+            if land:
+                landing[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES] = memoryview(body)[env.HEADER_BYTES :]
+            return len(body)
+
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    sizes = await asyncio.gather(*((get if promotion else put)(i) for i in range(len(raw_bodies))))
+    cpu_s["raw_copy_load" if land else "raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
+    return time.perf_counter() - t0, sum(sizes)
+
+
+def _record_medians(
+    figures: dict[str, float], ratios_store: list[float], ratios_load: list[float], ratios_vs_copy: list[float],
+    cpu_s: dict[str, list[float]], rounds: int,
+) -> None:
+    """The rounds' median ratios with their quartiles, and each phase's median client CPU milliseconds."""
     for phase, ratios in (("store", sorted(ratios_store)), ("load", sorted(ratios_load))):
         figures[f"{phase}_ratio"] = ratios[len(ratios) // 2]
         figures[f"{phase}_ratio_q1"] = ratios[len(ratios) // 4]
@@ -200,7 +224,6 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
     for phase, seconds in cpu_s.items():  # the timed rounds only (the warm-up's come first)
         timed = sorted(seconds[-rounds:])
         figures[f"{phase}_client_cpu_ms"] = round(timed[len(timed) // 2] * 1e3, 1)
-    return figures, ok_all
 
 
 def run(quick: bool = False) -> BenchResult:

@@ -132,29 +132,12 @@ def _metrics_cost(
     return (hit[0], hit[1]), (miss[0], miss[1])
 
 
-def run(quick: bool = False) -> BenchResult:
-    from kvproto_cpu import CpuTier  # torch lives behind impls.cpu
-
-    class CpuTierWithoutReadyKeys(CpuTier):
-        """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""
-
-        @property
-        def ready_keys(self) -> Container[OffloadKey]:
-            raise AttributeError("hidden so that the manager takes its generic path")
-
-    repeats = 10 if quick else 60
-    keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(N_KEYS)]
-    req = ReqContext("bench")
-
-    m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)  # CpuTier exposes ready_keys
-    ratio = m_ns / b_ns
-    g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
-    # The same scans with kvproto.metrics feeding (secondaries metered, manager watched) against
-    # without, interleaved in this run: primary HITs (target: within 5%) and MISSes over both tiers.
-    (mm_ns, plain_ns), (miss_metrics_ns, miss_plain_ns) = _metrics_cost(CpuTier, keys, req, repeats)
-    metrics_cost = mm_ns / plain_ns
-
-    cpu, tiers, manager = _stack(CpuTier)
+def _miss_and_promotion(
+    primary_cls: type[CpuTier], keys: list[OffloadKey], req: ReqContext, repeats: int
+) -> tuple[float, float, float]:
+    """ns/key of a MISS across both secondary tiers, of a promotion from the second one (the prefix scan,
+    then the two steps that load every key into the primary), and of the primary's own prepare_store."""
+    cpu, tiers, manager = _stack(primary_cls)
     manager_lookup = manager.lookup
     try:
         # MISS across both secondary tiers: the primary and the tiers hold nothing.
@@ -193,6 +176,32 @@ def run(quick: bool = False) -> BenchResult:
         cpu.complete_store(keys, False)
     finally:
         manager.shutdown()
+    return miss_ns, promo_ns, prepare_ns
+
+
+def run(quick: bool = False) -> BenchResult:
+    from kvproto_cpu import CpuTier  # torch lives behind impls.cpu
+
+    class CpuTierWithoutReadyKeys(CpuTier):
+        """The CPU tier with the view hidden: the manager's generic path (a call per lookup)."""
+
+        @property
+        def ready_keys(self) -> Container[OffloadKey]:
+            raise AttributeError("hidden so that the manager takes its generic path")
+
+    repeats = 10 if quick else 60
+    keys: list[OffloadKey] = [make_key(i.to_bytes(8, "big"), 0) for i in range(N_KEYS)]
+    req = ReqContext("bench")
+
+    m_ns, b_ns = _scan_ratio(CpuTier, keys, req, repeats)  # CpuTier exposes ready_keys
+    ratio = m_ns / b_ns
+    g_ns, gb_ns = _scan_ratio(CpuTierWithoutReadyKeys, keys, req, repeats)
+    # The same scans with kvproto.metrics feeding (secondaries metered, manager watched) against
+    # without, interleaved in this run: primary HITs (target: within 5%) and MISSes over both tiers.
+    (mm_ns, plain_ns), (miss_metrics_ns, miss_plain_ns) = _metrics_cost(CpuTier, keys, req, repeats)
+    metrics_cost = mm_ns / plain_ns
+
+    miss_ns, promo_ns, prepare_ns = _miss_and_promotion(CpuTier, keys, req, repeats)
 
     batched = batched_figures(lambda: _stack(CpuTier), keys, repeats)
     figures = {

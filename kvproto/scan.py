@@ -7,11 +7,11 @@ exhaustive ``match``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from kvproto import members as lr
+from kvproto._decisions import DEFER_PENDING, DEFER_RETRY, Decision, Defer, Hits, hits_cache, shared_hits
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import InvalidArgumentError
 
@@ -25,40 +25,6 @@ __all__ = [
 ]
 
 K = TypeVar("K")
-
-
-@dataclass(frozen=True, slots=True)
-class Hits:
-    """Load now: ``count`` leading blocks (prefix scan) or the window's end index (window scan)."""
-
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Defer:
-    """Ask again next step; ``cause`` is HIT_PENDING or RETRY (SCAN-3, SCAN-8)."""
-
-    cause: LookupResult
-
-
-Decision: TypeAlias = Hits | Defer
-
-# Decisions are immutable values, so the scans hand out shared instances:
-# building a frozen dataclass costs far more than a whole short scan.
-_DEFER_RETRY: Final = Defer(lr.RETRY)
-_DEFER_PENDING: Final = Defer(lr.HIT_PENDING)
-_HITS_CACHED = 1 << 16  # counts below this are cached (a 1M-token prompt at 16 tokens/block)
-_hits_cache: dict[int, Hits] = {}
-
-
-def _hits(count: int) -> Hits:
-    """``Hits(count)``, shared for counts below ``_HITS_CACHED``."""
-    found = _hits_cache.get(count)
-    if found is None:
-        found = Hits(count)
-        if count < _HITS_CACHED:
-            _hits_cache[count] = found
-    return found
 
 
 def as_legacy(decision: Decision) -> int | None:
@@ -109,10 +75,56 @@ def maximal_prefix_lookup(lookup: Callable[[K], LookupResult], keys: Iterable[K]
                 )
     if cause is None:
         try:
-            return _hits_cache[count]
+            return hits_cache[count]
         except KeyError:
-            return _hits(count)
-    return _DEFER_RETRY if cause is lr.RETRY else _DEFER_PENDING
+            return shared_hits(count)
+    return DEFER_RETRY if cause is lr.RETRY else DEFER_PENDING
+
+
+def _refuse_windows(window: int, initial_window: int | None) -> None:
+    """InvalidArgumentError naming the bad one unless ``window >= 1`` and ``initial_window`` is None or
+    ``>= window`` (SCAN-10); called only when one is bad (a good call makes no extra call)."""
+    if type(window) is not int or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
+    if initial_window is not None:
+        if type(initial_window) is not int or initial_window < window:
+            raise InvalidArgumentError(
+                f"initial_window must be an int >= {window}, got {initial_window!r}"
+            )
+
+
+def _after_the_first_miss(
+    results: Iterator[LookupResult], idx: int, window: int, pending_at: int, retried: bool
+) -> tuple[int, int, int, bool]:
+    """The second loop of :func:`sliding_window_lookup`, after the first MISS (SCAN-6, SCAN-7): MISS
+    first (an uncached tail is a long run of MISSes, and only ``window`` HITs follow).
+
+    ``results`` are the lookups left, back to front, of the keys below ``idx``;
+    the required length is ``window`` now. Returns ``(idx, streak, pending_at,
+    retried)`` where it stopped: a filled window ``[idx, idx + streak)``, or the
+    run from index 0 when the keys ran out.
+    """
+    streak = 0
+    for result in results:
+        idx -= 1
+        match result:
+            case lr.MISS:
+                streak = 0
+            case lr.HIT:
+                streak += 1
+                if streak == window:
+                    break
+            case lr.HIT_PENDING:
+                streak += 1
+                pending_at = idx
+                if streak == window:
+                    break
+            case lr.RETRY:
+                streak = 0
+                retried = True
+            case _:
+                unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+    return idx, streak, pending_at, retried
 
 
 def sliding_window_lookup(
@@ -139,30 +151,23 @@ def sliding_window_lookup(
     window arguments raise :class:`~kvproto.errors.InvalidArgumentError`
     before any lookup (SCAN-10).
     """
-    if type(window) is not int or window < 1:
-        raise InvalidArgumentError(f"window must be an int >= 1, got {window!r}")
-    if initial_window is not None:
-        if type(initial_window) is not int or initial_window < window:
-            raise InvalidArgumentError(
-                f"initial_window must be an int >= {window}, got {initial_window!r}"
-            )
+    if type(window) is not int or window < 1 or (
+        initial_window is not None and (type(initial_window) is not int or initial_window < window)
+    ):
+        _refuse_windows(window, initial_window)
     n = len(keys)
     streak = 0
-    # The pending mark is the index of the last HIT_PENDING seen (the
-    # leftmost so far): it lies in the streak exactly when it is below the
-    # streak's end, so a MISS or RETRY clears it without a store.
+    # The pending mark is the index of the last HIT_PENDING seen (the leftmost so far): it lies in the
+    # streak exactly when it is below the streak's end, so a MISS or RETRY clears it without a store.
     pending_at = n
     retried = False
-    # map() calls lookup lazily, one key at a time, from C: the same calls in
-    # the same order as indexing keys[idx] by hand, without its bytecode.
+    # map() calls lookup lazily, one key at a time, from C: the same calls in the same order as
+    # indexing keys[idx] by hand, without its bytecode.
     results = map(lookup, reversed(keys))
-    # Two loops over the same lookups, each with its cases in the order of
-    # their frequency: up to the first MISS, HIT first (initial_window applies
-    # until the first MISS or RETRY, SCAN-7); after it, MISS first (an
-    # uncached tail is a long run of MISSes, and only `window` HITs follow).
+    # Two loops over the same lookups, each with its cases in the order of their frequency: up to the first
+    # MISS, HIT first (initial_window applies until the first MISS or RETRY, SCAN-7); then _after_the_first_miss.
     required = window if initial_window is None else initial_window
-    # In the first loop the streak is keys[top - streak : top], so a HIT
-    # needs no index bookkeeping.
+    # In the first loop the streak is keys[top - streak : top], so a HIT needs no index bookkeeping.
     top = n
     for result in results:
         match result:
@@ -190,34 +195,16 @@ def sliding_window_lookup(
                 )
     idx = top - streak
     if streak == 0:  # a MISS ended the first loop (or the keys ran out)
-        for result in results:
-            idx -= 1
-            match result:
-                case lr.MISS:
-                    streak = 0
-                case lr.HIT:
-                    streak += 1
-                    if streak == window:
-                        break
-                case lr.HIT_PENDING:
-                    streak += 1
-                    pending_at = idx
-                    if streak == window:
-                        break
-                case lr.RETRY:
-                    streak = 0
-                    retried = True
-                case _:
-                    unreachable(result, where=f"sliding_window_lookup: lookup of key #{idx}")
+        idx, streak, pending_at, retried = _after_the_first_miss(results, idx, window, pending_at, retried)
     # After a break the streak is the filled window [idx, idx + streak); after
     # the last key (idx == 0, or no keys) it is the run from index 0.
     if retried:
-        return _DEFER_RETRY
+        return DEFER_RETRY
     end = idx + streak
     if pending_at < end:
-        return _DEFER_PENDING
+        return DEFER_PENDING
     try:
-        return _hits_cache[end]
+        return hits_cache[end]
     except KeyError:
-        return _hits(end)
+        return shared_hits(end)
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from kvproto import members as lr
 from kvproto._events import OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
+from kvproto._key_batches import key_batch
 from kvproto._keys import OffloadKey
 from kvproto._protocols import OffloadingManager, PrimaryTier, ReadyKeys, SecondaryTier
+from kvproto._ready_scans import batched_prefix, batched_window, fast_flags, unhashable_key
 from kvproto._requests import ReqContext, check_req_id
 from kvproto._results import LookupResult, unreachable
-from kvproto._tiering._batch_scan import batched_prefix, batched_window, fast_flags, unhashable_key
 from kvproto._tiering._config import TieringConfig, TieringStats
 from kvproto._tiering._guard import FAILED, TierGuard
 from kvproto._tiering._records import RequestRecord, SecondaryRecord
@@ -37,7 +38,6 @@ from kvproto.errors import (
     TierMisuseError,
 )
 from kvproto.scan import Decision
-from kvproto.tierkit._slot_checks import key_batch
 
 __all__ = ["TieringManager"]
 
@@ -204,7 +204,7 @@ class TieringManager:
                     unreachable(result, where=f"primary tier {self._primary.name!r} lookup")
         except ContractViolation as exc:
             self._guard.violation(exc)
-        except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
+        except Exception as exc:  # a tier failure is a MISS (MGR-10)
             _check_key("lookup", key)  # the caller's bad key is its own error, not the tier's (MGR-11)
             self._guard.error(self._primary.name, "lookup", exc)
             return lr.MISS
@@ -253,7 +253,7 @@ class TieringManager:
                         unreachable(result, where=f"secondary tier {record.name!r} lookup")
             except ContractViolation as exc:
                 self._guard.violation(exc)
-            except Exception as exc:  # noqa: BLE001 - a tier failure is a MISS (MGR-10)
+            except Exception as exc:  # a tier failure is a MISS (MGR-10)
                 self._guard.error(record.name, "lookup", exc)
         else:
             return lr.RETRY if retry else lr.MISS
@@ -263,7 +263,7 @@ class TieringManager:
         _check_context("lookup", req_context)  # before the reservation: its req_id keys the staged job (MGR-11)
         try:
             out = self._primary.prepare_store((key,), req_context)
-        except Exception as exc:  # noqa: BLE001 - no slot is a MISS (MGR-10)
+        except Exception as exc:  # no slot is a MISS (MGR-10)
             self._guard.error(self._primary.name, "prepare_store", exc)
             return lr.MISS
         if out is None or key not in out.keys_to_store:

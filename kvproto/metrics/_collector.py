@@ -10,7 +10,7 @@ the methods that produce Prometheus output, so the rest works without it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, fields, is_dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["KvMetrics", "MetricsServer", "MetricsUnavailable", "tier_stats"]
 
+_Family = Callable[[str, Sequence[str]], Any]
+"""Makes the metric family of a name in METRICS with the given labels (its kind and help from METRICS)."""
+
 
 class MetricsUnavailable(ConfigurationError):
     """Prometheus output was asked for but prometheus_client is not installed (``pip install 'kvproto[metrics]'``)."""
@@ -36,7 +39,7 @@ class MetricsUnavailable(ConfigurationError):
 def _prometheus() -> Any:
     try:
         import prometheus_client
-        import prometheus_client.core  # noqa: F401 - the metric families, as prometheus_client.core
+        import prometheus_client.core  # the metric families, as prometheus_client.core
     except ImportError:
         raise MetricsUnavailable(
             "kvproto.metrics: Prometheus output needs prometheus_client: pip install 'kvproto[metrics]'"
@@ -143,6 +146,16 @@ class KvMetrics:
             cls = {"counter": core.CounterMetricFamily, "gauge": core.GaugeMetricFamily}[kind]
             return cls(p + name, doc, labels=list(labels))
 
+        primary_figures = self.primary_figures()
+        yield from self._traffic_families(family, tiers, primary_figures)
+        yield from self._latency_families(core, family, tiers, primary_figures)
+        yield from self._stats_families(core, family)
+
+    def _traffic_families(
+        self, family: _Family, tiers: list[TierFigures], primary_figures: dict[str, float]
+    ) -> Iterator[Metric]:
+        """Per secondary tier: vLLM's tiering counters, evictions (the primary's too), lookups by
+        result, timed-out jobs, and the primary's read and write usage by each tier's jobs."""
         per_tier: list[tuple[str, Any]] = [
             ("kv_offload_tiering_chunk_queries", lambda f: f.lookups),
             ("kv_offload_tiering_chunk_hits", lambda f: f.lookups_hit),
@@ -160,7 +173,6 @@ class KvMetrics:
             for f in tiers:
                 fam.add_metric([f.tier], read(f))
             yield fam
-        primary_figures = self.primary_figures()
         evicted = family("kvproto_tier_evicted_blocks", ["tier"])
         if self._primary is not None and "evicted_blocks" in primary_figures:
             evicted.add_metric([self._primary.name], primary_figures["evicted_blocks"])
@@ -187,8 +199,13 @@ class KvMetrics:
                 for f in tiers:
                     fam.add_metric([f.tier], read(f) / slots)
                 yield fam
+
+    def _latency_families(
+        self, core: Any, family: _Family, tiers: list[TierFigures], primary_figures: dict[str, float]
+    ) -> Iterator[Metric]:
+        """Promotion latency per tier and result, the primary's usage and pins, and the deferral steps."""
         latency = core.HistogramMetricFamily(
-            p + "kv_offload_tiering_promotion_latency_seconds",
+            self.prefix + "kv_offload_tiering_promotion_latency_seconds",
             METRICS["kv_offload_tiering_promotion_latency_seconds"][1], labels=["tier", "result"],
         )
         for f in tiers:
@@ -203,10 +220,14 @@ class KvMetrics:
                     fam.add_metric(label, primary_figures[key])
                     yield fam
         deferral = core.HistogramMetricFamily(
-            p + "kvproto_lookup_deferral_steps", METRICS["kvproto_lookup_deferral_steps"][1]
+            self.prefix + "kvproto_lookup_deferral_steps", METRICS["kvproto_lookup_deferral_steps"][1]
         )
         deferral.add_metric([], self.deferral_steps.cumulative(), self.deferral_steps.sum)
         yield deferral
+
+    def _stats_families(self, core: Any, family: _Family) -> Iterator[Metric]:
+        """Each tier's own stats (a figure "now" as a gauge of its own) and the manager's stats."""
+        p = self.prefix
         own = family("kvproto_tier_stats", ["tier", "stat"])
         gauges = {stat: family(metric, ["tier"]) for stat, metric in GAUGE_STATS.items()}
         named: list[tuple[str, object]] = [(m.figures.tier, m.inner) for m in self._tiers]
@@ -266,7 +287,7 @@ class MetricsServer:
 
     def __init__(self, metrics: KvMetrics, host: str, port: int) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            def do_GET(self) -> None:  # the http.server name
                 if self.path.split("?")[0] not in ("/", "/metrics"):
                     self.send_error(404)
                     return
@@ -277,7 +298,7 @@ class MetricsServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+            def log_message(self, format: str, *args: Any) -> None:  # the base's name
                 pass  # a scrape is not worth a line on stderr
 
         self._server = ThreadingHTTPServer((host, port), Handler)

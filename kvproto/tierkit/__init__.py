@@ -35,13 +35,13 @@ Wrappers:
 from __future__ import annotations
 
 from kvproto._events import MAX_PENDING_EVENTS
-from kvproto._slot_buffer import slot_buffer_shape
-from kvproto._tiering._batch_scan import (
+from kvproto._ready_scans import (
     FlagsOf as ReadyFlags,
     batched_prefix as ready_prefix_scan,
     batched_window as ready_window_scan,
     fast_flags as ready_flags,
 )
+from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.tierkit._backend import (
     AsyncBlobBackend,
     AsyncBlobBytes,

@@ -53,6 +53,54 @@ __all__ = ["BlobTier"]
 _log = logging.getLogger("kvproto.tierkit")
 
 
+def _backend_faces(
+    backend: BlobBackend | AsyncBlobBackend, wrap: Callable[[BlobBackend], BlobBackend] | None, name: str,
+    config: BlobTierConfig,
+) -> tuple[BlobBackend, JobAdmission | None, LoopBackend | None]:
+    """The backend as :class:`BlobTier` drives it (TIERKIT-1, TIERKIT-4): its synchronous face (``wrap``
+    applied), what admits its jobs (the wrapped face, else an asynchronous backend offering
+    :class:`JobAdmission`), and the loop backend its jobs run on (an asynchronous backend not wrapped)."""
+    sync: BlobBackend
+    loop_io: LoopBackend | None = None  # jobs run on its loop (an async backend, not wrapped)
+    if is_async_backend(backend):
+        sync = loop_backend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
+        admission = backend if isinstance(backend, JobAdmission) else None
+        if wrap is None:
+            loop_io = sync
+    else:
+        sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
+        admission = None
+    if wrap is not None:
+        sync = wrap(sync)  # synchronous: jobs run on the pools, each operation waits on the loop
+    if isinstance(sync, JobAdmission):
+        admission = sync
+    return sync, admission, loop_io
+
+
+def _capabilities_of(config: BlobTierConfig, *, holds_hits: bool) -> Capabilities:
+    """What a :class:`BlobTier` with ``config`` declares, each capability it lacks with its reason
+    (TIER-18, TIERKIT-6); ``holds_hits``: it takes read handles at HITs."""
+    return Capabilities(
+        async_lookup=True,
+        max_retry_steps=config.probe_deadline_steps,
+        persistence=config.persistent,
+        eviction=config.max_bytes is not None,
+        sharing=config.shared,
+        partial_jobs=config.partial_jobs,
+        holds_hits=holds_hits,
+        max_hold_steps=config.hold_hits_steps if holds_hits else 0,
+        reasons={
+            **({} if holds_hits else {"holds_hits": "hold_hits_steps=0, or the backend has no "
+                                                    "HeldReads"}),
+            **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
+            "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
+            **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
+            **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
+            **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
+        },
+    )
+
+
 class BlobTier:
     """A :class:`kvproto.SecondaryTier` over ``backend``, reading and writing rows of ``buffer``.
 
@@ -88,21 +136,7 @@ class BlobTier:
         self._flat = buffer.cast("B")
         self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
         self.namespace = env.namespace_id(self.manifest)
-        sync: BlobBackend
-        self._loop_io: LoopBackend | None = None  # jobs run on its loop (an async backend, not wrapped)
-        if is_async_backend(backend):
-            sync = loop_backend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
-            admission = backend if isinstance(backend, JobAdmission) else None
-            if wrap is None:
-                self._loop_io = sync
-        else:
-            sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
-            admission = None
-        if wrap is not None:
-            sync = wrap(sync)  # synchronous: jobs run on the pools, each operation waits on the loop
-        if isinstance(sync, JobAdmission):
-            admission = sync
-        self._admission = admission
+        sync, self._admission, self._loop_io = _backend_faces(backend, wrap, name, config)
         self.backend = sync
         self.stats = BlobTierStats() if stats is None else stats
         self._stats_lock = threading.Lock()
@@ -145,25 +179,7 @@ class BlobTier:
                                  batch_scope=None if batches is None else partial(self._existence.batch, batches))
         self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats, self._stats_lock,
                                   partial_jobs=config.partial_jobs, tier_name=name)
-        self.capabilities = Capabilities(
-            async_lookup=True,
-            max_retry_steps=config.probe_deadline_steps,
-            persistence=config.persistent,
-            eviction=config.max_bytes is not None,
-            sharing=config.shared,
-            partial_jobs=config.partial_jobs,
-            holds_hits=self._holds is not None,
-            max_hold_steps=config.hold_hits_steps if self._holds is not None else 0,
-            reasons={
-                **({} if self._holds is not None else {"holds_hits": "hold_hits_steps=0, or the backend has no "
-                                                                     "HeldReads"}),
-                **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
-                "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
-                **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
-                **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
-                **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
-            },
-        )
+        self.capabilities = _capabilities_of(config, holds_hits=self._holds is not None)
         self._starter = threading.Thread(
             target=self._start_up, args=(self._generation,), name=f"kvproto-{name}-start", daemon=True
         )

@@ -25,12 +25,13 @@ from typing import TypeAlias
 import kvproto.members as lr
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._jobs import PrepareStoreOutput
+from kvproto._key_batches import check_not_a_single_key, key_batch
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 from kvproto.errors import InvalidArgumentError, TierMisuseError
 from kvproto.tierkit._eviction import EvictionPolicy, PolicyName
-from kvproto.tierkit._slot_checks import check_config, check_not_a_single_key, key_batch, make_policy_of
+from kvproto.tierkit._slot_checks import check_config, make_policy_of
 from kvproto.tierkit._slot_types import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats
 
 __all__ = ["HOST_PRIMARY_CAPABILITIES", "BlockState", "SlotStats", "SlotTable"]

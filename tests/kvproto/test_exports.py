@@ -1,6 +1,7 @@
 """One rule for the public surface (trio's test_exports): what ``__all__`` promises resolves, the
 public modules are exactly the documented ones, nothing outside ``kvproto/`` reaches into a private
-module, and ``import kvproto`` stays light."""
+module, no distribution (nor a benchmark or a test but of what it tests) reaches into another
+distribution's private module, and ``import kvproto`` stays light."""
 
 from __future__ import annotations
 
@@ -97,6 +98,90 @@ def test_no_file_outside_kvproto_imports_a_private_module() -> None:
     assert len(files) > 50, "the walk found far fewer files: the layout changed?"
     offenders = [line for path in sorted(files) for line in _private_imports(path)]
     assert offenders == []
+
+
+#: Every distribution of this repository beside kvproto: its directory, and the packages it ships.
+DISTRIBUTIONS: dict[str, frozenset[str]] = {
+    str(src.parent.relative_to(ROOT)): frozenset(p.name for p in src.iterdir() if (p / "__init__.py").is_file())
+    for src in sorted(ROOT.glob("*/*/src"))
+    if src.parts[-3] in ("impls", "adapters", "examples")
+}
+
+#: Tests may look inside the distribution they test: ``tests/impls/NAME`` and ``tests/adapters/NAME``
+#: white-box test ``kvproto_NAME``; the kit's own tests (``tests/kvproto/testing``) build their broken
+#: tiers (galleries, mutation specs) from the reference tiers' parts. No other test, and no file of a
+#: distribution, benchmark or example, reaches into another distribution's private module.
+TESTS_LOOK_INSIDE: dict[str, frozenset[str]] = {
+    **{f"tests/{kind}/{d.name}": frozenset({f"kvproto_{d.name}"})
+       for kind in ("impls", "adapters") for d in sorted((ROOT / "tests" / kind).iterdir()) if d.is_dir()},
+    "tests/kvproto/testing": frozenset({"kvproto_fs", "kvproto_obj"}),
+}
+
+
+def _distribution_packages() -> frozenset[str]:
+    return frozenset(name for packages in DISTRIBUTIONS.values() for name in packages)
+
+
+def _foreign_private_imports(source: str, own: frozenset[str]) -> list[str]:
+    """The imports in ``source`` (any depth) of a private module or name of a distribution package not in ``own``."""
+    packages = _distribution_packages() - own
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in packages and any(part.startswith("_") for part in parts[1:]):
+                found.append(name)
+    return sorted(set(found))
+
+
+def _own_packages(path: Path) -> frozenset[str]:
+    """The distribution packages whose private modules ``path`` may import: its own distribution's, or
+    for a test, those of the distribution it tests (TESTS_LOOK_INSIDE)."""
+    rel = path.relative_to(ROOT).as_posix()
+    for where, packages in {**DISTRIBUTIONS, **TESTS_LOOK_INSIDE}.items():
+        if rel.startswith(where + "/"):
+            return packages
+    return frozenset()
+
+
+def test_no_distribution_imports_another_distributions_private_module() -> None:
+    """A distribution (impls/*, adapters/*, examples/*), a benchmark, the spec or a test imports only
+    the public API of another distribution (kvproto_fs._io, kvproto_obj._listing, ... are its own)."""
+    assert {"impls/fs", "impls/obj", "impls/cpu", "adapters/vllm", "adapters/lmcache"} <= DISTRIBUTIONS.keys()
+    assert {"kvproto_fs", "kvproto_obj", "kvproto_cpu", "kvproto_vllm", "kvproto_lmcache"} <= _distribution_packages()
+    assert TESTS_LOOK_INSIDE["tests/impls/obj"] == {"kvproto_obj"}
+    skip = {".git", ".venv", "kvproto", "build", "dist"}
+    files = [
+        p for p in ROOT.rglob("*.py")
+        if p.relative_to(ROOT).parts[0] not in skip and ".venv" not in p.parts and "build" not in p.parts
+    ]
+    assert any(p.parts[-2] == "benchmarks" for p in files)
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted(files)
+        for name in _foreign_private_imports(path.read_text(), _own_packages(path))
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("source", "own", "expected"),
+    [
+        ("from kvproto_obj._listing import LIST_PAGE", frozenset(), ["kvproto_obj._listing", "kvproto_obj._listing.LIST_PAGE"]),
+        ("def f():\n    import kvproto_fs._io", frozenset(), ["kvproto_fs._io"]),
+        ("from kvproto_obj import _listing", frozenset(), ["kvproto_obj._listing"]),
+        ("from kvproto_obj._listing import LIST_PAGE", frozenset({"kvproto_obj"}), []),
+        ("from kvproto_obj import ObjTier, StoreOps", frozenset(), []),
+    ],
+)
+def test_the_distribution_rule_sees_every_kind_of_import(source: str, own: frozenset[str], expected: list[str]) -> None:
+    assert _foreign_private_imports(source, own) == expected
 
 
 def test_import_kvproto_stays_light() -> None:

@@ -142,7 +142,7 @@ def test_the_exposition_has_vllm_names_and_the_tier_label() -> None:
     manager.shutdown()
 
 
-def KvMetricsFor(manager: TieringManager, *, prefix: str) -> KvMetrics:  # noqa: N802 - reads as a constructor
+def KvMetricsFor(manager: TieringManager, *, prefix: str) -> KvMetrics:  # reads as a constructor
     metrics = KvMetrics(prefix=prefix)
     metrics.watch(manager)
     metrics._tiers = [t for t in manager.secondaries if isinstance(t, MeteredSecondary)]  # the same counters

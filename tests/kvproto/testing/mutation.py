@@ -58,7 +58,10 @@ TARGETS: dict[str, Target] = {
     # MemoryTier's three reference configurations: immediate, a capacity that evicts, worker-thread latency.
     "memory": Target(("kvproto/_memory_tier.py",), ("memory", "memory-async", "memory-threaded")),
     "memory-primary": Target(
-        ("kvproto/_memory_primary_tier.py", "kvproto/tierkit/_slots.py", "kvproto/tierkit/_slot_checks.py"),
+        (
+            "kvproto/_memory_primary_tier.py", "kvproto/tierkit/_slots.py", "kvproto/tierkit/_slot_checks.py",
+            "kvproto/_key_batches.py",
+        ),
         # The reference spec, and the same tier with a pending deadline on a clock the kit moves (the
         # advance_clock hook: TIER-25), the fully hooked spec the honest-tier tests run.
         ("memory-primary", "tests.kvproto.testing.honest_tiers:clocked_primary"),

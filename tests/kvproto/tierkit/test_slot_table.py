@@ -705,7 +705,7 @@ def _docstring_example() -> Callable[[int, int], SlotTable]:
     start = doc.index("class BytesPrimary(SlotTable):")
     end = doc.index("``kvproto.MemoryPrimaryTier``", start)
     namespace: dict[str, object] = {"SlotTable": SlotTable}
-    exec(textwrap.dedent("    " + doc[start:end]), namespace)  # noqa: S102 - our own docstring
+    exec(textwrap.dedent("    " + doc[start:end]), namespace)  # our own docstring
     built = namespace["BytesPrimary"]
     assert isinstance(built, type) and issubclass(built, SlotTable)
     return cast(Callable[[int, int], SlotTable], built)  # BytesPrimary(num_slots, block_bytes)

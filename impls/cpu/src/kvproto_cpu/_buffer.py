@@ -45,7 +45,7 @@ class SlotBuffer:
 def _unpin(ptr: int) -> None:
     try:
         _cudart().cudaHostUnregister(ptr)
-    except Exception:  # noqa: BLE001 - best effort at interpreter exit
+    except Exception:  # best effort at interpreter exit
         _log.debug("cudaHostUnregister(%#x) failed", ptr, exc_info=True)
 
 

@@ -349,7 +349,7 @@ class CpuTransferHandler:
             return job.job_id
         try:
             job.event = self._cuda_copy(direction, slots, ids)
-        except Exception as exc:  # noqa: BLE001 - a failed copy fails the job, not the caller
+        except Exception as exc:  # a failed copy fails the job, not the caller
             _log.exception("%s job %d could not start", direction, job.job_id)
             job.error = f"{type(exc).__name__}: {exc}"
             self._drain_after_failure()
@@ -365,7 +365,7 @@ class CpuTransferHandler:
             return
         try:
             self._stream.synchronize()
-        except Exception:  # noqa: BLE001 - the device is in trouble; the job is failed already
+        except Exception:  # the device is in trouble; the job is failed already
             _log.exception("could not drain the copy stream after a failed job")
 
     # ------------------------------------------------------------------ host copies
@@ -554,7 +554,7 @@ class CpuTransferHandler:
             if job.future is not None:
                 try:
                     job.future.result()
-                except Exception:  # noqa: BLE001, S110 - reported by poll
+                except Exception:  # reported by poll
                     pass
             elif job.event is not None:
                 job.event.synchronize()

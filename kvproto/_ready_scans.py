@@ -30,24 +30,19 @@ from operator import contains, length_hint
 from typing import Final
 
 from kvproto import members as lr
+from kvproto._decisions import DEFER_PENDING, DEFER_RETRY, Decision, shared_hits  # the values the per-key scans hand out
+from kvproto._key_batches import check_not_a_single_key
 from kvproto._keys import OffloadKey
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto.errors import ContractViolation
-from kvproto.scan import (  # the shared decision values the per-key scans hand out
-    _DEFER_PENDING,
-    _DEFER_RETRY,
-    Decision,
-    _hits,
-    maximal_prefix_lookup,
-    sliding_window_lookup,
-)
-from kvproto.tierkit._slot_checks import check_not_a_single_key
+from kvproto.scan import maximal_prefix_lookup, sliding_window_lookup
 
 __all__ = ["FlagsOf", "batched_prefix", "batched_window", "fast_flags", "unhashable_key"]
 
-# kvproto.tierkit re-exports these as ReadyFlags, ready_flags, ready_prefix_scan and ready_window_scan:
-# the same batched scans for an engine that keeps its own primary with a ready view.
+# The tiering manager (kvproto._tiering) uses these for scan_prefix and scan_window; kvproto.tierkit
+# re-exports them as ReadyFlags, ready_flags, ready_prefix_scan and ready_window_scan: the same
+# batched scans for an engine that keeps its own primary with a ready view. Both sit above this module.
 
 Lookup = Callable[[OffloadKey, ReqContext], LookupResult]
 FlagsOf = Callable[[Iterator[OffloadKey]], Iterator[bool]]
@@ -158,8 +153,8 @@ def batched_prefix(
                 unreachable(result, where=f"TieringManager.scan_prefix: lookup of key #{pos}")
         start = pos + 1
     if cause is None:
-        return _hits(count)
-    return _DEFER_RETRY if cause is lr.RETRY else _DEFER_PENDING
+        return shared_hits(count)
+    return DEFER_RETRY if cause is lr.RETRY else DEFER_PENDING
 
 
 def batched_window(
@@ -227,7 +222,7 @@ def batched_window(
             case _:
                 unreachable(result, where=f"TieringManager.scan_window: lookup of key #{pos}")
     if retried:
-        return _DEFER_RETRY
+        return DEFER_RETRY
     if pending:
-        return _DEFER_PENDING
-    return _hits(top)
+        return DEFER_PENDING
+    return shared_hits(top)
