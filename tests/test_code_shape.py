@@ -39,9 +39,7 @@ ALLOWED: dict[str, int] = {
     "kvproto/_cli/runner.py:_check_tier": 92,
     "kvproto/_cli/simulate.py:_build": 82,
     "kvproto/_cli/verify.py:run": 105,
-    "kvproto/testing/_primary_deadline_checks.py:test_a_late_write_never_lands_in_a_reused_slot": 92,
-    "kvproto/testing/_simulation/_report.py:to_json": 86,
-    "kvproto/testing/scans/_properties.py:scan_properties": 118,
+    "kvproto/testing/_checks/primary/deadlines.py:test_a_late_write_never_lands_in_a_reused_slot": 92,
 }
 
 

@@ -20,8 +20,11 @@ Checked by AST over the sources (every import, at any depth, type-only ones incl
   2. the tiers: the tiering manager (``kvproto._tiering``), ``kvproto.tierkit``, what is built on it
      (``kvproto._memory_primary_tier``) and ``kvproto.metrics`` (over the manager and tiers);
   3. the facade: ``kvproto/__init__.py``, which re-exports from floors 0-2;
-  4. the kit: ``kvproto.testing``;
-  5. the command line: ``kvproto._cli`` and ``kvproto/__main__.py``.
+  4. the kit, ``kvproto.testing``, and the scan verifier behind ``kvproto verify``,
+     ``kvproto._verification`` (whose public face is the kit's ``kvproto.testing.scans``);
+  5. the simulator behind ``kvproto simulate``, ``kvproto._simulation`` (it drives the kit's public
+     fault wrappers);
+  6. the command line: ``kvproto._cli`` and ``kvproto/__main__.py``.
 
   A unit is a top-level module or package of ``kvproto`` (all its files, its ``__init__`` included:
   importing ``kvproto.tierkit._slots`` runs ``kvproto/tierkit/__init__.py``). ``from kvproto import
@@ -91,8 +94,10 @@ FLOORS: dict[str, int] = {
     "kvproto.metrics": 2,
     FACADE: 3,
     "kvproto.testing": 4,
-    "kvproto._cli": 5,
-    "kvproto.__main__": 5,
+    "kvproto._verification": 4,
+    "kvproto._simulation": 5,
+    "kvproto._cli": 6,
+    "kvproto.__main__": 6,
 }
 CORE_FLOOR = 1
 

@@ -138,7 +138,7 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         for job, promotion in held:
             try:
                 self._submit(job, self.inner.submit_load if promotion else self.inner.submit_store)
-            except Exception:  # noqa: BLE001 - a raise fault hit the held submit: the job fails, reported next
+            except Exception:  # a raise fault hit the held submit: the job fails, reported next
                 self._unsent.append(JobResult(job.job_id, False))
 
     @property

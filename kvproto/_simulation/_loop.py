@@ -214,7 +214,7 @@ class _Simulation:
                     self.report.requests_cancelled += 1
                 else:
                     self._scan(req)
-            except Exception as exc:  # noqa: BLE001 - counted; the request is dropped
+            except Exception as exc:  # counted; the request is dropped
                 self._escaped(f"request {req.ctx.req_id}", exc)
                 self._drop(req)
         self._end_step()
@@ -230,7 +230,7 @@ class _Simulation:
             self.live.remove(req)
         try:
             self.manager.on_request_finished(req.ctx)
-        except Exception as exc:  # noqa: BLE001 - counted
+        except Exception as exc:  # counted
             self._escaped(f"on_request_finished({req.ctx.req_id})", exc)
 
     # ------------------------------------------------------------------ scans and loads
@@ -355,7 +355,7 @@ class _Simulation:
             self.report.stores_late += 1
             try:
                 self.manager.complete_store(keys, success)
-            except Exception as exc:  # noqa: BLE001 - counted
+            except Exception as exc:  # counted
                 self._escaped("complete_store (late)", exc)
 
     # ------------------------------------------------------------------ end of step
@@ -375,7 +375,7 @@ class _Simulation:
             manager.on_step_end()
             self.residency.events(self.report, manager.take_events(), in_flight)
             self.promoted_before = manager.promotions_in_flight() if faults.corrupt > 0.0 else {}
-        except Exception as exc:  # noqa: BLE001 - counted
+        except Exception as exc:  # counted
             self._escaped("end of step", exc)
         for driver in self.drivers.values():
             if faults.fail > 0.0 and rng.random() < faults.fail:
@@ -407,7 +407,7 @@ class _Simulation:
                 busy = bool(manager.promotions_in_flight()) or any(
                     t.has_pending_work() for t in manager.secondaries
                 ) or any(size for name, size in manager.tracked_sizes().items() if name != "negative_verdicts")
-            except Exception as exc:  # noqa: BLE001 - counted
+            except Exception as exc:  # counted
                 self._escaped("drain", exc)
                 break
             report.drain_steps += 1
@@ -438,21 +438,21 @@ class _Simulation:
         report.end_pins = sum(int(n) for n in pins.values()) if isinstance(pins, Mapping) else None
         try:
             report.end_tracked = dict(self.manager.tracked_sizes())
-        except Exception as exc:  # noqa: BLE001 - counted
+        except Exception as exc:  # counted
             self._escaped("tracked_sizes", exc)
         for tier in self.secondaries:
             indexed = getattr(tier, "indexed_keys", None)
             if callable(indexed):
                 try:
                     report.end_indexed_keys[tier.name] = len(indexed())
-                except Exception as exc:  # noqa: BLE001 - counted
+                except Exception as exc:  # counted
                     self._escaped(f"{tier.name}.indexed_keys", exc)
 
     def _shutdown(self) -> None:
         report = self.report
         try:
             self.manager.shutdown()
-        except Exception as exc:  # noqa: BLE001 - counted
+        except Exception as exc:  # counted
             self._escaped("shutdown", exc)
         primary = self.primary
         pin_count = getattr(primary, "pin_count", None)
@@ -465,7 +465,7 @@ class _Simulation:
             report.leaked_pins_note = f"not checked: primary {primary.name!r} has no pin_count"
         try:
             report.primary_pending_after_shutdown = primary.has_pending_work()
-        except Exception as exc:  # noqa: BLE001 - counted
+        except Exception as exc:  # counted
             self._escaped("primary.has_pending_work after shutdown", exc)
 
 

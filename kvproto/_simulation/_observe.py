@@ -69,7 +69,7 @@ class _LogCounter(logging.Handler):
         if len(report.log_samples) < SAMPLES:
             try:
                 report.log_samples.append(f"{record.name}: {record.getMessage()}")
-            except Exception:  # noqa: BLE001 - a badly formatted record is still counted
+            except Exception:  # a badly formatted record is still counted
                 report.log_samples.append(f"{record.name}: {record.msg!r}")
 
 

@@ -303,6 +303,13 @@ class SimReport:
                 "deferred_past_bound_at_end": self.deferred_at_end,
                 "histogram": {str(k): v for k, v in sorted(self.deferral_histogram.items())},
             },
+            **self._health_json(),
+            **self._state_json(),
+        }
+
+    def _health_json(self) -> dict[str, object]:
+        """What went wrong, and what the stores and the manager did (a part of :meth:`to_json`)."""
+        return {
             "wrong_bytes": self.wrong_bytes,
             "wrong_byte_samples": list(self.wrong_byte_samples),
             "stuck_requests": self.stuck_requests,
@@ -325,6 +332,11 @@ class SimReport:
             "fault_counts": asdict(self.fault_counts),
             "log_records": dict(self.log_records),
             "log_samples": list(self.log_samples),
+        }
+
+    def _state_json(self) -> dict[str, object]:
+        """Resources, the state left at the end, the tiers' own figures and the timeline (a part of :meth:`to_json`)."""
+        return {
             "resources": {
                 "rss_bytes_start": self.rss_start,
                 "rss_bytes_end": self.rss_end,

@@ -80,6 +80,9 @@ def _fail(clause: str, what: str, *details: object) -> PropertyFailure:
     return PropertyFailure(f"{clause}: {what}: " + "; ".join(repr(d) for d in details))
 
 
+_Add = Callable[..., Callable[[Callable[..., None]], Callable[[], None]]]
+
+
 def scan_properties(
     prefix_scan: PrefixScan,
     window_scan: WindowScan,
@@ -113,6 +116,15 @@ def scan_properties(
 
         return register
 
+    _prefix_properties(add, prefix_scan, answer_lists)
+    _window_properties(add, window_scan, answer_lists)
+    _argument_and_shape_properties(add, window_scan, answer_lists)
+    return props
+
+
+def _prefix_properties(add: _Add, prefix_scan: PrefixScan, answer_lists: st.SearchStrategy[list[LookupResult]]) -> None:
+    """SCAN-1..SCAN-4 for the prefix scan: its invariants, the reference, legacy answers."""
+
     @add("prefix invariants", "SCAN-1, SCAN-2, SCAN-3", answers=answer_lists)
     def prefix_invariants(answers: list[LookupResult]) -> None:
         decision, calls = run_prefix(prefix_scan, answers_of(answers), len(answers))
@@ -132,6 +144,10 @@ def scan_properties(
             "prefix", answers, lambda a: run_prefix(prefix_scan, a, len(answers)),
             lambda a: run_prefix(ref.maximal_prefix_lookup, a, len(answers)),
         )
+
+
+def _window_properties(add: _Add, window_scan: WindowScan, answer_lists: st.SearchStrategy[list[LookupResult]]) -> None:
+    """SCAN-4..SCAN-8 for the window scan: its invariants, the reference, legacy answers."""
 
     @add(
         "window invariants", "SCAN-5, SCAN-6, SCAN-7, SCAN-8", answers=answer_lists, args=window_args()
@@ -157,6 +173,12 @@ def scan_properties(
             "window", answers, lambda a: run_window(window_scan, a, len(answers), *args),
             lambda a: run_window(ref.sliding_window_lookup, a, len(answers), *args),
         )
+
+
+def _argument_and_shape_properties(
+    add: _Add, window_scan: WindowScan, answer_lists: st.SearchStrategy[list[LookupResult]]
+) -> None:
+    """SCAN-10 (the window scan refuses bad arguments, naming them) and SCAN-9 (``as_legacy``'s shape)."""
 
     @add(
         "window argument validation",
@@ -196,8 +218,6 @@ def scan_properties(
         want = decision.count if isinstance(decision, Hits) else None
         if as_legacy(decision) != want:
             raise _fail("SCAN-9", "wrong legacy shape", decision, as_legacy(decision))
-
-    return props
 
 
 def _check_legacy(
