@@ -143,3 +143,16 @@ def test_every_noqa_names_a_rule_ruff_selects() -> None:
 )
 def test_inert_noqa_sees_unselected_and_blanket_ones(line: str, expected: int) -> None:
     assert len(inert_noqa(line, "m.py", ("E", "W", "F", "I", "B", "UP"))) == expected
+
+
+def test_the_kit_has_at_most_15_entries_at_its_top_level() -> None:
+    """``kvproto/testing`` is its public face (``__init__``, ``plugin``, ``stateful``, ``strategies``,
+    ``faults``, ``scans``), the reference tiers' specs its own entry points name (``_reference``) and
+    a few private wings (``_harness``, ``_checks``, ``_faults``): a newcomer finds a clause's checks by
+    file name, not among fifty siblings (issue 36)."""
+    kit = ROOT / "kvproto" / "testing"
+    entries = sorted(p.name for p in kit.iterdir() if p.name != "__pycache__")
+    assert {"__init__.py", "plugin.py", "stateful.py", "strategies.py", "faults.py", "scans.py"} <= set(entries)
+    assert len(entries) <= 15, entries
+    wings = [p for p in kit.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert all((w / "__init__.py").is_file() and w.name.startswith("_") for w in wings), wings
