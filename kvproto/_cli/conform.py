@@ -7,9 +7,11 @@ defaults. A TARGET is ``pkg.module:factory`` or the name of an installed
 tier (see ``--list``). Exit code 0 only if every check that is not an
 expected failure passed and every type check passed; 2 for a usage error
 (a target that cannot be resolved or imported, a report path that cannot be
-written, an unknown check), said in one line before any check runs; 130 when
-interrupted (KIT-11). ``--explain CHECK`` says what a check does and how to
-run it in the author's own pytest.
+written, an unknown check or clause), said in one line before any check runs;
+130 when interrupted (KIT-11). ``--clause ID`` runs only the checks of a clause
+(KIT-11). ``--explain CHECK`` says what a check does, where the kit defines it,
+the signature of each hook it needs, and how to run it in the author's own
+pytest (KIT-16); ``--hooks`` lists every hook the kit can use (KIT-5).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress
 
     from kvproto._cli.mypy_check import TypecheckResult
+    from kvproto._cli.runner import CheckOutcome, TierReport
     from kvproto.testing._harness.tier_spec import TierSpec
 
 __all__ = ["add_arguments", "have_kit", "kit_missing", "run"]
@@ -62,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only this kit check (repeatable; e.g. lookup_does_not_block)",
     )
     parser.add_argument(
+        "--clause",
+        action="append",
+        metavar="ID",
+        help="run only the checks of this clause (repeatable, or comma-separated; e.g. TIER-26)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         metavar="N",
@@ -90,7 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain",
         metavar="CHECK",
-        help="say what a kit check does, its clause, what it needs, and how to run it in your own pytest",
+        help="say what a kit check does, its clause, where it is defined, what it needs (each hook's "
+        "signature), and how to run it in your own pytest",
+    )
+    parser.add_argument(
+        "--hooks",
+        action="store_true",
+        help="list every backdoor hook the kit can use: its signature and the checks that skip without it",
     )
 
 
@@ -230,69 +246,142 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+class _UsageError(Exception):
+    """A usage error found before any check runs: one line, exit 2 (KIT-11)."""
+
+
 def _run(console: Console, args: argparse.Namespace) -> int:
-    from rich.progress import TaskID
-
-    from kvproto._cli.progress import progress_display
-    from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
-    from kvproto._cli.runner import CheckOutcome, TierReport, expected_failures_problem, planned_checks, run_kit
-    from kvproto._cli.targets import TierUnavailable, parse_options, reference_tiers, resolve_target
-    from kvproto.errors import KvprotoError
-
+    """The whole of ``kvproto conform`` but the handling of SIGINT (KIT-11)."""
     if args.list:
         return _list(console)
+    if args.hooks:
+        from kvproto.testing._harness.hooks import hooks_table
+
+        print(hooks_table(), end="")
+        return 0
+    try:
+        _check_report_paths(args)
+        specs = _resolve_specs(console, args)
+        if args.explain:
+            return _explain(console, args, specs)
+        _check_run_options(args, specs)
+        specs, chosen = _select(args, specs)
+    except _UsageError as exc:
+        say(console, str(exc))
+        return 2
+    profile = "thorough" if args.thorough else (args.profile or "default")
+    reports, typechecks = _check_tiers(console, args, specs, chosen, profile)
+    return _report(console, args, reports, typechecks, profile)
+
+
+def _check_report_paths(args: argparse.Namespace) -> None:
+    """A ``--json``/``--junit`` path that cannot be written is a usage error before any check (KIT-11)."""
     for path in (args.json, args.junit):
         problem = None if path is None else unwritable(path)
         if problem is not None:
-            say(console, problem)
-            return 2
-    profile = "thorough" if args.thorough else (args.profile or "default")
-    only: list[str] | None = None
-    if args.check:
-        only = [c if c.startswith("test_") else f"test_{c}" for c in args.check]
+            raise _UsageError(problem)
+
+
+def _resolve_specs(console: Console, args: argparse.Namespace) -> list[TierSpec]:
+    """The TierSpec of each TARGET, or of every installed reference tier with no TARGET (one whose
+    optional dependency is missing is skipped, said so) (KIT-9)."""
+    from kvproto._cli.targets import TierUnavailable, parse_options, reference_tiers, resolve_target
+    from kvproto.errors import KvprotoError
+
     names: list[str] = list(args.targets) or ([] if args.explain else [ep.name for ep in reference_tiers()])
     if not names and not args.explain:
-        say(console, "no tiers to check: no target given and no kvproto.tiers entry points installed")
-        return 2
-    specs: list[TierSpec] = []
+        raise _UsageError("no tiers to check: no target given and no kvproto.tiers entry points installed")
     try:
         options = parse_options(args.option)
     except KvprotoError as exc:
-        say(console, str(exc))
-        return 2
+        raise _UsageError(str(exc)) from exc
+    specs: list[TierSpec] = []
     for name in names:
         try:
             specs.append(resolve_target(name, options))
         except TierUnavailable as exc:
             if args.targets:
-                say(console, str(exc))
-                return 2
+                raise _UsageError(str(exc)) from exc
             # Run with no target: a reference tier whose optional dependency is absent is skipped,
             # said so, and the others still run (e.g. the cpu tier needs torch).
             say(console, f"skipping {exc} (install it to check this tier)", style="yellow")
         except KvprotoError as exc:
-            say(console, str(exc))
-            return 2
-    if args.explain:
-        return _explain(console, args, specs)
+            raise _UsageError(str(exc)) from exc
+    return specs
+
+
+def _check_run_options(args: argparse.Namespace, specs: list[TierSpec]) -> None:
+    """``--repeat`` at least 1, some tier to check, and every spec's ``expected_failures`` naming
+    kit checks (KIT-18, KIT-19)."""
+    from kvproto._cli.runner import expected_failures_problem
+
     if args.repeat < 1:
-        say(console, f"--repeat must be at least 1, got {args.repeat}")
-        return 2
+        raise _UsageError(f"--repeat must be at least 1, got {args.repeat}")
     if not specs:
-        say(console, "no tiers to check: every installed reference tier lacks a dependency")
-        return 2
+        raise _UsageError("no tiers to check: every installed reference tier lacks a dependency")
     for spec in specs:
         problem = expected_failures_problem(spec)
         if problem is not None:
-            say(console, problem)
-            return 2
-    if only is not None:
-        known = {p.check for spec in specs for p in planned_checks(spec)}
-        unknown = sorted(set(only) - known)
+            raise _UsageError(problem)
+
+
+def _clauses(args: argparse.Namespace) -> list[str] | None:
+    """The clauses ``--clause`` names (repeatable, comma-separated), upper-cased; None without it."""
+    if not args.clause:
+        return None
+    return [c.strip().upper() for text in args.clause for c in text.split(",") if c.strip()]
+
+
+def _select(
+    args: argparse.Namespace, specs: list[TierSpec]
+) -> tuple[list[TierSpec], dict[str, list[str]] | None]:
+    """The tiers to check and, with ``--check`` or ``--clause``, the checks of each (by spec name;
+    None: every check): those ``--check`` names that verify a clause ``--clause`` names. An unknown
+    check or clause is a usage error naming the known ones; a tier none of whose checks is selected
+    is left out (KIT-11, KIT-18)."""
+    from kvproto._cli.explain import known_clauses
+    from kvproto._cli.runner import planned_checks
+
+    only: list[str] | None = None
+    if args.check:
+        only = [c if c.startswith("test_") else f"test_{c}" for c in args.check]
+        unknown = sorted(set(only) - {p.check for spec in specs for p in planned_checks(spec)})
         if unknown:
-            say(console, f"no such kit check: {', '.join(unknown)}")
-            return 2
-        specs = [spec for spec in specs if any(p.check in only for p in planned_checks(spec))]
+            raise _UsageError(f"no such kit check: {', '.join(unknown)}")
+    clauses = _clauses(args)
+    if clauses is not None:
+        known = known_clauses(None)
+        unknown = [c for c in dict.fromkeys(clauses) if c not in known]
+        if unknown or not clauses:
+            raise _UsageError(f"no kit check verifies clause {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    if only is None and clauses is None:
+        return specs, None
+    chosen = {
+        spec.name: [
+            p.check
+            for p in planned_checks(spec)
+            if (only is None or p.check in only) and (clauses is None or p.clause in clauses)
+        ]
+        for spec in specs
+    }
+    kept = [spec for spec in specs if chosen[spec.name]]
+    if not kept:
+        said = f"clause {', '.join(clauses)}" if clauses is not None else "them"
+        raise _UsageError(f"no check selected: no kit check of the tiers given verifies {said}")
+    return kept, chosen
+
+
+def _check_tiers(
+    console: Console,
+    args: argparse.Namespace,
+    specs: list[TierSpec],
+    chosen: dict[str, list[str]] | None,
+    profile: str,
+) -> tuple[list[TierReport], dict[str, TypecheckResult | None]]:
+    """Run the kit against each tier in turn, with a progress line each, while strict mypy checks
+    them on a thread of its own (KIT-11, KIT-12); ``-x`` stops at the first tier that fails."""
+    from kvproto._cli.progress import progress_display
+
     reports: list[TierReport] = []
     typechecks: dict[str, TypecheckResult | None] = {spec.name: None for spec in specs}
     checker: threading.Thread | None = None
@@ -303,39 +392,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
         checker.start()
     with progress_display(console, "[bold]{task.description}", "failed", "last", count=True) as progress:
         for spec in specs:
-            planned = planned_checks(spec)
-            if only is not None:
-                planned = [p for p in planned if p.check in only]
-            task = progress.add_task(spec.name, total=len(planned) * args.repeat, last="", failed="")
-            failed = [0]
-
-            def advance(outcome: CheckOutcome, task_id: TaskID = task, failed: list[int] = failed) -> None:
-                if not outcome.ok:
-                    failed[0] += 1
-                label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
-                shown = f"[red]{failed[0]} failed" if failed[0] else ""
-                progress.update(task_id, advance=1, last=label, failed=shown)
-
-            here = None if only is None else [p.check for p in planned]
-            report = run_kit(
-                spec,
-                profile=profile,
-                on_progress=advance,
-                checks=here,
-                seed=args.seed,
-                failfast=args.failfast,
-                keyword=args.keyword,
-                repeat=args.repeat,
-            )
-            bad = sum(1 for o in report.outcomes if not o.ok)
-            total = len(report.outcomes)
-            if report.error:
-                verdict = "[red]the kit could not run"
-            elif bad:
-                verdict = f"[red]{bad} of {total} checks failed"
-            else:
-                verdict = f"[green]none of {total} checks failed"
-            progress.update(task, total=total, completed=total, last=verdict, failed="")
+            report = _check_tier(progress, args, spec, None if chosen is None else chosen[spec.name], profile)
             reports.append(report)
             if args.failfast and not report.passed:
                 break  # -x: the first failing check ends the run, later tiers included
@@ -343,6 +400,59 @@ def _run(console: Console, args: argparse.Namespace) -> int:
             waiting = progress.add_task("typecheck", total=None, last="strict mypy", failed="")
             checker.join()
             progress.update(waiting, total=1, completed=1, last="done")
+    return reports, typechecks
+
+
+def _check_tier(
+    progress: Progress, args: argparse.Namespace, spec: TierSpec, checks: list[str] | None, profile: str
+) -> TierReport:
+    """The kit's run against one tier (only ``checks``, if given), its progress line counting the
+    checks done and failed, and its verdict at the end (KIT-11)."""
+    from kvproto._cli.runner import planned_checks, run_kit
+
+    planned = len(planned_checks(spec)) if checks is None else len(checks)
+    task = progress.add_task(spec.name, total=planned * args.repeat, last="", failed="")
+    failed = [0]
+
+    def advance(outcome: CheckOutcome) -> None:
+        if not outcome.ok:
+            failed[0] += 1
+        label = f"{outcome.check.removeprefix('test_')}: {outcome.outcome}"
+        shown = f"[red]{failed[0]} failed" if failed[0] else ""
+        progress.update(task, advance=1, last=label, failed=shown)
+
+    report = run_kit(
+        spec,
+        profile=profile,
+        on_progress=advance,
+        checks=checks,
+        seed=args.seed,
+        failfast=args.failfast,
+        keyword=args.keyword,
+        repeat=args.repeat,
+    )
+    bad = sum(1 for o in report.outcomes if not o.ok)
+    total = len(report.outcomes)
+    if report.error:
+        verdict = "[red]the kit could not run"
+    elif bad:
+        verdict = f"[red]{bad} of {total} checks failed"
+    else:
+        verdict = f"[green]none of {total} checks failed"
+    progress.update(task, total=total, completed=total, last=verdict, failed="")
+    return report
+
+
+def _report(
+    console: Console,
+    args: argparse.Namespace,
+    reports: list[TierReport],
+    typechecks: dict[str, TypecheckResult | None],
+    profile: str,
+) -> int:
+    """The tables, the summary, the ``--json``/``--junit`` reports, and the exit code (KIT-11)."""
+    from kvproto._cli.reports import render_summary, render_tier, to_json, write_json, write_junit
+
     for report in reports:
         render_tier(console, report, typechecks.get(report.spec.name), verbose=args.verbose)
     render_summary(console, reports, typechecks)

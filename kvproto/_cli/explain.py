@@ -1,8 +1,9 @@
 """``kvproto conform [TARGET] --explain CHECK``: what a kit check does, and how to run it in your own
 pytest (KIT-16).
 
-It prints the check's docstring, the clause it verifies, the capabilities and
-backdoor hooks it needs (and whether TARGET has them), and a test file to paste
+It prints the check's docstring, the clause it verifies, the file and line of
+the kit's source that defines it, the capabilities and backdoor hooks it needs
+(each hook's signature, and whether TARGET has them), and a test file to paste
 into the author's own suite that runs the very same check against TARGET.
 """
 
@@ -12,7 +13,9 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
+import kvproto
 from kvproto._cli.targets import _required_positional, import_target, installed_tiers, one_line
 from kvproto.errors import ConfigurationError
 from kvproto.testing._checks.primary.suite import PrimaryTierTests
@@ -20,9 +23,10 @@ from kvproto.testing._checks.secondary.suite import SecondaryTierTests
 from kvproto.testing._harness.base import KitBase
 from kvproto.testing._harness.decorator import CheckInfo, checks_of
 from kvproto.testing._harness.driver import resolve_capabilities
+from kvproto.testing._harness.hooks import hook_signature
 from kvproto.testing._harness.tier_spec import TierKind, TierSpec, shut_down_probe
 
-__all__ = ["Source", "explain", "find_check", "source_of"]
+__all__ = ["Source", "defined_at", "explain", "find_check", "known_clauses", "source_of"]
 
 _BASES: dict[TierKind, type[KitBase]] = {"secondary": SecondaryTierTests, "primary": PrimaryTierTests}
 
@@ -60,6 +64,30 @@ def known_checks(kind: TierKind | None) -> list[str]:
     for k in kinds:
         names += [n for n in checks_of(_BASES[k]) if n not in names]
     return names
+
+
+def known_clauses(kind: TierKind | None) -> list[str]:
+    """Every clause a kit check verifies, for a tier of ``kind`` (either kind if None), in the
+    contract's order (by family, then number)."""
+    kinds: list[TierKind] = ["secondary", "primary"] if kind is None else [kind]
+    found = {info.clause for k in kinds for info in checks_of(_BASES[k]).values()}
+
+    def order(clause: str) -> tuple[str, int]:
+        family, _, number = clause.rpartition("-")
+        return family, int(number) if number.isdigit() else 0
+
+    return sorted(found, key=order)
+
+
+def defined_at(kind: TierKind, check: str) -> str:
+    """``kvproto/testing/....py:LINE``: where the kit's source defines ``check`` for a tier of
+    ``kind`` (a path below the folder kvproto is installed in, else absolute) (KIT-16)."""
+    fn = inspect.unwrap(getattr(_BASES[kind], check))
+    path = Path(inspect.getsourcefile(fn) or inspect.getfile(fn)).resolve()
+    line = inspect.getsourcelines(fn)[1]
+    root = Path(kvproto.__file__).resolve().parent.parent
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    return f"{shown.as_posix()}:{line}"
 
 
 @dataclass(frozen=True)
@@ -218,9 +246,10 @@ def explain(check: str, target: str | None, spec: TierSpec | None) -> str:
         base = _BASES[k]
         doc = inspect.getdoc(getattr(base, info.name)) or info.summary
         where = f" against {target}" if target else ""
-        out += [f"{info.name} ({k} tier{where}): verifies clause {info.clause} of spec/CONTRACT.md", ""]
+        out += [f"{info.name} ({k} tier{where}): verifies clause {info.clause} of spec/CONTRACT.md"]
+        out += [f"Defined at {defined_at(k, info.name)}", ""]
         out += [textwrap.indent(doc, "    "), ""]
-        out += _needs(info, spec)
+        out += _needs(info, spec, base)
         out += [
             "Every call the check makes also goes through the kit's driver, which enforces the rules of",
             "KIT-2 on the way (answers are LookupResult members of the right kind, lookups do not block,",
@@ -250,8 +279,9 @@ def explain(check: str, target: str | None, spec: TierSpec | None) -> str:
     return "\n".join(out)
 
 
-def _needs(info: CheckInfo, spec: TierSpec | None) -> list[str]:
-    """What the check needs, and, for a target, whether it has it."""
+def _needs(info: CheckInfo, spec: TierSpec | None, base: type[KitBase]) -> list[str]:
+    """What the check needs (each hook with its signature on ``base``), and, for a target, whether
+    it has it (KIT-16)."""
     lines: list[str] = []
     caps = None
     if spec is not None:
@@ -288,4 +318,6 @@ def _needs(info: CheckInfo, spec: TierSpec | None) -> list[str]:
         if spec is not None:
             state = ": defined (TierSpec.hooks)" if hook in spec.hooks else ": NOT defined, so the check skips"
         lines.append(f"  backdoor hook {hook}() on the test class{state}")
+        if hasattr(base, hook):
+            lines.append(f"      def {hook_signature(base, hook).replace('(', '(self, ', 1)}")
     return [*lines, ""]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kvproto._protocols import PrimaryTier, SecondaryTier
     from kvproto._simulation import FaultPlan, SimConfig, SimReport
     from kvproto.metrics import KvMetrics
+    from kvproto.testing._harness.tier_spec import TierSpec
 
 __all__ = ["add_arguments", "run"]
 
@@ -187,6 +188,15 @@ def _build(
 
     Returns the tiers and the options each was built with, by its argument's name.
     """
+    parsed = _parsed(primary_arg, secondary_args)
+    specs = _specs(parsed)
+    options = [opts for _, _, opts in parsed]
+    primary, secondaries = _built(specs, options)
+    return primary, secondaries, {name: opts for (_, name, _), opts in zip(parsed, options, strict=True)}
+
+
+def _parsed(primary_arg: str, secondary_args: list[str]) -> list[tuple[str, str, dict[str, object]]]:
+    """``(option, tier name, its options)`` of ``--primary`` then each ``--secondary``."""
     from kvproto._simulation import TierOptionError, parse_tier_arg
 
     parsed: list[tuple[str, str, dict[str, object]]] = []
@@ -196,28 +206,28 @@ def _build(
         except TierOptionError as exc:
             raise UsageError(f"{option} {exc}") from None
         parsed.append((option, name, dict(given)))
-    primary_name = parsed[0][1]
-    secondary_names = [name for _, name, _ in parsed[1:]]
+    return parsed
+
+
+def _specs(parsed: list[tuple[str, str, dict[str, object]]]) -> list[tuple[str, str, TierSpec]]:
+    """``(option, name, TierSpec)`` of each tier, the first a primary, the others secondaries; a
+    secondary named twice, or a tier that cannot be resolved or is of the other kind, is a usage error."""
     try:
         from kvproto._cli.targets import resolve_target
     except ModuleNotFoundError as exc:  # targets loads the kit, which runs on pytest
         raise UsageError(
             f"resolving tiers needs {exc.name}, which is not installed: pip install 'kvproto[kit]'"
         ) from None
-    from kvproto._protocols import PrimaryTier, SecondaryTier
     from kvproto.errors import KvprotoError
-    from kvproto.testing._harness.tier_spec import shut_down_probe
 
     seen: set[str] = set()
-    for name in secondary_names:
+    for _, name, _ in parsed[1:]:
         if name in seen:
             raise UsageError(f"--secondary {name} is given twice; each tier of a stack needs its own name")
         seen.add(name)
-    specs = []
-    for option, name, kind in (
-        ("--primary", primary_name, "primary"),
-        *(("--secondary", n, "secondary") for n in secondary_names),
-    ):
+    specs: list[tuple[str, str, TierSpec]] = []
+    for index, (option, name, _) in enumerate(parsed):
+        kind = "primary" if index == 0 else "secondary"
         try:
             spec = resolve_target(name)
         except KvprotoError as exc:
@@ -232,10 +242,20 @@ def _build(
                 f"{option} {name}: {name!r} is a {spec.kind} tier; {option} needs a {kind} tier (e.g. {example})"
             )
         specs.append((option, name, spec))
+    return specs
+
+
+def _built(
+    specs: list[tuple[str, str, TierSpec]], options: list[dict[str, object]]
+) -> tuple[PrimaryTier, list[SecondaryTier]]:
+    """The primary, then each secondary over its buffer, built with their options (a secondary's
+    capacity sized when none is given); on a usage error, every tier built so far is shut down."""
+    from kvproto._protocols import PrimaryTier, SecondaryTier
+    from kvproto.testing._harness.tier_spec import shut_down_probe
+
     built: list[object] = []
     try:
         option, name, spec = specs[0]
-        options = [opts for _, _, opts in parsed]
         primary: object = _call(option, name, spec.factory, options=_checked(option, name, spec.factory, options[0], 0))
         built.append(primary)
         if not isinstance(primary, PrimaryTier):
@@ -258,10 +278,10 @@ def _build(
         for tier in reversed(built):
             try:
                 shut_down_probe(tier)
-            except Exception:  # noqa: BLE001, S110 - best effort while reporting the usage error
+            except Exception:  # best effort while reporting the usage error
                 pass
         raise
-    return primary, secondaries, {name: opts for (_, name, _), opts in zip(parsed, options, strict=True)}
+    return primary, secondaries
 
 
 def _sized(factory: object, options: dict[str, object], index: int, primary_slots: int) -> dict[str, object]:

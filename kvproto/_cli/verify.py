@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,6 +179,63 @@ def run(args: argparse.Namespace) -> int:
     missing = verify_missing()
     if missing is not None:
         return _usage(missing)
+    try:
+        prefix, window = _targets(args)
+    except _UsageError as exc:
+        return _usage(str(exc))
+    plan = _plan(args, prefix, window)
+    for note in plan.notes:
+        _line(console, note, "yellow")
+    for t in (prefix, window):
+        if t is not None:
+            _line(console, f"{t.kind}: {t.describe()}")
+    started = time.perf_counter()
+    results = _run_with_progress(console, plan.checks)
+    elapsed = time.perf_counter() - started
+    _print_table(console, plan, results, elapsed)
+    _print_details(console, results)
+    passed = all(r.passed for r in results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(_json_report(plan, results, elapsed, passed, prefix, window), indent=2))
+    return 0 if passed else 1
+
+
+def _targets(args: argparse.Namespace) -> tuple[ScanTarget | None, ScanTarget | None]:
+    """The ``--prefix`` and ``--window`` targets, loaded, once the numeric options are checked; a
+    _UsageError says what is wrong."""
+    if args.legacy and args.prefix is None and args.window is None:
+        raise _UsageError("--legacy applies to the scans of --prefix and --window; give one")
+    for value, flag in (
+        (args.crosshair_iterations, "--crosshair-iterations"),
+        (args.examples, "--examples"),
+        (args.counterexamples, "--counterexamples"),
+    ):
+        _positive(value, flag)
+    if args.max_len is not None and args.max_len < 0:
+        raise _UsageError(f"--max-len must be at least 0, got {args.max_len}")
+    prefix = None if args.prefix is None else _load(args.prefix, "prefix", args.legacy)
+    window = None if args.window is None else _load(args.window, "window", args.legacy)
+    return prefix, window
+
+
+@dataclass
+class _Plan:
+    """What a run checks: the checks to run, those left out (``skipped``, ``skip_reason``), the
+    settings they run with, the table's title and the notes said first."""
+
+    checks: list[Check]
+    skipped: list[str]
+    skip_reason: str
+    iterations: int
+    examples: int
+    max_len: int
+    title: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _plan(args: argparse.Namespace, prefix: ScanTarget | None, window: ScanTarget | None) -> _Plan:
+    """The checks of kvproto.scan (no target) or of the targets, with the settings the options give;
+    the CrossHair ones left out with ``--no-crosshair`` or without CrossHair installed (SCAN-12)."""
     from kvproto.testing.scans import (
         COUNTEREXAMPLES,
         CROSSHAIR_ITERATIONS,
@@ -185,22 +243,6 @@ def run(args: argparse.Namespace) -> int:
         standard_checks,
         target_checks,
     )
-
-    try:
-        if args.legacy and args.prefix is None and args.window is None:
-            raise _UsageError("--legacy applies to the scans of --prefix and --window; give one")
-        for value, flag in (
-            (args.crosshair_iterations, "--crosshair-iterations"),
-            (args.examples, "--examples"),
-            (args.counterexamples, "--counterexamples"),
-        ):
-            _positive(value, flag)
-        if args.max_len is not None and args.max_len < 0:
-            raise _UsageError(f"--max-len must be at least 0, got {args.max_len}")
-        prefix = None if args.prefix is None else _load(args.prefix, "prefix", args.legacy)
-        window = None if args.window is None else _load(args.window, "window", args.legacy)
-    except _UsageError as exc:
-        return _usage(str(exc))
 
     iterations = args.crosshair_iterations or (10 if args.quick else CROSSHAIR_ITERATIONS)
     examples = args.examples or (200 if args.quick else 2000)
@@ -229,55 +271,52 @@ def run(args: argparse.Namespace) -> int:
             )
     skipped = [c.name for c in checks if c.kind == "crosshair" and not crosshair]
     checks = [c for c in checks if c.name not in skipped]
-    for note in notes:
-        _line(console, note, "yellow")
-    for t in (prefix, window):
-        if t is not None:
-            _line(console, f"{t.kind}: {t.describe()}")
+    return _Plan(checks, skipped, skip_reason, iterations, examples, max_len, title, notes)
 
-    started = time.perf_counter()
-    results = _run_with_progress(console, checks)
-    elapsed = time.perf_counter() - started
 
-    table = Table(title=f"{escape(title)} ({elapsed:.0f} s)")
+def _print_table(console: Console, plan: _Plan, results: list[CheckResult], elapsed: float) -> None:
+    """One row per check: clauses, how much it explored, its verdict and time; then the skipped ones."""
+    table = Table(title=f"{escape(plan.title)} ({elapsed:.0f} s)")
     for column in ("check", "clauses", "explored", "result", "time"):
         table.add_column(column)
     for r in results:
         explored = "?" if r.explored is None else f"{r.explored:,} {r.unit}"
         verdict = "[cyan]info" if r.informational else ("[green]pass" if r.passed else "[red]FAIL")
         table.add_row(escape(r.check), r.clauses, explored, verdict, f"{r.seconds:.1f} s")
-    for name in skipped:
-        table.add_row(escape(name), "", "", f"[yellow]skipped: {escape(skip_reason)}", "")
+    for name in plan.skipped:
+        table.add_row(escape(name), "", "", f"[yellow]skipped: {escape(plan.skip_reason)}", "")
     console.print(table)
-    _print_details(console, results)
-    passed = all(r.passed for r in results)
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "passed": passed,
-                    "seconds": round(elapsed, 3),
-                    "targets": {
-                        t.kind: {
-                            "target": t.name,
-                            "legacy_answers": t.legacy_answers,
-                            "returns": "int | None" if t.legacy_decisions else "Hits | Defer",
-                        }
-                        for t in (prefix, window)
-                        if t is not None
-                    },
-                    "crosshair_iterations": iterations,
-                    "examples_per_property": examples,
-                    "max_len": max_len,
-                    "skipped": skipped,
-                    "skipped_because": skip_reason if skipped else None,
-                    "notes": notes,
-                    "checks": [r.to_json() for r in results],
-                },
-                indent=2,
-            )
-        )
-    return 0 if passed else 1
+
+
+def _json_report(
+    plan: _Plan,
+    results: list[CheckResult],
+    elapsed: float,
+    passed: bool,
+    prefix: ScanTarget | None,
+    window: ScanTarget | None,
+) -> dict[str, object]:
+    """The ``--json`` report."""
+    return {
+        "passed": passed,
+        "seconds": round(elapsed, 3),
+        "targets": {
+            t.kind: {
+                "target": t.name,
+                "legacy_answers": t.legacy_answers,
+                "returns": "int | None" if t.legacy_decisions else "Hits | Defer",
+            }
+            for t in (prefix, window)
+            if t is not None
+        },
+        "crosshair_iterations": plan.iterations,
+        "examples_per_property": plan.examples,
+        "max_len": plan.max_len,
+        "skipped": plan.skipped,
+        "skipped_because": plan.skip_reason if plan.skipped else None,
+        "notes": plan.notes,
+        "checks": [r.to_json() for r in results],
+    }
 
 
 def _run_with_progress(console: Console, checks: list[Check]) -> list[CheckResult]:

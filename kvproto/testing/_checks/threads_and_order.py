@@ -80,7 +80,7 @@ class ThreadHopper:
             where, value = self._pools[name].submit(run).result()
         except ConformanceFailure:
             raise
-        except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+        except Exception as error:  # any error the tier raises is the finding
             raise ConformanceFailure(
                 self._clause,
                 f"{what} raised {type(error).__name__}: {error} when called on thread {name!r} after the "

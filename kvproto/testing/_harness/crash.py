@@ -51,7 +51,7 @@ class Child:
             except ConformanceFailure as failure:
                 say(f"F {failure.clause}\t{failure.detail}")
                 code = 3
-            except BaseException as error:  # noqa: BLE001 - reported to the parent, whatever it is
+            except BaseException as error:  # reported to the parent, whatever it is
                 say(f"E {type(error).__name__}: {error}")
                 code = 4
             os._exit(code)

@@ -34,7 +34,7 @@ def answer_of(call: Callable[[], _T], clause: str, what: str, rule: str) -> _T:
     {rule}``, chained to the error (KIT-3)."""
     try:
         return call()
-    except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+    except Exception as error:  # any error the tier raises is the finding
         raise ConformanceFailure(clause, f"{what} raised {type(error).__name__}: {error}; {rule}") from error
 
 

@@ -50,6 +50,40 @@ def test_selected_checks_with_typecheck_and_reports(tmp_path: Path) -> None:
     assert failure is not None and failure.get("type") == "LR-1"
 
 
+def test_clause_runs_only_the_checks_of_that_clause(tmp_path: Path) -> None:
+    from kvproto.testing import SecondaryTierTests, checks_of
+
+    report = tmp_path / "r.json"
+    code = main([
+        "conform", "memory", "--no-typecheck", "--profile", "fast",
+        "--clause", "TIER-26,lr-1", "--clause", "TIER-11", "--json", str(report),
+    ])
+    assert code == 0
+    (tier,) = json.loads(report.read_text())["tiers"]
+    wanted = {"TIER-26", "LR-1", "TIER-11"}
+    expected = [name for name, info in checks_of(SecondaryTierTests).items() if info.clause in wanted]
+    assert [c["check"] for c in tier["checks"]] == expected
+    assert {c["clause"] for c in tier["checks"]} == wanted
+    # With --check too: the checks named that verify a clause named.
+    code = main([
+        "conform", "memory", "--no-typecheck", "--clause", "TIER-11",
+        "--check", "partial_job_reports_succeeded_keys", "--check", "empty_tier_misses", "--json", str(report),
+    ])
+    assert code == 0
+    (tier,) = json.loads(report.read_text())["tiers"]
+    assert [c["check"] for c in tier["checks"]] == ["test_partial_job_reports_succeeded_keys"]
+
+
+def test_an_unknown_clause_is_a_usage_error_naming_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conform", "memory", "--clause", "TIER-10,TIER-999"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("kvproto conform: no kit check verifies clause TIER-999; known: ")
+    assert "TIER-10, TIER-11" in out and "KIT-1," in out
+    # A clause no check of the tiers given verifies (TIER-25: a primary's) selects nothing: exit 2.
+    assert main(["conform", "memory", "--clause", "TIER-25"]) == 2
+    assert "no kit check of the tiers given verifies clause TIER-25" in " ".join(capsys.readouterr().out.split())
+
+
 def broken_factory(buffer: memoryview) -> object:
     """A target whose factory cannot build a tier."""
     raise RuntimeError("no disk at /mnt/kv")

@@ -284,6 +284,25 @@ def test_explain_names_what_a_check_needs_and_whether_the_tier_has_it(capsys: py
     assert "    # def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:" in out
 
 
+def test_explain_names_where_the_check_is_defined_and_each_hooks_signature(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["conform", "memory", "--explain", "persistence_across_instances"]) == 0
+    out = capsys.readouterr().out
+    where = re.search(r"^Defined at (kvproto/testing/\S+\.py):(\d+)$", out, re.MULTILINE)
+    assert where is not None, out
+    lines = (ROOT / where.group(1)).read_text().splitlines()
+    line = int(where.group(2))
+    # The line inspect gives is the first of the definition: its decorator, then its def.
+    assert "def test_persistence_across_instances(" in "\n".join(lines[line - 1 : line + 3])
+    assert "backdoor hook reopen() on the test class: NOT defined, so the check skips" in out
+    assert "      def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier\n" in out
+    # Without a target: both kinds, each with its own file.
+    assert main(["conform", "--explain", "state_machine_against_model"]) == 0
+    out = capsys.readouterr().out
+    assert len(re.findall(r"^Defined at kvproto/testing/\S+\.py:\d+$", out, re.MULTILINE)) == 2
+
+
 def test_explain_without_a_target_covers_each_kind(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conform", "--explain", "state_machine_against_model"]) == 0
     out = capsys.readouterr().out

@@ -43,7 +43,20 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
         work; their slots are reserved for no other key while their late transfers may still land,
         however many stores follow; a late ``complete_store`` is accepted, and every block stored
         meanwhile keeps its bytes."""
-        tier = kit.tier
+        deadline = self._declared_deadline(kit.tier)
+        self._in_time_write_is_stored(kit, deadline)
+        slots = self._late_writes_fail(kit, deadline)
+        placed = self._late_slots_stay_reserved(kit, slots)
+        self._late_completions_are_accepted(kit, slots)
+        held = [k for k in placed.values() if kit.lookup(k) is lr.HIT]
+        for i in range(0, len(held), 8):
+            kit.load(held[i : i + 8])  # checks each slot still holds its key's bytes (TIER-8)
+            kit.tier.complete_load(held[i : i + 8])
+
+    @staticmethod
+    def _declared_deadline(tier: PrimaryTier) -> float:
+        """The tier's finite ``pending_deadline_s`` (TIER-25); the check skips without one, and fails
+        on one that is neither None nor a number."""
         deadline: object = getattr(tier, "pending_deadline_s", None)
         if deadline is not None and (not isinstance(deadline, (int, float)) or isinstance(deadline, bool)):
             raise ConformanceFailure(
@@ -53,11 +66,16 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
             )
         if not isinstance(deadline, (int, float)) or not math.isfinite(deadline):
             pytest.skip("needs a primary with a declared pending deadline (a finite pending_deadline_s)")
+        return float(deadline)
+
+    def _in_time_write_is_stored(self, kit: PrimaryDriver, deadline: float) -> None:
+        """A write completed once half its deadline passed, an on_step_end between, answers HIT (TIER-25)."""
+        tier = kit.tier
         early = key_pool("p-in-time", 1)
         first = kit.prepare(early)
         if first is None or list(first.keys_to_store) != early:
             raise ConformanceFailure("TIER-6", "prepare_store of one new key into an empty tier did not reserve it")
-        self.advance_clock(tier, float(deadline) / 2)
+        self.advance_clock(tier, deadline / 2)
         tier.on_step_end()
         tier.complete_store(early, True)
         answer = kit.lookup(early[0])
@@ -67,12 +85,17 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
                 f"a write completed when half its declared pending_deadline_s ({deadline:g} s) had passed (an "
                 f"on_step_end between) answers {answer.name}: a write is failed only past its deadline",
             )
+
+    def _late_writes_fail(self, kit: PrimaryDriver, deadline: float) -> dict[int, OffloadKey]:
+        """Two writes left pending past the deadline answer MISS, found first by a lookup or by
+        on_step_end, and are no longer pending work (TIER-25); their slots, by slot."""
+        tier = kit.tier
         key, other = key_pool("p-late", 2)
         out = kit.prepare([key, other])
         if out is None or list(out.keys_to_store) != [key, other]:
             raise ConformanceFailure("TIER-6", "prepare_store of two new keys into a near-empty tier did not reserve them")
         slots = dict(zip(out.slots, out.keys_to_store, strict=True))
-        self.advance_clock(tier, float(deadline) * 2 + 1.0)
+        self.advance_clock(tier, deadline * 2 + 1.0)
         answer = kit.lookup(key)
         if answer is not lr.MISS:
             raise ConformanceFailure(
@@ -94,6 +117,13 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
                 f"a write pending past its declared pending_deadline_s ({deadline:g} s), an on_step_end since, "
                 f"answers {answer.name}: past the deadline it is failed and answers MISS",
             )
+        return slots
+
+    @staticmethod
+    def _late_slots_stay_reserved(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> dict[int, OffloadKey]:
+        """Filling the tier reserves none of ``slots`` (their late transfers may still land) for
+        another key (TIER-25); the keys stored meanwhile, by slot."""
+        tier = kit.tier
         placed: dict[int, OffloadKey] = {}
         fill = key_pool("p-late-fill", kit.num_slots + 8)
         for i in range(0, len(fill), 4):
@@ -113,17 +143,19 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
             tier.complete_store(more.keys_to_store, True)
             for stored, where in zip(more.keys_to_store, more.slots, strict=True):
                 placed[where] = stored
+        return placed
+
+    @staticmethod
+    def _late_completions_are_accepted(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> None:
+        """Each late write's transfer lands in its slot and its late complete_store is accepted (TIER-25)."""
+        tier = kit.tier
         for slot, late in slots.items():
             row(kit.buffer, slot)[:] = block_for(late, kit.block_bytes)  # the late transfer lands
             try:
                 tier.complete_store([late], True)
-            except Exception as error:  # noqa: BLE001 - any error the tier raises is the finding
+            except Exception as error:  # any error the tier raises is the finding
                 raise ConformanceFailure(
                     "TIER-25",
                     f"the late complete_store of {short_key(late)}, past its pending deadline, raised "
                     f"{type(error).__name__}: {error}; a late completion must be accepted (it frees the slot)",
                 ) from error
-        held = [k for k in placed.values() if kit.lookup(k) is lr.HIT]
-        for i in range(0, len(held), 8):
-            kit.load(held[i : i + 8])  # checks each slot still holds its key's bytes (TIER-8)
-            tier.complete_load(held[i : i + 8])
