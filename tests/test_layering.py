@@ -305,3 +305,31 @@ def test_unit_arrows_sees_every_kind_of_import(source: str, module: str, is_pack
 def test_find_cycle_finds_one() -> None:
     assert find_cycle({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": []}, "b": {}, "c": {"a": [], "b": []}}) == []
+
+
+def test_nothing_below_the_tools_nor_an_engines_hosting_path_imports_the_kit() -> None:
+    """Issue 36: hosting a tier in an engine, or importing a tier, needs no part of the kit.
+
+    * ``kvproto/`` outside the kit (``kvproto/testing``), the command line (``kvproto/_cli``) and the
+      simulator (``kvproto/_simulation``, which uses the kit's public fault wrappers) never imports
+      ``kvproto.testing``: ``kvproto.hosting`` and the one resolver (``kvproto._tier_names``, with
+      ``kvproto._tier_spec``) included;
+    * an engine adapter (``adapters/*/src``) imports ``kvproto.testing`` only from its kit-facing
+      modules: ``testing.py`` (its pytest suite base), ``_conformance.py`` (the specs it registers
+      under ``kvproto.tiers``) and ``_targets.py`` (the ``kvproto conform ENGINE:MODULE:CLASS`` scheme,
+      which returns the kit's specs); its hosting path (``_as_vllm.py``, ``_as_lmcache.py``) and
+      every other module import :mod:`kvproto.hosting` instead;
+    * a reference tier (``impls/*/src``) imports it only from its ``_conformance.py``.
+    """
+    tools = {KVPROTO / d for d in ("testing", "_cli", "_simulation")}
+    below = sorted(p for p in KVPROTO.rglob("*.py") if not any(t in p.parents for t in tools))
+    assert KVPROTO / "hosting.py" in below and KVPROTO / "_tier_names.py" in below
+    assert _violations(below, ("kvproto.testing",)) == {}
+    kit_facing = {"testing.py", "_conformance.py", "_targets.py"}
+    adapters = sorted((ROOT / "adapters").glob("*/src/*/**/*.py"))
+    hosting = [p for p in adapters if p.name in ("_as_vllm.py", "_as_lmcache.py")]
+    assert len(hosting) == 2
+    assert _violations([p for p in adapters if p.name not in kit_facing], ("kvproto.testing",)) == {}
+    impls = sorted((ROOT / "impls").glob("*/src/*/**/*.py"))
+    assert impls
+    assert _violations([p for p in impls if p.name != "_conformance.py"], ("kvproto.testing",)) == {}

@@ -29,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvproto.hosting import build_secondary_tier
     from kvproto.testing._checks.primary.suite import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._checks.secondary.faults_inside import PROGRAMMING_ERRORS, programming_errors_logged
     from kvproto.testing._checks.secondary.suite import SecondaryTierFactory, SecondaryTierTests
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
     from kvproto.testing._harness.data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._harness.decorator import CheckInfo, check, checks_of
     from kvproto.testing._harness.driver import TrackedContext
+    from kvproto.testing._harness.engine_targets import Rebuilds, fresh_directory, split_kit_options
     from kvproto.testing._harness.failures import ConformanceFailure
-    from kvproto.testing._harness.hosting import Rebuilds, build_secondary_tier, fresh_directory, split_kit_options
     from kvproto.testing._harness.primary_driver import PrimaryDriver
     from kvproto.testing._harness.secondary_driver import SecondaryDriver
     from kvproto.testing._harness.settings import PROFILES, KitLimits, KitProfile
@@ -83,8 +84,9 @@ __all__ = [
     "tricky_keys",
 ]
 
-# Where each public name lives; loaded on first use, so that the pytest plugin
-# (kvproto.testing.plugin, imported at every pytest start-up) stays light.
+# Where each public name lives (relative to kvproto.testing, or a whole module name below the
+# kit); loaded on first use, so that the pytest plugin (kvproto.testing.plugin, imported at every
+# pytest start-up) stays light.
 _WHERE = {
     "FaultyBackend": "_faults.backend",
     "ForwardingBackend": "_faults.backend",
@@ -112,10 +114,10 @@ _WHERE = {
     "ThreadLedger": "_harness.thread_ledger",
     "TierSpec": "_harness.tier_spec",
     "block_for": "_harness.data",
-    "build_secondary_tier": "_harness.hosting",
-    "split_kit_options": "_harness.hosting",
-    "Rebuilds": "_harness.hosting",
-    "fresh_directory": "_harness.hosting",
+    "build_secondary_tier": "kvproto.hosting",
+    "split_kit_options": "_harness.engine_targets",
+    "Rebuilds": "_harness.engine_targets",
+    "fresh_directory": "_harness.engine_targets",
     "key_pool": "_harness.data",
     "make_buffer": "_harness.data",
     "row": "_harness.data",
@@ -127,6 +129,7 @@ def __getattr__(name: str) -> object:
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'kvproto.testing' has no attribute {name!r}")
-    value: object = getattr(importlib.import_module(f"kvproto.testing.{where}"), name)
+    module = where if where.startswith("kvproto.") else f"kvproto.testing.{where}"
+    value: object = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

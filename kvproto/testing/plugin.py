@@ -16,14 +16,11 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Generator
-from importlib.metadata import entry_points
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,63 +79,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _spec_for(target: str) -> TierSpec:
-    """The TierSpec ``--kvproto-tier TARGET`` names: ``pkg.mod:attr`` or an installed ``kvproto.tiers``
-    name, as a TierSpec, a function returning one, or a tier factory (secondary: it takes the
-    buffer; primary: it takes nothing) (KIT-9, KIT-10). ``kvproto conform``'s own resolution adds
-    engine targets and ``--option``; this one needs nothing beyond the kit."""
-    from kvproto._protocols import PrimaryTier
-    from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
+    """The TierSpec ``--kvproto-tier TARGET`` names: ``pkg.mod:attr`` (modules in the current directory
+    included, as ``python -m`` finds them), an installed ``kvproto.tiers`` name or ``SCHEME:MODULE:CLASS``,
+    resolved by the one resolver the CLI and the engine adapters use (:mod:`kvproto.hosting`; KIT-9,
+    KIT-10)."""
+    from kvproto._tier_names import resolve_target
 
-    found = _load(target)
-    if isinstance(found, TierSpec):
-        return found
-    needed = _required(found) if callable(found) else None
-    if callable(found) and needed == 1:
-        return TierSpec(target, "secondary", found, tier_class=found if isinstance(found, type) else None)
-    if callable(found) and needed == 0:
-        made = found()
-        if isinstance(made, TierSpec):
-            return made
-        if isinstance(made, PrimaryTier) or hasattr(made, "prepare_store"):
-            shut_down_probe(made)
-            return TierSpec(target, "primary", found, tier_class=type(made))
-    from kvproto.errors import ConfigurationError
-
-    raise ConfigurationError(
-        f"{target}: {found!r} is neither a TierSpec nor a tier factory (secondary: it takes the primary "
-        "buffer; primary: it takes nothing)"
-    )
-
-
-def _load(target: str) -> object:
-    """What ``pkg.mod:attr`` (modules in the current directory included) or the installed tier
-    ``target`` names (KIT-9)."""
-    if ":" in target:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as python -m finds them
-        module, _, attr = target.partition(":")
-        found: object = importlib.import_module(module)
-        for part in attr.split("."):
-            found = getattr(found, part)
-        return found
-    points = [ep for ep in entry_points(group="kvproto.tiers") if ep.name == target]
-    if not points:
-        from kvproto.errors import ConfigurationError
-
-        known = ", ".join(sorted(ep.name for ep in entry_points(group="kvproto.tiers"))) or "none"
-        raise ConfigurationError(f"{target!r} is neither pkg.module:factory nor an installed tier (installed: {known})")
-    loaded: object = points[0].load()
-    return loaded
-
-
-def _required(fn: Callable[..., object]) -> int:
-    """How many positional arguments ``fn`` requires (0 when it has no signature to read)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return 0
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(1 for p in params.values() if p.default is inspect.Parameter.empty and p.kind in positional)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return resolve_target(target)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -19,11 +19,12 @@ import kvproto
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Every public module, and nothing else: errors, members, scan, the kit and what the kit needs.
+#: Every public module, and nothing else: errors, members, scan, hosting a tier by name, the kit and what the kit needs.
 PUBLIC_MODULES = {
     "kvproto",
     "kvproto.envelope",
     "kvproto.errors",
+    "kvproto.hosting",
     "kvproto.members",
     "kvproto.metrics",
     "kvproto.scan",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import mmap
 
 from kvproto._keys import OffloadKey, make_key
+from kvproto._tier_spec import make_buffer  # defined below the kit (TierSpec.build); re-exported here
 from kvproto.errors import InvalidArgumentError
 
 __all__ = ["block_for", "differing_bytes", "key_pool", "make_buffer", "row", "sentinel_for", "tricky_keys"]
@@ -53,17 +53,6 @@ def tricky_keys() -> list[OffloadKey]:
         for group in (0, 1, 256, 2**32 - 1):
             keys.append(make_key(h, group))
     return keys
-
-
-_PAGE = 4096
-
-
-def make_buffer(num_slots: int, block_bytes: int) -> memoryview:
-    """A writable 2-D primary buffer of shape ``(num_slots, block_bytes)``, format ``"B"`` (TIER-3);
-    page-aligned rows (anonymous memory) when ``block_bytes`` is a multiple of 4,096."""
-    if block_bytes % _PAGE == 0:
-        return memoryview(mmap.mmap(-1, num_slots * block_bytes)).cast("B", (num_slots, block_bytes))
-    return memoryview(bytearray(num_slots * block_bytes)).cast("B", (num_slots, block_bytes))
 
 
 def row(buffer: memoryview, slot: int) -> memoryview:

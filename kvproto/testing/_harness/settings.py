@@ -1,4 +1,4 @@
-"""Kit profiles and per-tier limits (KIT-7)."""
+"""Kit profiles and per-tier limits (KIT-7); :class:`KitLimits` lives with :class:`~kvproto._tier_spec.TierSpec`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvproto._field_rules import check_fields, count, non_negative
+from kvproto._tier_spec import KitLimits  # defined with TierSpec, below the kit; re-exported here
 
 if TYPE_CHECKING:
     from hypothesis import settings
@@ -53,47 +53,6 @@ def profile_named(name: str | None) -> KitProfile:
         raise ConfigurationError(
             f"unknown kit profile {chosen!r}; known: {', '.join(PROFILES)}"
         ) from None
-
-
-@dataclass(frozen=True, slots=True)
-class KitLimits:
-    """How long the kit waits before it calls something a contract break.
-
-    * ``max_job_steps`` / ``job_timeout_s``: a job not reported after this many
-      end-of-step hooks AND this much wall time is lost (TIER-11). Both bounds
-      must pass, so a threaded tier is not failed for a slow disk.
-    * ``lookup_budget_s``: a lookup (or ``on_step_end``) slower than this may
-      have blocked (TIER-4, TIER-13). A slow lookup is confirmed by asking the
-      same key ``confirm_repeats`` more times: it blocked if the median of those
-      is over budget too (a scheduling hiccup is not repeated). A slow
-      ``on_step_end`` counts only if its thread gave up the CPU during the call
-      (a voluntary context switch: it waited, where the OS tells); more than
-      ``slow_calls_forgiven`` such steps in one check, making up two thirds of
-      at least 12 steps, fail it. So a loaded
-      machine does not fail a tier, and a lookup or hook waiting 10 ms for I/O
-      does.
-
-    A RETRY is bounded in steps only: while waiting for one, the kit runs
-    end-of-step hooks at least ``retry_step_interval_s`` (10 ms) apart (a fast
-    scheduler's step; a tier may count hooks closer than that as one, and
-    rely on no more), then gives background work
-    up to ``job_timeout_s`` to finish without a hook; a lookup still answering
-    RETRY after ``max_retry_steps`` hooks and that wait breaks TIER-18,
-    however fast the steps were.
-
-    Counts are ints >= 1 (``slow_calls_forgiven`` >= 0), times finite numbers >= 0: any other value
-    raises :class:`~kvproto.errors.ConfigurationError` naming the limit.
-    """
-
-    max_job_steps: int = count(64)
-    job_timeout_s: float = non_negative(2.0)
-    lookup_budget_s: float = non_negative(0.008)
-    slow_calls_forgiven: int = count(2, low=0)
-    confirm_repeats: int = count(5)
-    retry_step_interval_s: float = non_negative(0.01)
-
-    def __post_init__(self) -> None:
-        check_fields(self, "KitLimits: ")
 
 
 def hypothesis_settings(profile: KitProfile) -> settings:

@@ -6,7 +6,7 @@
      "adapter_params": {"tier": "fs", "options": {"root": "/nvme/kv"}, "slots": 64}}
 
 ``adapter_params``: ``tier`` (a ``kvproto.tiers`` entry-point name or ``package.module:attribute``,
-built by :func:`kvproto.testing.build_secondary_tier`), ``options`` (its keyword arguments),
+built by :func:`kvproto.hosting.build_secondary_tier`, no test framework needed), ``options`` (its keyword arguments),
 ``slots`` (rows of the staging buffer the kvproto tier reads and writes, default 64) and
 ``block_bytes`` (the row size; by default the size of the first object stored or loaded; set it so
 the tier is opened at construction and the first lookups already see a persistent tier's blocks).
@@ -50,7 +50,7 @@ from lmcache.v1.platform import create_event_notifier
 
 from kvproto import JobResult, ReqContext, SecondaryTier, TransferJob, members as lr
 from kvproto.errors import ConfigurationError
-from kvproto.testing import build_secondary_tier
+from kvproto.hosting import build_secondary_tier
 
 from kvproto_lmcache._keys import to_offload_key
 

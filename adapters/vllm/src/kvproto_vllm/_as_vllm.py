@@ -7,11 +7,12 @@ vLLM loads an out-of-tree secondary tier from its tier configuration
 
 and constructs ``KvprotoTier(offloading_spec=..., primary_kv_view=..., tier_type=...,
 backpressure_detector=..., tier=..., options=...)``. ``tier`` names a tier registered under the
-``kvproto.tiers`` entry-point group, or a ``package.module:attribute`` target; ``options`` are
-keyword arguments for it:
+``kvproto.tiers`` entry-point group, a ``package.module:attribute`` target or an engine's
+``SCHEME:MODULE:CLASS``, resolved as ``kvproto conform`` resolves it (:mod:`kvproto.hosting`, which
+needs no test framework); ``options`` are keyword arguments for it:
 
 * a class or a function taking the buffer: ``target(buffer, **options)``;
-* a ``kvproto.testing.TierSpec`` (or a zero-argument function returning one, as every entry point
+* a ``kvproto.hosting.TierSpec`` (or a zero-argument function returning one, as every entry point
   of kvproto's reference tiers is): its ``factory(buffer)`` (the kit's embedded defaults) when
   there are no options, else ``spec.tier_class(buffer, **options)``.
 
@@ -63,6 +64,7 @@ from kvproto import (
     members as lr,
 )
 from kvproto.errors import ConfigurationError
+from kvproto.hosting import build_secondary_tier
 
 from kvproto_vllm._translate import from_vllm_keys, to_vllm_event, to_vllm_keys, to_vllm_result
 
@@ -87,10 +89,9 @@ def as_slot_buffer(view: memoryview) -> memoryview:
 
 
 def build_kvproto_tier(tier: str, buffer: memoryview, options: Mapping[str, Any] | None = None) -> SecondaryTier:
-    """The kvproto secondary tier ``tier`` (an entry-point name or ``module:attr``) over ``buffer``
-    (:func:`kvproto.testing.build_secondary_tier`, which imports neither pytest nor Hypothesis)."""
-    from kvproto.testing import build_secondary_tier  # the kit's package; imports neither pytest nor Hypothesis
-
+    """The kvproto secondary tier ``tier`` (an entry-point name, ``module:attr`` or
+    ``SCHEME:MODULE:CLASS``) over ``buffer`` (:func:`kvproto.hosting.build_secondary_tier`, KIT-9,
+    which imports neither the kit nor pytest nor Hypothesis)."""
     return build_secondary_tier(tier, buffer, options)
 
 

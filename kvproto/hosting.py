@@ -1,0 +1,35 @@
+"""Hosting a kvproto tier inside an engine, by name: what an engine adapter builds (KIT-9).
+
+An engine's configuration names a kvproto tier as text (kvproto-vllm's ``KvprotoTier``,
+kvproto-lmcache's ``KvprotoL2Adapter``); :func:`build_secondary_tier` turns that text, the
+engine's primary slot buffer and the configuration's options into the tier. The names are
+resolved as ``kvproto conform`` resolves them (:func:`resolve_target`): an entry point of the
+``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS``.
+
+Importing this module imports neither the conformance kit (:mod:`kvproto.testing`) nor pytest nor
+Hypothesis. A registered name whose entry point is a distribution's conformance spec (``fs``:
+``kvproto_fs._conformance:spec``) imports that spec's module, which imports the kit's package
+but not its test frameworks.
+"""
+
+from __future__ import annotations
+
+from kvproto._tier_names import (
+    ENTRY_POINT_GROUP,
+    SCHEME_GROUP,
+    TierUnavailable,
+    build_secondary_tier,
+    installed_tiers,
+    resolve_target,
+)
+from kvproto._tier_spec import TierSpec
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SCHEME_GROUP",
+    "TierSpec",
+    "TierUnavailable",
+    "build_secondary_tier",
+    "installed_tiers",
+    "resolve_target",
+]
