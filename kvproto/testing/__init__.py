@@ -17,10 +17,16 @@ to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
 for keys, blocks and job sequences, for an author's own ``@given`` tests),
 :mod:`kvproto.testing.faults` (fault-injection wrappers over any tier;
 :class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`),
-:mod:`kvproto.testing.scans` and :mod:`kvproto.testing.plugin`.
+:mod:`kvproto.testing.scans` (the scan verifier's public face) and
+:mod:`kvproto.testing.plugin`. Hosting a tier inside an engine needs no kit:
+:mod:`kvproto.hosting`.
 
-Importing this package imports pytest and Hypothesis; ``import kvproto``
-never does.
+Importing this package imports neither pytest nor Hypothesis: each name loads
+on first use, and the checks, state machines and strategies import them then;
+``import kvproto`` never does. The layout behind this face: ``_harness/`` (what
+every check runs on), ``_checks/`` (the checks, one file per contract area,
+secondary and primary), ``_faults/`` (fault injection), ``_reference`` (the
+memory tiers' specs, as ``kvproto.tiers`` entry points).
 """
 
 from __future__ import annotations

@@ -199,6 +199,14 @@ def test_importing_the_kit_does_not_import_the_cli_engine() -> None:
     assert out.strip() == "[]"
 
 
+def test_importing_the_kit_package_imports_no_test_framework() -> None:
+    """``import kvproto.testing`` loads its names on first use: no pytest, no Hypothesis until a check,
+    a state machine or a strategy is asked for (its docstring says so)."""
+    probe = "import sys, kvproto.testing; print(sorted(m for m in ('pytest', 'hypothesis') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_contract_tests_run_without_torch() -> None:
     """tests/kvproto needs no torch: every module imports, and the contract and manager tests pass,
     with torch made unimportable (only tests/impls/cpu needs it)."""
