@@ -16,7 +16,8 @@ The public submodules: :mod:`kvproto.testing.stateful` (the state machines,
 to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
 for keys, blocks and job sequences, for an author's own ``@given`` tests),
 :mod:`kvproto.testing.faults` (fault-injection wrappers over any tier;
-:class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`),
+:class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`, and a tier of a
+:func:`faulty_jobs` class applies its job faults),
 :mod:`kvproto.testing.scans` and :mod:`kvproto.testing.plugin`.
 
 Importing this package imports pytest and Hypothesis; ``import kvproto``
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvproto.testing._backend_faults import FaultyBackend, ForwardingBackend, OpFault
+    from kvproto.testing._blob_job_faults import FaultyJobs, faulty_jobs
     from kvproto.testing._checks import CheckInfo, check, checks_of
     from kvproto.testing._data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._driver import TrackedContext
@@ -54,6 +56,7 @@ __all__ = [
     "ConformanceFailure",
     "DifferentialStateMachine",
     "FaultyBackend",
+    "FaultyJobs",
     "ForwardingBackend",
     "KitLimits",
     "KitProfile",
@@ -74,6 +77,7 @@ __all__ = [
     "build_secondary_tier",
     "check",
     "checks_of",
+    "faulty_jobs",
     "fresh_directory",
     "key_pool",
     "make_buffer",
@@ -89,6 +93,8 @@ _WHERE = {
     "FaultyBackend": "_backend_faults",
     "ForwardingBackend": "_backend_faults",
     "OpFault": "_backend_faults",
+    "FaultyJobs": "_blob_job_faults",
+    "faulty_jobs": "_blob_job_faults",
     "MEMORY_HOOKS": "_reference",
     "PROGRAMMING_ERRORS": "_fault_surface_checks",
     "programming_errors_logged": "_fault_surface_checks",

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from kvproto import OffloadKey
-from kvproto.testing import FaultyBackend, ForwardingBackend, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, ForwardingBackend, TierSpec
 from kvproto.tierkit import HeldReads
 
 from kvproto_fs import FsTier, FsTierConfig
@@ -47,7 +47,7 @@ def _closes_early(buffer: memoryview) -> FsTier:
     return FsTier(buffer, FsTierConfig(root=fresh_root(), shared=True), name="closes-early", wrap=ClosesEarly)
 
 
-class LeaksPastBound(FsTier):
+class LeaksPastBound(FaultyJobs, FsTier):
     """Bug: declares a bound of 2 steps for its held HITs, but keeps each for 64."""
 
     def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
@@ -65,7 +65,7 @@ def _leaks_past_bound(buffer: memoryview) -> LeaksPastBound:
     return LeaksPastBound(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-past-bound")
 
 
-class LeaksFailedLoads(FsTier):
+class LeaksFailedLoads(FaultyJobs, FsTier):
     """Bug: a load that failed without reading a key forgets the handle held for it, open (and counted)."""
 
     def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
