@@ -24,7 +24,7 @@ def _buffer() -> memoryview:
 
 
 def _key(i: int) -> OffloadKey:
-    return f"job-fault-{i}".encode()
+    return OffloadKey(f"job-fault-{i}".encode())
 
 
 class _Run:
