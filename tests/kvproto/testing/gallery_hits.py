@@ -6,8 +6,9 @@ conform`` target to the check and clause it must fail on, and gallery_index.py g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from kvproto import OffloadKey
 from kvproto.testing import FaultyBackend, FaultyJobs, ForwardingBackend, TierSpec
@@ -66,7 +67,8 @@ def _leaks_past_bound(buffer: memoryview) -> LeaksPastBound:
 
 
 class LeaksFailedLoads(FaultyJobs, FsTier):
-    """Bug: a load that failed without reading a key forgets the handle held for it, open (and counted)."""
+    """Bug: a load that fails a key forgets the handle held for it, open (and counted): the handle of a key
+    whose read failed, and of one it never read."""
 
     def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
         super().__init__(buffer, config, name=name, wrap=FaultyBackend)
@@ -74,11 +76,30 @@ class LeaksFailedLoads(FaultyJobs, FsTier):
         assert holds is not None
         self.leaked: list[object] = []
 
+        def load_run(job_id: int, load: Callable[..., tuple[Any, int]]) -> Callable[[OffloadKey, int], Any] | None:
+            claimed = holds._claimed.get(job_id)
+            if claimed is None:
+                return None
+
+            def run(key: OffloadKey, slot: int) -> tuple[Any, int]:
+                handle = claimed.pop(key, None)
+                if handle is None:
+                    return load(key, slot, None)
+                verdict = load(key, slot, (holds.backend, handle))
+                if verdict[0].value == "loaded":
+                    holds.release(handle)
+                else:
+                    self.leaked.append(handle)  # the bug: a failed read's handle is never closed nor uncounted
+                return verdict
+
+            return run
+
         def load_reported(job_id: int, keys: Iterable[OffloadKey]) -> None:
             self.leaked += holds._claimed.pop(job_id, {}).values()  # the bug: never closed nor uncounted
             holds._in_loads -= holds._claims.pop(job_id, 0)
 
-        holds.load_reported = load_reported  # type: ignore[method-assign]  # the gallery's one bug, on this instance
+        holds.load_run = load_run  # type: ignore[method-assign]  # the gallery's one bug, on this instance
+        holds.load_reported = load_reported  # type: ignore[method-assign]  # the same bug, for keys never read
 
     def shutdown(self) -> None:
         super().shutdown()
