@@ -13,7 +13,7 @@ import pytest
 
 from kvproto import JobResult, OffloadKey, ReqContext, TransferJob, members as lr
 from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, FaultyJobs, faulty_jobs
+from kvproto.testing import FaultyBackend, FaultyJobs, OpFault, faulty_jobs
 from kvproto.tierkit import BlobTier, BlobTierConfig, JobAdmission, MemoryBackend
 
 SLOTS, BLOCK = 8, 64
@@ -152,3 +152,27 @@ def test_job_faults_need_a_faulty_jobs_tier() -> None:
     sub = type("Sub", (BlobTier,), {})
     assert faulty_jobs(sub) is faulty_jobs(sub) and faulty_jobs(sub).__name__ == "FaultySub"
     assert issubclass(faulty_jobs(sub), sub) and issubclass(faulty_jobs(sub), FaultyJobs)
+
+
+def test_a_load_key_never_read_releases_its_held_handle_at_the_report() -> None:
+    """TIERKIT-6: a load's key that never reaches the storage (past the job timeout: on the pools, a key not
+    started by then fails without I/O) leaves the handle its HIT took to the report, which closes it. The
+    kit's fail_keys reads (and fails) a key instead, so this path is checked here."""
+    from tests.kvproto.testing.mutation_specs import HeldMemory
+
+    faulty = FaultyBackend(HeldMemory())
+    config = BlobTierConfig(hold_hits_steps=8, read_threads=1, job_timeout_s=0.2, start_in_background=False)
+    tier = BlobTier(faulty, _buffer(), config, name="held")
+    try:
+        run = _Run(tier)
+        keys = [_key(1), _key(2)]
+        assert run.job(keys, load=False).success
+        context = ReqContext("r")
+        assert [tier.lookup(k, context) for k in keys] == [lr.HIT, lr.HIT]
+        assert tier.held_hits == 2
+        faulty.arm(OpFault("read_into", match=tier.name_of(_key(1)), error=None, delay_s=0.5))
+        result = run.job(keys, load=True)  # key 1's read outlasts the job; key 2 is never started
+        assert not result.success and _key(2) not in (result.succeeded or frozenset())
+        assert tier.held_hits == 0
+    finally:
+        tier.shutdown()
