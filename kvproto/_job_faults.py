@@ -1,6 +1,8 @@
-"""Armed job failures, shared by :class:`~kvproto.MemoryTier` (MEM-7) and the kit's ``FaultyBackend`` (KIT-5).
+"""Armed job failures: the state behind :class:`~kvproto.MemoryTier`'s public ``fail_next_jobs`` / ``fail_keys`` (MEM-7).
 
-Core, so both can use it: the kit may import the core, never the other way (tests/test_layering.py).
+Core because MemoryTier is: the core never imports the kit (tests/test_layering.py). The kit's
+``FaultyBackend`` reuses this bookkeeping (the same KIT-5 semantics: the count is SET, keys are
+ADDED); nothing here knows of the kit, of BlobTier or of any job path but MemoryTier's.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ The public submodules: :mod:`kvproto.testing.stateful` (the state machines,
 to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
 for keys, blocks and job sequences, for an author's own ``@given`` tests),
 :mod:`kvproto.testing.faults` (fault-injection wrappers over any tier;
-:class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`),
+:class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`, and a tier of a
+:func:`faulty_jobs` class applies its job faults),
 :mod:`kvproto.testing.scans` (the scan verifier's public face) and
 :mod:`kvproto.testing.plugin`. Hosting a tier inside an engine needs no kit:
 :mod:`kvproto.hosting`.
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from kvproto.testing._checks.secondary.faults_inside import PROGRAMMING_ERRORS, programming_errors_logged
     from kvproto.testing._checks.secondary.suite import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._faults.backend import FaultyBackend, ForwardingBackend, OpFault
+    from kvproto.testing._faults.jobs import FaultyJobs, faulty_jobs
     from kvproto.testing._harness.data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._harness.decorator import CheckInfo, check, checks_of
     from kvproto.testing._harness.driver import TrackedContext
@@ -61,6 +63,7 @@ __all__ = [
     "ConformanceFailure",
     "DifferentialStateMachine",
     "FaultyBackend",
+    "FaultyJobs",
     "ForwardingBackend",
     "KitLimits",
     "KitProfile",
@@ -81,6 +84,7 @@ __all__ = [
     "build_secondary_tier",
     "check",
     "checks_of",
+    "faulty_jobs",
     "fresh_directory",
     "key_pool",
     "make_buffer",
@@ -97,6 +101,8 @@ _WHERE = {
     "FaultyBackend": "_faults.backend",
     "ForwardingBackend": "_faults.backend",
     "OpFault": "_faults.backend",
+    "FaultyJobs": "_faults.jobs",
+    "faulty_jobs": "_faults.jobs",
     "MEMORY_HOOKS": "_reference",
     "PROGRAMMING_ERRORS": "_checks.secondary.faults_inside",
     "programming_errors_logged": "_checks.secondary.faults_inside",

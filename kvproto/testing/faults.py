@@ -38,9 +38,9 @@ All three are built on :mod:`kvproto.tierkit`'s forwarding bases
 :class:`~kvproto.tierkit.ForwardingPrimary`): they override only what a
 knob changes, and offer ``lookup_many`` and ``capabilities`` exactly when
 the wrapped tier does (``LatencySecondary`` with ``lookup_steps`` declares
-``async_lookup`` over any tier). The code lives in private modules
-(``_fault_rules``, ``_fault_latency``, ``_fault_secondary``,
-``_fault_primary``); this module is the public home of the names.
+``async_lookup`` over any tier). The code lives in the kit's private
+``_faults/`` wing (``rules``, ``latency``, ``secondary``, ``primary``,
+``backend``, ``jobs``); this module is the public home of the names.
 
 This module imports neither pytest nor Hypothesis.
 """

@@ -186,17 +186,21 @@ class AsyncBlobBytes(Protocol):
 
 @runtime_checkable
 class JobAdmission(Protocol):
-    """Optional: a backend (sync or async) that may refuse keys of a job before any I/O (TIERKIT-4).
+    """Deprecated, consulted by nothing: a backend's ``refuse(keys, store=)`` (TIERKIT-4).
 
-    The engine asks once per submitted job, on the scheduler's thread; the
-    refused keys fail for that job without I/O (a refused load is a
-    transient failure: no REMOVED event). Uses: a circuit breaker while the
-    storage is down, back-pressure, and the fault-injection wrappers of
-    :mod:`kvproto.testing` (``fail_next_jobs``, ``fail_keys``). Must be cheap.
+    :class:`~kvproto.tierkit.BlobTier` once asked it which keys of each
+    submitted job to fail without I/O; it no longer does: every job it is
+    given runs, and a backend (or the wrapped backend ``wrap=`` made) that
+    offers ``refuse`` gets a ``DeprecationWarning`` at the tier's
+    construction. The name stays importable so code naming it keeps
+    working. To fail jobs, wrap the tier (:class:`kvproto.tierkit.ForwardingSecondary`,
+    as :class:`kvproto.testing.faults.FaultySecondary` does) or fail the
+    backend's operations in a backend wrapper; the kit's job faults are
+    :func:`kvproto.testing.faulty_jobs` over a :class:`kvproto.testing.FaultyBackend`.
     """
 
     def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
-        """The keys of this job (a store if ``store``, else a load) to fail without I/O; usually empty."""
+        """The keys of this job (a store if ``store``, else a load) to fail without I/O; never called."""
         ...
 
 

@@ -111,7 +111,7 @@ class BlobTierStats:
     foreign_left: int = 0
     evicted_blocks: int = 0
     scanned_blocks: int = 0
-    refused_keys: int = 0  # failed without I/O by the backend's JobAdmission
+    refused_keys: int = 0  # deprecated, always 0: BlobTier no longer consults JobAdmission (TIERKIT-4)
     lost_races: int = 0  # stores that found a block a concurrent deletion then removed (TIERKIT-2)
     probe_errors: int = 0
     held_handles: int = 0  # read handles held now, taken at HITs (TIERKIT-6)

@@ -319,8 +319,8 @@ class Holds:
         return run
 
     def load_reported(self, job_id: int, keys: Iterable[OffloadKey]) -> None:
-        """Scheduler: load ``job_id`` was reported; close the handles it claimed and never read (refused keys,
-        keys past the job timeout)."""
+        """Scheduler: load ``job_id`` was reported; close the handles it claimed and never read (keys past the
+        job timeout)."""
         claimed = self._claimed.pop(job_id, None)
         if claimed:
             for key in list(claimed):

@@ -62,17 +62,16 @@ def run_job(
     since: int,
     pool: ThreadPoolExecutor,
     run_key: KeyRun,
-    refused: frozenset[OffloadKey],
     *,
     tier_name: str,
     timeout_s: float | None = None,
 ) -> Future[JobOutcome]:
-    """Start ``job``'s keys (except ``refused``: :attr:`KeyVerdict.REFUSED`, no I/O) on ``pool``; with
-    ``timeout_s``, a key not started that long after now fails without I/O."""
+    """Start ``job``'s keys on ``pool``; with ``timeout_s``, a key not started that long after now fails
+    without I/O."""
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
-    todo = [i for i, key in enumerate(job.keys) if key not in refused]
+    verdicts: list[tuple[KeyVerdict, int]] = [(failed, since)] * len(job.keys)
+    todo = list(range(len(job.keys)))
     done: Future[JobOutcome] = Future()
     if not todo:
         done.set_result(JobOutcome(job, since, verdicts))
@@ -106,13 +105,12 @@ def run_job_on_loop(
     since: int,
     io: LoopBackend,
     run_key: AsyncKeyRun,
-    refused: frozenset[OffloadKey],
     bound: asyncio.Semaphore,
     *,
     tier_name: str,
     timeout_s: float | None = None,
 ) -> Future[JobOutcome]:
-    """Start ``job``'s keys (except ``refused``) as one task on ``io``'s loop, ``bound`` operations at a time.
+    """Start ``job``'s keys as one task on ``io``'s loop, ``bound`` operations at a time.
 
     The future is completed from the loop when the last key ends; a key whose
     operation raised (a bug: backend errors are verdicts) fails alone. With
@@ -120,10 +118,8 @@ def run_job_on_loop(
     future completes after they unwound. ``ConnectionError`` if the loop is closed.
     """
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
-    verdicts: list[tuple[KeyVerdict, int]] = [(KeyVerdict.REFUSED, since)] * len(job.keys)
-    todo = [i for i, key in enumerate(job.keys) if key not in refused]
-    for i in todo:
-        verdicts[i] = (failed, since)  # what a key cancelled by the job timeout keeps
+    verdicts: list[tuple[KeyVerdict, int]] = [(failed, since)] * len(job.keys)  # kept by a key the timeout cancels
+    todo = list(range(len(job.keys)))
     if not todo:
         done: Future[JobOutcome] = Future()
         done.set_result(JobOutcome(job, since, verdicts))

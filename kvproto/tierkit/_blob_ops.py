@@ -45,7 +45,7 @@ class KeyVerdict(enum.Enum):
     DAMAGED = "damaged"  # load: failed verification and was deleted; tick taken after the deletion
     FOREIGN = "foreign"  # load: another layout's or algorithm's blob at this name; left alone
     TRANSIENT = "transient"  # load: the read raised (EIO, EMFILE, timeout): the blob may still be there
-    REFUSED = "refused"  # either: the backend's JobAdmission refused it; no I/O
+    REFUSED = "refused"  # either: the tier was shut down when the job came; no I/O
 
 
 class _Scratch(threading.local):

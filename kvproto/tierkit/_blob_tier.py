@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
@@ -56,25 +57,28 @@ _log = logging.getLogger("kvproto.tierkit")
 def _backend_faces(
     backend: BlobBackend | AsyncBlobBackend, wrap: Callable[[BlobBackend], BlobBackend] | None, name: str,
     config: BlobTierConfig,
-) -> tuple[BlobBackend, JobAdmission | None, LoopBackend | None]:
-    """The backend as :class:`BlobTier` drives it (TIERKIT-1, TIERKIT-4): its synchronous face (``wrap``
-    applied), what admits its jobs (the wrapped face, else an asynchronous backend offering
-    :class:`JobAdmission`), and the loop backend its jobs run on (an asynchronous backend not wrapped)."""
+) -> tuple[BlobBackend, LoopBackend | None]:
+    """The backend as :class:`BlobTier` drives it (TIERKIT-1): its synchronous face (``wrap`` applied)
+    and the loop backend its jobs run on (an asynchronous backend not wrapped). A backend offering the
+    deprecated :class:`JobAdmission` gets a DeprecationWarning: BlobTier never asks it (TIERKIT-4)."""
     sync: BlobBackend
     loop_io: LoopBackend | None = None  # jobs run on its loop (an async backend, not wrapped)
     if is_async_backend(backend):
         sync = loop_backend(backend, name=name, op_timeout_s=config.op_timeout_s)  # type: ignore[arg-type]  # checked just above
-        admission = backend if isinstance(backend, JobAdmission) else None
         if wrap is None:
             loop_io = sync
     else:
         sync = backend  # type: ignore[assignment]  # publish is no coroutine function: the sync flavour
-        admission = None
     if wrap is not None:
         sync = wrap(sync)  # synchronous: jobs run on the pools, each operation waits on the loop
-    if isinstance(sync, JobAdmission):
-        admission = sync
-    return sync, admission, loop_io
+    if isinstance(backend, JobAdmission) or isinstance(sync, JobAdmission):
+        warnings.warn(
+            f"BlobTier {name!r}: the backend offers JobAdmission.refuse, which BlobTier no longer consults "
+            "(deprecated, TIERKIT-4): every job runs; fail jobs in a wrapper of the tier or of the backend",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return sync, loop_io
 
 
 def _capabilities_of(config: BlobTierConfig, *, holds_hits: bool) -> Capabilities:
@@ -107,14 +111,16 @@ class BlobTier:
     ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous
     2-D ``memoryview`` of format ``"B"``, one row per slot); its row length
     is the block size. ``backend`` is a :class:`BlobBackend` or an
-    :class:`AsyncBlobBackend`; if it also offers :class:`JobAdmission`, every
-    job asks it which keys to refuse. ``stats``: a counters object to fill
-    (a subclass with the backend's own counters), else a new one. ``wrap``
-    wraps the (synchronous face of the) backend below the tier, e.g.
-    :class:`kvproto.testing.FaultyBackend` for fault injection, for either
-    flavour: :attr:`backend` is the wrapped one. An asynchronous backend's
-    jobs run on its event loop (no worker thread per operation) unless
-    ``wrap`` is given: then on the worker pools, through the wrapper.
+    :class:`AsyncBlobBackend`; every job it is given runs (no admission
+    seam: a backend offering the deprecated :class:`JobAdmission` gets a
+    ``DeprecationWarning`` and is never asked, TIERKIT-4). ``stats``: a
+    counters object to fill (a subclass with the backend's own counters),
+    else a new one. ``wrap`` wraps the (synchronous face of the) backend
+    below the tier, for either flavour: tracing, metrics, or
+    :class:`kvproto.testing.FaultyBackend` for fault injection
+    (TIERKIT-8); :attr:`backend` is the wrapped one. An asynchronous
+    backend's jobs run on its event loop (no worker thread per operation)
+    unless ``wrap`` is given: then on the worker pools, through the wrapper.
     """
 
     def __init__(
@@ -136,7 +142,7 @@ class BlobTier:
         self._flat = buffer.cast("B")
         self.manifest = env.namespace_manifest(self._block_bytes, config.layout)
         self.namespace = env.namespace_id(self.manifest)
-        sync, self._admission, self._loop_io = _backend_faces(backend, wrap, name, config)
+        sync, self._loop_io = _backend_faces(backend, wrap, name, config)
         self.backend = sync
         self.stats = BlobTierStats() if stats is None else stats
         self._stats_lock = threading.Lock()
@@ -450,32 +456,22 @@ class BlobTier:
 
     def _start(self, job: TransferJob, *, store: bool) -> None:
         since = self._ops.tick()
-        refused: frozenset[OffloadKey] = frozenset()
-        if self._admission is not None:
-            try:
-                refused = frozenset(self._admission.refuse(job.keys, store=store))
-            except Exception:
-                _log.warning("BlobTier %r: JobAdmission.refuse raised; job %d fails", self._name, job.job_id,
-                             exc_info=True)
-                refused = frozenset(job.keys)
-            self._count("refused_keys", sum(1 for k in job.keys if k in refused))
         timeout = self.blob_config.job_timeout_s
         with self._lock:
             if self._closed:
                 future = failed_outcome(job, since, KeyVerdict.REFUSED)
             elif self._loop_io is not None:
                 future = run_job_on_loop(
-                    job, since, self._loop_io, self._store_key_async if store else self._ops.load_async, refused,
+                    job, since, self._loop_io, self._store_key_async if store else self._ops.load_async,
                     self._write_bound if store else self._read_bound, tier_name=self._name, timeout_s=timeout,
                 )
             elif store:
-                future = run_job(job, since, self._writers, self._store_key, refused, tier_name=self._name,
+                future = run_job(job, since, self._writers, self._store_key, tier_name=self._name,
                                  timeout_s=timeout)
             else:
                 held = None if self._holds is None else self._holds.load_run(job.job_id, self._ops.load)
                 load = self._ops.load if held is None else held
-                future = run_job(job, since, self._readers, load, refused,
-                                 tier_name=self._name, timeout_s=timeout)
+                future = run_job(job, since, self._readers, load, tier_name=self._name, timeout_s=timeout)
             self._running[job.job_id] = future
             job_id = job.job_id
             future.add_done_callback(lambda _: self._finished.append(job_id))  # runs now if already done

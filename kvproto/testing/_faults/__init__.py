@@ -1,5 +1,7 @@
-"""The kit's fault injection, all of it in the kit (KIT-15): wrappers around a tier (``secondary``,
-``primary``, ``latency``, over the shared raise rules of ``rules``) and around a
+"""The kit's fault injection, all of it in the kit (KIT-15, TIERKIT-4): wrappers around a tier
+(``secondary``, ``primary``, ``latency``, over the shared raise rules of ``rules``) and around a
 :class:`~kvproto.tierkit.BlobBackend` (``backend``: :class:`~kvproto.testing.FaultyBackend`;
-``probes``: the kit's counting and gating instruments below it). Public through
-:mod:`kvproto.testing.faults` and :mod:`kvproto.testing`."""
+``probes``: the kit's counting and gating instruments below it), and ``jobs``
+(:func:`~kvproto.testing.faulty_jobs`: a tier class that fails the jobs a FaultyBackend below it
+arms, above the tier's job path). Public through :mod:`kvproto.testing.faults` and
+:mod:`kvproto.testing`."""

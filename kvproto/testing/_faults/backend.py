@@ -2,11 +2,15 @@
 
 The shipped tiers carry no test knobs in their job paths: a test (or the
 conformance kit, through a spec's hooks) builds the tier over a
-:class:`FaultyBackend` and arms it. Job-level faults go through the
-engine's :class:`~kvproto.tierkit.JobAdmission` seam, with the kit's exact
+:class:`FaultyBackend` and arms it. Job-level faults keep the kit's exact
 semantics (KIT-5): :meth:`FaultyBackend.fail_next_jobs` SETS the count of
 the next jobs that fail whole, :meth:`FaultyBackend.fail_keys` ADDS keys
-every later job fails for. Operation-level faults (errors, latency, short
+every later job fails for. They need the tier built from the kit's
+:func:`~kvproto.testing.faulty_jobs` class (:class:`~kvproto.testing.FaultyJobs`),
+which fails whole jobs and a store's failing keys before they reach the
+engine; this wrapper fails the reads of the failing keys' blobs (a load's
+keys fail as for any transient read error, TIERKIT-3). BlobTier consults
+nothing of it (TIERKIT-4). Operation-level faults (errors, latency, short
 reads) act on backend calls by name.
 """
 
@@ -15,13 +19,15 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from kvproto import envelope as env
 from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._keys import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit import BlobBackend, HeldReads, JobAdmission, Published
+from kvproto.tierkit import BlobBackend, HeldReads, Published
+from kvproto.tierkit._blob_ops import SUFFIX
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
 
@@ -29,7 +35,8 @@ _OPS = ("publish", "read_into", "sizes", "delete", "list_blobs", "clear", "close
 
 
 class ForwardingBackend:
-    """Forwards every :class:`BlobBackend` method (and ``refuse``) to ``inner``; override what you change.
+    """Forwards every :class:`BlobBackend` method (and :class:`~kvproto.tierkit.HeldReads`) to ``inner``;
+    override what you change.
 
     The base of backend wrappers: faults, latency, tracing, metrics.
     """
@@ -113,13 +120,6 @@ class ForwardingBackend:
             handles.append(handle)
         return sizes, handles
 
-    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
-        """The inner backend's refusals, if it has :class:`JobAdmission`; else none."""
-        inner = self.inner
-        if isinstance(inner, JobAdmission):
-            return inner.refuse(keys, store=store)
-        return frozenset()
-
 
 GATE_BOUND_S = 60.0
 """The longest an :class:`OpFault`'s ``wait_before`` / ``wait_after`` holds a call: it bounds a hang only."""
@@ -153,15 +153,21 @@ class OpFault:
 class FaultyBackend(JobFaultHooks, ForwardingBackend):
     """A :class:`ForwardingBackend` that fails jobs, keys and operations on demand (tests, the kit).
 
-    Thread-safe: arm it from the test's thread while the tier's workers run.
+    Job faults (:meth:`fail_next_jobs`, :meth:`fail_keys`, KIT-5) need a tier of a
+    :func:`~kvproto.testing.faulty_jobs` class over it (it attaches itself): arming them on a
+    FaultyBackend no such tier was built over is a :class:`~kvproto.errors.ConfigurationError`, never
+    a fault that silently does nothing. Thread-safe: arm it from the test's thread while the tier's
+    workers run.
     """
 
     def __init__(self, inner: BlobBackend) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
         self._job_faults = JobFaults()
+        self._failing_leaves: set[str] = set()  # "<digest>.kvb" of the keys fail_keys named
         self._faults: list[OpFault] = []
-        self.refused_jobs = 0
+        self._jobs_attached = False
+        self.refused_jobs = 0  # jobs failed whole by fail_next_jobs (counted by the FaultyJobs tier)
         self.injected = 0  # operation faults that fired
 
     @classmethod
@@ -177,7 +183,53 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
             )
         return backend
 
-    # -- arming (fail_next_jobs and fail_keys come from JobFaultHooks) ----------------------
+    # -- job faults (KIT-5): armed here, applied by a FaultyJobs tier and by the reads below -------
+
+    def attach_jobs(self) -> None:
+        """A :class:`~kvproto.testing.FaultyJobs` tier was built over this backend: job faults may be armed."""
+        self._jobs_attached = True
+
+    def _need_jobs(self, method: str) -> None:
+        if not self._jobs_attached:
+            raise ConfigurationError(
+                f"FaultyBackend.{method}: no tier of a kvproto.testing.faulty_jobs(...) class was built over this "
+                "backend, so nothing would fail the jobs; build the tier as faulty_jobs(TierClass)(...)"
+            )
+
+    def fail_next_jobs(self, n: int) -> None:
+        """The next ``n`` jobs submitted to the tier fail whole and move no bytes; SETS the count (0 disarms).
+
+        ``n`` must be an int >= 0, else :class:`~kvproto.errors.InvalidArgumentError` (KIT-5)."""
+        self._need_jobs("fail_next_jobs")
+        super().fail_next_jobs(n)
+
+    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
+        """Every later job touching ``keys`` fails for those keys, and only those (KIT-5); ADDS to the set.
+
+        A store leaves them out (the :class:`~kvproto.testing.FaultyJobs` tier); a load's read of their
+        blobs raises ``OSError(EIO)`` here (a transient read error, TIERKIT-3)."""
+        self._need_jobs("fail_keys")
+        keys = list(keys)
+        with self._lock:
+            self._job_faults.keys.update(keys)
+            self._failing_leaves.update(env.key_digest(k) + SUFFIX for k in keys)
+
+    def take_job(self, keys: Sequence[OffloadKey]) -> tuple[bool, frozenset[OffloadKey]]:
+        """For a job being submitted with ``keys``: (whether it fails whole, using up one of the
+        ``fail_next_jobs`` count; the failing keys among ``keys``). Called by the FaultyJobs tier."""
+        with self._lock:
+            if self._job_faults.take_next():
+                self.refused_jobs += 1
+                return True, frozenset(keys)
+            failing = self._job_faults.keys
+            return False, frozenset(k for k in keys if k in failing) if failing else frozenset()
+
+    def _fail_read(self, name: str) -> None:
+        """Raise ``OSError(EIO)`` if ``name`` is the blob of a key :meth:`fail_keys` named."""
+        if self._failing_leaves and name.rpartition("/")[2] in self._failing_leaves:
+            raise OSError(errno.EIO, f"injected by FaultyBackend (fail_keys: read {name})")
+
+    # -- operation faults ---------------------------------------------------------------------
 
     def arm(self, fault: OpFault) -> None:
         """Arm an operation fault (see :class:`OpFault`)."""
@@ -192,6 +244,7 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         """Forget every armed job, key and operation fault."""
         with self._lock:
             self._job_faults.clear()
+            self._failing_leaves.clear()
             self._faults.clear()
 
     def disarm_ops(self) -> None:
@@ -200,17 +253,6 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
             self._faults.clear()
 
     # -- the seams ------------------------------------------------------------------------
-
-    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
-        """All keys while a ``fail_next_jobs`` count is left (one job each), else the failing keys."""
-        with self._lock:
-            if self._job_faults.take_next():
-                self.refused_jobs += 1
-                return frozenset(keys)
-            failing = self._job_faults.keys.intersection(keys) if self._job_faults.keys else set()
-        if failing:
-            return frozenset(failing) | super().refuse(keys, store=store)
-        return super().refuse(keys, store=store)
 
     def _take(self, op: str, name: str) -> OpFault | None:
         with self._lock:
@@ -254,7 +296,9 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         return published
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        """Forwarded, within an armed ``read_into`` fault; a ``short`` fault reports a truncated blob."""
+        """Forwarded, within an armed ``read_into`` fault; a ``short`` fault reports a truncated blob. A
+        key :meth:`fail_keys` named fails (``OSError(EIO)``)."""
+        self._fail_read(name)
         fault = self._before("read_into", name)
         size = super().read_into(name, buffers)
         self._after(fault)
@@ -262,7 +306,9 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
 
     def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
         """As :meth:`read_into` (the same armed ``read_into`` fault), from a handle held since the HIT."""
-        fault = self._before("read_into", handle[0] if isinstance(handle, tuple) else "")
+        name = handle[0] if isinstance(handle, tuple) else ""
+        self._fail_read(name)
+        fault = self._before("read_into", name)
         size = super().read_held(handle, buffers)
         self._after(fault)
         return max(0, size - fault.short) if fault is not None else size

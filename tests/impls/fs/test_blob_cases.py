@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvproto import OffloadKey, envelope as env
-from kvproto.testing import FaultyBackend
+from kvproto.testing import FaultyBackend, faulty_jobs
 from kvproto.tierkit import BlobTier, BlobTierConfig
 
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv
@@ -31,7 +31,7 @@ class TestFileBackend(BlobBackendCases):
             root = tmp_path / f"root-{next(count)}"
             root.mkdir()
             buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
-            tier = fs.FsTier(
+            tier = faulty_jobs(fs.FsTier)(
                 buffer,
                 fs.FsTierConfig(root=root, shared=config.shared, read_threads=2, write_threads=2),
                 wrap=FaultyBackend,

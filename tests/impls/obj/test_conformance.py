@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvproto import SecondaryTier
-from kvproto.testing import FaultyBackend
+from kvproto.testing import FaultyBackend, faulty_jobs
 
 from tests.cli import kvproto_cli as main
 from tests.impls._kit_hooks import HookTableTests
@@ -25,7 +25,8 @@ _prefixes = itertools.count(1)
 
 class _ObjHooks(HookTableTests):
     """The kit's backdoor hooks, through the distribution's own OBJ_HOOKS (job faults: a FaultyBackend
-    between the engine and the store, so every tier here is built with ``wrap=FaultyBackend``)."""
+    between the engine and the store, applied by the kit's ``faulty_jobs(ObjTier)`` class, so every tier
+    here is built as ``faulty_jobs(obj.ObjTier)(..., wrap=FaultyBackend)``)."""
 
     kit_profile = "fast"
     HOOKS = obj.OBJ_HOOKS
@@ -41,7 +42,7 @@ class TestObjTierOnS3(_ObjHooks):
 
         def build(buffer: memoryview) -> SecondaryTier:
             config = s3_server_process.config(bucket, prefix=f"kit-{next(_prefixes)}")
-            tier: SecondaryTier = obj.ObjTier(buffer, config, wrap=FaultyBackend)
+            tier: SecondaryTier = faulty_jobs(obj.ObjTier)(buffer, config, wrap=FaultyBackend)
             return tier
 
         return build
@@ -57,7 +58,7 @@ class TestObjTierOnS3ListingEveryBatch(_ObjHooks):
 
         def build(buffer: memoryview) -> SecondaryTier:
             config = s3_server_process.config(bucket, prefix=f"kit-{next(_prefixes)}", list_page_cost=1)
-            tier: SecondaryTier = obj.ObjTier(buffer, config, wrap=FaultyBackend)
+            tier: SecondaryTier = faulty_jobs(obj.ObjTier)(buffer, config, wrap=FaultyBackend)
             return tier
 
         return build
@@ -71,7 +72,8 @@ class TestObjTierOnLocalStore(_ObjHooks):
         def build(buffer: memoryview) -> SecondaryTier:
             root = tmp_path / f"tier-{next(_prefixes)}"
             root.mkdir()
-            tier: SecondaryTier = obj.ObjTier(buffer, obj.ObjTierConfig(kind="local", root=root), wrap=FaultyBackend)
+            config = obj.ObjTierConfig(kind="local", root=root)
+            tier: SecondaryTier = faulty_jobs(obj.ObjTier)(buffer, config, wrap=FaultyBackend)
             return tier
 
         return build
@@ -117,28 +119,32 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert outcomes["test_io_errors_inside_transfers_fail_cleanly"] == "passed"  # TIER-31 through KitStoreOps
 
 
-def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> None:
-    """Job faults arm the FaultyBackend a tier is built over (KIT-5); ObjTier.fail_next_jobs/fail_keys still
-    work on such a tier, with a DeprecationWarning, and name the way to build one otherwise."""
+def test_job_faults_live_in_the_kit_and_the_tier_has_no_knob() -> None:
+    """Job faults (KIT-5) arm the FaultyBackend a tier is built over and act through the kit's
+    ``faulty_jobs(ObjTier)`` class: ObjTier itself has no fault knob, and a FaultyBackend below a plain
+    ObjTier refuses to arm job faults it could not apply (ConfigurationError naming faulty_jobs)."""
     from kvproto import ReqContext, TransferJob
     from kvproto.errors import ConfigurationError
 
     from tests.impls._tier_runner import Runner, key, make_buffer
 
+    assert not hasattr(obj.ObjTier, "fail_next_jobs") and not hasattr(obj.ObjTier, "fail_keys")
     buffer = make_buffer()
-    tier = obj.ObjTier(buffer, obj.ObjTierConfig(), wrap=FaultyBackend)
+    tier = faulty_jobs(obj.ObjTier)(buffer, obj.ObjTierConfig(), wrap=FaultyBackend)
+    wrapped_only = obj.ObjTier(make_buffer(), obj.ObjTierConfig(), wrap=FaultyBackend)
     plain = obj.ObjTier(make_buffer(), obj.ObjTierConfig())
     try:
         run = Runner(tier, buffer)
-        assert isinstance(obj.faults_of(tier), FaultyBackend)
+        assert isinstance(tier, obj.ObjTier) and isinstance(obj.faults_of(tier), FaultyBackend)
         obj.faults_of(tier).fail_next_jobs(1)
         assert not run.store([key(1)]).success
-        with pytest.warns(DeprecationWarning, match="faults_of"):
-            tier.fail_keys([key(2)])
+        obj.faults_of(tier).fail_keys([key(2)])
         result = run.store([key(2), key(3)], [1, 2])
         assert result.succeeded == frozenset({key(3)})
-        with pytest.warns(DeprecationWarning), pytest.raises(ConfigurationError, match="wrap="):
-            plain.fail_next_jobs(1)
+        obj.faults_of(tier).fail_keys([key(3)])  # a load: the FaultyBackend fails the read of its object
+        assert not run.load([key(3)], [4])[0].success
+        with pytest.raises(ConfigurationError, match="faulty_jobs"):
+            obj.faults_of(wrapped_only).fail_next_jobs(1)
         with pytest.raises(ConfigurationError, match="wrap=FaultyBackend"):
             obj.faults_of(plain)
         plain.submit_store(TransferJob(9, (key(4),), (0,), False))
@@ -146,4 +152,5 @@ def test_fault_knobs_live_below_the_tier_and_the_old_ones_are_deprecated() -> No
         assert plain.lookup(key(4), ReqContext("r")).name == "HIT"
     finally:
         tier.shutdown()
+        wrapped_only.shutdown()
         plain.shutdown()

@@ -17,7 +17,7 @@ import pytest
 from obstore.store import MemoryStore
 
 from kvproto import EventKind, OffloadKey, ReqContext, envelope as env, members as lr
-from kvproto.testing import FaultyBackend, OpFault
+from kvproto.testing import FaultyBackend, FaultyJobs, OpFault
 from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig
 
 obj = pytest.importorskip("kvproto_obj", reason="kvproto-obj is not installed: pip install -e impls/obj (./dev does it)")
@@ -50,7 +50,7 @@ class TestObstoreBackend(BlobBackendCases):
             name = f"obj-{next(_names)}"
             io = ObstoreBackend(store, ObjTierConfig(prefix=prefix), ObjTierStats(), tier_name=name)
             buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
-            tier = BlobTier(io, buffer, config, name=name, wrap=FaultyBackend)  # the engine's loop thread runs io
+            tier = FaultyJobs(io, buffer, config, name=name, wrap=FaultyBackend)  # the engine's loop thread runs io
             faulty = tier.backend
             assert isinstance(faulty, FaultyBackend)
             stores[id(tier)] = store

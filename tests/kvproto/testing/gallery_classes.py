@@ -22,8 +22,8 @@ from kvproto import (
     TransferJob,
     members as lr,
 )
-from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
+from kvproto.testing import MEMORY_HOOKS, FaultyBackend, FaultyJobs, TierSpec
+from kvproto.tierkit import BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import (
     HitsRememberedPerRequest,
@@ -202,7 +202,7 @@ def _other_layout(tier: LayoutBlind, buffer: memoryview) -> LayoutBlind:
     return LayoutBlind(buffer, layout="another layout", over=tier)
 
 
-class ExistsCallInLookup(BlobTier):
+class ExistsCallInLookup(FaultyJobs):
     """Bug: a shared BlobTier whose lookup of a key it has no verdict for asks the backend at once
     (a synchronous existence call, as a Redis tier's EXISTS in ``lookup``), instead of answering
     RETRY: quick on a local backend, blocking behind a slow one."""
@@ -249,7 +249,7 @@ class LastWriterWins(MemoryBackend):
         return Published.CREATED
 
 
-class OverwritesBlocks(BlobTier):
+class OverwritesBlocks(FaultyJobs):
     """A shared BlobTier over the :class:`LastWriterWins` backend."""
 
     def __init__(self, buffer: memoryview) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvproto import OffloadKey, envelope as env
-from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.file_blobs import FileBlobs
@@ -44,7 +44,7 @@ class _RetriesOnce(FaultyBackend):
                 return Published.CREATED  # the bug: the retry's outcome is never looked at
 
 
-class RetryReportsStored(BlobTier):
+class RetryReportsStored(FaultyJobs):
     """Bug: its storage client retries a failed write once and reports the blob created whatever the
     retry did."""
 
@@ -57,7 +57,7 @@ def retry_reports_stored() -> TierSpec:
     return class_spec(RetryReportsStored)
 
 
-class HeaderOnlyVerification(BlobTier):
+class HeaderOnlyVerification(FaultyJobs):
     """Bug: verifies the header of what it reads, never the size read or the payload's checksum (to
     save a pass over the block): a short or damaged read is served. (The engine's verification is
     replaced on this instance: no public seam lets a BlobTier skip it.)"""
@@ -91,7 +91,7 @@ class _SaysCreated(FaultyBackend):
         return Published.CREATED  # the bug: a blob found there is reported created, as of now
 
 
-class ExistedVouchesNow(BlobTier):
+class ExistedVouchesNow(FaultyJobs):
     """Bug: a store that finds the block's blob already there (create-if-absent) vouches for it as
     of when the store ends (its storage client reports it created), not as of when it looked: a
     deletion in between (a load found the blob damaged) is missed, and the block answers HIT with no
@@ -106,7 +106,7 @@ def existed_vouches_now() -> TierSpec:
     return class_spec(ExistedVouchesNow)
 
 
-class EvictsBlocksBeingLoaded(BlobTier):
+class EvictsBlocksBeingLoaded(FaultyJobs):
     """Bug: its byte budget (16 blocks) evicts the least recently used blocks whether or not a load of
     them is in flight; the load then vouches for a block whose blob the eviction deleted. (The
     engine's eviction is replaced on this instance: no public seam changes it.)"""
@@ -169,7 +169,7 @@ class _InPlaceFiles(FileBlobs):
             os.close(fd)
 
 
-class PreallocatingFileTier(BlobTier):
+class PreallocatingFileTier(FaultyJobs):
     """Bug: a persistent BlobTier over :class:`_InPlaceFiles`: a write cut short by a crash leaves a
     blob of the full size with a valid header and no payload, which its restart scan indexes (HIT) and
     create-if-absent then keeps (a later store finds it there)."""
@@ -271,7 +271,7 @@ def deadline_as_a_method() -> TierSpec:
     return clocked_spec(DeadlineAsAMethod)
 
 
-class WrapperBesideTheJobs(BlobTier):
+class WrapperBesideTheJobs(FaultyJobs):
     """Bug: the FaultyBackend it was built with (its ``backend``) sits beside the jobs, not under them:
     its jobs read and write the storage directly, so faults injected below it reach nothing (what
     BlobTier's ``wrap`` over an asynchronous backend did when the jobs stayed on the backend's loop)."""
@@ -288,7 +288,7 @@ def wrapper_beside_the_jobs() -> TierSpec:
 
 
 # ---- a byte budget (TIER-29) ----------------------------------------------------------------------
-class EvictsButNeverDeletes(BlobTier):
+class EvictsButNeverDeletes(FaultyJobs):
     """Bug: beyond ``max_bytes`` it evicts blocks from its index (and says so in REMOVED events) but
     never deletes their blobs, so the storage grows past the budget it declares."""
 

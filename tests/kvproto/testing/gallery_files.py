@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from kvproto import SecondaryTier
-from kvproto.testing import TierSpec
+from kvproto.testing import FaultyJobs, TierSpec
 from kvproto.tierkit import BlobBackend, Published
 
 from kvproto_fs import FsTier, FsTierConfig
@@ -37,7 +37,7 @@ class _StrictDirect(DirectIO):
         raise why
 
 
-class AssumesDirectIo(FsTier):
+class AssumesDirectIo(FaultyJobs, FsTier):
     """Bug: O_DIRECT is taken to work wherever the slot rows are page-aligned: a filesystem that
     refuses it (EINVAL: tmpfs before Linux 6.6, some FUSE and NFS mounts) fails every store and load
     instead of having it redone buffered."""
@@ -66,7 +66,7 @@ class _LinksTwice(FileBackend):
         return Published.CREATED
 
 
-class LosesBlocksToAReset(FsTier):
+class LosesBlocksToAReset(FaultyJobs, FsTier):
     """Bug: a block whose directory vanished between its ``mkdir`` and its link (another instance's
     ``reset_cache``) is linked once more, and when that link finds the directory gone again too the
     store is reported done, with no file at the block's name (a HIT for it, or a load, then fails)."""
@@ -81,7 +81,7 @@ class _SweepsStrictly(FileBackend):
                 shutil.rmtree(entry.path)  # the bug: no ignore_errors, so the error ends prepare()
 
 
-class StopsAtAStuckTrash(FsTier):
+class StopsAtAStuckTrash(FaultyJobs, FsTier):
     """Bug: the start-up sweep removes an interrupted reset's trash with errors raised, so the first
     trash entry it cannot remove (NFS's silly-renamed files, a file where a directory is expected)
     ends the start-up: in private mode the restart scan never runs and every stored block answers MISS."""
@@ -105,7 +105,7 @@ class _SweepStopsAtAFailure(FileBackend):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
-class LeavesCrashedWritersTemps(FsTier):
+class LeavesCrashedWritersTemps(FaultyJobs, FsTier):
     """Bug: the start-up sweep of crashed writers' temporary files stops at the first one it cannot
     remove (a directory or a file held by another process where a temp is expected): the temps after it
     in the listing stay, filling the disk across restarts."""
@@ -127,7 +127,7 @@ class _LinksOnly(FileBackend):
         return published
 
 
-class AssumesHardLinks(FsTier):
+class AssumesHardLinks(FaultyJobs, FsTier):
     """Bug: publishing assumes the filesystem does hard links; where it refuses them (EPERM: some FUSE,
     SMB and network mounts) every store fails. Mutation testing found the kit passed the reference
     code with its rename fallback removed (docs/mutation/fs.json)."""

@@ -6,11 +6,12 @@ conform`` target to the check and clause it must fail on, and gallery_index.py g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from kvproto import OffloadKey
-from kvproto.testing import FaultyBackend, ForwardingBackend, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, ForwardingBackend, TierSpec
 from kvproto.tierkit import HeldReads
 
 from kvproto_fs import FsTier, FsTierConfig
@@ -47,7 +48,7 @@ def _closes_early(buffer: memoryview) -> FsTier:
     return FsTier(buffer, FsTierConfig(root=fresh_root(), shared=True), name="closes-early", wrap=ClosesEarly)
 
 
-class LeaksPastBound(FsTier):
+class LeaksPastBound(FaultyJobs, FsTier):
     """Bug: declares a bound of 2 steps for its held HITs, but keeps each for 64."""
 
     def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
@@ -65,8 +66,9 @@ def _leaks_past_bound(buffer: memoryview) -> LeaksPastBound:
     return LeaksPastBound(buffer, FsTierConfig(root=fresh_root(), shared=True), name="leaks-past-bound")
 
 
-class LeaksFailedLoads(FsTier):
-    """Bug: a load that failed without reading a key forgets the handle held for it, open (and counted)."""
+class LeaksFailedLoads(FaultyJobs, FsTier):
+    """Bug: a load that fails a key forgets the handle held for it, open (and counted): the handle of a key
+    whose read failed, and of one it never read."""
 
     def __init__(self, buffer: memoryview, config: FsTierConfig, *, name: str = "fs") -> None:
         super().__init__(buffer, config, name=name, wrap=FaultyBackend)
@@ -74,11 +76,30 @@ class LeaksFailedLoads(FsTier):
         assert holds is not None
         self.leaked: list[object] = []
 
+        def load_run(job_id: int, load: Callable[..., tuple[Any, int]]) -> Callable[[OffloadKey, int], Any] | None:
+            claimed = holds._claimed.get(job_id)
+            if claimed is None:
+                return None
+
+            def run(key: OffloadKey, slot: int) -> tuple[Any, int]:
+                handle = claimed.pop(key, None)
+                if handle is None:
+                    return load(key, slot, None)
+                verdict = load(key, slot, (holds.backend, handle))
+                if verdict[0].value == "loaded":
+                    holds.release(handle)
+                else:
+                    self.leaked.append(handle)  # the bug: a failed read's handle is never closed nor uncounted
+                return verdict
+
+            return run
+
         def load_reported(job_id: int, keys: Iterable[OffloadKey]) -> None:
             self.leaked += holds._claimed.pop(job_id, {}).values()  # the bug: never closed nor uncounted
             holds._in_loads -= holds._claims.pop(job_id, 0)
 
-        holds.load_reported = load_reported  # type: ignore[method-assign]  # the gallery's one bug, on this instance
+        holds.load_run = load_run  # type: ignore[method-assign]  # the gallery's one bug, on this instance
+        holds.load_reported = load_reported  # type: ignore[method-assign]  # the same bug, for keys never read
 
     def shutdown(self) -> None:
         super().shutdown()

@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto.testing import FaultyBackend, TierSpec, fresh_directory
-from kvproto.tierkit import BlobTier, BlobTierConfig, Published
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec, fresh_directory
+from kvproto.tierkit import BlobTierConfig, Published
 
 from kvproto_fs._conformance import KitFileOps
 from kvproto_fs._io import read_full, write_full
@@ -87,7 +87,7 @@ class _Files(FileBlobs):
             os.close(fd)
 
 
-class _FileTier(BlobTier):
+class _FileTier(FaultyJobs):
     def __init__(self, buffer: memoryview, *, one_call: bool, close_on_error: bool, name: str) -> None:
         self.files = _Files(fresh_directory("kvproto-gallery-io-"), one_call=one_call, close_on_error=close_on_error)
         config = BlobTierConfig(shared=False, start_in_background=False)

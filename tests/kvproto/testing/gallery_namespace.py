@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from kvproto import LookupResult, OffloadKey, ReqContext
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from kvproto_obj import ObjTier, ObjTierConfig
@@ -32,7 +32,7 @@ NAMESPACE_GALLERY = Gallery()
 _log = logging.getLogger("kvproto_obj")
 
 
-class ManifestOfAnotherLayout(ObjTier):
+class ManifestOfAnotherLayout(FaultyJobs, ObjTier):
     """Bug: the start-up check (OBJ-1) computes the layout manifest from the buffer's row COUNT in
     place of its row length, so it writes the manifest of another namespace (the engine still writes
     the right one in the background: every answer stays right)."""
@@ -63,7 +63,7 @@ class _WarnsOffByOne(ObstoreBackend):
         return listed
 
 
-class ListingWarningRaises(ObjTier):
+class ListingWarningRaises(FaultyJobs, ObjTier):
     """An ObjTier whose backend is :class:`_WarnsOffByOne`."""
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
@@ -76,7 +76,7 @@ def listing_warning_raises() -> TierSpec:
     return _spec(ListingWarningRaises)
 
 
-class ClosesTwiceUnguarded(BlobTier):
+class ClosesTwiceUnguarded(FaultyJobs):
     """Bug: after the engine's shutdown (which closes the backend and logs a failure), shutdown closes the
     backend once more without catching its error: a storage failing to close raises out of shutdown."""
 
@@ -96,7 +96,7 @@ def closes_twice_unguarded() -> TierSpec:
                     tier_class=ClosesTwiceUnguarded)
 
 
-class HoldsOnlyItsOwnHits(BlobTier):
+class HoldsOnlyItsOwnHits(FaultyJobs):
     """Bug: a HIT is held (TIERKIT-6) only for a block this instance vouches for (its index); a HIT the
     probe found, a block another instance stored, is answered without a handle, so that instance's
     deletion makes the load fail."""
@@ -120,7 +120,7 @@ def holds_only_its_own_hits() -> TierSpec:
                     tier_class=HoldsOnlyItsOwnHits)
 
 
-class ScanStopsAfterItsFirstBatch(BlobTier):
+class ScanStopsAfterItsFirstBatch(FaultyJobs):
     """Bug: a private tier's restart scan stops after the first batch it indexes (256 blobs), so a new
     instance over a storage of more blocks answers MISS for the rest: every block a check of a few
     finds is still found."""

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members as lr
-from kvproto.testing import FaultyBackend, TierSpec
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
+from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.testing.gallery import _QUICK, HitsRememberedPerRequest
 from tests.kvproto.testing.gallery_registry import Gallery
@@ -30,7 +30,7 @@ def _spec(cls: type[_Shared]) -> TierSpec:
     return TierSpec(cls.__name__, "secondary", cls, hooks={"reopen": _reopen}, limits=_QUICK, tier_class=cls)
 
 
-class _Shared(BlobTier):
+class _Shared(FaultyJobs):
     """A shared BlobTier over ``storage`` (a new MemoryBackend if None), built with wrap=FaultyBackend."""
 
     tier_name = "shared"

@@ -18,7 +18,7 @@ from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import MemoryStore
 
 from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
 from kvproto.tierkit import BlobTier, Published
 
 from kvproto_obj import OBJ_HOOKS, ObjTier, ObjTierConfig
@@ -42,7 +42,7 @@ class _HeadsOnly(ListPlanner):
         return 0
 
 
-class NeverLists(ObjTier):
+class NeverLists(FaultyJobs, ObjTier):
     """An ObjTier whose listing planner is :class:`_HeadsOnly`: the same answers, 16 times the requests."""
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
@@ -64,7 +64,7 @@ class _ConflictIsFailure(ObstoreBackend):
         return Published.CREATED
 
 
-class FailsOnConflict(ObjTier):
+class FailsOnConflict(FaultyJobs, ObjTier):
     """An ObjTier whose backend is :class:`_ConflictIsFailure`."""
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
@@ -79,7 +79,7 @@ class _ForgetsEtags(ObstoreBackend):
         return None
 
 
-class UnconditionalGet(ObjTier):
+class UnconditionalGet(FaultyJobs, ObjTier):
     """An ObjTier whose backend is :class:`_ForgetsEtags`: a block replaced by another writer after the
     HIT loads the new bytes."""
 
@@ -88,7 +88,7 @@ class UnconditionalGet(ObjTier):
         self._io.__class__ = _ForgetsEtags  # the same backend object (the engine holds it), the buggy HEAD
 
 
-class SkipsItsStartUpCheck(ObjTier):
+class SkipsItsStartUpCheck(FaultyJobs, ObjTier):
     """Bug: the start-up check (the layout manifest's PUT, OBJ-1) swallows its error: a tier over a
     store that is down builds, and fails later, job by job."""
 
@@ -99,7 +99,7 @@ class SkipsItsStartUpCheck(ObjTier):
             pass  # the bug
 
 
-class ResetRaises(ObjTier):
+class ResetRaises(FaultyJobs, ObjTier):
     """Bug: ``reset_cache`` lets the store's error escape (TIER-16: it answers False when it cannot now)."""
 
     def reset_cache(self) -> bool:
@@ -109,7 +109,7 @@ class ResetRaises(ObjTier):
         return BlobTier.reset_cache(self)
 
 
-class DropsPersistence(ObjTier):
+class DropsPersistence(FaultyJobs, ObjTier):
     """Bug: a tier over a store it was given stops declaring persistence (its blocks do persist): the
     kit then skips every persistence check and names it unchecked, a promise quietly dropped (OBJ-10)."""
 

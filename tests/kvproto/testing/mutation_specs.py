@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend, OpFault, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, OpFault, TierSpec
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async_parts
@@ -40,8 +40,8 @@ def _parts(tier: object) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
 def _reopen(tier: object, buffer: memoryview) -> SecondaryTier:
     blob, faulty, memory = _parts(tier)
     if faulty.inner is memory:
-        return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
-    return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
+        return FaultyJobs(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+    return FaultyJobs(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
 
 
 def _other_layout(config: BlobTierConfig) -> BlobTierConfig:
@@ -53,8 +53,8 @@ def _reopen_other_layout(tier: object, buffer: memoryview) -> SecondaryTier:
     blob, faulty, memory = _parts(tier)
     config = _other_layout(blob.blob_config)
     if faulty.inner is memory:
-        return BlobTier(FaultyBackend(memory), buffer, config, name=blob.name)
-    return BlobTier(AsyncMemory(memory), buffer, config, name=blob.name, wrap=FaultyBackend)
+        return FaultyJobs(FaultyBackend(memory), buffer, config, name=blob.name)
+    return FaultyJobs(AsyncMemory(memory), buffer, config, name=blob.name, wrap=FaultyBackend)
 
 
 def _read_block(tier: object, key: OffloadKey) -> bytes | None:
@@ -118,7 +118,7 @@ _HOOKS: dict[str, Callable[..., Any]] = {
 
 def _spec(name: str, config: BlobTierConfig) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
-        return BlobTier(FaultyBackend(MemoryBackend()), buffer, config, name=name)
+        return FaultyJobs(FaultyBackend(MemoryBackend()), buffer, config, name=name)
 
     return TierSpec(
         name, "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
@@ -136,7 +136,7 @@ def blob_async() -> TierSpec:
     config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
 
     def build(buffer: memoryview) -> SecondaryTier:
-        return BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="blob-async", wrap=FaultyBackend)
+        return FaultyJobs(AsyncMemory(MemoryBackend()), buffer, config, name="blob-async", wrap=FaultyBackend)
 
     return TierSpec(
         "blob-async", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
@@ -201,7 +201,7 @@ def blob_loop() -> TierSpec:
 
 class AsyncBytes(AsyncMemory):
     """AsyncMemory over a FaultyBackend, offering ``read_bytes`` (an AsyncBlobBytes: the whole blob as stored,
-    as obstore's GET hands it over) and forwarding ``refuse`` (the FaultyBackend's job faults)."""
+    as obstore's GET hands it over)."""
 
     def __init__(self, inner: FaultyBackend) -> None:
         super().__init__(inner)  # type: ignore[arg-type]  # a BlobBackend: AsyncMemory only forwards to it
@@ -215,9 +215,6 @@ class AsyncBytes(AsyncMemory):
         self.faulty.read_into(name, (blob,))
         return blob
 
-    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
-        return self.faulty.refuse(keys, store=store)
-
 
 def blob_loop_bytes() -> TierSpec:
     """``blob_loop`` whose asynchronous backend offers ``read_bytes`` (a load copies and checks the body in one
@@ -225,7 +222,7 @@ def blob_loop_bytes() -> TierSpec:
     config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
 
     def build(buffer: memoryview) -> SecondaryTier:
-        return BlobTier(AsyncBytes(FaultyBackend(MemoryBackend())), buffer, config, name="blob-loop-bytes")
+        return FaultyJobs(AsyncBytes(FaultyBackend(MemoryBackend())), buffer, config, name="blob-loop-bytes")
 
     return TierSpec(
         "blob-loop-bytes", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,
@@ -286,7 +283,7 @@ def blob_held() -> TierSpec:
     config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
 
     def build(buffer: memoryview) -> SecondaryTier:
-        return BlobTier(FaultyBackend(HeldMemory()), buffer, config, name="blob-held")
+        return FaultyJobs(FaultyBackend(HeldMemory()), buffer, config, name="blob-held")
 
     return TierSpec(
         "blob-held", "secondary", build, hooks=_HOOKS, tier_class=BlobTier,

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from kvproto.testing import FaultyBackend, SecondaryDriver, TierSpec
+from kvproto.testing import FaultyBackend, SecondaryDriver, TierSpec, faulty_jobs
 
 from tests.cli import kvproto_cli
 from tests.impls.obj.serving import serve_in_process
@@ -131,7 +131,8 @@ def obj_on_moto() -> TierSpec:
 
     def build(buffer: memoryview) -> object:
         config = config_for(endpoint, bucket, prefix=f"run-{uuid.uuid4().hex[:8]}")
-        return kvproto_obj.ObjTier(buffer, config, wrap=FaultyBackend, ops=kit_ops(config))  # OBJ_HOOKS' store seam (OBJ-13)
+        # OBJ_HOOKS' store seam (OBJ-13)
+        return faulty_jobs(kvproto_obj.ObjTier)(buffer, config, wrap=FaultyBackend, ops=kit_ops(config))
 
     return TierSpec("obj-s3", "secondary", build, hooks=kvproto_obj.OBJ_HOOKS, tier_class=kvproto_obj.ObjTier)
 
@@ -169,7 +170,7 @@ def obj_behind_slow_listings() -> TierSpec:
     config = kvproto_obj.ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix="kvproto-kit/obj")
 
     def build(buffer: memoryview) -> object:
-        return kvproto_obj.ObjTier(buffer, config, name="obj-slow-listings", store=MemoryStore(), wrap=FaultyBackend,
+        return faulty_jobs(kvproto_obj.ObjTier)(buffer, config, name="obj-slow-listings", store=MemoryStore(), wrap=FaultyBackend,
                                    ops=SlowListings(ranged=True))  # ranged: as the spec's in-memory store lists
 
     return replace(spec, factory=build)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from kvproto import SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend
+from kvproto.testing import FaultyBackend, FaultyJobs
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, SLOTS, BlobBackendCases, BlobEnv
@@ -83,7 +83,7 @@ class TestAsyncMemoryBackend(BlobBackendCases):
     def env(self) -> BlobEnv:
         def build(config: BlobTierConfig) -> tuple[BlobTier, FaultyBackend]:
             buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
-            tier = BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="amem", wrap=FaultyBackend)
+            tier = FaultyJobs(AsyncMemory(MemoryBackend()), buffer, config, name="amem", wrap=FaultyBackend)
             return _memory(tier)[:2]
 
         return BlobEnv.over_memory(build, lambda tier: _memory(tier)[2])
@@ -97,11 +97,11 @@ class TestSharedAsyncMemoryBlobTier(MemoryBlobHooks):
     @pytest.fixture
     def tier_factory(self) -> Callable[[memoryview], SecondaryTier]:
         config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
-        return lambda buffer: BlobTier(AsyncMemory(MemoryBackend()), buffer, config, name="amem", wrap=FaultyBackend)
+        return lambda buffer: FaultyJobs(AsyncMemory(MemoryBackend()), buffer, config, name="amem", wrap=FaultyBackend)
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         blob, _, memory = _memory(tier)
-        return BlobTier(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
+        return FaultyJobs(AsyncMemory(memory), buffer, blob.blob_config, name=blob.name, wrap=FaultyBackend)
 
     def parts(self, tier: SecondaryTier) -> tuple[BlobTier, FaultyBackend, MemoryBackend]:
         return _memory(tier)

@@ -18,7 +18,7 @@ from typing import ClassVar
 import pytest
 
 from kvproto import EventKind, JobResult, OffloadingEvent, OffloadKey, ReqContext, TransferJob, make_key, members as lr
-from kvproto.testing import FaultyBackend, OpFault
+from kvproto.testing import FaultyBackend, FaultyJobs, OpFault
 from kvproto.tierkit import MAX_PENDING_EVENTS, BlobTier, BlobTierConfig, MemoryBackend
 
 BLOCK = 256
@@ -258,7 +258,7 @@ class TestMemoryBackend(BlobBackendCases):
         def build(config: BlobTierConfig) -> tuple[BlobTier, FaultyBackend]:
             memory = MemoryBackend()
             faulty = FaultyBackend(memory)
-            tier = BlobTier(faulty, _buffer(), config, name="mem")
+            tier = FaultyJobs(faulty, _buffer(), config, name="mem")
             backends[id(tier)] = memory
             return tier, faulty
 

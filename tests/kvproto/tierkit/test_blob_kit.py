@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from kvproto import OffloadKey, SecondaryTier, envelope as env
-from kvproto.testing import FaultyBackend, SecondaryTierTests
+from kvproto.testing import FaultyBackend, FaultyJobs, SecondaryTierTests
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
 
 
@@ -50,11 +50,11 @@ class _MemoryBlobKit(MemoryBlobHooks):
 
     @pytest.fixture
     def tier_factory(self) -> Callable[[memoryview], SecondaryTier]:
-        return lambda buffer: BlobTier(FaultyBackend(MemoryBackend()), buffer, self.config, name="mem")
+        return lambda buffer: FaultyJobs(FaultyBackend(MemoryBackend()), buffer, self.config, name="mem")
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         blob, _, memory = _parts(tier)
-        return BlobTier(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
+        return FaultyJobs(FaultyBackend(memory), buffer, blob.blob_config, name=blob.name)
 
     def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
         blob, _, memory = _parts(tier)

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from kvproto import EventKind, OffloadKey, ReqContext, SecondaryTier, envelope as env, members as lr
-from kvproto.testing import FaultyBackend, ThreadLedger
+from kvproto.testing import FaultyBackend, FaultyJobs, ThreadLedger
 from kvproto.tierkit import AsyncBlobBackend, BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.tierkit import test_blob_async as wrapped
@@ -28,7 +28,7 @@ _parts = wrapped._memory  # the tier, its FaultyBackend, the MemoryBackend (eith
 
 
 class ThreadedAsync:
-    """A synchronous backend's methods as coroutines awaiting a helper thread; forwards ``refuse``."""
+    """A synchronous backend's methods as coroutines awaiting a helper thread."""
 
     def __init__(self, inner: FaultyBackend) -> None:
         self.inner = inner
@@ -57,9 +57,6 @@ class ThreadedAsync:
 
     async def close(self) -> None:
         pass
-
-    def refuse(self, keys: Sequence[OffloadKey], *, store: bool) -> frozenset[OffloadKey]:
-        return self.inner.refuse(keys, store=store)
 
 
 class Gate(wrapped.AsyncMemory):
@@ -108,7 +105,7 @@ def _buffer() -> memoryview:
 
 def _loop_tier(config: BlobTierConfig, memory: MemoryBackend | None = None, name: str = "loop") -> BlobTier:
     faulty = FaultyBackend(MemoryBackend() if memory is None else memory)
-    return BlobTier(ThreadedAsync(faulty), _buffer(), config, name=name)
+    return FaultyJobs(ThreadedAsync(faulty), _buffer(), config, name=name)
 
 
 class TestLoopJobsCases(BlobBackendCases):
@@ -130,11 +127,11 @@ class TestLoopJobsKit(wrapped.TestSharedAsyncMemoryBlobTier):
     @pytest.fixture
     def tier_factory(self) -> Callable[[memoryview], SecondaryTier]:
         config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
-        return lambda buffer: BlobTier(ThreadedAsync(FaultyBackend(MemoryBackend())), buffer, config, name="loop")
+        return lambda buffer: FaultyJobs(ThreadedAsync(FaultyBackend(MemoryBackend())), buffer, config, name="loop")
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         blob, _, memory = _parts(tier)
-        return BlobTier(ThreadedAsync(FaultyBackend(memory)), buffer, blob.blob_config, name=blob.name)
+        return FaultyJobs(ThreadedAsync(FaultyBackend(memory)), buffer, blob.blob_config, name=blob.name)
 
 
 def _gated(gate: Gate, **options: object) -> BlobTier:

@@ -4,8 +4,8 @@
   :class:`kvproto.tierkit.BlobTier` over :class:`FileBackend`.
 * :class:`FsTierConfig` is its pydantic configuration.
 * :class:`FileBackend` is its storage I/O, a :class:`kvproto.tierkit.BlobBackend` (files under a root).
-* :class:`FileOps` is the seam for system-call faults (disk full, I/O errors, crashes); faults of
-  whole jobs or keys go below the tier: ``FsTier(..., wrap=kvproto.testing.FaultyBackend)``.
+* :class:`FileOps` is the seam for system-call faults (disk full, I/O errors, crashes); the tier has
+  no job-fault knob: the kit builds ``kvproto.testing.faulty_jobs(FsTier)(..., wrap=kvproto.testing.FaultyBackend)``.
 * :func:`conformance_spec` is the ``fs`` entry point of ``kvproto.tiers``.
 
 Blocks are stored as :mod:`kvproto.envelope` envelopes. Clauses: kvproto's

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
 
 from kvproto_fs._backend import TMP_SUFFIX
 from kvproto_fs._config import FsTierConfig
@@ -206,9 +206,11 @@ _KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDiction
 
 
 def kit_tier(buffer: memoryview, config: FsTierConfig, name: str, *, cls: type[FsTier] = FsTier) -> FsTier:
-    """An FsTier (or ``cls``, a subclass) as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``."""
+    """An FsTier (or ``cls``, a subclass) as the kit builds it: over :class:`KitFileOps`, with ``wrap=FaultyBackend``,
+    of the class :func:`kvproto.testing.faulty_jobs` makes of ``cls`` (the kit's job faults, KIT-5: the tier
+    itself has no fault knob)."""
     ops = KitFileOps(config.root)
-    tier = cls(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
+    tier = faulty_jobs(cls)(buffer, config, name=name, ops=ops, wrap=FaultyBackend)
     _KIT_OPS[tier] = ops
     return tier
 
@@ -332,7 +334,7 @@ def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
 
 
 def _fail_next_jobs(tier: FsTier, n: int) -> None:
-    FaultyBackend.below(tier).fail_next_jobs(n)  # the kit's spec: FsTier(..., wrap=FaultyBackend)
+    FaultyBackend.below(tier).fail_next_jobs(n)  # the kit's spec: faulty_jobs(FsTier)(..., wrap=FaultyBackend)
 
 
 def _fail_keys(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
@@ -372,7 +374,8 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "storage_names": _storage_names,
     "namespace_of": _namespace_of,
 }
-"""The kit's backdoor hooks for FsTier (KIT-5); the fault hooks arm the FaultyBackend the tier was built over."""
+"""The kit's backdoor hooks for FsTier (KIT-5); the job-fault hooks arm the FaultyBackend the tier was built
+over, which the tier's :func:`kvproto.testing.faulty_jobs` class applies (the kit's, not FsTier's, code)."""
 
 
 def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> TierSpec:
@@ -412,7 +415,8 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
         tier_class=FsTier,
         description=(
             f"kvproto_fs.FsTier(buffer, FsTierConfig(root=<fresh temporary directory>, shared={shared}, "
-            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), ops=KitFileOps(), wrap=FaultyBackend)"
+            f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), ops=KitFileOps(), wrap=FaultyBackend), "
+            "as a kvproto.testing.faulty_jobs(FsTier)"
         ),
     )
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
-import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
@@ -44,8 +43,10 @@ class FsTier(BlobTier):
     ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous
     2-D ``memoryview`` of format ``"B"``, one row per slot); its row length
     is the block size. ``ops`` replaces the system calls (disk full, I/O
-    errors, crashes); ``wrap`` wraps the file backend below the tier (e.g.
-    :class:`kvproto.testing.FaultyBackend`: the kit's fault hooks).
+    errors, crashes); ``wrap`` wraps the file backend below the tier
+    (tracing, metrics, or the kit's :class:`kvproto.testing.FaultyBackend`,
+    TIERKIT-8). The tier has no fault knob: the kit fails jobs through a
+    :func:`kvproto.testing.faulty_jobs` class of it (KIT-5).
     """
 
     file_backend: ClassVar[type[FileBackend]] = FileBackend
@@ -107,38 +108,6 @@ class FsTier(BlobTier):
     def direct_io_counts(self) -> tuple[int, int]:
         """(I/Os done with O_DIRECT, I/Os done buffered), files opened for blocks."""
         return self._direct.direct_ios, self._direct.buffered_ios
-
-    # -- deprecated fault knobs --------------------------------------------------------------
-
-    def fail_next_jobs(self, n: int) -> None:
-        """Deprecated: build ``FsTier(..., wrap=kvproto.testing.FaultyBackend)`` and arm the wrapper."""
-        self._faulty("fail_next_jobs").fail_next_jobs(n)
-
-    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
-        """Deprecated: build ``FsTier(..., wrap=kvproto.testing.FaultyBackend)`` and arm the wrapper."""
-        self._faulty("fail_keys").fail_keys(keys)
-
-    def _faulty(self, method: str) -> _Faulty:
-        warnings.warn(
-            f"FsTier.{method} is deprecated: fault injection moved below the tier; build "
-            f"FsTier(..., wrap=kvproto.testing.FaultyBackend) and call tier.backend.{method}(...)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        backend = self.backend
-        if not hasattr(backend, "fail_next_jobs"):
-            raise ConfigurationError(
-                f"FsTier {self.name!r}: {method} needs a tier built with wrap=kvproto.testing.FaultyBackend"
-            )
-        return backend  # type: ignore[return-value]  # a FaultyBackend (checked by attribute: no kvproto.testing import)
-
-
-class _Faulty(BlobBackend, Protocol):
-    """What the deprecated knobs call on a :class:`kvproto.testing.FaultyBackend`."""
-
-    def fail_next_jobs(self, n: int) -> None: ...
-
-    def fail_keys(self, keys: Iterable[OffloadKey]) -> None: ...
 
 
 def _write_manifest(ns_dir: Path, manifest: dict[str, object]) -> None:

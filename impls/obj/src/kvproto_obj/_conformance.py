@@ -1,8 +1,9 @@
 """The ``obj`` entry point of the ``kvproto.tiers`` group: what ``kvproto conform obj`` checks (KIT-9, OBJ-10).
 
-Job faults (``fail_next_jobs``, ``fail_keys``) go through a
-:class:`kvproto.testing.FaultyBackend` between the engine and the store,
-never through the tier's job paths. The embedded default needs no server: each tier gets a fresh obstore
+Job faults (``fail_next_jobs``, ``fail_keys``) are armed on a
+:class:`kvproto.testing.FaultyBackend` between the engine and the store and
+applied by the kit's :func:`kvproto.testing.faulty_jobs` class of ObjTier,
+never by the tier's own job paths (it has no fault knob). The embedded default needs no server: each tier gets a fresh obstore
 ``MemoryStore``, which the ``reopen`` hook shares with the second instance
 (persistence and sharing between live instances, as two engines share one
 bucket). :func:`obj_spec` builds the same spec over any store factory: the
@@ -21,7 +22,7 @@ from obstore.store import MemoryStore
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, TierSpec
+from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
 
 from kvproto_obj._backend import _RANGED
 from kvproto_obj._config import ObjTierConfig
@@ -153,13 +154,13 @@ def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix (a second engine on the same bucket), whose
     store answers a conflicting conditional PUT 412 (PreconditionError) as some S3 providers do."""
     ops = kit_ops(tier.config, conflicts_as_precondition=True)
-    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
+    return faulty_jobs(ObjTier)(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=ops)
 
 
 def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store and prefix for another model layout (another namespace, TIER-22)."""
     layout = {**tier.config.layout, "kvproto-kit": "another layout"}
-    return ObjTier(
+    return faulty_jobs(ObjTier)(
         buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
         ops=kit_ops(tier.config),
     )
@@ -168,7 +169,8 @@ def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
 def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
     """A second instance over the same store while it is down: OBJ-1's start-up check (the layout
     manifest's PUT) must refuse it with ConfigurationError (KIT-20)."""
-    return ObjTier(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend, ops=KitStoreOps(down=True))
+    return faulty_jobs(ObjTier)(buffer, tier.config, name=tier.name, store=tier.store, wrap=FaultyBackend,
+                                ops=KitStoreOps(down=True))
 
 
 def _expected_abilities(tier: ObjTier) -> tuple[str, ...]:
@@ -236,7 +238,8 @@ def _request_plan(tier: ObjTier, n: int) -> tuple[int, int]:
 
 
 def faults_of(tier: ObjTier) -> FaultyBackend:
-    """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through."""
+    """The :class:`~kvproto.testing.FaultyBackend` a tier built with ``wrap=FaultyBackend`` injects through (its
+    job faults need the tier built as ``faulty_jobs(ObjTier)(...)``, as this spec does)."""
     return FaultyBackend.below(tier)
 
 
@@ -297,7 +300,8 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "namespace_of": _namespace_of,
     "replace_block": _seed_block,  # an object replaced after a HEAD fails its conditional GET (OBJ-12, TIER-34)
 }
-"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built with ``wrap=FaultyBackend``,
+"""The kit's backdoor hooks for ObjTier (KIT-5); job faults need a tier built as ``faulty_jobs(ObjTier)(...,
+wrap=FaultyBackend)``,
 store faults and request counts one built with ``ops=kit_ops(config)`` (OBJ-13: a hook on a tier built
 without them raises ConfigurationError, which the kit reports against the hook, KIT-5)."""
 
@@ -315,13 +319,14 @@ def obj_spec(
 ) -> TierSpec:
     """ObjTier over a fresh store per tier (``make_store()``), all capabilities but eviction declared.
 
-    Each tier is built with ``wrap=FaultyBackend``: the kit's job faults act below the engine (KIT-5).
+    Each tier is a ``faulty_jobs(ObjTier)`` built with ``wrap=FaultyBackend``: the kit's job faults (KIT-5).
     """
     cfg = ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix=_PREFIX) if config is None else config
 
     def build(buffer: memoryview) -> ObjTier:
         ranged = cfg.kind == "memory"  # the in-memory store lists in key order with a native start-after
-        return ObjTier(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend, ops=kit_ops(cfg, ranged=ranged))
+        return faulty_jobs(ObjTier)(buffer, cfg, name=name, store=make_store(), wrap=FaultyBackend,
+                                    ops=kit_ops(cfg, ranged=ranged))
 
     return TierSpec(
         name,

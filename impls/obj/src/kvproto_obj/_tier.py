@@ -19,8 +19,7 @@ import asyncio
 import json
 import logging
 import threading
-import warnings
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvproto import Capabilities, OffloadKey, envelope as env
@@ -51,8 +50,11 @@ class ObjTier(BlobTier):
     given, is the obstore store to use instead of the one ``config``
     describes (several tiers sharing one in-process MemoryStore; tests).
     ``wrap``, when given, is put between the engine and the object store
-    (a :class:`kvproto.testing.FaultyBackend`, tracing, metrics): the engine
-    hands it the store's backend as a synchronous :class:`~kvproto.tierkit.BlobBackend`.
+    (tracing, metrics, or the kit's :class:`kvproto.testing.FaultyBackend`):
+    the engine hands it the store's backend as a synchronous
+    :class:`~kvproto.tierkit.BlobBackend` (TIERKIT-8). The tier has no
+    fault knob: the kit fails jobs through a :func:`kvproto.testing.faulty_jobs`
+    class of it (KIT-5).
     ``ops``, when given, makes every request to the store (:class:`StoreOps`, OBJ-13: the
     conformance spec's counting, fault-arming one); by default obstore's functions.
     """
@@ -170,25 +172,6 @@ class ObjTier(BlobTier):
     def existence_batches(self) -> int:
         """How many batches of existence checks (HEAD requests) went to the store so far."""
         return self._io.existence_batches
-
-    # -- deprecated fault knobs: they moved below the engine ---------------------------------
-
-    def fail_next_jobs(self, n: int) -> None:
-        """Deprecated: build the tier with ``wrap=kvproto.testing.FaultyBackend`` and arm that instead."""
-        self._faults("fail_next_jobs")(n)
-
-    def fail_keys(self, keys: Iterable[OffloadKey]) -> None:
-        """Deprecated: build the tier with ``wrap=kvproto.testing.FaultyBackend`` and arm that instead."""
-        self._faults("fail_keys")(keys)
-
-    def _faults(self, knob: str) -> Callable[[Any], None]:
-        warnings.warn(f"ObjTier.{knob} is deprecated: build the tier with wrap=kvproto.testing.FaultyBackend "
-                      f"and call kvproto_obj.faults_of(tier).{knob}", DeprecationWarning, stacklevel=3)
-        arm: Callable[[Any], None] | None = getattr(self.backend, knob, None)
-        if arm is None:
-            raise ConfigurationError(f"ObjTier {self.name!r}.{knob}: the tier was built without "
-                                     "wrap=kvproto.testing.FaultyBackend, which now injects job faults")
-        return arm
 
 
 def _checked(config: object, name: str) -> ObjTierConfig:
