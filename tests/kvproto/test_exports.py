@@ -207,6 +207,20 @@ def test_importing_the_kit_package_imports_no_test_framework() -> None:
     assert out.strip() == "[]"
 
 
+def test_importing_a_reference_tier_or_an_adapter_loads_no_part_of_the_kit() -> None:
+    """A tier's production modules never import the kit (issue 36): ``import kvproto_fs`` (and obj, cpu,
+    the vLLM and LMCache adapters) loads no ``kvproto.testing`` module; their ``conformance_spec`` loads
+    it on first use."""
+    probe = (
+        "import sys, kvproto_fs, kvproto_obj, kvproto_cpu, kvproto_vllm, kvproto_lmcache; "
+        "print(sorted(m for m in sys.modules if m.startswith('kvproto.testing'))); "
+        "kvproto_fs.conformance_spec; print('kvproto.testing' in sys.modules)"
+    )
+    env = os.environ | {"LMCACHE_TRACK_USAGE": "false"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip().splitlines()[-2:] == ["[]", "True"]
+
+
 def test_the_contract_tests_run_without_torch() -> None:
     """tests/kvproto needs no torch: every module imports, and the contract and manager tests pass,
     with torch made unimportable (only tests/impls/cpu needs it)."""

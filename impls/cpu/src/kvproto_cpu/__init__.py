@@ -14,14 +14,21 @@ Clauses: kvproto's ``spec/CONTRACT.md``, section "CPU: the reference CPU primary
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvproto import PrimaryTier
 from kvproto.tierkit import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 
 from kvproto_cpu._buffer import SlotBuffer, allocate_slot_buffer
 from kvproto_cpu._config import CpuTierConfig
-from kvproto_cpu._conformance import conformance_spec
 from kvproto_cpu._tier import BlockState, CpuTier, CpuTierStats
 from kvproto_cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutcome
+
+if TYPE_CHECKING:
+    from kvproto_cpu._conformance import conformance_spec
+
+#: Loaded on first use (:func:`__getattr__`): they import the kit.
+_CONFORMANCE = frozenset(("conformance_spec",))
 
 __all__ = [
     "ArcPolicy",
@@ -44,3 +51,15 @@ __all__ = [
 def _conforms(tier: CpuTier) -> PrimaryTier:
     """Never called: mypy proves here that CpuTier satisfies PrimaryTier structurally."""
     return tier
+
+
+def __getattr__(name: str) -> object:
+    """The kit-facing names load on first use, so that importing kvproto_cpu imports no part of the
+    conformance kit (:mod:`kvproto.testing`): a tier's production modules never do (issue 36)."""
+    if name in _CONFORMANCE:
+        from kvproto_cpu import _conformance
+
+        value: object = getattr(_conformance, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
