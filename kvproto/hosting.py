@@ -14,6 +14,9 @@ but not its test frameworks.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Collection
+
 from kvproto._tier_names import (
     ENTRY_POINT_GROUP,
     SCHEME_GROUP,
@@ -31,5 +34,24 @@ __all__ = [
     "TierUnavailable",
     "build_secondary_tier",
     "installed_tiers",
+    "lazy_attributes",
     "resolve_target",
 ]
+
+
+def lazy_attributes(module: str, names: Collection[str], *, owner: str) -> Callable[[str], object]:
+    """A module ``__getattr__`` for package ``owner`` that loads ``names`` from ``module`` on first use.
+
+    A tier's package exports its conformance spec (``conformance_spec``, which imports the kit) without
+    importing the kit when the package itself is imported: ``__getattr__ = lazy_attributes(
+    "my_tier._conformance", {"conformance_spec"}, owner=__name__)``. Any other name raises
+    AttributeError, as a module without ``__getattr__`` would (KIT-14)."""
+    wanted = frozenset(names)
+
+    def __getattr__(name: str) -> object:
+        if name not in wanted:
+            raise AttributeError(f"module {owner!r} has no attribute {name!r}")
+        value: object = getattr(importlib.import_module(module), name)
+        return value
+
+    return __getattr__

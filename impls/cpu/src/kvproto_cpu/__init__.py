@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvproto import PrimaryTier
+from kvproto.hosting import lazy_attributes
 from kvproto.tierkit import ArcPolicy, EvictionPolicy, LruPolicy, make_policy
 
 from kvproto_cpu._buffer import SlotBuffer, allocate_slot_buffer
@@ -27,8 +28,9 @@ from kvproto_cpu._transfer import CpuTransferHandler, DeviceLayout, TransferOutc
 if TYPE_CHECKING:
     from kvproto_cpu._conformance import conformance_spec
 
-#: Loaded on first use (:func:`__getattr__`): they import the kit.
-_CONFORMANCE = frozenset(("conformance_spec",))
+#: Loaded on first use: they import the kit, which importing this package does not (KIT-14).
+_CONFORMANCE = frozenset({"conformance_spec"})
+__getattr__ = lazy_attributes("kvproto_cpu._conformance", _CONFORMANCE, owner=__name__)
 
 __all__ = [
     "ArcPolicy",
@@ -51,15 +53,3 @@ __all__ = [
 def _conforms(tier: CpuTier) -> PrimaryTier:
     """Never called: mypy proves here that CpuTier satisfies PrimaryTier structurally."""
     return tier
-
-
-def __getattr__(name: str) -> object:
-    """The kit-facing names load on first use, so that importing kvproto_cpu imports no part of the
-    conformance kit (:mod:`kvproto.testing`): a tier's production modules never do (issue 36)."""
-    if name in _CONFORMANCE:
-        from kvproto_cpu import _conformance
-
-        value: object = getattr(_conformance, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

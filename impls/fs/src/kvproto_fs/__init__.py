@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvproto import BatchLookup, SecondaryTier
+from kvproto.hosting import lazy_attributes
 
 from kvproto_fs._backend import FileBackend
 from kvproto_fs._config import FsTierConfig, LayoutValue
@@ -26,8 +27,9 @@ from kvproto_fs._tier import FsTier, FsTierStats
 if TYPE_CHECKING:
     from kvproto_fs._conformance import conformance_spec
 
-#: Loaded on first use (:func:`__getattr__`): they import the kit.
-_CONFORMANCE = frozenset(("conformance_spec",))
+#: Loaded on first use: they import the kit, which importing this package does not (KIT-14).
+_CONFORMANCE = frozenset({"conformance_spec"})
+__getattr__ = lazy_attributes("kvproto_fs._conformance", _CONFORMANCE, owner=__name__)
 
 __all__ = ["FileBackend", "FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec"]
 
@@ -40,15 +42,3 @@ def _conforms(tier: FsTier) -> SecondaryTier:
 def _batch(tier: FsTier) -> BatchLookup:
     """Never called: mypy proves here that FsTier offers lookup_many (BatchLookup)."""
     return tier
-
-
-def __getattr__(name: str) -> object:
-    """The kit-facing names load on first use, so that importing kvproto_fs imports no part of the
-    conformance kit (:mod:`kvproto.testing`): a tier's production modules never do (issue 36)."""
-    if name in _CONFORMANCE:
-        from kvproto_fs import _conformance
-
-        value: object = getattr(_conformance, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

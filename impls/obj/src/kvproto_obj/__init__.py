@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvproto import BatchLookup, SecondaryTier
+from kvproto.hosting import lazy_attributes
 
 from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import LayoutValue, ObjTierConfig, StoreKind
@@ -30,8 +31,9 @@ from kvproto_obj._tier import ObjTier
 if TYPE_CHECKING:
     from kvproto_obj._conformance import OBJ_HOOKS, conformance_spec, faults_of, obj_spec
 
-#: Loaded on first use (:func:`__getattr__`): they import the kit.
-_CONFORMANCE = frozenset(("OBJ_HOOKS", "conformance_spec", "faults_of", "obj_spec"))
+#: Loaded on first use: they import the kit, which importing this package does not (KIT-14).
+_CONFORMANCE = frozenset({"OBJ_HOOKS", "conformance_spec", "faults_of", "obj_spec"})
+__getattr__ = lazy_attributes("kvproto_obj._conformance", _CONFORMANCE, owner=__name__)
 
 __all__ = [
     "OBJ_HOOKS",
@@ -57,15 +59,3 @@ def _conforms(tier: ObjTier) -> SecondaryTier:
 def _batch(tier: ObjTier) -> BatchLookup:
     """Never called: mypy proves here that ObjTier offers lookup_many (BatchLookup)."""
     return tier
-
-
-def __getattr__(name: str) -> object:
-    """The kit-facing names load on first use, so that importing kvproto_obj imports no part of the
-    conformance kit (:mod:`kvproto.testing`): a tier's production modules never do (issue 36)."""
-    if name in _CONFORMANCE:
-        from kvproto_obj import _conformance
-
-        value: object = getattr(_conformance, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
