@@ -84,12 +84,7 @@ class FaultyJobs(BlobTier):
 
     def submit_store(self, job: TransferJob) -> None:
         """The tier's ``submit_store``, of the job less its failing keys, unless a job fault fails it whole."""
-        faults = self._kit_faults
-        if faults is None:
-            super().submit_store(job)
-            return
-        self._kit_check(job, promotion=False)
-        whole, failing = faults.take_job(job.keys)
+        whole, failing = self._kit_take(job, promotion=False)
         if not failing:
             super().submit_store(job)
         elif whole or not self.capabilities.partial_jobs or failing >= set(job.keys):
@@ -104,12 +99,7 @@ class FaultyJobs(BlobTier):
     def submit_load(self, job: TransferJob) -> None:
         """The tier's ``submit_load`` of the whole job (the FaultyBackend fails the failing keys' reads),
         unless ``fail_next_jobs`` fails it whole here."""
-        faults = self._kit_faults
-        if faults is None:
-            super().submit_load(job)
-            return
-        self._kit_check(job, promotion=True)
-        whole, _ = faults.take_job(job.keys)
+        whole, _ = self._kit_take(job, promotion=True)
         if whole:
             self._kit_fail(job)
         else:
@@ -148,6 +138,15 @@ class FaultyJobs(BlobTier):
         return super().reset_cache()
 
     # -- internals -----------------------------------------------------------------------
+
+    def _kit_take(self, job: TransferJob, *, promotion: bool) -> tuple[bool, frozenset[OffloadKey]]:
+        """``(whole, failing)``: whether an armed ``fail_next_jobs`` fails ``job`` whole, and its keys an armed
+        ``fail_keys`` fails (KIT-5); nothing without a FaultyBackend below. A misused job is refused first."""
+        faults = self._kit_faults
+        if faults is None:
+            return False, frozenset()
+        self._kit_check(job, promotion=promotion)
+        return faults.take_job(job.keys)
 
     def _kit_check(self, job: TransferJob, *, promotion: bool) -> None:
         """Refuse a job the tier would refuse (TIER-10, TIER-11), before any fault is used up."""
