@@ -141,9 +141,10 @@ def test_inert_noqa_sees_unselected_and_blanket_ones(line: str, expected: int) -
 
 def test_the_kit_has_at_most_15_entries_at_its_top_level() -> None:
     """``kvproto/testing`` is its public face (``__init__``, ``plugin``, ``stateful``, ``strategies``,
-    ``faults``, ``scans``), the reference tiers' specs its own entry points name (``_reference``) and
-    a few private wings (``_harness``, ``_checks``, ``_faults``): a newcomer finds a clause's checks by
-    file name, not among fifty siblings (issue 36)."""
+    ``faults``, ``scans``), the reference tiers' specs its own entry points name (``_reference``), what
+    builds test classes from specs (``_collection``, ``_hooks``) and a few private wings (``_harness``,
+    ``_checks``, ``_faults``): a newcomer finds a clause's checks by file name, not among fifty siblings
+    (issue 36)."""
     kit = ROOT / "kvproto" / "testing"
     entries = sorted(p.name for p in kit.iterdir() if p.name != "__pycache__")
     assert {"__init__.py", "plugin.py", "stateful.py", "strategies.py", "faults.py", "scans.py"} <= set(entries)

@@ -333,3 +333,36 @@ def test_nothing_below_the_tools_nor_an_engines_hosting_path_imports_the_kit() -
     impls = sorted((ROOT / "impls").glob("*/src/*/**/*.py"))
     assert impls
     assert _violations([p for p in impls if p.name != "_conformance.py"], ("kvproto.testing",)) == {}
+
+
+def _kit_part(module: str) -> str | None:
+    """The part of the kit ``module`` belongs to: a top-level module (``plugin``, ``stateful``...), a
+    wing (``_harness``, ``_faults``, ``_checks``) or a role inside the checks wing
+    (``_checks.secondary``, ``_checks.primary``); None outside the kit."""
+    parts = module.split(".")
+    if parts[:2] != ["kvproto", "testing"] or len(parts) < 3:
+        return None
+    if parts[2] == "_checks" and len(parts) > 3 and parts[3] in ("secondary", "primary"):
+        return f"_checks.{parts[3]}"
+    return parts[2]
+
+
+def test_the_kits_wings_form_no_cycle() -> None:
+    """Inside the kit, one way down too: ``_harness`` (what every check runs on) imports no check, the
+    checks import the harness and the fault wings, and what assembles checks into test classes
+    (``_collection``, ``_hooks``, ``plugin``) sits above them (issue 36)."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    kit = KVPROTO / "testing"
+    # The package's __init__ is its public face: it names every part lazily (and for mypy), not an arrow.
+    for path in sorted(p for p in kit.rglob("*.py") if p != kit / "__init__.py"):
+        module = _module_name(path)
+        part = _kit_part(module)
+        assert part is not None
+        arrows = graph.setdefault(part, {})
+        for target in imported_modules(path.read_text(), module, is_package=path.name == "__init__.py"):
+            other = _kit_part(target)
+            if other is not None and other != part:
+                arrows.setdefault(other, []).append(str(path.relative_to(ROOT)))
+    assert {"_harness", "_faults", "_checks", "_checks.secondary", "_checks.primary", "_collection"} <= set(graph)
+    assert not {"_checks", "_checks.secondary", "_checks.primary", "_collection"} & set(graph["_harness"])
+    assert find_cycle(graph) == []

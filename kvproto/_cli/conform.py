@@ -255,7 +255,7 @@ def _run(console: Console, args: argparse.Namespace) -> int:
     if args.list:
         return _list(console)
     if args.hooks:
-        from kvproto.testing._harness.hooks import hooks_table
+        from kvproto.testing._hooks import hooks_table
 
         print(hooks_table(), end="")
         return 0

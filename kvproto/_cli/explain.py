@@ -23,8 +23,8 @@ from kvproto.testing._checks.secondary.suite import SecondaryTierTests
 from kvproto.testing._harness.base import KitBase
 from kvproto.testing._harness.decorator import CheckInfo, checks_of
 from kvproto.testing._harness.driver import resolve_capabilities
-from kvproto.testing._harness.hooks import hook_signature
 from kvproto.testing._harness.tier_spec import TierKind, TierSpec, shut_down_probe
+from kvproto.testing._hooks import hook_signature
 
 __all__ = ["Source", "defined_at", "explain", "find_check", "known_clauses", "source_of"]
 

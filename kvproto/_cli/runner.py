@@ -2,7 +2,7 @@
 
 The CLI and an author's own test suite run the very same check methods: the
 runner hands ``pytest.main`` two plugin objects, the kit's
-:class:`~kvproto.testing._harness.collection.TierClasses` (which collects one
+:class:`~kvproto.testing._collection.TierClasses` (which collects one
 test class per run of the tier, built from its spec in this process: no test
 module is generated, no registry of specs is kept) and a collector that records
 each report (KIT-10, KIT-11).
@@ -25,7 +25,7 @@ from kvproto._capabilities import Capabilities
 from kvproto.errors import InvalidArgumentError
 from kvproto.testing._checks.primary.suite import PrimaryTierTests
 from kvproto.testing._checks.secondary.suite import SecondaryTierTests
-from kvproto.testing._harness.collection import TierClasses, tier_test_class
+from kvproto.testing._collection import TierClasses, tier_test_class
 from kvproto.testing._harness.decorator import checks_of
 from kvproto.testing._harness.driver import resolve_capabilities
 from kvproto.testing._harness.expected import unknown_names

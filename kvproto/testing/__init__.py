@@ -24,9 +24,11 @@ for keys, blocks and job sequences, for an author's own ``@given`` tests),
 
 Importing this package imports neither pytest nor Hypothesis: each name loads
 on first use, and the checks, state machines and strategies import them then;
-``import kvproto`` never does. The layout behind this face: ``_harness/`` (what
-every check runs on), ``_checks/`` (the checks, one file per contract area,
-secondary and primary), ``_faults/`` (fault injection), ``_reference`` (the
+``import kvproto`` never does. The layout behind this face, one way down:
+``_harness/`` (what every check runs on), ``_faults/`` (fault injection),
+``_checks/`` (the checks, one file per contract area, secondary and primary),
+``_collection`` and ``_hooks`` (test classes from tier specs, for ``kvproto
+conform`` and ``--kvproto-tier``; the table of hooks), ``_reference`` (the
 memory tiers' specs, as ``kvproto.tiers`` entry points).
 """
 

@@ -5,7 +5,7 @@
   kvproto_hypothesis"`` gives a quick run.
 * ``--kvproto-tier pkg.mod:factory`` (repeatable; an installed
   ``kvproto.tiers`` name works too) runs every kit check against that tier
-  without a test file: a plugin object (:class:`~kvproto.testing._harness.collection.TierClasses`)
+  without a test file: a plugin object (:class:`~kvproto.testing._collection.TierClasses`)
   collects one test class per target, built in this process; nothing is generated or imported
   from the command line.
 * ``--kvproto-profile fast|default|thorough`` chooses how hard the
@@ -62,10 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
     targets: list[str] = list(config.getoption("kvproto_tier", default=[]) or [])
     if not targets:
         return
-    from kvproto.testing._harness.collection import TierClasses
+    from kvproto.testing._collection import TierClasses
 
     def make_classes() -> dict[str, type]:
-        from kvproto.testing._harness.collection import tier_test_class
+        from kvproto.testing._collection import tier_test_class
 
         return {
             f"TestKvprotoTier{i}": tier_test_class(_spec_for(target), name=f"TestKvprotoTier{i}")
