@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._tier_spec import TierSpec, shut_down_probe
@@ -34,11 +36,14 @@ __all__ = [
     "TierUnavailable",
     "build_secondary_tier",
     "import_target",
+    "importable_cwd",
     "installed_tiers",
     "one_line",
     "resolve_target",
     "spec_from_object",
 ]
+
+_T = TypeVar("_T")
 
 ENTRY_POINT_GROUP = "kvproto.tiers"
 #: Entry points ``SCHEME = pkg.mod:fn`` resolving ``SCHEME:MODULE:CLASS`` targets: ``fn(path, options)``
@@ -65,6 +70,14 @@ def one_line(error: BaseException) -> str:
     """``Type: first line of the message``, for a message that must stay on one line."""
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def importable_cwd() -> None:
+    """Let targets name modules in the current directory, as ``python -m`` would (the command line and
+    the kit's ``--kvproto-tier``; an engine hosting a tier does not ask for it)."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
 
 
 def import_target(target: str) -> object:
@@ -203,14 +216,21 @@ def resolve_target(target: str, options: Mapping[str, object] | None = None) -> 
         return _resolve_scheme(target, *engine, options or {})
     if options:
         raise ConfigurationError(f"{target}: --option applies to ENGINE:MODULE:CLASS targets (vllm:..., lmcache:...)")
+    return _through(target, lambda found: spec_from_object(found, target))
+
+
+def _through(target: str, then: Callable[[object], _T]) -> _T:
+    """``then(what target names)``: ``pkg.mod:attr`` or an installed ``kvproto.tiers`` name, loaded, and
+    what ``then`` raises in plain words (a missing module is :class:`TierUnavailable`; KIT-9)."""
     if ":" in target:
+        found = import_target(target)
         try:
-            return spec_from_object(import_target(target), target)
+            return then(found)
         except ModuleNotFoundError as exc:  # raised by a TierSpec function, say
             raise ConfigurationError(f"{target}: calling it raised {one_line(exc)}") from exc
     ep = _entry_point(target)
     with _loading(target, ep):
-        return spec_from_object(ep.load(), target)
+        return then(ep.load())
 
 
 def _takes_no_arguments(target: Callable[..., object]) -> bool:
@@ -226,19 +246,6 @@ def _called_if_argless(found: object) -> object:
     if not isinstance(found, type) and callable(found) and _takes_no_arguments(found):
         return found()
     return found
-
-
-def _named(tier: str) -> object:
-    """What ``tier`` names, a TierSpec function called: a TierSpec or a factory taking the buffer."""
-    if ":" in tier:
-        found = import_target(tier)
-        try:
-            return _called_if_argless(found)
-        except ModuleNotFoundError as exc:  # raised by a TierSpec function, say
-            raise ConfigurationError(f"{tier}: calling it raised {one_line(exc)}") from exc
-    ep = _entry_point(tier)
-    with _loading(tier, ep):
-        return _called_if_argless(ep.load())
 
 
 def _built_from_spec(tier: str, spec: TierSpec, buffer: memoryview, opts: dict[str, Any]) -> object:
@@ -271,7 +278,7 @@ def build_secondary_tier(tier: str, buffer: memoryview, options: Mapping[str, An
     """
     opts = dict(options or {})
     engine = _engine_target(tier)
-    found = _resolve_scheme(tier, *engine, opts) if engine is not None else _named(tier)
+    found = _resolve_scheme(tier, *engine, opts) if engine is not None else _through(tier, _called_if_argless)
     built: object
     if isinstance(found, TierSpec):
         built = _built_from_spec(tier, found, buffer, {} if engine is not None else opts)

@@ -9,8 +9,6 @@ command line needs: which tiers are the reference ones, ``--option`` parsing, th
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint
 
@@ -20,6 +18,7 @@ from kvproto._tier_names import (  # re-exported: the command line's modules imp
     SCHEME_GROUP,
     TierUnavailable,
     _required_positional as _required_positional,  # for kvproto conform --explain
+    importable_cwd,
     installed_tiers,
     one_line,
     spec_from_object,
@@ -63,13 +62,6 @@ def is_reference(ep: EntryPoint) -> bool:
 def reference_tiers() -> list[EntryPoint]:
     """The installed tiers that ``kvproto conform`` runs with no target: those of reference distributions."""
     return [ep for ep in installed_tiers() if is_reference(ep)]
-
-
-def importable_cwd() -> None:
-    """Let targets name modules in the current directory, as ``python -m`` would."""
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
 
 
 def import_target(target: str) -> object:

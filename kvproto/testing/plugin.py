@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Generator
@@ -83,10 +81,9 @@ def _spec_for(target: str) -> TierSpec:
     included, as ``python -m`` finds them), an installed ``kvproto.tiers`` name or ``SCHEME:MODULE:CLASS``,
     resolved by the one resolver the CLI and the engine adapters use (:mod:`kvproto.hosting`; KIT-9,
     KIT-10)."""
-    from kvproto._tier_names import resolve_target
+    from kvproto._tier_names import importable_cwd, resolve_target
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    importable_cwd()
     return resolve_target(target)
 
 
