@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from kvproto._verification._check_results import Check, CheckResult
 
@@ -96,38 +97,29 @@ def crosshair_check(
     return CheckResult(name, clauses, _paths(err), "paths", passed, seconds, detail)
 
 
-def crosshair_diff(
-    fn1: str,
-    fn2: str,
-    *,
-    name: str,
-    clauses: str,
-    iterations: int = CROSSHAIR_ITERATIONS,
-    env: Mapping[str, str] | None = None,
-) -> CheckResult:
+class DiffOptions(TypedDict, total=False):
+    """The options of one ``crosshair diffbehavior`` run.
+
+    ``iterations`` bounds CrossHair's work (default :data:`CROSSHAIR_ITERATIONS`);
+    ``env`` adds environment variables to the CrossHair process.
+    """
+
+    iterations: int
+    env: Mapping[str, str] | None
+
+
+def crosshair_diff(fn1: str, fn2: str, *, name: str, clauses: str, **options: Unpack[DiffOptions]) -> CheckResult:
     """``crosshair diffbehavior fn1 fn2``; passes if it finds no difference.
 
-    ``detail`` holds CrossHair's report of the differences it found. ``env``
-    adds environment variables to the CrossHair process.
+    ``detail`` holds CrossHair's report of the differences it found.
     """
-    rc, out, err, seconds = _crosshair(["diffbehavior", fn1, fn2], iterations, env)
+    iterations = options.get("iterations", CROSSHAIR_ITERATIONS)
+    rc, out, err, seconds = _crosshair(["diffbehavior", fn1, fn2], iterations, options.get("env"))
     passed = rc == 0 and "No differences found" in out
     detail = out.strip() if rc == 1 else ("" if passed else (err.strip()[-2000:] or f"exit status {rc}"))
     return CheckResult(name, clauses, _paths(err), "paths", passed, seconds, detail)
 
 
-def crosshair_diff_check(
-    name: str,
-    fn1: str,
-    fn2: str,
-    *,
-    clauses: str,
-    iterations: int = CROSSHAIR_ITERATIONS,
-    env: Mapping[str, str] | None = None,
-) -> Check:
+def crosshair_diff_check(name: str, fn1: str, fn2: str, *, clauses: str, **options: Unpack[DiffOptions]) -> Check:
     """The :class:`Check` that runs :func:`crosshair_diff` of ``fn1`` and ``fn2`` under ``name``."""
-    return Check(
-        name,
-        "crosshair",
-        lambda: crosshair_diff(fn1, fn2, name=name, clauses=clauses, iterations=iterations, env=env),
-    )
+    return Check(name, "crosshair", lambda: crosshair_diff(fn1, fn2, name=name, clauses=clauses, **options))

@@ -106,17 +106,7 @@ def window_entry(
     """A CrossHair entry point called ``name``: ``run(length, window, extra, (c0, ..., c7))``."""
 
     def entry(
-        length: int,
-        window: int,
-        extra: int,
-        c0: int,
-        c1: int,
-        c2: int,
-        c3: int,
-        c4: int,
-        c5: int,
-        c6: int,
-        c7: int,
+        length: int, window: int, extra: int, c0: int, c1: int, c2: int, c3: int, c4: int, c5: int, c6: int, c7: int
     ) -> ScanRun:
         return run(length, window, extra, (c0, c1, c2, c3, c4, c5, c6, c7))
 
