@@ -14,8 +14,12 @@ prefix and sliding-window scans through a TieringManager; every loaded block is
 compared with the bytes stored for its key. ``--faults`` injects faults from
 ``kvproto.testing.faults`` into every secondary. Exit code 0 when clean; 1 on a
 wrong byte, a stuck request, a pin left after shutdown or an exception escaping
-the manager (and, with ``--strict``, on a useless tier: one that stored
-nothing, served nothing or timed out most of its jobs); 2 on a usage error.
+the manager (and, with ``--strict``, on a failing tier: one that lost, failed or
+timed out, more than ``--max-lost-jobs`` of its jobs, or never worked; or on a
+useless one: one that stored nothing, served nothing or timed out most of its
+jobs); 2 on a usage error; 130 when Ctrl-C ended the run (its report is still
+written, marked interrupted). What tiers log while the run goes is counted per
+tier, not printed (MGR-21).
 ``--metrics-port`` serves the run's per-tier metrics (``kvproto.metrics``) on
 127.0.0.1, ``--metrics`` writes their final exposition text and ``--report``
 a self-contained HTML page of the run.
@@ -94,8 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_STEP_MS:g}: a decode step of an 8B model on one GPU; 0 runs CPU-bound; "
                         "excluded from lookups per second)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 on warnings too: a useless tier (stored nothing, served nothing, or timed "
-                        "out most of its jobs)")
+                        help="exit 1 on warnings too: a failing tier (lost more than --max-lost-jobs of its jobs, "
+                        "or never worked) or a useless one (stored nothing, served nothing, or timed out most of "
+                        "its jobs)")
+    parser.add_argument("--max-lost-jobs", type=float, default=0.05, metavar="SHARE",
+                        help="the share of a secondary's jobs that may fail or time out (those the run's --faults "
+                        "caused aside) before the run is not clean (default 0.05; --strict exits 1 past it)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve the run's Prometheus metrics at http://127.0.0.1:PORT/metrics while it runs "
                         "(0: any free port, printed; needs kvproto[metrics])")
@@ -120,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
+    except KeyboardInterrupt:  # while the tiers were being built: nothing ran, nothing to report
+        console.print("kvproto simulate: interrupted before the run began; no report", style="yellow",
+                      markup=False, emoji=False, highlight=False, soft_wrap=True)
+        return 130
     config_kwargs["tier_options"] = options
     return _simulate(console, args, primary, secondaries, faults, config_kwargs, metrics)
 
@@ -167,6 +179,8 @@ def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
     for option, number in (("--stuck-seconds", args.stuck_seconds), ("--step-ms", args.step_ms)):
         if not (math.isfinite(number) and number >= 0):
             raise UsageError(f"{option} must be a number >= 0, got {number}")
+    if not (math.isfinite(args.max_lost_jobs) and 0 <= args.max_lost_jobs <= 1):
+        raise UsageError(f"--max-lost-jobs must be a share 0..1, got {args.max_lost_jobs}")
     return faults, {
         "steps": steps,
         "seconds": seconds,
@@ -178,6 +192,7 @@ def _parse(args: argparse.Namespace) -> tuple[FaultPlan, dict[str, object]]:
         "stuck_steps": args.stuck_steps,
         "stuck_seconds": args.stuck_seconds,
         "step_sleep_s": args.step_ms / 1000.0,
+        "max_failure_share": args.max_lost_jobs,
     }
 
 
@@ -357,6 +372,9 @@ def _simulate(
     if report is None:
         return 2
     _render(console, report, stack)
+    if report.interrupted:
+        console.print(f"interrupted after {report.seconds:.2f} s (step {report.steps:,}): the report covers the "
+                      "time that ran", style="yellow", markup=False, emoji=False, highlight=False, soft_wrap=True)
     data = report.to_json()
     data["config"] = {
         "steps": config.steps,
@@ -368,6 +386,7 @@ def _simulate(
         "stuck_seconds": config.stuck_seconds,
         "step_ms": config.step_sleep_s * 1000.0,
         "tier_options": tier_options,
+        "max_failure_share": config.max_failure_share,
         "strict": bool(args.strict),
     }
     if args.json is not None:
@@ -392,6 +411,12 @@ def _run(
     from kvproto._simulation import SimProgress, run_simulation
     from kvproto.errors import ConfigurationError
 
+    bound = " and ".join(
+        part for part in (f"{config.steps:,} steps" if config.steps is not None else "",
+                          f"{config.seconds:g} s" if config.seconds is not None else "") if part
+    )
+    console.print(f"simulating {stack} for {bound} (Ctrl-C ends it early and keeps the report)",
+                  markup=False, emoji=False, highlight=False, soft_wrap=True)
     with progress_display(console, "[bold]simulate", "figures") as progress:
         task = progress.add_task("simulate", total=1000, figures=stack)
 
@@ -425,15 +450,17 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     def verdict(bad: bool) -> str:
         return "[red]FAIL" if bad else "[green]ok"
 
+    for name, why in report.failing_tiers().items():
+        console.print(f"tier {name}: {why}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
     table = Table(title=f"kvproto simulate: {stack} (seed {report.seed})", title_justify="left")
     table.add_column("figure")
     table.add_column("value", overflow="fold")
     table.add_column("", justify="center")
     add = table.add_row
-    add("steps", f"{report.steps:,} in {report.seconds:.2f} s", "")
+    add("steps", f"{report.steps:,} in {report.seconds:.2f} s" + (" (interrupted)" if report.interrupted else ""), "")
     add("requests", f"{report.requests_started:,} started, {report.requests_finished:,} finished, "
         f"{report.requests_cancelled:,} cancelled", "")
-    add("lookups", f"{report.lookups:,} ({report.lookups_per_second:,.0f}/s) in {report.scans:,} scans "
+    add("lookups", f"{report.lookups:,} ({report.lookups_per_second:,.0f}/s of the run's time) in {report.scans:,} scans "
         f"({report.window_scans:,} sliding-window)", "")
     rates = report.hit_rate()
     add("hit rate", ", ".join(f"{name} {rate:.1%}" for name, rate in rates.items()), "")
@@ -452,14 +479,15 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("stores", f"{report.stores_prepared:,} prepared, {report.stores_refused:,} refused (no slot), "
         f"{report.stores_failed:,} failed, {report.stores_late:,} completed a step late", "")
     add("promoted", ", ".join(f"{n} {report.promoted.get(n, 0):,}" for n in report.secondaries) or "-", "")
-    useless = report.useless_tiers()
+    useless, failing = report.useless_tiers(), report.failing_tiers()
     for name, f in report.tier_figures.items():
-        stores_out, loads_out = report.timed_out.get(name, (0, 0))
-        add(f"tier {name}", f"{f.lookups:,} lookups ({f.lookups_hit:,} HIT); stored {f.store.blocks:,} blocks "
-            f"({_mib(f.store.bytes)}, {f.store.seconds:.2f} s); loaded {f.load.blocks:,} ({_mib(f.load.bytes)}, "
-            f"{f.load.seconds:.2f} s); jobs failed {f.store.failures + f.load.failures:,}, "
-            f"timed out {stores_out + loads_out:,}; evicted {f.evicted_blocks:,}",
-            "[yellow]useless" if name in useless else "")
+        jobs, failed, late = report.jobs_gone_wrong(name)
+        errors = report.tier_errors.get(name, 0)
+        add(f"tier {name}", f"{f.lookups:,} lookups ({f.lookups_hit:,} HIT); stored {f.store.blocks:,} blocks in "
+            f"{f.store.jobs:,} jobs ({_mib(f.store.bytes)}, {f.store.seconds:.2f} s); loaded {f.load.blocks:,} blocks "
+            f"in {f.load.jobs:,} jobs ({_mib(f.load.bytes)}, {f.load.seconds:.2f} s); of its {jobs:,} jobs "
+            f"{failed:,} failed, {late:,} timed out; {errors:,} errors logged; evicted {f.evicted_blocks:,} blocks",
+            "[red]failing" if name in failing else "[yellow]useless" if name in useless else "")
     add("evicted", ", ".join(f"{n} {report.evicted.get(n, 0):,}" for n in report.tiers), "")
     stats = report.manager_stats
     add("manager", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in stats.items()), "")
@@ -491,6 +519,7 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
         console.print("[red]FAILED:[/red] " + "; ".join(problems), highlight=False)
     elif report.warnings:
         console.print("[yellow]not clean:[/yellow] no wrong bytes, no stuck requests, no leaked pins, but "
-                      f"{len(report.warnings)} useless tier(s) (see the warnings; --strict exits 1)", highlight=False)
+                      f"{len(report.warnings)} warning(s) (see above; --strict exits 1)", highlight=False)
     else:
-        console.print("[green]clean:[/green] no wrong bytes, no stuck requests, no leaked pins", highlight=False)
+        console.print("[green]clean:[/green] no wrong bytes, no stuck requests, no leaked pins, no tier lost "
+                      f"more than {report.max_failure_share:.0%} of its jobs", highlight=False)

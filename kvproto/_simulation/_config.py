@@ -146,6 +146,7 @@ class SimConfig:
     history: int = count(64)  # finished conversations kept for multi-turn continuations
     continue_share: float = share(0.5)
     store_failure_rate: float = share(0.03)
+    max_failure_share: float = share(0.05)  # of a secondary's jobs, failed or timed out, before the run is not clean
     late_store_rate: float = share(0.3)
     cancel_rate: float = share(0.01)
     stuck_steps: int = count(64)

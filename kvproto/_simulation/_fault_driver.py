@@ -37,6 +37,7 @@ class _OneShotRaise:
         driver.raise_armed.discard(self._method)
         driver.faulty.raise_in(self._method, None)
         driver.counts.raise_fired += 1
+        driver.fired += 1
         return RuntimeError(f"kvproto simulate: injected failure in {driver.name}.{self._method}")
 
 
@@ -81,6 +82,7 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         self._armed: OrderedDict[OffloadKey, None] = OrderedDict()  # keys armed for a detected corruption
         self._loads: dict[int, TransferJob] = {}  # promotion jobs holding an armed key
         self.raise_armed: set[str] = set()
+        self.fired = 0  # jobs this driver's faults failed or held, and methods it made raise (not the tier's doing)
 
     # -- arming (called by the simulator) ---------------------------------------------------
 
@@ -176,6 +178,7 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
         if self.browned_out():
             self._held.append((job, load))
             self.counts.brownout_jobs_held += 1
+            self.fired += 1
             return
         self._submit(job, self.inner.submit_load if load else self.inner.submit_store)
 
@@ -209,6 +212,7 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
                 self._fail_jobs.discard(result.job_id)
                 if not result.success and result.succeeded is None:
                     self.counts.fail_fired += 1
+                    self.fired += 1
             job = self._loads.pop(result.job_id, None)
             if job is not None:
                 self._check_reads(job, result.succeeded_keys(job))
@@ -227,3 +231,4 @@ class _FaultDriver(ForwardingSecondary[FaultySecondary[SecondaryTier]]):
                 self.counts.corrupt_undetected += 1
             else:
                 self.counts.corrupt_detected += 1
+                self.fired += 1

@@ -4,20 +4,30 @@ Inline SVG only: no script, no stylesheet or font from the network, so the
 page opens anywhere, offline. It plots, from the report's JSON
 (:meth:`SimReport.to_json` plus ``config``): the hit rate of each tier over
 time, throughput (lookups and finished requests per second), the
-deferral-step histogram and each tier's promotion-latency histogram, then
-lists the same figures as the terminal table.
+deferral-step histogram and each tier's promotion-latency histogram, the
+jobs each secondary lost (failed or timed out) and the warnings logged per
+second, then lists the same figures as the terminal table. Every interval in
+which a tier lost a job or logged an error is shaded (``OUTAGE``) on each plot
+over time, so an outage is seen at a glance on the same axis as the hit rates.
+Each rate has one definition, shared with the JSON and the terminal: per second
+of the run's wall-clock time. A plot with nothing to draw says "no data".
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PALETTE", "render_html"]
+__all__ = ["OUTAGE", "PALETTE", "render_html"]
 
 #: Series colours, in order: the primary, then each secondary, then "computed".
 PALETTE: tuple[str, ...] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+#: The shade of an interval in which a tier lost jobs or logged errors (no series uses it).
+OUTAGE = "#fde0e0"
+#: The colour of the warnings-logged series.
+_LOGGED = "#7f7f7f"
 _W, _H, _PAD = 560, 240, 44
 
 
@@ -40,6 +50,29 @@ def _axes(title: str, x_label: str, y_label: str, y_max: float, y_fmt: str) -> l
         parts.append(f'<line x1="{_PAD}" y1="{y:.1f}" x2="{_W - 10}" y2="{y:.1f}" class="grid"/>')
         parts.append(f'<text x="{_PAD - 4}" y="{y + 4:.1f}" text-anchor="end" class="tick">{format(value, y_fmt)}</text>')
     return parts
+
+
+def _nice_top(largest: float, *, whole: bool) -> tuple[float, str]:
+    """An axis's top above ``largest`` (with a tenth to spare) and its ticks' format: four equal steps of
+    a round number (whole numbers on a count axis), printed with just the decimals they need, so that no
+    two ticks read alike. An axis with nothing above zero reads 0..4."""
+    if largest <= 0:
+        return 4.0, ",.0f"
+    want = largest * 1.1 / 4
+    power = 10.0 ** math.floor(math.log10(want))
+    step = next(m * power for m in _ROUND_STEPS if m * power >= want * (1 - 1e-9))
+    if whole:
+        step = float(max(1, math.ceil(step)))
+    decimals = next(d for d in range(13) if abs(round(step, d) - step) <= step * 1e-9)
+    return 4 * step, f",.{decimals}f"
+
+
+#: The multiples of a power of ten an axis steps by.
+_ROUND_STEPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def _no_data(parts: list[str]) -> None:
+    parts.append(f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" class="nodata">no data</text>')
 
 
 def _y(value: float, y_max: float) -> float:
@@ -70,14 +103,24 @@ def _legend(names: Sequence[str], colours: Sequence[str]) -> list[str]:
 
 
 def _lines(plot_id: str, title: str, x_label: str, y_label: str, xs: Sequence[float],
-           series: Mapping[str, Sequence[float]], colours: Sequence[str], *, y_max: float | None, y_fmt: str) -> str:
-    top = y_max if y_max is not None else max((max(v, default=0.0) for v in series.values()), default=0.0) * 1.1
-    top = top if top > 0 else 1.0
+           series: Mapping[str, Sequence[float]], colours: Sequence[str], *, y_max: float | None, y_fmt: str,
+           bands: Sequence[tuple[float, float]] = ()) -> str:
+    largest = max((max(v, default=0.0) for v in series.values()), default=0.0)
+    if y_max is None:
+        top, y_fmt = _nice_top(largest, whole=y_fmt.endswith(".0f"))
+    else:
+        top = y_max
     parts = _axes(title, x_label, y_label, top, y_fmt)
     x_end = xs[-1] if xs else 0.0
-    if xs:
-        parts.append(f'<text x="{_PAD}" y="{_H - _PAD + 14}" text-anchor="middle" class="tick">0</text>')
-        parts.append(f'<text x="{_W - 10}" y="{_H - _PAD + 14}" text-anchor="end" class="tick">{x_end:.3g}</text>')
+    if not xs:
+        _no_data(parts)
+        return _svg(plot_id, parts)
+    parts.append(f'<text x="{_PAD}" y="{_H - _PAD + 14}" text-anchor="middle" class="tick">0</text>')
+    parts.append(f'<text x="{_W - 10}" y="{_H - _PAD + 14}" text-anchor="end" class="tick">{x_end:.3g}</text>')
+    for start, end in bands:  # under the series
+        left, right = _x(start, x_end), _x(end, x_end)
+        parts.append(f'<rect class="outage" x="{left:.1f}" y="28" width="{max(2.0, right - left):.1f}" '
+                     f'height="{_H - _PAD - 28}" fill="{OUTAGE}"><title>jobs lost or errors logged</title></rect>')
     for (name, values), colour in zip(series.items(), colours, strict=False):
         if not values:
             continue
@@ -89,8 +132,11 @@ def _lines(plot_id: str, title: str, x_label: str, y_label: str, xs: Sequence[fl
 
 
 def _bars(plot_id: str, title: str, x_label: str, bins: Sequence[tuple[str, int]], colour: str) -> str:
-    top = max((c for _, c in bins), default=0) * 1.1 or 1.0
-    parts = _axes(title, x_label, "count", top, ".0f")
+    top, fmt = _nice_top(max((c for _, c in bins), default=0), whole=True)
+    parts = _axes(title, x_label, "count", top, fmt)
+    if not any(c for _, c in bins):
+        _no_data(parts)
+        return _svg(plot_id, parts)
     n = max(1, len(bins))
     width = (_W - 10 - _PAD) / n
     for i, (label, count) in enumerate(bins):
@@ -127,55 +173,99 @@ def _deferral_bins(histogram: Mapping[str, int]) -> list[tuple[str, int]]:
     return list(zip(labels, counts, strict=True))
 
 
-def _timeline(data: Mapping[str, Any]) -> tuple[list[float], dict[str, list[float]], dict[str, list[float]]]:
-    points: list[Mapping[str, Any]] = data["timeline"]["points"]
-    tiers: list[str] = [data["stack"]["primary"], *data["stack"]["secondaries"]]
-    xs: list[float] = []
-    rates: dict[str, list[float]] = {name: [] for name in [*tiers, "computed"]}
-    speed: dict[str, list[float]] = {"lookups/s": [], "requests/s": []}
-    for before, after in zip(points, points[1:], strict=False):
-        xs.append(float(after["seconds"]))
+class _Timeline:
+    """The plots over time, from the timeline's cumulative points: one value per interval between two
+    points, at the interval's end. Rates are per second of wall-clock time."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        points: list[Mapping[str, Any]] = data["timeline"]["points"]
+        tiers: list[str] = [data["stack"]["primary"], *data["stack"]["secondaries"]]
+        secondaries: list[str] = list(data["stack"]["secondaries"])
+        self.xs: list[float] = []
+        self.rates: dict[str, list[float]] = {name: [] for name in [*tiers, "computed"]}
+        self.speed: dict[str, list[float]] = {"lookups/s": [], "requests/s": []}
+        self.losses: dict[str, list[float]] = {f"{name} jobs lost/s": [] for name in secondaries}
+        self.losses["warnings logged/s"] = []
+        self.bands: list[tuple[float, float]] = []
+        for before, after in zip(points, points[1:], strict=False):
+            self._interval(before, after, tiers, secondaries)
+
+    def _interval(self, before: Mapping[str, Any], after: Mapping[str, Any], tiers: list[str],
+                  secondaries: list[str]) -> None:
+        def grew(field: str, name: str) -> int:
+            return int(after.get(field, {}).get(name, 0)) - int(before.get(field, {}).get(name, 0))
+
+        start, end = float(before["seconds"]), float(after["seconds"])
+        dt = end - start
+        self.xs.append(end)
         needed = after["blocks_needed"] - before["blocks_needed"]
         served_total = 0
         for name in tiers:
-            served = after["served"].get(name, 0) - before["served"].get(name, 0)
+            served = grew("served", name)
             served_total += served
-            rates[name].append(served / needed if needed > 0 else 0.0)
-        rates["computed"].append((needed - served_total) / needed if needed > 0 else 0.0)
-        dt = after["seconds"] - before["seconds"]
-        speed["lookups/s"].append((after["lookups"] - before["lookups"]) / dt if dt > 0 else 0.0)
-        speed["requests/s"].append((after["requests_finished"] - before["requests_finished"]) / dt if dt > 0 else 0.0)
-    return xs, rates, speed
+            self.rates[name].append(served / needed if needed > 0 else 0.0)
+        self.rates["computed"].append((needed - served_total) / needed if needed > 0 else 0.0)
+        self.speed["lookups/s"].append((after["lookups"] - before["lookups"]) / dt if dt > 0 else 0.0)
+        self.speed["requests/s"].append((after["requests_finished"] - before["requests_finished"]) / dt if dt > 0 else 0.0)
+        bad = False
+        for name in secondaries:
+            lost = grew("failed_jobs", name)
+            bad = bad or lost > 0 or grew("errors", name) > 0
+            self.losses[f"{name} jobs lost/s"].append(lost / dt if dt > 0 else 0.0)
+        logged = int(after.get("logged", 0)) - int(before.get("logged", 0))
+        self.losses["warnings logged/s"].append(logged / dt if dt > 0 else 0.0)
+        if bad or grew("errors", tiers[0]) > 0:
+            if self.bands and self.bands[-1][1] == start:
+                self.bands[-1] = (self.bands[-1][0], end)  # one band over consecutive bad intervals
+            else:
+                self.bands.append((start, end))
+
+
+def _secs(value: float) -> str:
+    return f"{value:.2f} s"
+
+
+def _verdict(data: Mapping[str, Any]) -> str:
+    said = "clean" if data["clean"] else ("FAILED" if data["problems"] else "not clean")
+    return f"interrupted ({said} while it ran)" if data.get("interrupted") else said
+
+
+def _tier_row(name: str, t: Mapping[str, Any]) -> tuple[str, str]:
+    lk, lost = t["lookups"], t["jobs_lost"]
+    first = f"; first: {t['first_error']}" if t.get("first_error") else ""
+    return f"tier {name}", (
+        f"lookups hit {lk['hit']:,} / miss {lk['miss']:,} / retry {lk['retry']:,}; stored {t['stored_blocks']:,} blocks "
+        f"in {t['jobs']['store']['submitted']:,} jobs ({t['stored_bytes']:,} B, {_secs(t['store_seconds'])}); loaded "
+        f"{t['loaded_blocks']:,} blocks in {t['jobs']['load']['submitted']:,} jobs ({t['loaded_bytes']:,} B, "
+        f"{_secs(t['load_seconds'])}); "
+        f"served {t['served_blocks']:,} blocks; jobs lost {lost['lost']:,} of {lost['jobs']:,} ({lost['share']:.1%}: "
+        f"{lost['failed']:,} failed, {lost['timed_out']:,} timed out, {lost['by_injected_faults']:,} by injected faults); "
+        f"errors logged {t['errors_logged']:,}{first}; evicted {t['evicted_blocks']:,} blocks"
+    )
 
 
 def _rows(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     d = data["deferral_steps"]
     rows = [
-        ("verdict", "clean" if data["clean"] else ("FAILED" if data["problems"] else "not clean")),
-        ("steps", f"{data['steps']:,} in {data['seconds']} s ({data['config'].get('step_ms', 0):g} ms per step)"),
+        ("verdict", _verdict(data)),
+        ("steps", f"{data['steps']:,} in {_secs(data['seconds'])} ({data['config'].get('step_ms', 0):g} ms per step)"),
         ("requests", ", ".join(f"{k} {v:,}" for k, v in data["requests"].items())),
         ("lookups", f"{data['lookups']:,} ({data['lookups_per_second']:,}/s)"),
-        ("hit rate", ", ".join(f"{k} {v:.1%}" for k, v in data["hit_rate"].items())),
+        ("hit rate", ", ".join(f"{k} {v:.1%}" for k, v in data["hit_rate"].items()) + " of the blocks needed"),
         ("blocks", ", ".join(f"{k} {v:,}" for k, v in data["blocks"].items() if not isinstance(v, dict))),
         ("deferral steps", f"p50 {d['p50']}, p99 {d['p99']}, max {d['max']}"),
         ("wrong bytes", str(data["wrong_bytes"])),
         ("stuck requests", str(data["stuck_requests"])),
         ("leaked pins", str(data["leaked_pins"])),
         ("exceptions", str(data["exceptions"])),
-        ("stores", ", ".join(f"{k} {v:,}" for k, v in data["stores"].items())),
-        ("promoted", ", ".join(f"{k} {v:,}" for k, v in data["promoted"].items()) or "-"),
-        ("evicted", ", ".join(f"{k} {v:,}" for k, v in data["evicted"].items())),
+        ("stores (jobs)", ", ".join(f"{k} {v:,}" for k, v in data["stores"].items())),
+        ("promoted (blocks)", ", ".join(f"{k} {v:,}" for k, v in data["promoted"].items()) or "-"),
+        ("evicted (blocks)", ", ".join(f"{k} {v:,}" for k, v in data["evicted"].items())),
     ]
-    for name, t in data.get("tiers", {}).items():
-        lk = t["lookups"]
-        rows.append((f"tier {name}", (
-            f"lookups hit {lk['hit']:,} / miss {lk['miss']:,} / retry {lk['retry']:,}; stored {t['stored_blocks']:,} blocks "
-            f"({t['stored_bytes']:,} B, {t['store_seconds']} s); loaded {t['loaded_blocks']:,} blocks "
-            f"({t['loaded_bytes']:,} B, {t['load_seconds']} s); served {t['served_blocks']:,}; "
-            f"timed out: {t['timed_out']['write_through']:,} write-throughs, {t['timed_out']['promotion']:,} "
-            f"promotions; evicted {t['evicted_blocks']:,}"
-        )))
+    rows += [_tier_row(name, t) for name, t in data.get("tiers", {}).items()]
     rows.append(("manager", ", ".join(f"{k} {v:,}" for k, v in data["manager"].items())))
+    logged = data.get("log_records", {})
+    rows.append(("warnings logged", ", ".join(f"{k} {v:,}" for k, v in sorted(logged.items())) or "none"))
     return rows
 
 
@@ -183,12 +273,15 @@ def render_html(data: Mapping[str, Any]) -> str:
     """The page for one run's JSON report (with ``config``), as a string."""
     tiers = [data["stack"]["primary"], *data["stack"]["secondaries"]]
     colours = list(PALETTE)
-    xs, rates, speed = _timeline(data)
+    line = _Timeline(data)
+    xs, bands = line.xs, line.bands
     plots = [
-        _lines("hit-rate", "hit rate per tier over time", "seconds", "share of needed blocks", xs, rates,
-               colours, y_max=1.0, y_fmt=".0%"),
-        _lines("throughput", "throughput", "seconds", "per second", xs, speed,
-               [colours[0], colours[3]], y_max=None, y_fmt=",.0f"),
+        _lines("hit-rate", "hit rate per tier over time", "seconds", "share of needed blocks", xs, line.rates,
+               colours, y_max=1.0, y_fmt=".0%", bands=bands),
+        _lines("throughput", "throughput", "seconds", "per second", xs, line.speed,
+               [colours[0], colours[3]], y_max=None, y_fmt=",.0f", bands=bands),
+        _lines("failures", "jobs lost and warnings logged over time", "seconds", "per second", xs, line.losses,
+               [*colours[1 : len(line.losses)], _LOGGED], y_max=None, y_fmt=",.1f", bands=bands),
         _bars("deferral-steps", "deferral steps per decided request", "steps deferred",
               _deferral_bins(data["deferral_steps"]["histogram"]), colours[4]),
     ]
@@ -209,7 +302,8 @@ body {{ font-family: sans-serif; margin: 16px; color: #222; background: #fff; }}
 .plots {{ display: flex; flex-wrap: wrap; gap: 12px; }}
 svg.plot {{ border: 1px solid #ccc; background: #fafafa; }}
 .title {{ font-size: 13px; font-weight: bold; }} .label {{ font-size: 11px; fill: #444; }}
-.tick {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #333; }} .grid {{ stroke: #e4e4e4; }}
+.tick {{ font-size: 10px; fill: #555; }} .nodata {{ font-size: 14px; fill: #999; }}
+.axis {{ stroke: #333; }} .grid {{ stroke: #e4e4e4; }}
 table {{ border-collapse: collapse; margin-top: 16px; }} th, td {{ border: 1px solid #ddd; padding: 4px 8px;
 text-align: left; vertical-align: top; font-size: 13px; }} .warn {{ color: #a60; }} .bad {{ color: #b00; }}
 </style></head>

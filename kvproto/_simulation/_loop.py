@@ -32,7 +32,8 @@ from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._results import unreachable
 from kvproto._simulation._config import RAISE_METHODS, SimConfig
 from kvproto._simulation._fault_driver import _FaultDriver
-from kvproto._simulation._observe import Asker, Residency, counting_kvproto_logs, rss_bytes
+from kvproto._simulation._interrupt import StopRequests
+from kvproto._simulation._observe import Asker, Residency, counting_logs, rss_bytes
 from kvproto._simulation._report import SAMPLES, TIMELINE_POINTS, SimProgress, SimReport, TimelinePoint
 from kvproto._simulation._workload import FLIP, Request, Workload
 from kvproto._tiering import TieringConfig, TieringManager
@@ -73,12 +74,15 @@ class _Simulation:
             seed=config.seed,
             faults=config.faults,
         )
+        self.report.max_failure_share = config.max_failure_share
         self.report.fault_counts.latency_steps = config.faults.latency
         self.report.fault_counts.brownout_s = config.faults.brownout
         # A request may wait out a brown-out (its promotion held): that is not deferring without end.
         self.stuck_seconds = config.stuck_seconds + config.faults.brownout
         self.drivers: dict[str, _FaultDriver] = {}
         self.secondaries = list(secondaries)  # unwrapped: their own indexes are read at the end
+        self.tier_packages = _tier_packages(self.secondaries)
+        self.stop = StopRequests()
         # The live requests' blocks fit in the primary with room to spare.
         self.workload = Workload(config, self.rng, num_slots=self.num_slots, block_bytes=self.block_bytes)
         self.expected = self.workload.expected
@@ -134,9 +138,9 @@ class _Simulation:
         started = time.monotonic()
         last_progress = last_rss = started
         rss_every = max(1.0, (config.seconds or 0.0) / 20.0)  # about 20 samples over a timed run
-        with counting_kvproto_logs(report):
+        with counting_logs(report, self.tier_packages), self.stop:
             try:
-                while True:
+                while not self.stop.requested:
                     elapsed = time.monotonic() - started
                     if config.steps is not None and self.step >= config.steps:
                         break
@@ -156,6 +160,7 @@ class _Simulation:
                     if self.on_progress is not None and now - last_progress >= config.progress_interval_s:
                         last_progress = now
                         self.on_progress(self._progress(now - started))
+                report.interrupted = self.stop.requested
                 report.steps = self.step
                 report.seconds = time.monotonic() - started
                 if not report.timeline or report.timeline[-1].step != self.step:
@@ -171,6 +176,7 @@ class _Simulation:
                 metrics = self.metrics
                 report.tier_figures = metrics.tiers
                 report.timed_out = {name: metrics.timed_out(name) for name in report.tier_figures}
+                report.faults_fired = {name: driver.fired for name, driver in self.drivers.items()}
         report.manager_stats = asdict(self.manager.stats)
         report.threads_end = threading.active_count()
         report.rss_end = rss_bytes()
@@ -179,8 +185,13 @@ class _Simulation:
     def _sample(self, elapsed: float) -> None:
         """A timeline point; past TIMELINE_POINTS every other point goes and the interval doubles."""
         r = self.report
+        failed: dict[str, int] = {}
+        for name, f in self.metrics.tiers.items():
+            stores_out, loads_out = self.metrics.timed_out(name)
+            failed[name] = f.store.failures + f.load.failures + stores_out + loads_out
         r.timeline.append(TimelinePoint(self.step, elapsed, r.lookups, r.requests_finished, r.blocks_needed,
-                                        dict(r.blocks_served)))
+                                        dict(r.blocks_served), failed, dict(r.tier_errors),
+                                        sum(r.log_records.values())))
         if len(r.timeline) > TIMELINE_POINTS:
             r.timeline = r.timeline[1::2]
             r.timeline_every *= 2
@@ -416,6 +427,8 @@ class _Simulation:
                 break
             if report.drain_steps >= self.config.drain_steps and time.monotonic() > deadline:
                 break
+            if self.stop.count > 1:  # asked again while draining: stop waiting for the jobs in flight
+                break
             time.sleep(0.0005)  # let tiers' worker threads finish
         self._end_state()
 
@@ -469,6 +482,21 @@ class _Simulation:
             self._escaped("primary.has_pending_work after shutdown", exc)
 
 
+def _tier_packages(tiers: Sequence[SecondaryTier]) -> dict[str, str]:
+    """The top-level package of each tier's class (kvproto's own excepted), for counting what its loggers
+    log as that tier's; a package that holds two of the stack's tiers names neither."""
+    found: dict[str, str] = {}
+    shared: set[str] = set()
+    for tier in tiers:
+        package = type(tier).__module__.partition(".")[0]
+        if package == "kvproto":
+            continue
+        if package in found:
+            shared.add(package)
+        found[package] = tier.name
+    return {package: name for package, name in found.items() if package not in shared}
+
+
 def run_simulation(
     primary: PrimaryTier,
     secondaries: Sequence[SecondaryTier],
@@ -485,6 +513,12 @@ def run_simulation(
     A tier name used twice is a :class:`~kvproto.errors.ConfigurationError`.
     ``metrics``: the :class:`~kvproto.metrics.KvMetrics` the run feeds (e.g. one
     already serving ``--metrics-port``); a fresh one when None.
+
+    Called from the main thread, Ctrl-C (SIGINT) ends the run at the end of the
+    step it interrupts: the run drains and shuts down as at its end and the
+    report says ``interrupted`` (a second Ctrl-C stops waiting for the jobs in
+    flight). Records logged at WARNING and above while it runs are counted in
+    the report, not printed.
     """
     return _Simulation(primary, secondaries, config, on_progress, metrics).run()
 

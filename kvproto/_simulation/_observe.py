@@ -20,7 +20,7 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult, unreachable
 from kvproto._simulation._report import SAMPLES, SimReport
 
-__all__ = ["Asker", "Residency", "counting_kvproto_logs", "rss_bytes"]
+__all__ = ["TIER_ATTRIBUTE", "Asker", "Residency", "counting_logs", "one_line", "rss_bytes"]
 
 
 class Asker:
@@ -58,34 +58,75 @@ def rss_bytes() -> int | None:
         return None
 
 
+#: The attribute a log record names its tier by (``extra={"kvproto_tier": name}``; the manager's
+#: handled tier errors carry it, MGR-10).
+TIER_ATTRIBUTE = "kvproto_tier"
+_FIRST_ERROR_CHARS = 300
+
+
+def one_line(text: str, limit: int = _FIRST_ERROR_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters (an ellipsis marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 class _LogCounter(logging.Handler):
-    def __init__(self, report: SimReport) -> None:
+    """Counts WARNING and above by logger, and by tier where the record names one (its
+    ``kvproto_tier`` attribute, else the tier whose package logged it); keeps a few samples and each
+    tier's first message. Prints nothing."""
+
+    def __init__(self, report: SimReport, tier_packages: Mapping[str, str]) -> None:
         super().__init__(logging.WARNING)
         self._report = report
+        self._tier_packages = tier_packages
+
+    def _message(self, record: logging.LogRecord) -> str:
+        try:
+            text = record.getMessage()
+        except Exception:  # a badly formatted record is still counted
+            text = repr(record.msg)
+        if record.exc_info and record.exc_info[1] is not None and str(record.exc_info[1]) not in text:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        return one_line(text)
 
     def emit(self, record: logging.LogRecord) -> None:
         report = self._report
         report.log_records[record.name] = report.log_records.get(record.name, 0) + 1
-        if len(report.log_samples) < SAMPLES:
-            try:
-                report.log_samples.append(f"{record.name}: {record.getMessage()}")
-            except Exception:  # a badly formatted record is still counted
-                report.log_samples.append(f"{record.name}: {record.msg!r}")
+        tier = getattr(record, TIER_ATTRIBUTE, None)
+        if not isinstance(tier, str):
+            tier = self._tier_packages.get(record.name.partition(".")[0])
+        if len(report.log_samples) < SAMPLES or (tier is not None and tier not in report.tier_first_error):
+            message = f"{record.name}: {self._message(record)}"
+            if len(report.log_samples) < SAMPLES:
+                report.log_samples.append(message)
+            if tier is not None:
+                report.tier_first_error.setdefault(tier, message)
+        if tier is not None:
+            report.tier_errors[tier] = report.tier_errors.get(tier, 0) + 1
 
 
 @contextmanager
-def counting_kvproto_logs(report: SimReport) -> Iterator[None]:
-    """Count kvproto's WARNING records (the manager's handled tier errors) instead of printing them."""
+def counting_logs(report: SimReport, tier_packages: Mapping[str, str]) -> Iterator[None]:
+    """Count WARNING records instead of printing them: kvproto's (the manager's handled tier errors)
+    and every other logger's (a tier's own, whose tracebacks would flood the terminal).
+
+    ``tier_packages`` maps a top-level package to the tier it holds, so that a
+    record its loggers emit is counted for that tier.
+    """
     logger = logging.getLogger("kvproto")
-    handler = _LogCounter(report)
+    root = logging.getLogger()
+    handler = _LogCounter(report, tier_packages)
     propagate, level = logger.propagate, logger.level
     logger.addHandler(handler)
-    logger.propagate = False
+    logger.propagate = False  # kvproto's records are counted here once, not again at the root
+    root.addHandler(handler)  # with a handler at the root, logging's last resort prints nothing
     if logger.level == logging.NOTSET or logger.level > logging.WARNING:
         logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
+        root.removeHandler(handler)
         logger.removeHandler(handler)
         logger.propagate = propagate
         logger.setLevel(level)

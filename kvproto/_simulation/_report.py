@@ -9,11 +9,15 @@ from kvproto._simulation._config import FaultPlan
 from kvproto._version import __version__
 from kvproto.metrics import TierFigures
 
-__all__ = ["JUDGE_MIN_REQUESTS", "SAMPLES", "TIMELINE_POINTS", "FaultCounts", "SimProgress", "SimReport", "TimelinePoint"]
+__all__ = [
+    "JUDGE_MIN_JOBS", "JUDGE_MIN_REQUESTS", "SAMPLES", "TIMELINE_POINTS",
+    "FaultCounts", "SimProgress", "SimReport", "TimelinePoint"
+]
 
 SAMPLES = 5  # problem samples kept per kind
 TIMELINE_POINTS = 240  # the timeline keeps at most this many points (thinned by half, its interval doubled)
 JUDGE_MIN_REQUESTS = 50  # a run that finished fewer requests is too short to call a tier useless
+JUDGE_MIN_JOBS = 20  # a tier given fewer jobs is judged on its failures only when every one of them went wrong
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +30,16 @@ class TimelinePoint:
     requests_finished: int
     blocks_needed: int
     served: dict[str, int]  # tier -> blocks served so far
+    failed_jobs: dict[str, int] = field(default_factory=dict)  # secondary -> jobs failed or timed out so far
+    errors: dict[str, int] = field(default_factory=dict)  # tier -> errors logged so far, where the log names it
+    logged: int = 0  # WARNING and above records logged so far, from any logger
 
     def to_json(self) -> dict[str, object]:
         return {
             "step": self.step, "seconds": round(self.seconds, 4), "lookups": self.lookups,
             "requests_finished": self.requests_finished, "blocks_needed": self.blocks_needed,
-            "served": dict(self.served),
+            "served": dict(self.served), "failed_jobs": dict(self.failed_jobs), "errors": dict(self.errors),
+            "logged": self.logged,
         }
 
 
@@ -142,6 +150,13 @@ class SimReport:
     # After the drain: keys each secondary's index remembers (tiers with ``indexed_keys()``). A tier's own
     # bounded memory that RSS grows with until it is full: a shared ObjTier keeps up to ``recent_keys``.
     end_indexed_keys: dict[str, int] = field(default_factory=dict)
+    # What went wrong per tier (issue 37): errors logged that name the tier, the first one's message,
+    # and the jobs the simulator's own injected faults made fail or wait (not the tier's doing).
+    tier_errors: dict[str, int] = field(default_factory=dict)
+    tier_first_error: dict[str, str] = field(default_factory=dict)
+    faults_fired: dict[str, int] = field(default_factory=dict)
+    max_failure_share: float = 0.05  # of a tier's jobs, failed or timed out, that a clean run may lose
+    interrupted: bool = False  # Ctrl-C ended the run early: the report covers the time that ran
 
     def sample_rss(self, at: float, rss: int | None) -> None:
         """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
@@ -167,8 +182,47 @@ class SimReport:
 
     @property
     def lookups_per_second(self) -> float:
-        busy = self.seconds - self.slept
-        return self.lookups / busy if busy > 0 else 0.0
+        """Lookups per second of the run's wall-clock time (step sleeps included): the one rate the
+        table, the JSON and the throughput chart use."""
+        return self.lookups / self.seconds if self.seconds > 0 else 0.0
+
+    def jobs_gone_wrong(self, name: str) -> tuple[int, int, int]:
+        """(jobs, failed, timed out) of secondary ``name``: submitted, reported failed (whole or in part),
+        and reported late or unreported past the deadline (``job_deadline_steps``)."""
+        f = self.tier_figures.get(name)
+        if f is None:
+            return 0, 0, 0
+        stores_out, loads_out = self.timed_out.get(name, (0, 0))
+        return f.store.jobs + f.load.jobs, f.store.failures + f.load.failures, stores_out + loads_out
+
+    def failing_tiers(self) -> dict[str, str]:
+        """Each secondary that lost more than ``max_failure_share`` of its jobs, or never worked, with why.
+
+        A job lost is one reported failed or timed out (one that did both counts
+        once, as the jobs cap the sum); jobs the run's own ``--faults`` made fail
+        or wait are not the tier's doing and are taken off. A tier given fewer
+        than ``JUDGE_MIN_JOBS`` jobs is judged only when it lost every one; one
+        given none that logged errors never worked.
+        """
+        found: dict[str, str] = {}
+        for name in self.secondaries:
+            jobs, failed, late = self.jobs_gone_wrong(name)
+            errors = self.tier_errors.get(name, 0)
+            said = f"; {errors:,} errors logged, the first: {self.tier_first_error[name]}" if errors else ""
+            if jobs == 0:
+                if errors:
+                    found[name] = f"never worked: it was given no job{said}"
+                continue
+            lost = min(jobs, failed + late)
+            fired = min(lost, self.faults_fired.get(name, 0))
+            own = lost - fired
+            if own > self.max_failure_share * jobs and (jobs >= JUDGE_MIN_JOBS or own == jobs):
+                injected = f", {fired:,} of them by the run's injected faults" if fired else ""
+                found[name] = (
+                    f"lost {lost:,} of its {jobs:,} jobs ({failed:,} failed, {late:,} timed out{injected}): "
+                    f"{own / jobs:.1%} of its own doing, more than the {self.max_failure_share:.0%} allowed{said}"
+                )
+        return found
 
     def hit_rate(self) -> dict[str, float]:
         """Per tier (the primary first): the share of needed blocks it supplied; ``computed``: the rest."""
@@ -254,21 +308,31 @@ class SimReport:
     @property
     def warnings(self) -> list[str]:
         """Why the run is not clean although nothing wrong was served (``--strict`` makes them fail)."""
-        return [f"useless tier {name}: {'; '.join(why)}" for name, why in self.useless_tiers().items()]
+        failing = [f"failing tier {name}: {why}" for name, why in self.failing_tiers().items()]
+        return failing + [f"useless tier {name}: {'; '.join(why)}" for name, why in self.useless_tiers().items()]
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems else 0
+        """130 for a run Ctrl-C ended (as a shell reports SIGINT), else 1 when ``problems`` is not empty."""
+        return 130 if self.interrupted else 1 if self.problems else 0
 
     def exit_code_strict(self) -> int:
         """``exit_code``, and 1 for warnings too (``kvproto simulate --strict``)."""
-        return 1 if self.problems or self.warnings else 0
+        return 130 if self.interrupted else 1 if self.problems or self.warnings else 0
+
+    def _lost_json(self, name: str) -> dict[str, object]:
+        jobs, failed, late = self.jobs_gone_wrong(name)
+        lost = min(jobs, failed + late)
+        return {"jobs": jobs, "failed": failed, "timed_out": late, "lost": lost,
+                "by_injected_faults": min(lost, self.faults_fired.get(name, 0)),
+                "share": round(lost / jobs, 4) if jobs else 0.0}
 
     def to_json(self) -> dict[str, object]:
         """The report as JSON-ready data (``kvproto simulate --json``)."""
         return {
             "kvproto_version": __version__,
             "clean": not self.problems and not self.warnings,
+            "interrupted": self.interrupted,
             "exit_code": self.exit_code,
             "problems": self.problems,
             "warnings": self.warnings,
@@ -286,6 +350,7 @@ class SimReport:
             },
             "lookups": self.lookups,
             "lookups_per_second": round(self.lookups_per_second, 1),
+            "max_failure_share": self.max_failure_share,
             "scans": {"total": self.scans, "sliding_window": self.window_scans},
             "blocks": {
                 "needed": self.blocks_needed,
@@ -356,6 +421,9 @@ class SimReport:
                     **f.to_json(),
                     "served_blocks": self.blocks_served.get(name, 0),
                     "timed_out": dict(zip(("write_through", "promotion"), self.timed_out.get(name, (0, 0)), strict=True)),
+                    "jobs_lost": self._lost_json(name),
+                    "errors_logged": self.tier_errors.get(name, 0),
+                    "first_error": self.tier_first_error.get(name),
                 }
                 for name, f in self.tier_figures.items()
             },

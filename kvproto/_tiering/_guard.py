@@ -3,7 +3,8 @@
 Every tier call the manager makes goes through :meth:`TierGuard.call` (the
 lookup path excepted: it is hot, so it catches inline and hands the
 exception to :meth:`TierGuard.error` / :meth:`TierGuard.violation`, the same
-rule). A tier method that raises is logged with the tier's name and counted
+rule). A tier method that raises is logged with the tier's name (also as the
+record's ``kvproto_tier`` attribute, for a handler to count by) and counted
 in :attr:`TieringStats.tier_errors`; the caller gets :data:`FAILED` and turns
 it into MISS, a failed job, or nothing, as its clause says. A
 :class:`~kvproto.errors.KvprotoError` raised by the primary for the
@@ -76,7 +77,7 @@ class TierGuard:
     def error(self, tier: str, method: str, exc: BaseException) -> None:
         """Log and count a tier method that raised (MGR-10)."""
         self._stats.tier_errors += 1
-        _log.warning("tier %r raised in %s: %r", tier, method, exc, exc_info=exc)
+        _log.warning("tier %r raised in %s: %r", tier, method, exc, exc_info=exc, extra={"kvproto_tier": tier})
 
     def violation(self, exc: ContractViolation) -> None:
         """Raise ``exc`` in strict mode; else count it and log that it is handled as MISS (MGR-8)."""

@@ -19,6 +19,7 @@ FIELDS = {
     "promoted", "evicted", "drain", "manager", "fault_counts", "log_records", "log_samples", "resources",
     "config", "warnings", "tiers", "job_deadline_steps", "timeline",
     "end_state",  # issue 21: slots, pins and tracked keys after the drain
+    "interrupted", "max_failure_share",  # issue 37: Ctrl-C keeps the report; a tier losing jobs is not clean
 }
 
 
@@ -184,7 +185,9 @@ def test_a_bottom_tier_that_cannot_keep_up_is_not_clean(tmp_path: Path, capsys: 
     code, data = run_json(tmp_path, *args)
     assert code == 0  # a warning, not a failure ...
     assert data["clean"] is False and data["problems"] == []
-    (warning,) = data["warnings"]
+    failing, warning = data["warnings"]  # it loses most of its jobs (timed out), so it is failing too
+    lost = data["tiers"]["sluggish"]["jobs_lost"]
+    assert failing.startswith(f"failing tier sluggish: lost {lost['lost']:,} of its {lost['jobs']:,} jobs (0 failed, ")
     assert warning.startswith("useless tier sluggish: ")
     assert "timed out most of its jobs" in warning and "within 1,024 steps" in warning
     timed_out = data["tiers"]["sluggish"]["timed_out"]["write_through"]
@@ -198,8 +201,9 @@ def test_a_bottom_tier_that_cannot_keep_up_is_not_clean(tmp_path: Path, capsys: 
 def test_a_tier_that_stores_nothing_is_named(tmp_path: Path) -> None:
     code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "300", "--strict")
     assert code == 1 and data["problems"] == []
-    (warning,) = data["warnings"]
+    failing, warning = data["warnings"]
     jobs = data["tiers"]["refusing"]["jobs"]["store"]
+    assert failing.startswith(f"failing tier refusing: lost {jobs['submitted']:,} of its {jobs['submitted']:,} jobs")
     assert warning.startswith(
         f"useless tier refusing: stored nothing: {jobs['submitted']:,} write-through jobs, {jobs['failed']:,} failed"
     )
@@ -215,9 +219,15 @@ def test_a_tier_below_an_unbounded_one_serves_nothing(tmp_path: Path) -> None:
     assert data["hit_rate"]["memory-async"] == 0 and data["tiers"]["memory-async"]["stored_blocks"] > 0
 
 
-def test_too_short_a_run_judges_no_tier(tmp_path: Path) -> None:
+def test_too_short_a_run_calls_no_tier_useless_but_a_tier_that_lost_every_job_fails(tmp_path: Path) -> None:
+    """Fewer than 50 finished requests are too few to call a tier useless; a tier whose every job failed
+    is failing however short the run (a tier that never started is seen at once)."""
     code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "20", "--strict")
     assert data["requests"]["finished"] < 50
+    lost = data["tiers"]["refusing"]["jobs_lost"]
+    assert 0 < lost["jobs"] < 20 and lost["lost"] == lost["jobs"]
+    assert code == 1 and [w.split(":")[0] for w in data["warnings"]] == ["failing tier refusing"]
+    code, data = run_json(tmp_path, "--steps", "20", "--strict")
     assert code == 0 and data["warnings"] == [] and data["clean"] is True
 
 

@@ -32,6 +32,8 @@ WINDOW = (1280, 1400)
 #: The page's series colours, in order (kvproto._simulation._html.PALETTE): the primary,
 #: each secondary, then "computed"; the deferral bars take the fifth.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+#: kvproto._simulation._html.OUTAGE: the shade of an interval in which a tier lost jobs or logged errors.
+OUTAGE = "#fde0e0"
 
 
 def chromium() -> str:
@@ -122,7 +124,7 @@ def test_the_page_is_self_contained_and_holds_the_tables_figures(run: tuple[Path
     page, data = run
     text = page.read_text()
     assert not re.search(r"<script|<link|<img|<iframe|\bsrc=|\bhref=|@import|url\(", text)  # nothing to fetch
-    for plot in ("hit-rate", "throughput", "deferral-steps", "promotion-latency-0", "promotion-latency-1"):
+    for plot in ("hit-rate", "throughput", "failures", "deferral-steps", "promotion-latency-0", "promotion-latency-1"):
         assert f'id="{plot}"' in text, plot
     figures = text.split('<table id="figures">')[1]
     assert "<th>verdict</th><td>clean</td>" in figures
@@ -138,9 +140,10 @@ def test_a_useless_tier_is_on_the_page(tmp_path: Path) -> None:
     code = kvproto_cli(["simulate", "--secondary", "tests.kvproto.sim_tiers:refusing_memory", "--steps", "300",
                         "--step-ms", "0", "--report", str(page), "--json", str(report)])
     assert code == 0
-    (warning,) = json.loads(report.read_text())["warnings"]
+    warnings = json.loads(report.read_text())["warnings"]
+    assert [w.split(":")[0] for w in warnings] == ["failing tier refusing", "useless tier refusing"]
     text = page.read_text()
-    assert f"<li class='warn'>{warning}</li>" in text and "<th>verdict</th><td>not clean</td>" in text
+    assert all(f"<li class='warn'>{w}</li>" in text for w in warnings) and "<th>verdict</th><td>not clean</td>" in text
 
 
 def test_chromium_renders_the_page_without_console_errors_and_with_plots(
@@ -158,6 +161,7 @@ def test_chromium_renders_the_page_without_console_errors_and_with_plots(
     # the deferral bars, each far beyond a 10x10 legend square.
     for colour in PALETTE[:5]:
         assert counts[rgb(colour)] > 300, colour
+    assert counts[rgb(OUTAGE)] == 0  # no tier lost a job: nothing is shaded (tests/impls/obj/test_sim_outage.py)
 
 
 def test_the_console_check_catches_a_broken_page(tmp_path: Path) -> None:
@@ -165,3 +169,16 @@ def test_the_console_check_catches_a_broken_page(tmp_path: Path) -> None:
     page.write_text("<!DOCTYPE html><html><body><script>undefined_function();</script></body></html>")
     _, console = screenshot(page, tmp_path)
     assert any("undefined_function is not defined" in line for line in console)
+
+
+def test_empty_plots_say_no_data_and_count_axes_tick_whole_numbers(tmp_path: Path) -> None:
+    """A run of one step has no interval to plot and no promotion: each such plot says "no data"; a
+    count axis never labels its ticks 0 0 0 1 1."""
+    page = tmp_path / "short.html"
+    assert kvproto_cli(["simulate", "--steps", "1", "--step-ms", "0", "--report", str(page)]) == 0
+    text = page.read_text()
+    for plot in ("hit-rate", "throughput", "failures", "promotion-latency-0"):
+        svg = text.split(f'<svg id="{plot}"')[1].split("</svg>")[0]
+        assert ">no data</text>" in svg, plot
+        ticks = re.findall(r'class="tick">([^<]*)</text>', svg)
+        assert len(ticks) == len(set(ticks)), (plot, ticks)

@@ -70,10 +70,10 @@ class S3Server:
         return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
 
 
-_CHILD_SERVER = (  # a moto server on an ephemeral port; it prints the port, serves until stdin closes
+_CHILD_SERVER = (  # a moto server on the port in argv (0: an ephemeral one); it prints the port, serves until stdin closes
     "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.ERROR)\n"
     "from moto.server import ThreadedMotoServer\n"
-    "s = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False); s.start()\n"
+    "s = ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False); s.start()\n"
     "print(s.get_host_and_port()[1], flush=True); sys.stdin.read(); s.stop()\n"
 )
 
@@ -82,11 +82,14 @@ class S3ServerProcess:
     """moto's S3 server in a child process: its request threads are not this process's threads (the kit's
     shutdown check counts every thread started while a tier runs as the tier's)."""
 
-    def __init__(self) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", _CHILD_SERVER], stdin=subprocess.PIPE,
+    def __init__(self, port: int = 0) -> None:
+        """A server on ``port`` of 127.0.0.1 (0: a free one); ``port`` lets a test restart a stopped server
+        where its clients look for it."""
+        self._proc = subprocess.Popen([sys.executable, "-c", _CHILD_SERVER, str(port)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
-        self.endpoint = f"http://127.0.0.1:{int(self._proc.stdout.readline())}"
+        self.port = int(self._proc.stdout.readline())
+        self.endpoint = f"http://127.0.0.1:{self.port}"
 
     def create_bucket(self, name: str) -> str:
         boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="testing",

@@ -1,0 +1,52 @@
+"""Ctrl-C during ``kvproto simulate`` (issue 37): the run ends at the end of its step, drains and shuts
+down as at its end, writes the report and JSON for the time that ran, marked interrupted, prints no
+traceback and exits 130 (as a shell reports SIGINT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kvproto.test_metrics_simulate import get, per_tier, ready
+
+
+def test_ctrl_c_keeps_what_the_run_measured_and_exits_130(tmp_path: Path) -> None:
+    report, page = tmp_path / "report.json", tmp_path / "report.html"
+    args = [sys.executable, "-m", "kvproto", "simulate", "--seconds", "300", "--step-ms", "2", "--metrics-port", "0",
+            "--json", str(report), "--report", str(page)]
+    env = {**os.environ, "COLUMNS": "200"}
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # printed before the run starts
+        assert line.startswith("metrics: http://127.0.0.1:"), line
+        url = line.split()[1]
+        while proc.poll() is None and not ready(per_tier(get(url))):
+            pass  # until both tiers have answered lookups and stored blocks: the run is under way
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+    assert "interrupted after" in out and "the report covers the time that ran" in out
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True and data["exit_code"] == 130
+    assert 0 < data["seconds"] < 300 and data["lookups"] > 0
+    assert data["problems"] == []  # stopped between steps: no pin, no request left half-way
+    assert data["drain"]["drained"] is True
+    assert "<th>verdict</th><td>interrupted (clean while it ran)</td>" in page.read_text()
+
+
+def test_the_stop_request_is_put_back_after_the_run() -> None:
+    """The run's SIGINT handler is in place only while it runs: the one before is restored."""
+    from kvproto import MemoryPrimaryTier, MemoryTier
+    from kvproto._simulation import SimConfig, run_simulation
+
+    before = signal.getsignal(signal.SIGINT)
+    primary = MemoryPrimaryTier(num_slots=64, block_bytes=32)
+    report = run_simulation(primary, [MemoryTier(primary.buffer, name="memory")], SimConfig(steps=20))
+    assert report.interrupted is False and report.steps == 20
+    assert signal.getsignal(signal.SIGINT) is before
