@@ -271,7 +271,8 @@ def _built(
     built: list[object] = []
     try:
         option, name, spec = specs[0]
-        primary: object = _call(option, name, spec.factory, options=_checked(option, name, spec.factory, options[0], 0))
+        options[0] = _checked(option, name, spec.factory, options[0], 0)  # typed: the report shows them so
+        primary: object = _call(option, name, spec.factory, options=options[0])
         built.append(primary)
         if not isinstance(primary, PrimaryTier):
             raise UsageError(f"{option} {name}: its factory built {primary!r}, which is not a PrimaryTier")
@@ -279,9 +280,8 @@ def _built(
         names = {primary.name}
         slots = (primary.buffer.shape or (1,))[0]
         for index, (option, name, spec) in enumerate(specs[1:]):
-            sized = _sized(spec.factory, options[index + 1], index, slots)
-            tier: object = _call(option, name, spec.factory, primary.buffer,
-                                 options=_checked(option, name, spec.factory, sized, 1))
+            options[index + 1] = _checked(option, name, spec.factory, _sized(spec.factory, options[index + 1], index, slots), 1)
+            tier: object = _call(option, name, spec.factory, primary.buffer, options=options[index + 1])
             built.append(tier)
             if not isinstance(tier, SecondaryTier):
                 raise UsageError(f"{option} {name}: its factory built {tier!r}, which is not a SecondaryTier")
@@ -311,12 +311,12 @@ def _sized(factory: object, options: dict[str, object], index: int, primary_slot
 
 
 def _checked(option: str, name: str, factory: object, options: dict[str, object], positional: int) -> dict[str, object]:
-    from kvproto._simulation import TierOptionError, factory_options
+    from kvproto._simulation import TierOptionError, typed_options
 
     if not options or not callable(factory):
         return options
     try:
-        return dict(factory_options(name, factory, options, positional=positional))  # type: ignore[arg-type]  # values parsed by parse_tier_arg
+        return typed_options(name, factory, options, positional=positional)
     except TierOptionError as exc:
         raise UsageError(f"{option} {exc}") from None
 
@@ -390,7 +390,7 @@ def _simulate(
         "strict": bool(args.strict),
     }
     if args.json is not None:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        args.json.write_text(json.dumps(data, indent=2, default=str) + "\n")  # a Path option as its text
     if args.metrics is not None:
         args.metrics.write_text(metrics.exposition())
     if args.report is not None:

@@ -40,10 +40,10 @@ from kvproto._simulation._tier_options import (
     CAPACITY_OPTIONS,
     TierOptionError,
     default_capacity_blocks,
-    factory_options,
     parse_size,
     parse_tier_arg,
     takes_option,
+    typed_options,
 )
 
 __all__ = [
@@ -59,11 +59,11 @@ __all__ = [
     "TierOptionError",
     "TimelinePoint",
     "default_capacity_blocks",
-    "factory_options",
     "parse_faults",
     "parse_size",
     "parse_tier_arg",
     "render_html",
     "run_simulation",
     "takes_option",
+    "typed_options",
 ]

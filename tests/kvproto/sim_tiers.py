@@ -13,8 +13,8 @@ from kvproto.errors import TierMisuseError
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 __all__ = [
-    "grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "silent_memory",
-    "sluggish_memory",
+    "grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "remote_memory",
+    "silent_memory", "sluggish_memory",
 ]
 
 
@@ -93,3 +93,12 @@ class GrumpyPrimary(MemoryPrimaryTier):
 def grumpy_primary() -> GrumpyPrimary:
     """A primary tier whose loads fail after a HIT."""
     return GrumpyPrimary()
+
+
+def remote_memory(buffer: memoryview, *, url: str, prefix: str = "", capacity_blocks: int | None = None) -> MemoryTier:
+    """A stand-in for a remote tier's factory (not broken): options typed by their annotations reach it
+    as written (``url`` holds ``:`` and ``=``, ``prefix=123`` stays text); a wrong type is refused."""
+    given: tuple[object, ...] = (url, prefix)  # what the command line handed over, whatever the annotations say
+    if not all(isinstance(value, str) for value in given):
+        raise TypeError(f"url and prefix must be text, got {url!r} and {prefix!r}")
+    return MemoryTier(buffer, name=f"remote{prefix}", capacity_blocks=capacity_blocks)
