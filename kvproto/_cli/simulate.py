@@ -132,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
         console.print("kvproto simulate: interrupted before the run began; no report", style="yellow",
                       markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 130
-    config_kwargs["tier_options"] = options
-    return _simulate(console, args, primary, secondaries, faults, config_kwargs, metrics)
+    return _simulate(console, args, (primary, secondaries, options), faults, config_kwargs, metrics)
 
 
 def _metrics(args: argparse.Namespace) -> KvMetrics:
@@ -278,9 +277,8 @@ def _built(
             raise UsageError(f"{option} {name}: its factory built {primary!r}, which is not a PrimaryTier")
         secondaries: list[SecondaryTier] = []
         names = {primary.name}
-        slots = (primary.buffer.shape or (1,))[0]
         for index, (option, name, spec) in enumerate(specs[1:]):
-            options[index + 1] = _checked(option, name, spec.factory, _sized(spec.factory, options[index + 1], index, slots), 1)
+            options[index + 1] = _checked(option, name, spec.factory, _sized(spec.factory, options[index + 1], index, primary), 1)
             tier: object = _call(option, name, spec.factory, primary.buffer, options=options[index + 1])
             built.append(tier)
             if not isinstance(tier, SecondaryTier):
@@ -299,14 +297,20 @@ def _built(
     return primary, secondaries
 
 
-def _sized(factory: object, options: dict[str, object], index: int, primary_slots: int) -> dict[str, object]:
-    """``options``, plus ``capacity_blocks`` (4 ** (index + 1) primaries) when the factory takes it and none is given."""
+def _sized(factory: object, options: dict[str, object], index: int, primary: PrimaryTier) -> dict[str, object]:
+    """``options``, sized when the command line did not: ``capacity_blocks`` of 4 ** (index + 1) primaries
+    when the factory takes it, else ``capacity_bytes`` of as many blocks when it takes that (the one
+    capacity contract, MGR-16); a factory taking neither keeps its own size, and the run says so."""
     from kvproto._simulation import CAPACITY_OPTIONS, default_capacity_blocks, takes_option
 
-    if callable(factory) and not any(o in options for o in CAPACITY_OPTIONS) and takes_option(
-        factory, "capacity_blocks", positional=1
-    ):
-        options["capacity_blocks"] = default_capacity_blocks(index, primary_slots)
+    if not callable(factory) or any(o in options for o in CAPACITY_OPTIONS):
+        return options
+    slots, block_bytes = (primary.buffer.shape or (1, 1))[:2]
+    blocks = default_capacity_blocks(index, slots)
+    if takes_option(factory, "capacity_blocks", positional=1):
+        options["capacity_blocks"] = blocks
+    elif takes_option(factory, "capacity_bytes", positional=1):
+        options["capacity_bytes"] = blocks * block_bytes
     return options
 
 
@@ -333,16 +337,18 @@ def _call(option: str, name: str, factory: object, *args: object, options: dict[
 def _simulate(
     console: Console,
     args: argparse.Namespace,
-    primary: PrimaryTier,
-    secondaries: list[SecondaryTier],
+    stack_built: tuple[PrimaryTier, list[SecondaryTier], dict[str, dict[str, object]]],
     faults: FaultPlan,
     config_kwargs: dict[str, object],
     metrics: KvMetrics,
 ) -> int:
-    from kvproto._simulation import SimConfig, render_html
+    """Run the stack ``_build`` built (the tiers and the options each was built with, by argument name)."""
+    from kvproto._simulation import CAPACITY_OPTIONS, SimConfig, render_html
     from kvproto.errors import ConfigurationError
 
-    tier_options = config_kwargs.pop("tier_options")
+    primary, secondaries, tier_options = stack_built
+    unsized = [tier.name for tier, opts in zip(secondaries, list(tier_options.values())[1:], strict=True)
+               if not any(o in opts for o in CAPACITY_OPTIONS)]
     try:
         config = SimConfig(**config_kwargs)  # type: ignore[arg-type]  # values checked by _parse
     except ConfigurationError as exc:
@@ -364,6 +370,10 @@ def _simulate(
                           style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
             return 2
         console.print(f"metrics: {server.url}", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    for name in unsized:
+        console.print(f"tier {name}: not sized by the simulator: its factory takes neither capacity_blocks nor "
+                      "capacity_bytes, so it keeps its own size", style="yellow", markup=False, emoji=False,
+                      highlight=False, soft_wrap=True)
     try:
         report = _run(console, primary, secondaries, config, metrics, stack)
     finally:
@@ -371,6 +381,7 @@ def _simulate(
             server.close()
     if report is None:
         return 2
+    report.unsized = unsized
     _render(console, report, stack)
     if report.interrupted:
         console.print(f"interrupted after {report.seconds:.2f} s (step {report.steps:,}): the report covers the "
@@ -386,6 +397,7 @@ def _simulate(
         "stuck_seconds": config.stuck_seconds,
         "step_ms": config.step_sleep_s * 1000.0,
         "tier_options": tier_options,
+        "unsized": unsized,
         "max_failure_share": config.max_failure_share,
         "strict": bool(args.strict),
     }

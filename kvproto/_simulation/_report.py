@@ -157,6 +157,9 @@ class SimReport:
     faults_fired: dict[str, int] = field(default_factory=dict)
     max_failure_share: float = 0.05  # of a tier's jobs, failed or timed out, that a clean run may lose
     interrupted: bool = False  # Ctrl-C ended the run early: the report covers the time that ran
+    # Secondaries the caller could not size (``kvproto simulate``: a factory taking neither capacity_blocks
+    # nor capacity_bytes keeps its own size, which may be far too small to be of use).
+    unsized: list[str] = field(default_factory=list)
 
     def sample_rss(self, at: float, rss: int | None) -> None:
         """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
@@ -301,6 +304,9 @@ class SimReport:
                     f"timed out most of its jobs: {timed:,} of {jobs:,} not reported within "
                     f"{self.job_deadline_steps:,} steps (it cannot keep up with the write-throughs)"
                 )
+            if why and name in self.unsized:
+                why.append("it was not sized for the run (its factory takes neither capacity_blocks nor "
+                           "capacity_bytes), so it kept its own size")
             if why:
                 found[name] = why
         return found

@@ -13,6 +13,7 @@ from kvproto.errors import TierMisuseError
 from kvproto.testing.faults import FaultySecondary, LatencySecondary
 
 __all__ = [
+    "bytes_sized_memory", "unsizable_memory",
     "grumpy_primary", "hung_lookups", "leaky_primary", "lying_memory", "refusing_memory", "remote_memory",
     "silent_memory", "sluggish_memory",
 ]
@@ -102,3 +103,14 @@ def remote_memory(buffer: memoryview, *, url: str, prefix: str = "", capacity_bl
     if not all(isinstance(value, str) for value in given):
         raise TypeError(f"url and prefix must be text, got {url!r} and {prefix!r}")
     return MemoryTier(buffer, name=f"remote{prefix}", capacity_blocks=capacity_blocks)
+
+
+def bytes_sized_memory(buffer: memoryview, *, capacity_bytes: int | None = None) -> MemoryTier:
+    """A tier sized in bytes only (not broken): the simulator sizes it through ``capacity_bytes``."""
+    block = buffer.shape[1] if buffer.shape else 1
+    return MemoryTier(buffer, name="by-bytes", capacity_blocks=None if capacity_bytes is None else capacity_bytes // block)
+
+
+def unsizable_memory(buffer: memoryview) -> MemoryTier:
+    """A tier whose factory takes no capacity option (not broken): it keeps its own 48 blocks."""
+    return MemoryTier(buffer, name="fixed", capacity_blocks=48)

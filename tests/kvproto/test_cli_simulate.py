@@ -242,3 +242,20 @@ def test_tier_option_values(tmp_path: Path, option: str, value: int) -> None:
     assert code == 0
     name = option.split("=")[0]
     assert data["config"]["tier_options"]["fs"][name] == value
+
+
+def test_the_simulator_sizes_a_tier_through_either_capacity_option_and_says_when_it_cannot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MGR-16's capacity contract: ``capacity_blocks``, else ``capacity_bytes`` (as many blocks' bytes); a
+    factory taking neither keeps its own size, said before the run and in the report."""
+    code, data = run_json(tmp_path, "--secondary", "tests.kvproto.sim_tiers:bytes_sized_memory", "--secondary",
+                          "tests.kvproto.sim_tiers:unsizable_memory", "--steps", "200", "--step-ms", "0")
+    assert code == 0
+    options = data["config"]["tier_options"]
+    primary_bytes = data["end_state"]["slots"]["total"] * 64  # memory-primary's 64-byte blocks
+    assert options["tests.kvproto.sim_tiers:bytes_sized_memory"] == {"capacity_bytes": 4 * primary_bytes}
+    assert options["tests.kvproto.sim_tiers:unsizable_memory"] == {}
+    assert data["config"]["unsized"] == ["fixed"]
+    assert "tier fixed: not sized by the simulator: its factory takes neither capacity_blocks nor capacity_bytes" in (
+        capsys.readouterr().out.replace("\n", " "))
