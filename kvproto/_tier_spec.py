@@ -63,6 +63,9 @@ class KitLimits:
       machine does not fail a tier, and a lookup or hook waiting 10 ms for I/O
       does.
 
+    * ``shutdown_timeout_s``: a tier's ``shutdown()`` that has not returned after this long
+      breaks TIER-16 (the kit stops waiting for it instead of hanging with no verdict).
+
     A RETRY is bounded in steps only: while waiting for one, the kit runs
     end-of-step hooks at least ``retry_step_interval_s`` (10 ms) apart (a fast
     scheduler's step; a tier may count hooks closer than that as one, and
@@ -81,6 +84,7 @@ class KitLimits:
     slow_calls_forgiven: int = count(2, low=0)
     confirm_repeats: int = count(5)
     retry_step_interval_s: float = non_negative(0.01)
+    shutdown_timeout_s: float = non_negative(60.0)
 
     def __post_init__(self) -> None:
         check_fields(self, "KitLimits: ")

@@ -279,8 +279,13 @@ class _Collector:
                 outcome.details = _as_str(props.get("kvproto_details")) or ""
         elif report.when == "teardown":
             if report.failed and outcome.outcome in ("passed", "not run"):
-                outcome.outcome = "error"
-                outcome.reason = "teardown: " + str(props.get("kvproto_message") or _last_line(report))
+                # A clause broken while the check's tier was shut down (TIER-16: a shutdown that never
+                # returns) fails the check; anything else after it passed is an error of the teardown.
+                violated = _as_str(props.get("kvproto_violated"))
+                outcome.outcome = "failed" if violated is not None else "error"
+                outcome.reason = ("" if violated is not None else "teardown: ") + str(
+                    props.get("kvproto_message") or _last_line(report))
+                outcome.violated = violated
             if self.on_progress is not None:
                 self.on_progress(outcome)
 

@@ -14,6 +14,7 @@ and :class:`TierDriver`.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar, Generic, TypeVar
@@ -26,8 +27,35 @@ from kvproto._results import LookupResult
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.settings import KitLimits
 
+_R = TypeVar("_R")
+
+
+def bounded_call(call: Callable[[], _R], bound_s: float, clause: str, what: str, why: str) -> _R:
+    """``call()`` on a thread of its own, waited for at most ``bound_s`` seconds: its result, or what it
+    raised; a ConformanceFailure of ``clause`` when it has not returned by then (the kit goes on; the
+    call's thread is left to end, a daemon)."""
+    results: list[_R] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(call())
+        except BaseException as exc:  # handed to the caller's thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name=f"kvproto-kit: {what}", daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    if errors:
+        raise errors[0]
+    if not results:
+        raise ConformanceFailure(clause, f"{what} did not return within {bound_s:g} s: {why}")
+    return results[0]
+
+
 __all__ = [
     "SlowCalls",
+    "bounded_call",
     "TierDriver",
     "TrackedContext",
     "checked_lookup",
@@ -201,9 +229,11 @@ class TierDriver(Generic[_T]):
         expect_answers(self.answers(keys, context), want, clause, why)
 
     def shutdown(self) -> None:
-        """Shut the tier down once (the fixture calls this after each check)."""
+        """Shut the tier down once (the fixture calls this after each check), within
+        ``limits.shutdown_timeout_s``: a shutdown that never returns fails TIER-16, never hangs the kit."""
         if not self.closed:
             self.closed = True
             if self._on_close is not None:
                 self._on_close()
-            self.tier.shutdown()
+            bounded_call(self.tier.shutdown, self.limits.shutdown_timeout_s, "TIER-16", f"{self.tier.name}.shutdown()",
+                         "a tier's shutdown must end: it finishes or fails its jobs and joins its threads")

@@ -14,8 +14,9 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from kvproto._capabilities import Capabilities
 from kvproto.errors import ConfigurationError
@@ -25,38 +26,50 @@ __all__ = ["KIT_OPTION_PREFIX", "Rebuilds", "fresh_directory", "split_kit_option
 
 #: Options with this prefix declare a tier's capabilities for the kit (``kit.async_lookup=true``).
 KIT_OPTION_PREFIX = "kit."
-_ABILITIES = ("async_lookup", "max_retry_steps", "persistence", "eviction", "sharing", "partial_jobs")
+#: Each capability a ``kit.*`` option may declare, with the JSON type its value must have.
+_ABILITIES: dict[str, type] = {
+    f.name: int if f.type in ("int", int) else bool for f in fields(Capabilities) if f.name != "reasons"
+}
 
 
-def split_kit_options(target: str, options: Mapping[str, object]) -> tuple[dict[str, object], Capabilities | None]:
+@overload
+def split_kit_options(
+    target: str, options: Mapping[str, object], *, defaults: Capabilities
+) -> tuple[dict[str, object], Capabilities]: ...
+@overload
+def split_kit_options(
+    target: str, options: Mapping[str, object], *, defaults: None = None
+) -> tuple[dict[str, object], Capabilities | None]: ...
+def split_kit_options(
+    target: str, options: Mapping[str, object], *, defaults: Capabilities | None = None
+) -> tuple[dict[str, object], Capabilities | None]:
     """``options`` of an engine target (``kvproto conform ENGINE:MODULE:CLASS --option ...``) split
-    into those for the engine's class and the :class:`~kvproto.Capabilities` the ``kit.FIELD``
-    options declare (TIER-18; None when there are none). A ConfigurationError names an unknown
-    field or a value of the wrong JSON type (a bool, an int for ``max_retry_steps``)."""
+    into those for the engine's class and the tier's :class:`~kvproto.Capabilities` (TIER-18).
+
+    The ``kit.FIELD`` options declare abilities on top of ``defaults`` (what the engine's interface
+    gives every tier of it): each one given replaces that field, and the default's reason for it;
+    the others stay as ``defaults`` has them. Without ``defaults`` the result is None when no
+    ``kit.*`` option is given. A ConfigurationError names an unknown field or a value of the wrong
+    JSON type (a bool; an int for ``max_retry_steps`` and ``max_hold_steps``).
+    """
     given: dict[str, object] = {}
-    declared: dict[str, object] = {}
+    declared: dict[str, Any] = {}
     for key, value in options.items():
         if not key.startswith(KIT_OPTION_PREFIX):
             given[key] = value
             continue
         ability = key.removeprefix(KIT_OPTION_PREFIX)
-        if ability not in _ABILITIES:
+        wanted = _ABILITIES.get(ability)
+        if wanted is None:
             raise ConfigurationError(f"{target}: --option {key}: not a capability (known: {', '.join(sorted(_ABILITIES))})")
-        wanted = int if ability == "max_retry_steps" else bool
         if type(value) is not wanted:
             raise ConfigurationError(f"{target}: --option {key}: expected a JSON {wanted.__name__}, got {value!r}")
         declared[ability] = value
-    if not declared:
+    if not declared and defaults is None:
         return given, None
-    steps = declared.get("max_retry_steps", 0)
-    return given, Capabilities(
-        async_lookup=declared.get("async_lookup") is True,
-        max_retry_steps=steps if isinstance(steps, int) else 0,
-        persistence=declared.get("persistence") is True,
-        eviction=declared.get("eviction") is True,
-        sharing=declared.get("sharing") is True,
-        partial_jobs=declared.get("partial_jobs") is True,
-    )
+    base = defaults if defaults is not None else Capabilities()
+    reasons = {ability: why for ability, why in base.reasons.items() if ability not in declared}
+    return given, replace(base, **declared, reasons=reasons)
 
 
 _parents: dict[str, Path] = {}

@@ -927,3 +927,28 @@ class PrimaryAnswersRetry(MemoryPrimaryTier):
 @GALLERY.fails("test_never_answers_retry", "LR-4", "answered RETRY")
 def primary_answers_retry() -> TierSpec:
     return memory_primary_spec(PrimaryAnswersRetry)
+
+
+class ShutdownDeadlocksAfterReset(MemoryTier):
+    """Bug: ``reset_cache`` starts a background scan that never ends, and ``shutdown`` waits for it (as
+    a tier whose restart scan deadlocks does): the kit must fail it on TIER-16 within
+    ``shutdown_timeout_s``, not hang with no verdict."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="shutdown-deadlocks-after-reset")
+        self._scan_done: threading.Event | None = None
+
+    def reset_cache(self) -> bool:
+        self._scan_done = threading.Event()  # the bug: the scan it stands for never ends
+        return super().reset_cache()
+
+    def shutdown(self) -> None:
+        if self._scan_done is not None:
+            self._scan_done.wait()  # waits for a scan that cannot end
+        super().shutdown()
+
+
+@GALLERY.fails("test_reset_cache_forgets_blocks", "TIER-16", "did not return within 1 s")
+def shutdown_deadlocks_after_reset() -> TierSpec:
+    return TierSpec("shutdown-deadlocks-after-reset", "secondary", ShutdownDeadlocksAfterReset, hooks=MEMORY_HOOKS,
+                    limits=replace(_QUICK, shutdown_timeout_s=1.0))

@@ -11,15 +11,29 @@
 * ``late_once_for_others_blocks``: a shared BlobTier whose first check of each block another instance
   stored misses its declared step deadline (RETRY, then MISS, as under load): TIER-18's sharing check
   asks such keys again in a new request instead of blaming it.
+* ``budgeted_files``: a persistent private BlobTier over files with a 20-block byte budget: blocks its
+  budget evicted (declared) are not lost writes, across a writer killed mid-store (issue 40: TIER-24
+  blamed it).
+* ``lazy_connections``: a BlobTier over SQLite whose worker threads each open their own connection
+  on first use and keep it until the tier closes (sqlite3 connections belong to a thread): the
+  descriptors they hold are the tier's, not leaks (issue 40: TIER-31 blamed it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Iterable, Sequence
+import errno
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Collection, Container, Iterable, Iterator, Sequence
+from pathlib import Path
 
-from kvproto import Capabilities, JobResult, MemoryPrimaryTier, MemoryTier, OffloadKey, TransferJob
-from kvproto.testing import MEMORY_HOOKS, TierSpec
+from kvproto import Capabilities, JobResult, MemoryPrimaryTier, MemoryTier, OffloadKey, TransferJob, envelope as env
+from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec, fresh_directory
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
+from tests.kvproto.testing.file_blobs import FileBlobs
 from tests.kvproto.testing.gallery_sharing import AlwaysLateForOthersBlocks, _spec
 
 
@@ -146,3 +160,136 @@ class LateOnceForOthersBlocks(AlwaysLateForOthersBlocks):
 def late_once_for_others_blocks() -> TierSpec:
     """:class:`LateOnceForOthersBlocks` with the ``reopen`` hook (a second live instance over its storage)."""
     return _spec(LateOnceForOthersBlocks)
+
+
+class PerThreadSqlite:
+    """A BlobBackend over one SQLite file: each thread that calls it opens its own connection the
+    first time and keeps it for reuse; :meth:`close` closes them all. ``fail`` makes the next read or
+    write raise EIO once its connection is open (the ``fail_io`` hook)."""
+
+    def __init__(self) -> None:
+        self.path = fresh_directory("kvproto-honest-sqlite-") / "blobs.sqlite"
+        with sqlite3.connect(self.path) as setup:
+            setup.execute("CREATE TABLE blobs (name TEXT PRIMARY KEY, data BLOB NOT NULL)")
+        setup.close()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self.fail = 0
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            with self._lock:
+                self._connections.append(conn)
+            self._local.conn = conn
+        return conn
+
+    def _io(self) -> sqlite3.Connection:
+        conn = self._connection()
+        with self._lock:
+            if self.fail > 0:
+                self.fail -= 1
+                raise OSError(errno.EIO, "injected I/O error")
+        return conn
+
+    def prepare(self, namespace: str) -> None:
+        """Nothing to prepare: one table holds every namespace."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        try:
+            self._io().execute("INSERT INTO blobs (name, data) VALUES (?, ?)", (name, b"".join(parts)))
+        except sqlite3.IntegrityError:
+            return Published.EXISTED
+        return Published.CREATED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        row = self._io().execute("SELECT data FROM blobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise FileNotFoundError(name)
+        return MemoryBackend.scatter(bytes(row[0]), buffers)
+
+    def sizes(self, names: Sequence[str]) -> list[int | None]:
+        conn = self._connection()
+        found = [conn.execute("SELECT length(data) FROM blobs WHERE name = ?", (n,)).fetchone() for n in names]
+        return [None if row is None else int(row[0]) for row in found]
+
+    def delete(self, name: str) -> None:
+        self._connection().execute("DELETE FROM blobs WHERE name = ?", (name,))
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        rows = self._connection().execute(
+            "SELECT name, length(data) FROM blobs WHERE substr(name, 1, ?) = ?", (len(namespace) + 1, namespace + "/")
+        ).fetchall()
+        yield from ((str(name), int(size)) for name, size in rows)
+
+    def clear(self, namespace: str) -> None:
+        self._connection().execute("DELETE FROM blobs WHERE substr(name, 1, ?) = ?", (len(namespace) + 1, namespace + "/"))
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+
+def _fail_io(tier: BlobTier, n: int) -> None:
+    backend = tier.backend
+    if not isinstance(backend, PerThreadSqlite):
+        raise TypeError(f"lazy_connections' fail_io hook needs its PerThreadSqlite backend, got {backend!r}")
+    backend.fail = n
+
+
+def lazy_connections() -> TierSpec:
+    config = BlobTierConfig(read_threads=2, write_threads=2, start_in_background=False)
+    return TierSpec(
+        "lazy-connections", "secondary", lambda buffer: BlobTier(PerThreadSqlite(), buffer, config, name="lazy-connections"),
+        hooks={"fail_io": _fail_io},
+    )
+
+
+class AtomicFiles(FileBlobs):
+    """Blobs as files, each written whole to a temporary file and linked to its name (create-if-absent):
+    a writer killed mid-write leaves only a temporary file, never a partial blob."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        final = self.root / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            for part in parts:
+                f.write(part)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return Published.EXISTED
+        finally:
+            tmp.unlink()
+        return Published.CREATED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        with open(self.root / name, "rb") as f:
+            data = f.read()
+        return MemoryBackend.scatter(data, buffers)
+
+
+BUDGET_BLOCKS = 20
+
+
+class BudgetedFiles(BlobTier):
+    def __init__(self, buffer: memoryview, *, root: Path | None = None) -> None:
+        self.root = fresh_directory("kvproto-honest-budget-") if root is None else root
+        block = buffer.shape[1] if buffer.shape else 1
+        config = BlobTierConfig(persistent=True, max_bytes=BUDGET_BLOCKS * (env.HEADER_BYTES + block),
+                                start_in_background=False)
+        super().__init__(AtomicFiles(self.root), buffer, config, name="budgeted-files", wrap=FaultyBackend)
+
+
+def _reopen_budgeted(tier: BudgetedFiles, buffer: memoryview) -> BudgetedFiles:
+    return BudgetedFiles(buffer, root=tier.root)
+
+
+def budgeted_files() -> TierSpec:
+    return TierSpec("budgeted-files", "secondary", BudgetedFiles, hooks={"reopen": _reopen_budgeted},
+                    tier_class=BudgetedFiles)

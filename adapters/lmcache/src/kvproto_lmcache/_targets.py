@@ -4,9 +4,11 @@ class through the kit, built as LMCache builds a plugin adapter (``plugin_l2_ada
 (so a ``CLASSConfig`` class in the module, or ``config_class_name``, is honoured as LMCache does).
 
 An option value ``{tmpdir}`` becomes a fresh empty directory for each tier built; ``kit.FIELD``
-options are the tier's :class:`kvproto.Capabilities` (an L2 adapter declares none); by default
-the tier claims asynchronous lookups resolving within 2 steps, as every L2 adapter answers
-through a task. Registered as ``lmcache`` under ``kvproto.target_schemes``.
+options declare the tier's :class:`kvproto.Capabilities` (an L2 adapter declares none) on top of
+what LMCache's interface gives every adapter (:data:`DEFAULT_CAPABILITIES`): asynchronous lookups
+resolving within 2 steps, as every L2 adapter answers through a task, and jobs that may finish
+partly, as every L2 task reports a bitmap of the keys it did. Registered as ``lmcache`` under
+``kvproto.target_schemes``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ __all__ = ["lmcache_target"]
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
 FRESH_DIRECTORY = "{tmpdir}"
-#: What an L2 adapter claims unless ``kit.*`` options say otherwise: every lookup is a task.
-DEFAULT_CAPABILITIES = Capabilities(async_lookup=True, max_retry_steps=2)
+#: What an L2 adapter claims unless ``kit.*`` options say otherwise: every lookup is a task, and every
+#: store, lookup and load task answers per key (a bitmap: LMCache's normal interface, not a defect).
+DEFAULT_CAPABILITIES = Capabilities(async_lookup=True, max_retry_steps=2, partial_jobs=True)
 
 
 def lmcache_target(path: str, options: Mapping[str, object]) -> TierSpec:
@@ -36,8 +39,7 @@ def lmcache_target(path: str, options: Mapping[str, object]) -> TierSpec:
     module_name, sep, class_name = path.partition(":")
     if not sep or not module_name or not class_name:
         raise ConfigurationError(f"{name}: expected lmcache:MODULE:CLASS")
-    params, declared = split_kit_options(name, options)
-    capabilities = declared or DEFAULT_CAPABILITIES
+    params, capabilities = split_kit_options(name, options, defaults=DEFAULT_CAPABILITIES)
 
     def build(buffer: memoryview) -> LmcacheSecondaryTier:
         given = {k: str(fresh_dir()) if v == FRESH_DIRECTORY else v for k, v in params.items()}

@@ -17,11 +17,12 @@ Option values are given to the class as they are, except:
 * ``{tmpdir}`` (a string value) becomes a fresh empty directory for each tier the kit builds
   (removed at exit); a required ``root_dir`` parameter left out gets one too;
 * ``kit.FIELD`` options (``kit.async_lookup=true``, ``kit.max_retry_steps=2``,
-  ``kit.persistence=true``...) are the tier's :class:`kvproto.Capabilities` (TIER-18), which a vLLM
-  tier does not declare; they never reach the class.
+  ``kit.persistence=true``...) declare the tier's :class:`kvproto.Capabilities` (TIER-18), which a
+  vLLM tier does not, on top of what vLLM's interface gives every tier (:data:`SECONDARY_DEFAULTS`:
+  a load may finish partly); they never reach the class.
 
-vLLM's own tiers keep the capabilities and backdoor hooks of their registered names (``vllm-fs``,
-``vllm-example``): a subclass of ``FileSystemTierManager`` gets the fs hooks (one plain file per
+vLLM's own tiers start from the capabilities and keep the backdoor hooks of their registered names
+(``vllm-fs``, ``vllm-example``): a subclass of ``FileSystemTierManager`` gets the fs hooks (one plain file per
 block under its ``file_mapper``). Every vLLM secondary tier lists the missing reset as its
 expected failures (the checks that reset; a contract difference, not a defect).
 """
@@ -57,6 +58,16 @@ FRESH_DIRECTORY = "{tmpdir}"
 
 #: The capability fields a ``kit.*`` option may set.
 ABILITIES = frozenset(f.name for f in fields(Capabilities)) - {"reasons"}
+#: What any vLLM ``SecondaryTierManager`` claims unless ``kit.*`` options add to it: a load may finish
+#: partly, as vLLM's interface says (``JobResult.successful_keys``: the keys a partly failed promotion
+#: loaded; vLLM's manager uses them), and nothing else; each ability it does not claim says why.
+SECONDARY_DEFAULTS = Capabilities(
+    partial_jobs=True,
+    reasons={
+        a: f"not declared (vLLM tiers declare none): --option kit.{a}=... declares it"
+        for a in sorted(ABILITIES - {"partial_jobs"})
+    },
+)
 
 _FS = ("vllm.v1.kv_offload.tiering.fs.manager", "FileSystemTierManager")
 _EXAMPLE = ("vllm.v1.kv_offload.tiering.example.manager", "ExampleSecondaryTierManager")
@@ -103,20 +114,13 @@ def _load_class(name: str, path: str) -> type:
     return found
 
 
-def _secondary(name: str, path: str, cls: type, options: dict[str, object], declared: Capabilities | None) -> TierSpec:
+def _secondary(name: str, path: str, cls: type, options: Mapping[str, object]) -> TierSpec:
     factory_module = import_vllm("vllm.v1.kv_offload.tiering.factory", name)
     module_name, _, class_name = path.partition(":")
     fs = _derives(cls, _FS)
-    if declared is not None:
-        capabilities = declared
-    elif fs:
-        capabilities = FS_CAPABILITIES
-    elif _derives(cls, _EXAMPLE):
-        capabilities = EXAMPLE_CAPABILITIES
-    else:
-        capabilities = Capabilities(
-            reasons={a: f"not declared (vLLM tiers declare none): --option kit.{a}=... declares it" for a in ABILITIES}
-        )
+    defaults = FS_CAPABILITIES if fs else EXAMPLE_CAPABILITIES if _derives(cls, _EXAMPLE) else SECONDARY_DEFAULTS
+    given, capabilities = split_kit_options(name, options, defaults=defaults)
+    options = given
     if _needs_root(cls, options):
         options = {**options, "root_dir": FRESH_DIRECTORY}
 
@@ -157,9 +161,9 @@ def vllm_target(path: str, options: Mapping[str, object]) -> TierSpec:
     """
     name = f"vllm:{path}"
     cls = _load_class(name, path)
-    given, declared = split_kit_options(name, options)
     if _derives(cls, _SECONDARY):
-        return _secondary(name, path, cls, given, declared)
+        return _secondary(name, path, cls, options)
+    given, declared = split_kit_options(name, options)
     if _derives(cls, _CPU):
         if declared is not None:
             raise ConfigurationError(f"{name}: kit.* options apply to secondary tiers; a primary's are fixed")
