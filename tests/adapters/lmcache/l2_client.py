@@ -145,7 +145,7 @@ class TwoControllers:
     wrong_bytes: int = 0  # a load bit of 1 over bytes that are not the chunk's
     lookups: int = 0
     errors: list[BaseException] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.Condition = field(default_factory=threading.Condition)  # notified as keys are acknowledged
     _storing_done: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -167,6 +167,8 @@ class TwoControllers:
             self.errors.append(exc)
         finally:
             self._storing_done.set()
+            with self._lock:
+                self._lock.notify_all()
 
     def _store_loop(self) -> None:
         side = StoreSide(self.adapter)
@@ -176,16 +178,17 @@ class TwoControllers:
             if result.is_successful():
                 with self._lock:
                     self.acknowledged.extend(chunks)
+                    self._lock.notify_all()
             else:
                 self.failed_stores += 1
-        self._storing_done.set()
 
     def _prefetch_loop(self) -> None:
         side = PrefetchSide(self.adapter)
         absent = 10**9
         while True:
-            last_pass = self._storing_done.is_set()
-            with self._lock:
+            with self._lock:  # nothing acknowledged yet: wait for the first store (no spinning)
+                self._lock.wait_for(lambda: bool(self.acknowledged) or self._storing_done.is_set(), TASK_DEADLINE_S)
+                last_pass = self._storing_done.is_set()
                 known = self.acknowledged[-self.task_keys:]
             chunks = [c for pair in zip(known, range(absent, absent + len(known)), strict=True) for c in pair]
             absent += len(known)
