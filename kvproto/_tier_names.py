@@ -251,6 +251,8 @@ def _called_if_argless(found: object) -> object:
 def _built_from_spec(tier: str, spec: TierSpec, buffer: memoryview, opts: dict[str, Any]) -> object:
     if spec.kind != "secondary":
         raise ConfigurationError(f"kvproto tier {tier!r} is a {spec.kind} tier; an engine needs a secondary tier")
+    if spec.hosting_factory is not None:
+        return spec.hosting_factory(buffer, **opts)
     if not opts:
         return spec.factory(buffer)
     if spec.tier_class is not None:
@@ -269,8 +271,10 @@ def build_secondary_tier(tier: str, buffer: memoryview, options: Mapping[str, An
 
     * a class or a function taking the buffer: ``target(buffer, **options)``;
     * a :class:`TierSpec` (or a zero-argument function returning one, as every entry point of
-      kvproto's reference tiers is): its ``factory(buffer)`` (the kit's embedded defaults) when
-      there are no options, else ``spec.tier_class(buffer, **options)``;
+      kvproto's reference tiers is): its ``hosting_factory(buffer, **options)`` where it has one (the
+      tier as an engine runs it: ``fs`` is a plain ``FsTier``, no kit budget), else its
+      ``factory(buffer)`` (the kit's embedded defaults) when there are no options, else
+      ``spec.tier_class(buffer, **options)``;
     * ``SCHEME:MODULE:CLASS``: the scheme's spec for the class with ``options``, its ``factory(buffer)``.
 
     A ConfigurationError names a tier that cannot be found, is a primary, or builds no

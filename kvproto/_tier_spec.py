@@ -105,6 +105,11 @@ class TierSpec:
       the class of a built tier.
     * ``block_bytes``: the row length of a secondary tier's primary buffer (default 64); a multiple
       of 4,096 gives page-aligned rows (a tier's O_DIRECT path, KIT-9).
+    * ``hosting_factory``: builds the tier an engine hosts by this name
+      (:func:`kvproto.hosting.build_secondary_tier`): ``hosting_factory(buffer, **options)``, with
+      the engine configuration's options and none of the kit's fixtures (fault wrappers, budgets
+      sized to drive the checks into eviction). ``None``: ``factory(buffer)`` without options,
+      ``tier_class(buffer, **options)`` with them (KIT-9).
     """
 
     name: str
@@ -117,6 +122,7 @@ class TierSpec:
     tier_class: type | None = None
     description: str = ""
     block_bytes: int = SECONDARY_BLOCK_BYTES
+    hosting_factory: Callable[..., Any] | None = None
 
     def build(self) -> object:
         """One tier built by ``factory`` (on a fresh buffer for a secondary tier)."""

@@ -168,6 +168,10 @@ def test_close_reports_every_task_it_cut_short() -> None:
     task = made.submit_store_task([object_key(i) for i in range(6)], [memory_obj(1.0) for _ in range(6)])
     made.close()
     assert task in made._stores_done  # the store was completed (failed or not) before the fds closed
+    late = made.submit_store_task([object_key(1)], [memory_obj(1.0)])  # after close: failed, never raising
+    assert not made.pop_completed_store_tasks()[late].is_successful()
+    lookup = made.submit_lookup_and_lock_task([object_key(1)], {})
+    assert not made.query_lookup_and_lock_result(lookup).test(0)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
 
 from kvproto_fs._backend import TMP_SUFFIX
 from kvproto_fs._config import FsTierConfig
+from kvproto_fs._hosting import hosted_fs_tier
 from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier
 
@@ -413,6 +414,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
         build,
         hooks=FS_HOOKS,
         tier_class=FsTier,
+        hosting_factory=hosted_fs_tier,
         description=(
             f"kvproto_fs.FsTier(buffer, FsTierConfig(root=<fresh temporary directory>, shared={shared}, "
             f"max_bytes={f'{KIT_BLOCKS_BUDGET} blocks' if eviction else None}), ops=KitFileOps(), wrap=FaultyBackend), "
