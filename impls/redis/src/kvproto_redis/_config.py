@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -154,6 +154,11 @@ class RedisTierConfig(BaseModel):
         if self.ttl_s is not None and not math.isfinite(self.ttl_s):
             raise ValueError("ttl_s must be None or a finite number of seconds")
         return self
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """Every field, the url's password masked (a password is never in a repr or a log)."""
+        for name, value in super().__repr_args__():
+            yield name, _without_password(value) if name == "url" and isinstance(value, str) else value
 
     # -- what the settings come to -------------------------------------------------------------
 

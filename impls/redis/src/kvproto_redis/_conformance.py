@@ -140,6 +140,9 @@ class KitRun:
         """The configuration of a fresh storage (a new key prefix); earlier storages' keys are deleted first."""
         with self._lock:
             base = self._started()
+            if os.getpid() == self._pid:  # at exit, once (an explicit clean_up unregisters it)
+                atexit.unregister(self.clean_up)
+                atexit.register(self.clean_up)
             self._sweep(len(self._storages))
             prefix = f"{self.token}:{len(self._storages) + 1}"
             self._storages.append(prefix)
@@ -158,8 +161,6 @@ class KitRun:
                 given = RedisTierConfig(url=self._server.url, cluster=self._cluster)
         self._base = given.model_copy(update={"ttl_s": _KIT_TTL_S, "read_threads": 4, "write_threads": 4,
                                               "probe_min_interval_s": 0.002})
-        if os.getpid() == self._pid:
-            atexit.register(self.clean_up)
         return self._base
 
     def _sweep(self, upto: int) -> None:
@@ -186,6 +187,7 @@ class KitRun:
         """Delete every key of this run and stop the server it started (in the process that made it; idempotent)."""
         if os.getpid() != self._pid:
             return
+        atexit.unregister(self.clean_up)
         with self._lock:
             try:
                 if self._base is not None and self._server is None:

@@ -44,7 +44,8 @@ class LocalRedis:
 
     ``args`` are extra server options for every node (``["--requirepass", "s3cret"]``,
     ``["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]``, TLS options...);
-    ``tls_port``: the node listens with TLS only (``args`` then names the certificates; one node).
+    ``tls``: the node listens with TLS only, with ``{"cert": PEM file, "key": PEM file, "ca": PEM file}``
+    (client certificates optional; one node).
     ``password``/``username``: what :meth:`client` and readiness polling authenticate with.
     """
 
@@ -102,7 +103,10 @@ class LocalRedis:
     def _command(self, port: int) -> list[str]:
         node_dir = self._dir / str(port)
         node_dir.mkdir(exist_ok=True)
-        listen = ["--port", str(port)] if self._tls is None else ["--port", "0", "--tls-port", str(port)]
+        listen = ["--port", str(port)]
+        if self._tls is not None:
+            listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", self._tls["cert"], "--tls-key-file",
+                      self._tls["key"], "--tls-ca-cert-file", self._tls["ca"], "--tls-auth-clients", "optional"]
         command = [self._binary, *listen, "--bind", "127.0.0.1", "--dir", str(node_dir), "--save", "",
                    "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"]
         if self.cluster:
