@@ -126,7 +126,7 @@ class KitRun:
 
     def __init__(self, config: RedisTierConfig | None = None, *, cluster: bool = False) -> None:
         self._given = config
-        self._cluster = cluster if config is None else config.cluster
+        self.cluster = cluster if config is None else config.cluster
         self.token = f"{KIT_PREFIX}:{uuid.uuid4().hex[:12]}"
         self._base: RedisTierConfig | None = None
         self._server: LocalRedis | None = None
@@ -153,12 +153,12 @@ class KitRun:
             return self._base
         given = self._given
         if given is None:
-            url = os.environ.get("KVPROTO_REDIS_CLUSTER_URL" if self._cluster else "KVPROTO_REDIS_URL")
+            url = os.environ.get("KVPROTO_REDIS_CLUSTER_URL" if self.cluster else "KVPROTO_REDIS_URL")
             if url:
-                given = RedisTierConfig(url=url, cluster=self._cluster)
+                given = RedisTierConfig(url=url, cluster=self.cluster)
             else:
-                self._server = LocalRedis(nodes=3 if self._cluster else 1)
-                given = RedisTierConfig(url=self._server.url, cluster=self._cluster)
+                self._server = LocalRedis(nodes=3 if self.cluster else 1)
+                given = RedisTierConfig(url=self._server.url, cluster=self.cluster)
         self._base = given.model_copy(update={"ttl_s": _KIT_TTL_S, "read_threads": 4, "write_threads": 4,
                                               "probe_min_interval_s": 0.002})
         return self._base
@@ -332,9 +332,20 @@ def redis_spec(name: str = "redis", *, run: KitRun | None = None, description: s
     all capabilities but eviction declared. Each tier is a ``faulty_jobs(RedisTier)`` built with
     ``wrap=FaultyBackend`` and ``ops=KitRedisOps()``: the kit's faults (KIT-5)."""
     kit_run = KitRun() if run is None else run
+    named: dict[tuple[object, ...], KitRun] = {}  # a run per server named by options (each cleans up its keys)
 
-    def build(buffer: memoryview) -> RedisTier:
-        return _kit_tier(buffer, kit_run.storage(), name)
+    def build(buffer: memoryview, *, host: str | None = None, port: int | None = None, db: int | None = None,
+              username: str | None = None, password: str | None = None) -> RedisTier:
+        """The kit's tier over a fresh key prefix. The options (``kvproto simulate --secondary
+        redis:host=10.0.0.5,port=6379``) name another server than the run's (host and port apart: a
+        command-line value cannot hold ``:``); the keys written there are deleted as the run's are."""
+        where = (host, port, db, username, password)
+        if where == (None,) * 5:
+            return _kit_tier(buffer, kit_run.storage(), name)
+        if where not in named:
+            given = {k: v for k, v in zip(("host", "port", "db", "username", "password"), where, strict=True) if v is not None}
+            named[where] = KitRun(RedisTierConfig(cluster=kit_run.cluster, **given))
+        return _kit_tier(buffer, named[where].storage(), name)
 
     return TierSpec(
         name,
