@@ -21,14 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.retry import Retry
 
 from kvproto.errors import ConfigurationError
 
 __all__ = ["LocalRedis", "free_port"]
 
 _START_BOUND_S = 20.0
+_PORT_TRIES = 5
 _STOP_BOUND_S = 10.0
+
+
+class _PortTaken(ConfigurationError):
+    """A node's port (or its cluster bus port) was taken by another process before the node bound it."""
 
 
 def free_port() -> int:
@@ -72,8 +79,8 @@ class LocalRedis:
         self._dir = Path(tempfile.mkdtemp(prefix="kvproto-redis-"))
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         try:
-            for port in self.ports:
-                self._launch(port)
+            for index in range(nodes):
+                self._start_node(index)
             if self.cluster:
                 self._create_cluster()
         except BaseException:
@@ -90,13 +97,15 @@ class LocalRedis:
         """``redis://127.0.0.1:PORT/0`` (``rediss://`` with TLS) of the first node (no credentials)."""
         return f"{'rediss' if self._tls else 'redis'}://127.0.0.1:{self.port}/0"
 
-    def client(self, port: int | None = None) -> Redis:
-        """A plain redis-py client of one node (the first by default), authenticated as configured."""
+    def client(self, port: int | None = None, *, timeout_s: float = 5.0) -> Redis:
+        """A plain redis-py client of one node (the first by default), authenticated as configured; each
+        command bounded by ``timeout_s``, without retries."""
         tls: dict[str, Any] = {} if self._tls is None else {
             "ssl": True, "ssl_ca_certs": self._tls["ca"], "ssl_cert_reqs": "required", "ssl_check_hostname": False,
         }
         return Redis(host="127.0.0.1", port=self.port if port is None else port, username=self.username,
-                     password=self.password, socket_connect_timeout=2.0, socket_timeout=5.0, **tls)
+                     password=self.password, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                     retry=Retry(NoBackoff(), 0), **tls)
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -114,17 +123,34 @@ class LocalRedis:
                         "--cluster-port", str(self._bus_ports[port]), "--cluster-node-timeout", "2000"]
         return command + self._args
 
+    def _start_node(self, index: int) -> None:
+        """Start node ``index``; a port another process took since :func:`free_port` chose it is chosen again
+        (a few times: the window between choosing and binding is short)."""
+        for _ in range(_PORT_TRIES - 1):
+            try:
+                self._launch(self.ports[index])
+                return
+            except _PortTaken:
+                old = self.ports[index]
+                self.ports[index] = free_port()
+                if self.cluster:
+                    self._bus_ports[self.ports[index]] = free_port()
+                    del self._bus_ports[old]
+        self._launch(self.ports[index])
+
     def _launch(self, port: int) -> None:
         """Start the node of ``port`` and wait until it answers PING (or its process ended: an error)."""
         with open(self._dir / f"{port}.log", "ab") as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(self._command(port), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self._procs[port] = proc
         deadline = time.monotonic() + _START_BOUND_S
-        client = self.client(port)
+        client = self.client(port, timeout_s=0.5)  # short: what answers first may be another process on the port
         try:
             while True:
                 if proc.poll() is not None:
-                    raise ConfigurationError(f"redis-server on port {port} exited ({proc.returncode}): {self.log(port)}")
+                    del self._procs[port]
+                    error = _PortTaken if "already in use" in self.log(port) else ConfigurationError
+                    raise error(f"redis-server on port {port} exited ({proc.returncode}): {self.log(port)}")
                 try:
                     if client.ping():
                         return
