@@ -12,18 +12,20 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-kvproto_redis = pytest.importorskip(
-    "kvproto_redis", reason="kvproto-redis is not installed: pip install -e impls/redis (./dev does it)"
-)
-from kvproto_redis import LocalRedis  # noqa: E402 (after importorskip: the redis tier may be absent)
+if TYPE_CHECKING:
+    from kvproto_redis import LocalRedis
 
 
-def _need_server() -> None:
+def _need_server() -> type[LocalRedis]:
+    """kvproto-redis's LocalRedis, where the distribution and redis-server are installed."""
+    module = pytest.importorskip("kvproto_redis", reason="kvproto-redis is not installed: pip install -e impls/redis")
     if shutil.which("redis-server") is not None:
-        return
+        local: type[LocalRedis] = module.LocalRedis
+        return local
     why = "redis-server is not installed: apt-get install redis-server (./dev and .ci/run do it)"
     if os.environ.get("CI") == "true":
         pytest.fail(why)
@@ -33,22 +35,25 @@ def _need_server() -> None:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[LocalRedis]:
     """One loopback server for the session; tests keep apart by key prefix (tests that stop a server use ``own_redis``)."""
-    _need_server()
-    with LocalRedis() as server:
+    with _need_server()() as server:
         yield server
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[LocalRedis]:
     """A three-node Redis Cluster on loopback for the session (``redis-cli --cluster create``)."""
-    _need_server()
-    with LocalRedis(nodes=3) as cluster:
+    with _need_server()(nodes=3) as cluster:
         yield cluster
 
 
 @pytest.fixture
 def own_redis() -> Iterator[LocalRedis]:
     """A server of this test's own, which the test may kill and restart."""
-    _need_server()
-    with LocalRedis() as server:
+    with _need_server()() as server:
         yield server
+
+
+@pytest.fixture
+def local_redis() -> type[LocalRedis]:
+    """The LocalRedis class, for a test that starts servers of its own with other options (auth, TLS, maxmemory)."""
+    return _need_server()

@@ -19,8 +19,8 @@ from tests.impls.redis._support import config_for, open_tier  # noqa: E402
 _ACL_USER = ["kv", "on", ">kv-pass", "~kv-acl:*", "&*", "+@all"]  # may touch only keys under kv-acl:
 
 
-def test_password_and_acl_user_are_sent_and_refusals_fail_at_construction() -> None:
-    with LocalRedis(args=["--requirepass", "s3cret", "--user", *_ACL_USER], password="s3cret") as server:
+def test_password_and_acl_user_are_sent_and_refusals_fail_at_construction(local_redis: type[LocalRedis]) -> None:
+    with local_redis(args=["--requirepass", "s3cret", "--user", *_ACL_USER], password="s3cret") as server:
         with shut_down_after(open_tier(config_for(server, password="s3cret"))) as (_, run):  # the default user
             assert run.store([key(1)]).success
         acl = config_for(server, username="kv", password="kv-pass", prefix="kv-acl")
@@ -63,10 +63,12 @@ def _self_signed(folder: Path) -> dict[str, str]:
     return {"cert": str(folder / "cert.pem"), "key": str(folder / "key.pem"), "ca": str(folder / "cert.pem")}
 
 
-def test_tls_round_trip_and_an_untrusted_or_plain_connection_fails_at_construction(tmp_path: Path) -> None:
+def test_tls_round_trip_and_an_untrusted_or_plain_connection_fails_at_construction(
+    tmp_path: Path, local_redis: type[LocalRedis]
+) -> None:
     pytest.importorskip("cryptography", reason="the test makes its certificate with cryptography (./dev installs it)")
     files = _self_signed(tmp_path)
-    with LocalRedis(tls=files) as server:
+    with local_redis(tls=files) as server:
         assert server.url.startswith("rediss://")
         config = config_for(server, tls_ca_file=files["ca"])
         assert config.uses_tls

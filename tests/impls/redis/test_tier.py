@@ -188,10 +188,10 @@ def test_a_key_deleted_between_lookup_and_load_is_a_counted_miss(redis_server: L
         assert run.resolve([keys[0]]) == {keys[0]: "MISS"}
 
 
-def test_server_side_eviction_between_lookup_and_load_is_a_counted_miss() -> None:
+def test_server_side_eviction_between_lookup_and_load_is_a_counted_miss(local_redis: type[LocalRedis]) -> None:
     """maxmemory with allkeys-lru: another client's writes make the server evict blocks a second instance was
     told HIT for; their loads fail (never other bytes), are counted, and the keys answer MISS after."""
-    with LocalRedis(args=["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]) as server:
+    with local_redis(args=["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]) as server:
         with two_instances(config_for(server)) as ((writer_tier, writer), (reader, run)):
             keys = [key(i) for i in range(8)]
             assert writer.store(keys).success
