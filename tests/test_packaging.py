@@ -25,6 +25,7 @@ DISTRIBUTIONS = {
     "impls/cpu": ("kvproto_cpu", "kvproto_cpu", {"cpu"}),
     "impls/fs": ("kvproto_fs", "kvproto_fs", {"fs"}),
     "impls/obj": ("kvproto_obj", "kvproto_obj", {"obj"}),
+    "impls/redis": ("kvproto_redis", "kvproto_redis", {"redis", "redis-cluster"}),
     "adapters/vllm": (
         "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
     ),

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from tests.cli import kvproto_cli as main
 
-#: The reference tiers kvproto ships, and those of kvproto-cpu where it and torch are installed.
+#: The reference tiers kvproto ships, those of kvproto-cpu where it and torch are installed, and kvproto-redis's
+#: where it is installed (each run starts its own redis-server on loopback: ./dev and .ci/run install it).
 REFERENCE = {"memory", "memory-async", "memory-threaded", "memory-primary"} | (
     {"cpu"} if importlib.util.find_spec("kvproto_cpu") and importlib.util.find_spec("torch") else set()
-)
+) | ({"redis", "redis-cluster"} if importlib.util.find_spec("kvproto_redis") else set())
 
 
 def test_conform_without_target_passes_every_reference_tier(tmp_path: Path) -> None:

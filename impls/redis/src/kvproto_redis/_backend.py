@@ -1,0 +1,188 @@
+"""``RedisBackend``: the Redis/Valkey tier's storage I/O, a :class:`kvproto.tierkit.BlobBackend` over redis-py.
+
+Blob ``name`` (``<namespace>/<aa>/<bb>/<digest>.kvb``, or ``<namespace>/manifest.json``) is the
+string key ``<prefix>:<name>``. Every request goes through :class:`~kvproto_redis.RedisOps`
+(REDIS-9) and runs on the engine's worker threads, never the scheduler's: ``SET NX`` per store
+(REDIS-3), one ``GET`` per load copied into the slot row (REDIS-5), one pipeline of ``STRLEN`` +
+``GETRANGE`` per existence chunk (REDIS-6), ``UNLINK``, ``SCAN`` pages.
+
+A HIT is not held (no ``HeldReads``: a value has no handle that outlives its deletion), so a key the
+server evicts, expires or another instance deletes between the lookup and the load fails its load
+(``FileNotFoundError``: the engine makes it MISS), counted in ``missing_on_load`` (REDIS-7). Where the
+lookup's existence check read the envelope's checksum field, the load compares it: a value replaced
+meanwhile fails too (``replaced_on_load``), never serves the new bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+
+from kvproto.tierkit import Published
+
+from kvproto_redis._config import RedisTierConfig
+from kvproto_redis._ops import CHECKSUM_FIELD, Client, RedisOps
+from kvproto_redis._stats import RedisTierStats
+
+__all__ = ["RedisBackend", "short_error"]
+
+_log = logging.getLogger("kvproto_redis")
+
+_BLOCK_SUFFIX = ".kvb"
+_MANIFEST = "manifest.json"
+_SEEN_CHECKSUMS = 65536  # checksum fields seen by existence checks, not yet used by a load; the oldest go past it
+
+
+class RedisBackend:
+    """Blobs as string keys ``<prefix>:<name>`` of one Redis server or cluster (REDIS-2..REDIS-9).
+
+    Counters go to ``stats`` (``stores_created``, ``already_present``, ``missing_on_load``,
+    ``replaced_on_load``, ``failed_probes``), under the backend's own lock: the engine writes only
+    the fields of :class:`~kvproto.tierkit.BlobTierStats`. ``owns_client``: :meth:`close` closes
+    the client (a client given by the caller stays open).
+    """
+
+    def __init__(self, client: Client, config: RedisTierConfig, stats: RedisTierStats, *, tier_name: str,
+                 ops: RedisOps | None = None, owns_client: bool = True) -> None:
+        self.client = client
+        self.ops = RedisOps() if ops is None else ops
+        self.prefix = f"{config.prefix}:"
+        self._ttl_ms = None if config.ttl_s is None else max(1, round(config.ttl_s * 1000))
+        self._clear_bound_s = config.job_timeout_s
+        self._stats = stats
+        self._tier = tier_name
+        self._owns_client = owns_client
+        self._lock = threading.Lock()  # the counters above and the checksums seen
+        self._seen: OrderedDict[str, bytes] = OrderedDict()  # blob name -> checksum field its last probe read
+
+    def key(self, name: str) -> str:
+        """The Redis key of blob ``name``."""
+        return self.prefix + name
+
+    def _count(self, counter: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self._stats, counter, getattr(self._stats, counter) + n)
+
+    # -- BlobBackend -----------------------------------------------------------------------
+
+    def prepare(self, namespace: str) -> None:
+        """Nothing to prepare: keys need no directories (the engine writes the manifest)."""
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        """One ``SET key value NX`` (``PX ttl`` with ``ttl_s``) of the joined parts (REDIS-3): the one copy
+        of the row into the request. A key already there is :attr:`Published.EXISTED`, left as it is
+        (the engine verifies every load; a damaged value is deleted by the load that finds it)."""
+        value = b"".join(parts)
+        created = self.ops.set_if_absent(self.client, self.key(name), value, self._ttl_ms)
+        block = name.endswith(_BLOCK_SUFFIX)
+        with self._lock:
+            self._seen.pop(name, None)  # this instance wrote it (or found it): an earlier probe's field no longer applies
+            if block:
+                if created:
+                    self._stats.stores_created += 1
+                else:
+                    self._stats.already_present += 1
+        return Published.CREATED if created else Published.EXISTED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """One ``GET``, copied into ``buffers`` in order; the value's size (REDIS-5, REDIS-7).
+
+        No such key raises ``FileNotFoundError`` (counted ``missing_on_load``); so does a value whose
+        envelope checksum field differs from the one the lookup's existence check read (replaced
+        since, counted ``replaced_on_load``). Any other error is transient.
+        """
+        with self._lock:
+            seen = self._seen.pop(name, None)
+        data = self.ops.get(self.client, self.key(name))
+        if data is None:
+            if name.endswith(_BLOCK_SUFFIX):
+                self._count("missing_on_load")
+            raise FileNotFoundError(f"{self.key(name)}: no such key (evicted, expired or deleted since the lookup)")
+        first, last = CHECKSUM_FIELD
+        if seen is not None and data[first : last + 1] != seen:
+            self._count("replaced_on_load")
+            raise FileNotFoundError(f"{self.key(name)}: replaced since the lookup read its checksum")
+        view = memoryview(data)
+        offset = 0
+        for buf in buffers:
+            n = max(0, min(buf.nbytes, len(data) - offset))
+            buf[:n] = view[offset : offset + n]
+            offset += n
+        return len(data)
+
+    def sizes(self, names: Sequence[str]) -> list[int | None]:
+        """Each blob's size or ``None``, from one pipeline of ``STRLEN`` + ``GETRANGE`` (REDIS-6).
+
+        The checksum field read for a block is kept for its load (REDIS-7). A key whose commands failed
+        answers ``None`` (counted ``failed_probes``); raises only when every key failed (or the
+        pipeline itself did: the server is unreachable).
+        """
+        answers = self.ops.probe(self.client, [self.key(n) for n in names])
+        sizes: list[int | None] = []
+        errors: list[BaseException] = []
+        with self._lock:
+            for name, answer in zip(names, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    errors.append(answer)
+                    sizes.append(None)
+                    continue
+                size, field = answer
+                sizes.append(size or None)
+                self._remember(name, field if size and name.endswith(_BLOCK_SUFFIX) else None)
+            self._stats.failed_probes += len(errors)
+        if errors:
+            _log.warning("RedisTier %r: %d of %d existence checks failed (answered MISS): %s",
+                         self._tier, len(errors), len(names), short_error(errors[0]))
+            if len(errors) == len(names):
+                raise errors[0]
+        return sizes
+
+    def _remember(self, name: str, field: bytes | None) -> None:
+        """Keep the checksum field a probe read for ``name`` (None: forget it); the oldest go past the bound."""
+        if field is None:
+            self._seen.pop(name, None)
+            return
+        self._seen[name] = field
+        self._seen.move_to_end(name)
+        if len(self._seen) > _SEEN_CHECKSUMS:
+            self._seen.popitem(last=False)
+
+    def delete(self, name: str) -> None:
+        """``UNLINK`` the key; an absent key is not an error."""
+        with self._lock:
+            self._seen.pop(name, None)
+        self.ops.delete(self.client, [self.key(name)])
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        """Every key under ``<prefix>:<namespace>/`` as ``(blob name, size)``: SCAN pages, sized by a probe each."""
+        cut = len(self.prefix)
+        for page in self.ops.scan(self.client, f"{self.key(namespace)}/*"):
+            for key, answer in zip(page, self.ops.probe(self.client, page), strict=True):
+                if not isinstance(answer, BaseException) and answer[0]:
+                    yield key[cut:], answer[0]
+
+    def clear(self, namespace: str) -> None:
+        """``UNLINK`` every block key of ``namespace`` (not its manifest), SCAN page by page, within
+        ``job_timeout_s`` (REDIS-10): a TimeoutError past it (the keys deleted stay deleted)."""
+        manifest = self.key(f"{namespace}/{_MANIFEST}")
+        deadline = time.monotonic() + self._clear_bound_s
+        with self._lock:
+            self._seen.clear()
+        for page in self.ops.scan(self.client, f"{self.key(namespace)}/*"):
+            self.ops.delete(self.client, [k for k in page if k != manifest])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"clearing {self.key(namespace)}/ took over {self._clear_bound_s} s")
+
+    def close(self) -> None:
+        """Close the client's connections (a client given by the caller is left open)."""
+        if self._owns_client:
+            self.client.close()
+
+
+def short_error(exc: BaseException) -> str:
+    """An error on one line: its type and its first line (never a password: redis-py does not echo one)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__

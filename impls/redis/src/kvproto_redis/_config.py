@@ -1,0 +1,220 @@
+"""The Redis/Valkey tier's configuration: a pydantic model with clear errors (REDIS-1)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from kvproto.errors import ConfigurationError
+
+__all__ = ["LayoutValue", "RedisTierConfig"]
+
+LayoutValue = str | int | float | bool | None
+"""A value of the integrator's layout fingerprint (JSON scalars)."""
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.:\-/]+")
+_URL_SCHEMES = ("redis", "rediss")
+
+
+class RedisTierConfig(BaseModel):
+    """Where and how the Redis/Valkey tier keeps its blocks (REDIS-1).
+
+    * Where: ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://...`` for TLS), or
+      ``host`` / ``port`` / ``db`` (``url`` wins for what it names; host and port are separate options
+      so that a command line whose values cannot hold ``:`` can still name a server). ``cluster``:
+      a Redis Cluster (the address is any node's; ``db`` must be 0).
+    * Who: ``username`` / ``password`` (Redis 6 ACL users; ``password`` alone is ``AUTH password``,
+      the ``default`` user). A password is a secret, never shown in a repr.
+    * TLS: ``tls`` (implied by ``rediss://``), ``tls_ca_file`` (the CA to trust; the system's by
+      default), ``tls_cert_file`` / ``tls_key_file`` (a client certificate, for servers with
+      ``tls-auth-clients yes``), ``tls_verify`` (False: no certificate or host name check).
+    * ``prefix``: every key is ``<prefix>:<namespace>/<aa>/<bb>/<digest>.kvb``, so one server holds
+      several deployments, and each layout's namespace, apart (letters, digits, ``_ . : - /``: no glob
+      characters, so a SCAN pattern names exactly its keys).
+    * ``layout``: the integrator's model/layout fingerprint; with the block size and the envelope
+      format version it makes the namespace.
+    * ``ttl_s``: every block (and the manifest) expires that long after its store; ``None``: never
+      (the server's ``maxmemory-policy`` decides what goes).
+    * ``connect_timeout_s``, ``socket_timeout_s``, ``retries``, ``init_backoff_s``,
+      ``max_backoff_s``: per command, chosen for a cache (a down server fails a key within
+      about ``(retries + 1) * (connect_timeout_s + socket_timeout_s)``).
+    * ``read_threads`` / ``write_threads``: loads / stores in flight; the client keeps at most
+      ``read_threads + write_threads + 4`` connections (per node in a cluster).
+    * ``job_timeout_s``: a transfer job still running after this long fails (the keys not started).
+    * ``probe_deadline_steps``, ``probe_min_interval_s``: an existence check unanswered after this
+      many end-of-step hooks (hooks closer than the interval count once) answers MISS.
+    * ``recent_keys``: how many keys this instance remembers as present (stored or loaded by it)
+      without asking the server.
+    * ``check_on_start``: connect, authenticate and write the layout manifest at construction, so a
+      server that is down, refuses the credentials or the TLS handshake fails at once with a
+      :class:`~kvproto.errors.ConfigurationError`.
+
+    Invalid values raise :class:`~kvproto.errors.ConfigurationError` naming every offending field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=6379, ge=1, le=65535)
+    db: int = Field(default=0, ge=0, le=65535)
+    cluster: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    tls: bool = False
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_verify: bool = True
+    prefix: str = "kvproto"
+    layout: dict[str, LayoutValue] = Field(default_factory=dict)
+    ttl_s: float | None = Field(default=None, gt=0)
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
+    socket_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    retries: int = Field(default=1, ge=0, le=10)
+    init_backoff_s: float = Field(default=0.05, gt=0, le=60)
+    max_backoff_s: float = Field(default=0.5, gt=0, le=60)
+    read_threads: int = Field(default=8, ge=1, le=256)
+    write_threads: int = Field(default=8, ge=1, le=256)
+    job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    probe_deadline_steps: int = Field(default=16, ge=1)
+    probe_min_interval_s: float = Field(default=0.005, ge=0, le=1.0)
+    recent_keys: int = Field(default=65536, ge=1)
+    check_on_start: bool = True
+
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (REDIS-1)."""
+        for field in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+            if isinstance(data.get(field), str):
+                data[field] = Path(data[field])
+        if isinstance(data.get("password"), str):
+            data["password"] = SecretStr(data["password"])
+        for field in ("ttl_s", "connect_timeout_s", "socket_timeout_s", "init_backoff_s", "max_backoff_s",
+                      "job_timeout_s", "probe_min_interval_s"):
+            if type(data.get(field)) is int:  # strict floats: a whole number of seconds is one too
+                data[field] = float(data[field])
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            raise ConfigurationError(f"invalid RedisTierConfig: {_problems(exc)}") from exc
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object]) -> RedisTierConfig:
+        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (REDIS-1)."""
+        if isinstance(data, Mapping):
+            return cls(**{str(k): v for k, v in data.items()})
+        raise ConfigurationError(f"RedisTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
+
+    @field_validator("prefix")
+    @classmethod
+    def _clean_prefix(cls, prefix: str) -> str:
+        if not _PREFIX.fullmatch(prefix):
+            raise ValueError(f"prefix {prefix!r} must be letters, digits, '_', '.', ':', '-' or '/' (no glob characters)")
+        return prefix
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_redis(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in _URL_SCHEMES or not parts.hostname:
+            raise ValueError(f"url {_without_password(url)!r} must be redis://HOST[:PORT][/DB] or rediss://...")
+        try:
+            _ = parts.port  # urlsplit checks the port when asked
+        except ValueError as exc:
+            raise ValueError(f"url {_without_password(url)!r}: {exc}") from None
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise ValueError(f"url {_without_password(url)!r}: the path must be a database number")
+        return url
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RedisTierConfig:
+        if self.cluster and self.database != 0:
+            raise ValueError("a Redis Cluster has only database 0 (cluster=True with db != 0)")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        for name in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+            path: Path | None = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {str(path)!r} is not a file")
+        if self.init_backoff_s > self.max_backoff_s:
+            raise ValueError("init_backoff_s must not exceed max_backoff_s")
+        for name in ("connect_timeout_s", "socket_timeout_s", "job_timeout_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number of seconds")
+        if self.ttl_s is not None and not math.isfinite(self.ttl_s):
+            raise ValueError("ttl_s must be None or a finite number of seconds")
+        return self
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """Every field, the url's password masked (a password is never in a repr or a log)."""
+        for name, value in super().__repr_args__():
+            yield name, _without_password(value) if name == "url" and isinstance(value, str) else value
+
+    # -- what the settings come to -------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The server's (host, port): the url's where it names them, else ``host`` and ``port``."""
+        if self.url is None:
+            return self.host, self.port
+        parts = urlsplit(self.url)
+        return parts.hostname or self.host, parts.port or self.port
+
+    @property
+    def database(self) -> int:
+        """The database number: the url's path where it names one, else ``db``."""
+        if self.url is not None:
+            path = urlsplit(self.url).path.strip("/")
+            if path:
+                return int(path)
+        return self.db
+
+    @property
+    def credentials(self) -> tuple[str | None, str | None]:
+        """(username, password): ``username``/``password`` where given, else the url's."""
+        user, password = self.username, None if self.password is None else self.password.get_secret_value()
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            user = user if user is not None else (parts.username or None)
+            password = password if password is not None else parts.password
+        return user, password
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections use TLS (``tls``, or a ``rediss://`` url)."""
+        return self.tls or (self.url is not None and urlsplit(self.url).scheme == "rediss")
+
+    @property
+    def op_bound_s(self) -> float:
+        """The longest one command may take, retries included (what a job's bound adds per key, MGR-17)."""
+        attempts = self.retries + 1
+        return attempts * (self.connect_timeout_s + self.socket_timeout_s) + self.retries * self.max_backoff_s
+
+    def where(self) -> str:
+        """The server, for messages: ``redis://host:port/db`` (never the password), with ``cluster``/``TLS``."""
+        host, port = self.address
+        scheme = "rediss" if self.uses_tls else "redis"
+        return f"{scheme}://{host}:{port}/{self.database}" + (" (cluster)" if self.cluster else "")
+
+
+def _without_password(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    """Every field pydantic refused, with why, on one line (a refused password is never echoed)."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors())

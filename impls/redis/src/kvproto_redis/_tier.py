@@ -1,0 +1,155 @@
+"""``RedisTier``: the Redis/Valkey secondary tier: a :class:`kvproto.tierkit.BlobTier` over redis-py (REDIS-1..REDIS-11).
+
+Keys: ``<prefix>:<namespace>/<aa>/<bb>/<digest>.kvb``, each value a :mod:`kvproto.envelope`
+(4 KiB header + payload), and ``<prefix>:<namespace>/manifest.json``, the layout manifest: the
+names the filesystem and object-store tiers use under their roots, behind a key prefix.
+
+The engine (:class:`~kvproto.tierkit.BlobTier`, shared mode) owns jobs, verification, verdicts,
+events and shutdown; :class:`RedisBackend` makes the requests on the engine's worker threads. Lookups
+never do I/O: keys this instance stored or loaded answer HIT, others go through pipelined existence
+checks off the scheduler's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from kvproto import Capabilities, OffloadKey, envelope as env
+from kvproto.errors import ConfigurationError
+from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
+
+from kvproto_redis._backend import RedisBackend, short_error
+from kvproto_redis._client import make_client
+from kvproto_redis._config import RedisTierConfig
+from kvproto_redis._ops import Client, RedisOps
+from kvproto_redis._stats import RedisTierStats
+
+__all__ = ["RedisTier"]
+
+_log = logging.getLogger("kvproto_redis")
+
+
+class RedisTier(BlobTier):
+    """A secondary tier keeping one verified envelope per block as a Redis string key (REDIS-1..REDIS-11).
+
+    ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous 2-D ``memoryview`` of
+    format ``"B"``, one row per slot). ``client``, when given, is the redis-py client to use instead
+    of the one ``config`` describes (the caller keeps it open and closes it). ``wrap``, when given, is
+    put between the engine and the backend (tracing, metrics, or the kit's
+    :class:`kvproto.testing.FaultyBackend`, TIERKIT-8). The tier has no fault knob: the kit fails jobs
+    through a :func:`kvproto.testing.faulty_jobs` class of it (KIT-5). ``ops``, when given, makes
+    every request (:class:`RedisOps`, REDIS-9: the conformance spec's counting, fault-arming one).
+    """
+
+    def __init__(self, buffer: memoryview, config: RedisTierConfig, *, name: str = "redis",
+                 client: Client | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
+                 ops: RedisOps | None = None) -> None:
+        self.config = config = _checked(config, name)
+        self.client: Client = make_client(config) if client is None else client
+        stats = RedisTierStats()
+        self._io = RedisBackend(self.client, config, stats, tier_name=name, ops=ops, owns_client=client is None)
+        try:
+            if config.check_on_start:
+                self._check_server(buffer, name)
+            super().__init__(
+                self._io,
+                buffer,
+                BlobTierConfig(
+                    shared=True,  # other engines use the same server: unknown keys are checked by a pipeline (REDIS-6)
+                    layout=config.layout,
+                    read_threads=config.read_threads,
+                    write_threads=config.write_threads,
+                    probe_deadline_steps=config.probe_deadline_steps,
+                    probe_min_interval_s=config.probe_min_interval_s,
+                    recent_keys=config.recent_keys,
+                    trust_index_on_store=True,  # a key stored or loaded here is not sent again (REDIS-4)
+                    op_timeout_s=config.op_bound_s,  # one command's bound, retries included (REDIS-8)
+                    job_timeout_s=config.job_timeout_s,  # so the tier declares job_time_bound_s (MGR-17)
+                ),
+                name=name,
+                stats=stats,
+                wrap=wrap,
+            )
+        except BaseException:
+            self._io.close()
+            raise
+        self.stats: RedisTierStats = stats
+        self.ops: RedisOps = self._io.ops
+        self.capabilities = Capabilities(
+            async_lookup=True,
+            max_retry_steps=config.probe_deadline_steps,
+            persistence=True,
+            eviction=False,
+            sharing=True,
+            partial_jobs=True,
+            reasons={
+                "async_lookup": "RETRY while a pipelined existence check asks the server about a key this instance "
+                                "does not know",
+                "eviction": "never deletes blocks on its own: the server's maxmemory-policy (or ttl_s) does, and a "
+                            "key it evicted fails its load and answers MISS",
+                "holds_hits": "a Redis value has no read handle that outlives its deletion",
+            },
+        )
+
+    def _check_server(self, buffer: memoryview, name: str) -> None:
+        """PING, then write the layout manifest now, so a server that is down, refuses the credentials or
+        the TLS handshake fails at once (REDIS-1). A buffer the engine will refuse is left to it."""
+        given: object = buffer  # checked at run time: callers may pass anything
+        shape = buffer.shape if isinstance(given, memoryview) else None
+        config = self.config
+        try:
+            self._io.ops.ping(self.client)
+            if shape is None or len(shape) != 2 or shape[1] < 1:
+                return
+            manifest = env.namespace_manifest(shape[1], config.layout)
+            body = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
+            self._io.publish(f"{env.namespace_id(manifest).hex()}/manifest.json", [memoryview(body)], len(body))
+        except Exception as exc:
+            raise ConfigurationError(
+                f"RedisTier {name!r}: cannot use the server at {config.where()} "
+                f"(prefix {config.prefix!r}): {short_error(exc)}"
+            ) from exc
+
+    # -- SecondaryTier: the engine's, but reset ------------------------------------------------
+
+    def reset_cache(self) -> bool:
+        """Delete every block key of this namespace and forget them (TIER-16, REDIS-10).
+
+        False while a job is unreported, after shutdown, or when the server did not answer (keys
+        already deleted stay deleted; loads of the others still verify). Blocks the scheduler for
+        the SCAN and UNLINKs (bounded by ``job_timeout_s``). On a shared server it removes the
+        other instances' blocks of this namespace too (their loads fail, then MISS).
+        """
+        if self.has_pending_work():
+            return False
+        try:
+            self.backend.clear(self.namespace.hex())  # raises if the server did not answer (or after shutdown)
+        except Exception as exc:
+            _log.warning("RedisTier %r: reset_cache could not delete %s/*: %s", self.name,
+                         self._io.key(self.namespace.hex()), short_error(exc))
+            return False
+        return super().reset_cache()
+
+    # -- operator surface --------------------------------------------------------------------
+
+    def key_of(self, key: OffloadKey) -> str:
+        """The Redis key that holds ``key``'s block."""
+        return self._io.key(self.name_of(key))
+
+    @property
+    def namespace_prefix(self) -> str:
+        """What every key this instance writes starts with: ``<prefix>:<namespace>/``."""
+        return self._io.key(self.namespace.hex()) + "/"
+
+    def known_keys(self) -> frozenset[OffloadKey]:
+        """The keys this instance remembers as present right now (stored or loaded by it)."""
+        return self.indexed_keys()
+
+
+def _checked(config: object, name: str) -> RedisTierConfig:
+    """``config`` if it is a :class:`RedisTierConfig`, else a :class:`ConfigurationError` (REDIS-1)."""
+    if isinstance(config, RedisTierConfig):
+        return config
+    raise ConfigurationError(f"RedisTier {name!r}: config must be a RedisTierConfig, got {type(config).__name__}")
