@@ -18,7 +18,9 @@ the manager (and, with ``--strict``, on a useless tier: one that stored
 nothing, served nothing or timed out most of its jobs); 2 on a usage error.
 ``--metrics-port`` serves the run's per-tier metrics (``kvproto.metrics``) on
 127.0.0.1, ``--metrics`` writes their final exposition text and ``--report``
-a self-contained HTML page of the run.
+a self-contained HTML page of the run. ``--trace FILE`` replays a recorded
+workload (the Mooncake trace format) instead of generating one
+(:mod:`kvproto._cli.simulate_trace`, MGR-21; docs/simulate.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvproto._cli.simulate_trace import TracePlan
     from kvproto._protocols import PrimaryTier, SecondaryTier
     from kvproto._simulation import FaultPlan, SimConfig, SimReport
     from kvproto.metrics import KvMetrics
@@ -103,6 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the final Prometheus exposition text to FILE (needs kvproto[metrics])")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="write a self-contained HTML page of the run (plots and the table's figures)")
+    from kvproto._cli.simulate_trace import add_trace_arguments
+
+    add_trace_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,15 +119,21 @@ def run(args: argparse.Namespace) -> int:
     # torch (the cpu tier) probes for numpy when it is imported; kvproto does not use numpy.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     console = Console()
+    from kvproto._cli.simulate_trace import plan_trace
+
     try:
         faults, config_kwargs = _parse(args)
+        trace = plan_trace(args)  # --trace (MGR-21): checked before any tier is built
+        if trace is not None:
+            config_kwargs = trace.config_kwargs(config_kwargs, args)
         metrics = _metrics(args)
-        primary, secondaries, options = _build(args.primary, args.secondary or list(DEFAULT_SECONDARIES))
+        primary_arg = args.primary if trace is None else trace.primary_arg(args.primary)
+        primary, secondaries, options = _build(primary_arg, args.secondary or list(DEFAULT_SECONDARIES))
     except UsageError as exc:
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
     config_kwargs["tier_options"] = options
-    return _simulate(console, args, primary, secondaries, faults, config_kwargs, metrics)
+    return _simulate(console, args, primary, secondaries, faults, config_kwargs, metrics, trace)
 
 
 def _metrics(args: argparse.Namespace) -> KvMetrics:
@@ -323,6 +335,7 @@ def _simulate(
     faults: FaultPlan,
     config_kwargs: dict[str, object],
     metrics: KvMetrics,
+    trace: TracePlan | None = None,
 ) -> int:
     from kvproto._simulation import SimConfig, render_html
     from kvproto.errors import ConfigurationError
@@ -350,7 +363,7 @@ def _simulate(
             return 2
         console.print(f"metrics: {server.url}", markup=False, emoji=False, highlight=False, soft_wrap=True)
     try:
-        report = _run(console, primary, secondaries, config, metrics, stack)
+        report = _run(console, primary, secondaries, config, metrics, stack, trace)
     finally:
         if server is not None:
             server.close()
@@ -386,6 +399,7 @@ def _run(
     config: SimConfig,
     metrics: KvMetrics,
     stack: str,
+    trace: TracePlan | None = None,
 ) -> SimReport | None:
     """The run under a progress display; None (after a printed usage error) when the stack cannot run."""
     from kvproto._cli.progress import progress_display
@@ -403,7 +417,8 @@ def _run(
             progress.update(task, completed=round(1000 * p.fraction), figures=figures)
 
         try:
-            report = run_simulation(primary, secondaries, config, on_progress=show, metrics=metrics)
+            runner = run_simulation if trace is None else trace.run  # a replay of --trace (MGR-21)
+            report = runner(primary, secondaries, config, on_progress=show, metrics=metrics)
         except ConfigurationError as exc:
             primary.shutdown()
             for tier in secondaries:
@@ -439,6 +454,11 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("hit rate", ", ".join(f"{name} {rate:.1%}" for name, rate in rates.items()), "")
     add("blocks", f"{report.blocks_needed:,} needed, {report.blocks_stored:,} stored, "
         f"{report.blocks_skipped:,} skipped before a window", "")
+    if report.trace is not None:  # a replay's own figures (MGR-21), as the HTML page shows them
+        from kvproto._simulation import trace_rows
+
+        for label, text in trace_rows(report.trace.to_json(report.tiers)):
+            add(label, text, "")
     add("deferral steps", f"p50 {report.deferral_percentile(50)}, p99 {report.deferral_percentile(99)}, "
         f"max {max(report.deferral_histogram, default=0)}; longest wait {report.deferral_seconds_max * 1000:.1f} ms", "")
     add("wrong bytes", f"{report.wrong_bytes} blocks", verdict(report.wrong_bytes > 0))

@@ -14,6 +14,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvproto._simulation._replay_figures import trace_rows
+
 __all__ = ["PALETTE", "render_html"]
 
 #: Series colours, in order: the primary, then each secondary, then "computed".
@@ -176,6 +178,8 @@ def _rows(data: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"promotions; evicted {t['evicted_blocks']:,}"
         )))
     rows.append(("manager", ", ".join(f"{k} {v:,}" for k, v in data["manager"].items())))
+    if "trace" in data:  # a replay's own figures (MGR-21), as the terminal table shows them
+        rows += trace_rows(data["trace"])
     return rows
 
 
@@ -184,10 +188,11 @@ def render_html(data: Mapping[str, Any]) -> str:
     tiers = [data["stack"]["primary"], *data["stack"]["secondaries"]]
     colours = list(PALETTE)
     xs, rates, speed = _timeline(data)
+    seconds = "seconds of trace time" if "trace" in data else "seconds"  # a replay's timeline is in trace time (MGR-21)
     plots = [
-        _lines("hit-rate", "hit rate per tier over time", "seconds", "share of needed blocks", xs, rates,
+        _lines("hit-rate", "hit rate per tier over time", seconds, "share of needed blocks", xs, rates,
                colours, y_max=1.0, y_fmt=".0%"),
-        _lines("throughput", "throughput", "seconds", "per second", xs, speed,
+        _lines("throughput", "throughput", seconds, "per second" + seconds.removeprefix("seconds"), xs, speed,
                [colours[0], colours[3]], y_max=None, y_fmt=",.0f"),
         _bars("deferral-steps", "deferral steps per decided request", "steps deferred",
               _deferral_bins(data["deferral_steps"]["histogram"]), colours[4]),

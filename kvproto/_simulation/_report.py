@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from kvproto._simulation._config import FaultPlan
+from kvproto._simulation._replay_figures import TraceFigures
 from kvproto._version import __version__
 from kvproto.metrics import TierFigures
 
@@ -142,6 +143,8 @@ class SimReport:
     # After the drain: keys each secondary's index remembers (tiers with ``indexed_keys()``). A tier's own
     # bounded memory that RSS grows with until it is full: a shared ObjTier keeps up to ``recent_keys``.
     end_indexed_keys: dict[str, int] = field(default_factory=dict)
+    # A trace replay's own figures (``kvproto simulate --trace``, MGR-21); None for a generated workload.
+    trace: TraceFigures | None = None
 
     def sample_rss(self, at: float, rss: int | None) -> None:
         """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
@@ -305,6 +308,7 @@ class SimReport:
             },
             **self._health_json(),
             **self._state_json(),
+            **({"trace": self.trace.to_json(self.tiers)} if self.trace is not None else {}),
         }
 
     def _health_json(self) -> dict[str, object]:
