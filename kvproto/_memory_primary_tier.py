@@ -77,6 +77,13 @@ class MemoryPrimaryTier(SlotTable):
         return self._buffer
 
     @property
+    def step_driven(self) -> bool:
+        """True without a pending deadline (the only thing it times): ``kvproto simulate --trace`` may replay
+        over it in virtual time (MGR-22)."""
+        deadline = self.pending_deadline_s
+        return deadline is None or deadline == float("inf")
+
+    @property
     def block_bytes(self) -> int:
         """The size of one block, one slot row, in bytes."""
         return self._block_bytes

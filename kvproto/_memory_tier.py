@@ -118,6 +118,12 @@ class MemoryTier(JobFaultHooks):
         """The name given at construction, used in events and logs."""
         return self._name
 
+    @property
+    def step_driven(self) -> bool:
+        """True without ``latency_s``: every job ends by the next ``get_finished_jobs``, whatever time passes,
+        so ``kvproto simulate --trace`` may replay over it in virtual time (MGR-22)."""
+        return self._latency_s == 0.0
+
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         """HIT if stored, else MISS (MEM-2). Never HIT_PENDING (LR-3), never RETRY. Never blocks."""
         return lr.HIT if key in self._store else lr.MISS

@@ -6,6 +6,11 @@ engine's primary slot buffer and the configuration's options into the tier. The 
 resolved as ``kvproto conform`` resolves them (:func:`resolve_target`): an entry point of the
 ``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS``.
 
+A tier's options are one contract wherever it is named (:func:`parse_tier_arg` reads
+``NAME:opt=value,...`` as written, ``:`` and ``=`` in values included; :func:`typed_options` converts
+each text value by the factory's annotation, a :class:`TierOptionError` naming the option otherwise):
+an engine adapter reading options from its own configuration uses the same two.
+
 Importing this module imports neither the conformance kit (:mod:`kvproto.testing`) nor pytest nor
 Hypothesis. A registered name whose entry point is a distribution's conformance spec (``fs``:
 ``kvproto_fs._conformance:spec``) imports that spec's module, which imports the kit's package
@@ -25,17 +30,21 @@ from kvproto._tier_names import (
     installed_tiers,
     resolve_target,
 )
+from kvproto._tier_options import TierOptionError, parse_tier_arg, typed_options
 from kvproto._tier_spec import TierSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SCHEME_GROUP",
+    "TierOptionError",
     "TierSpec",
     "TierUnavailable",
     "build_secondary_tier",
     "installed_tiers",
     "lazy_attributes",
+    "parse_tier_arg",
     "resolve_target",
+    "typed_options",
 ]
 
 

@@ -127,6 +127,13 @@ def test_kvproto_wheel_ships_what_verify_needs(wheels: dict[str, Path]) -> None:
         assert f"kvproto/_verification/{module}.py" in names
 
 
+def test_kvproto_wheel_ships_the_sample_trace(wheels: dict[str, Path]) -> None:
+    """`kvproto simulate --trace sample` works from the wheel: the generated trace is inside (MGR-22)."""
+    with zipfile.ZipFile(wheels["."]) as zf:
+        shipped = zf.read("kvproto/_simulation/data/sample_trace.jsonl")
+    assert shipped == (ROOT / "kvproto" / "_simulation" / "data" / "sample_trace.jsonl").read_bytes()
+
+
 @pytest.mark.parametrize("folder", sorted(SCHEMES))
 def test_engine_adapters_register_their_target_scheme(wheels: dict[str, Path], folder: str) -> None:
     """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` resolve through these."""

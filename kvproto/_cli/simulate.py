@@ -22,7 +22,9 @@ written, marked interrupted). What tiers log while the run goes is counted per
 tier, not printed (MGR-21).
 ``--metrics-port`` serves the run's per-tier metrics (``kvproto.metrics``) on
 127.0.0.1, ``--metrics`` writes their final exposition text and ``--report``
-a self-contained HTML page of the run.
+a self-contained HTML page of the run. ``--trace FILE`` replays a recorded
+workload (the Mooncake trace format) instead of generating one
+(:mod:`kvproto._cli.simulate_trace`, MGR-22; docs/simulate.md).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvproto._cli.simulate_trace import TracePlan
     from kvproto._protocols import PrimaryTier, SecondaryTier
     from kvproto._simulation import FaultPlan, SimConfig, SimReport
     from kvproto.metrics import KvMetrics
@@ -111,6 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the final Prometheus exposition text to FILE (needs kvproto[metrics])")
     parser.add_argument("--report", type=Path, metavar="HTML",
                         help="write a self-contained HTML page of the run (plots and the table's figures)")
+    from kvproto._cli.simulate_trace import add_trace_arguments
+
+    add_trace_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,10 +127,16 @@ def run(args: argparse.Namespace) -> int:
     # torch (the cpu tier) probes for numpy when it is imported; kvproto does not use numpy.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     console = Console()
+    from kvproto._cli.simulate_trace import plan_trace
+
     try:
         faults, config_kwargs = _parse(args)
+        trace = plan_trace(args)  # --trace (MGR-22): checked before any tier is built
+        if trace is not None:
+            config_kwargs = trace.config_kwargs(config_kwargs, args)
         metrics = _metrics(args)
-        primary, secondaries, options = _build(args.primary, args.secondary or list(DEFAULT_SECONDARIES))
+        primary_arg = args.primary if trace is None else trace.primary_arg(args.primary)
+        primary, secondaries, options = _build(primary_arg, args.secondary or list(DEFAULT_SECONDARIES))
     except UsageError as exc:
         console.print(f"kvproto simulate: {exc}", style="red", markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 2
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         console.print("kvproto simulate: interrupted before the run began; no report", style="yellow",
                       markup=False, emoji=False, highlight=False, soft_wrap=True)
         return 130
-    return _simulate(console, args, (primary, secondaries, options), faults, config_kwargs, metrics)
+    return _simulate(console, args, (primary, secondaries, options), faults, config_kwargs, metrics, trace)
 
 
 def _metrics(args: argparse.Namespace) -> KvMetrics:
@@ -341,6 +353,7 @@ def _simulate(
     faults: FaultPlan,
     config_kwargs: dict[str, object],
     metrics: KvMetrics,
+    trace: TracePlan | None = None,
 ) -> int:
     """Run the stack ``_build`` built (the tiers and the options each was built with, by argument name)."""
     from kvproto._simulation import CAPACITY_OPTIONS, SimConfig, render_html
@@ -375,7 +388,7 @@ def _simulate(
                       "capacity_bytes, so it keeps its own size", style="yellow", markup=False, emoji=False,
                       highlight=False, soft_wrap=True)
     try:
-        report = _run(console, primary, secondaries, config, metrics, stack)
+        report = _run(console, primary, secondaries, config, metrics, stack, trace)
     finally:
         if server is not None:
             server.close()
@@ -417,6 +430,7 @@ def _run(
     config: SimConfig,
     metrics: KvMetrics,
     stack: str,
+    trace: TracePlan | None = None,
 ) -> SimReport | None:
     """The run under a progress display; None (after a printed usage error) when the stack cannot run."""
     from kvproto._cli.progress import progress_display
@@ -440,7 +454,8 @@ def _run(
             progress.update(task, completed=round(1000 * p.fraction), figures=figures)
 
         try:
-            report = run_simulation(primary, secondaries, config, on_progress=show, metrics=metrics)
+            runner = run_simulation if trace is None else trace.run  # a replay of --trace (MGR-22)
+            report = runner(primary, secondaries, config, on_progress=show, metrics=metrics)
         except ConfigurationError as exc:
             primary.shutdown()
             for tier in secondaries:
@@ -478,6 +493,11 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("hit rate", ", ".join(f"{name} {rate:.1%}" for name, rate in rates.items()), "")
     add("blocks", f"{report.blocks_needed:,} needed, {report.blocks_stored:,} stored, "
         f"{report.blocks_skipped:,} skipped before a window", "")
+    if report.trace is not None:  # a replay's own figures (MGR-22), as the HTML page shows them
+        from kvproto._simulation import trace_rows
+
+        for label, text in trace_rows(report.trace.to_json(report.tiers)):
+            add(label, text, "")
     add("deferral steps", f"p50 {report.deferral_percentile(50)}, p99 {report.deferral_percentile(99)}, "
         f"max {max(report.deferral_histogram, default=0)}; longest wait {report.deferral_seconds_max * 1000:.1f} ms", "")
     add("wrong bytes", f"{report.wrong_bytes} blocks", verdict(report.wrong_bytes > 0))
@@ -517,6 +537,11 @@ def _render(console: Console, report: SimReport, stack: str) -> None:
     add("threads", f"{report.threads_start} -> {report.threads_end}", "")
     add("drain", f"{report.drain_steps} steps" + ("" if report.drained else ", work still pending"), "")
     console.print(table)
+    _after_table(console, report)
+
+
+def _after_table(console: Console, report: SimReport) -> None:
+    """The samples of what went wrong, the warnings, then the verdict's line."""
     for title, samples in (
         ("wrong bytes", report.wrong_byte_samples),
         ("stuck", report.stuck_samples),

@@ -20,6 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvproto._simulation._replay_figures import trace_rows
+
 __all__ = ["OUTAGE", "PALETTE", "render_html"]
 
 #: Series colours, in order: the primary, then each secondary, then "computed".
@@ -266,6 +268,8 @@ def _rows(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("manager", ", ".join(f"{k} {v:,}" for k, v in data["manager"].items())))
     logged = data.get("log_records", {})
     rows.append(("warnings logged", ", ".join(f"{k} {v:,}" for k, v in sorted(logged.items())) or "none"))
+    if "trace" in data:  # a replay's own figures (MGR-22), as the terminal table shows them
+        rows += trace_rows(data["trace"])
     return rows
 
 
@@ -275,12 +279,14 @@ def render_html(data: Mapping[str, Any]) -> str:
     colours = list(PALETTE)
     line = _Timeline(data)
     xs, bands = line.xs, line.bands
+    seconds = "seconds of trace time" if "trace" in data else "seconds"  # a replay's timeline is in trace time (MGR-22)
+    per = "per second" + seconds.removeprefix("seconds")
     plots = [
-        _lines("hit-rate", "hit rate per tier over time", "seconds", "share of needed blocks", xs, line.rates,
+        _lines("hit-rate", "hit rate per tier over time", seconds, "share of needed blocks", xs, line.rates,
                colours, y_max=1.0, y_fmt=".0%", bands=bands),
-        _lines("throughput", "throughput", "seconds", "per second", xs, line.speed,
+        _lines("throughput", "throughput", seconds, per, xs, line.speed,
                [colours[0], colours[3]], y_max=None, y_fmt=",.0f", bands=bands),
-        _lines("failures", "jobs lost and warnings logged over time", "seconds", "per second", xs, line.losses,
+        _lines("failures", "jobs lost and warnings logged over time", seconds, per, xs, line.losses,
                [*colours[1 : len(line.losses)], _LOGGED], y_max=None, y_fmt=",.1f", bands=bands),
         _bars("deferral-steps", "deferral steps per decided request", "steps deferred",
               _deferral_bins(data["deferral_steps"]["histogram"]), colours[4]),

@@ -140,19 +140,11 @@ class _Simulation:
         rss_every = max(1.0, (config.seconds or 0.0) / 20.0)  # about 20 samples over a timed run
         with counting_logs(report, self.tier_packages), self.stop:
             try:
-                while not self.stop.requested:
-                    elapsed = time.monotonic() - started
-                    if config.steps is not None and self.step >= config.steps:
-                        break
-                    if config.seconds is not None and elapsed >= config.seconds:
-                        break
+                while not self.stop.requested and self._goes_on(time.monotonic() - started):
                     self._one_step()
                     if self.step % report.timeline_every == 0:
                         self._sample(time.monotonic() - started)
-                    if config.step_sleep_s > 0:
-                        nap = time.monotonic()
-                        time.sleep(config.step_sleep_s)
-                        report.slept += time.monotonic() - nap
+                    self._pause()
                     now = time.monotonic()
                     if now - last_rss >= rss_every:
                         last_rss = now
@@ -181,6 +173,22 @@ class _Simulation:
         report.threads_end = threading.active_count()
         report.rss_end = rss_bytes()
         return report
+
+    def _goes_on(self, elapsed: float) -> bool:
+        """Whether the run takes another step: until ``config.steps`` steps or ``config.seconds`` seconds
+        (a trace replay also ends with its trace, MGR-22)."""
+        config = self.config
+        if config.steps is not None and self.step >= config.steps:
+            return False
+        return config.seconds is None or elapsed < config.seconds
+
+    def _pause(self) -> None:
+        """After a step: sleep ``config.step_sleep_s`` (counted in ``report.slept``); a replay in virtual
+        time does not sleep, one in real time waits for the step's end on the wall clock (MGR-22)."""
+        if self.config.step_sleep_s > 0:
+            nap = time.monotonic()
+            time.sleep(self.config.step_sleep_s)
+            self.report.slept += time.monotonic() - nap
 
     def _sample(self, elapsed: float) -> None:
         """A timeline point; past TIMELINE_POINTS every other point goes and the interval doubles."""

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from kvproto._simulation._config import FaultPlan
+from kvproto._simulation._replay_figures import TraceFigures
 from kvproto._version import __version__
 from kvproto.metrics import TierFigures
 
@@ -160,6 +161,8 @@ class SimReport:
     # Secondaries the caller could not size (``kvproto simulate``: a factory taking neither capacity_blocks
     # nor capacity_bytes keeps its own size, which may be far too small to be of use).
     unsized: list[str] = field(default_factory=list)
+    # A trace replay's own figures (``kvproto simulate --trace``, MGR-22); None for a generated workload.
+    trace: TraceFigures | None = None
 
     def sample_rss(self, at: float, rss: int | None) -> None:
         """Keep an RSS sample; at most 64, every other one dropped when full (the run's whole span stays)."""
@@ -376,6 +379,7 @@ class SimReport:
             },
             **self._health_json(),
             **self._state_json(),
+            **({"trace": self.trace.to_json(self.tiers)} if self.trace is not None else {}),
         }
 
     def _health_json(self) -> dict[str, object]:

@@ -109,11 +109,16 @@ def memory_threaded() -> TierSpec:
 
 
 def memory_primary() -> TierSpec:
-    """MemoryPrimaryTier, 32 slots of 64 bytes: the torch-free reference primary tier."""
+    """MemoryPrimaryTier, 32 slots of 64 bytes: the torch-free reference primary tier (``num_slots`` and
+    ``block_bytes``: options, e.g. ``kvproto simulate --primary memory-primary:num_slots=1024``)."""
+
+    def build(*, num_slots: int = 32, block_bytes: int = 64) -> MemoryPrimaryTier:
+        return MemoryPrimaryTier(num_slots=num_slots, block_bytes=block_bytes)
+
     return TierSpec(
         "memory-primary",
         "primary",
-        lambda: MemoryPrimaryTier(num_slots=32, block_bytes=64),
+        build,
         tier_class=MemoryPrimaryTier,
         description="kvproto.MemoryPrimaryTier(num_slots=32, block_bytes=64)",
     )

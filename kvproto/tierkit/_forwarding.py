@@ -196,6 +196,12 @@ class ForwardingSecondary(_Forwarding[_S]):
         bound: object = getattr(self._inner, "job_time_bound_s", None)
         return bound if isinstance(bound, int | float) and not isinstance(bound, bool) else None
 
+    @property
+    def step_driven(self) -> bool:
+        """``inner``'s ``step_driven`` declaration (nothing it does waits on a wall clock, MGR-22), False where it
+        declares none; a wrapper that waits on a clock overrides it."""
+        return getattr(self._inner, "step_driven", False) is True
+
 
 class ForwardingPrimary(_Forwarding[_P]):
     """A :class:`~kvproto.PrimaryTier` that forwards every call to ``inner`` (see the module);

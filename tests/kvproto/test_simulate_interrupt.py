@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli import kvproto_cli
 from tests.kvproto.test_metrics_simulate import get, per_tier, ready
 
 
@@ -40,13 +41,11 @@ def test_ctrl_c_keeps_what_the_run_measured_and_exits_130(tmp_path: Path) -> Non
     assert "<th>verdict</th><td>interrupted (clean while it ran)</td>" in page.read_text()
 
 
-def test_the_stop_request_is_put_back_after_the_run() -> None:
+def test_the_stop_request_is_put_back_after_the_run(tmp_path: Path) -> None:
     """The run's SIGINT handler is in place only while it runs: the one before is restored."""
-    from kvproto import MemoryPrimaryTier, MemoryTier
-    from kvproto._simulation import SimConfig, run_simulation
-
     before = signal.getsignal(signal.SIGINT)
-    primary = MemoryPrimaryTier(num_slots=64, block_bytes=32)
-    report = run_simulation(primary, [MemoryTier(primary.buffer, name="memory")], SimConfig(steps=20))
-    assert report.interrupted is False and report.steps == 20
+    report = tmp_path / "report.json"
+    assert kvproto_cli(["simulate", "--steps", "20", "--step-ms", "0", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is False and data["steps"] == 20
     assert signal.getsignal(signal.SIGINT) is before

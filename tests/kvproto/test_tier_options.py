@@ -1,5 +1,5 @@
-"""The option contract of ``kvproto._tier_options`` (KIT-9, issue 38): ``NAME:opt=value,...`` read as
-written (values holding ``:`` and ``=``), each text value converted by the factory's annotation, an
+"""The option contract of ``kvproto.hosting`` (``parse_tier_arg``, ``typed_options``; KIT-9, issue 38):
+``NAME:opt=value,...`` read as written (values holding ``:`` and ``=``), each text value converted by the factory's annotation, an
 error naming the option otherwise; and ``kvproto simulate`` using it end to end."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal
 
 import pytest
 
-from kvproto._tier_options import TierOptionError, parse_tier_arg, typed_options
+from kvproto.hosting import TierOptionError, parse_tier_arg, typed_options
 
 from tests.cli import kvproto_cli
 

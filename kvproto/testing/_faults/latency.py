@@ -119,6 +119,11 @@ class LatencySecondary(ForwardingSecondary[_S]):
             reasons={k: v for k, v in base.reasons.items() if k != "async_lookup"},
         )
 
+    @property
+    def step_driven(self) -> bool:
+        """``inner``'s declaration, and no ``job_latency_s``: the steps it adds wait on no clock (MGR-22)."""
+        return self._latency_s == 0.0 and super().step_driven
+
     # -- SecondaryTier -------------------------------------------------------------------
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:

@@ -49,7 +49,8 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, dic
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) as proc:
         try:
             assert proc.stdout is not None
-            assert proc.stdout.readline().startswith("simulating "), "printed as the run begins"
+            while not proc.stdout.readline().startswith("simulating "):  # printed as the run begins
+                assert proc.poll() is None, "the run ended before it began"
             began = time.monotonic()
             # The outage begins once the obj tier is storing and the run has had BEFORE_S seconds to show
             # how it goes without one.
