@@ -17,16 +17,19 @@ package, never its test frameworks).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 from kvproto._protocols import PrimaryTier, SecondaryTier
+from kvproto._tier_options import typed_options
 from kvproto._tier_spec import TierSpec, shut_down_probe
 from kvproto.errors import ConfigurationError, KvprotoError
 
@@ -35,12 +38,15 @@ __all__ = [
     "SCHEME_GROUP",
     "TierUnavailable",
     "build_secondary_tier",
+    "hosted_factory",
     "import_target",
     "importable_cwd",
     "installed_tiers",
+    "is_engine_target",
     "one_line",
     "resolve_target",
     "spec_from_object",
+    "with_options",
 ]
 
 _T = TypeVar("_T")
@@ -215,8 +221,24 @@ def resolve_target(target: str, options: Mapping[str, object] | None = None) -> 
     if engine is not None:
         return _resolve_scheme(target, *engine, options or {})
     if options:
-        raise ConfigurationError(f"{target}: --option applies to ENGINE:MODULE:CLASS targets (vllm:..., lmcache:...)")
+        return _through(target, lambda found: with_options(spec_from_object(found, target), options, target))
     return _through(target, lambda found: spec_from_object(found, target))
+
+
+def with_options(spec: TierSpec, options: Mapping[str, object], target: str) -> TierSpec:
+    """``spec`` whose factory is given ``options`` (``kvproto conform TARGET --option KEY=VALUE``), typed by
+    its annotations under the one option contract; an option it does not take, or a value that does
+    not convert, is a :class:`~kvproto._tier_options.TierOptionError` naming it (KIT-9)."""
+    typed = typed_options(target, spec.factory, options, positional=1 if spec.kind == "secondary" else 0)
+    shown = ", ".join(f"{k}={v!r}" for k, v in typed.items())
+    return replace(spec, factory=functools.partial(spec.factory, **typed),
+                   description=f"{spec.description or spec.name} with {shown}")
+
+
+def is_engine_target(target: str) -> bool:
+    """Whether ``target`` names an engine's tier class (``SCHEME:MODULE:CLASS``), whose options the
+    engine's scheme reads (JSON values, ``kit.*`` capabilities) rather than a kvproto factory."""
+    return _engine_target(target) is not None
 
 
 def _through(target: str, then: Callable[[object], _T]) -> _T:
@@ -248,33 +270,32 @@ def _called_if_argless(found: object) -> object:
     return found
 
 
+def hosted_factory(spec: TierSpec) -> Callable[..., Any]:
+    """What builds ``spec``'s tier as it runs outside the kit (an engine, ``kvproto simulate``): its
+    ``hosting_factory`` where it has one, else its ``factory`` (KIT-9). Both take the buffer first and
+    the tier's options as keyword arguments, under the one option contract (:mod:`kvproto._tier_options`)."""
+    return spec.hosting_factory if spec.hosting_factory is not None else spec.factory
+
+
 def _built_from_spec(tier: str, spec: TierSpec, buffer: memoryview, opts: dict[str, Any]) -> object:
     if spec.kind != "secondary":
         raise ConfigurationError(f"kvproto tier {tier!r} is a {spec.kind} tier; an engine needs a secondary tier")
-    if spec.hosting_factory is not None:
-        return spec.hosting_factory(buffer, **opts)
-    if not opts:
-        return spec.factory(buffer)
-    if spec.tier_class is not None:
-        return spec.tier_class(buffer, **opts)
-    raise ConfigurationError(
-        f"kvproto tier {tier!r} names no tier_class to pass options to; name the class or a "
-        "factory as 'package.module:attribute' instead"
-    )
+    factory = hosted_factory(spec)
+    return factory(buffer, **typed_options(tier, factory, opts, positional=1))
 
 
 def build_secondary_tier(tier: str, buffer: memoryview, options: Mapping[str, Any] | None = None) -> SecondaryTier:
     """The kvproto secondary tier ``tier`` over ``buffer`` (the primary slot buffer, TIER-3).
 
     ``tier`` is resolved as :func:`resolve_target` resolves it (KIT-9); ``options`` are keyword
-    arguments for it:
+    arguments for it, text values converted by the factory's annotations (:func:`typed_options`; an
+    unknown option or a value that does not convert is a :class:`TierOptionError` naming it):
 
     * a class or a function taking the buffer: ``target(buffer, **options)``;
     * a :class:`TierSpec` (or a zero-argument function returning one, as every entry point of
-      kvproto's reference tiers is): its ``hosting_factory(buffer, **options)`` where it has one (the
-      tier as an engine runs it: ``fs`` is a plain ``FsTier``, no kit budget), else its
-      ``factory(buffer)`` (the kit's embedded defaults) when there are no options, else
-      ``spec.tier_class(buffer, **options)``;
+      kvproto's reference tiers is): ``hosted_factory(spec)(buffer, **options)``: its
+      ``hosting_factory`` where it has one (the tier as an engine runs it: ``fs`` is a plain
+      ``FsTier``, no kit budget), else its ``factory``;
     * ``SCHEME:MODULE:CLASS``: the scheme's spec for the class with ``options``, its ``factory(buffer)``.
 
     A ConfigurationError names a tier that cannot be found, is a primary, or builds no
@@ -287,7 +308,7 @@ def build_secondary_tier(tier: str, buffer: memoryview, options: Mapping[str, An
     if isinstance(found, TierSpec):
         built = _built_from_spec(tier, found, buffer, {} if engine is not None else opts)
     elif callable(found):
-        built = found(buffer, **opts)
+        built = found(buffer, **typed_options(tier, found, opts, positional=1))
     else:
         raise ConfigurationError(f"kvproto tier {tier!r} resolved to {found!r}, which builds no tier")
     if not isinstance(built, SecondaryTier):

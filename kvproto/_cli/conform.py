@@ -285,19 +285,17 @@ def _check_report_paths(args: argparse.Namespace) -> None:
 def _resolve_specs(console: Console, args: argparse.Namespace) -> list[TierSpec]:
     """The TierSpec of each TARGET, or of every installed reference tier with no TARGET (one whose
     optional dependency is missing is skipped, said so) (KIT-9)."""
-    from kvproto._cli.targets import TierUnavailable, parse_options, reference_tiers, resolve_target
+    from kvproto._cli.targets import TierUnavailable, is_engine_target, parse_options, reference_tiers, resolve_target
     from kvproto.errors import KvprotoError
 
     names: list[str] = list(args.targets) or ([] if args.explain else [ep.name for ep in reference_tiers()])
     if not names and not args.explain:
         raise _UsageError("no tiers to check: no target given and no kvproto.tiers entry points installed")
-    try:
-        options = parse_options(args.option)
-    except KvprotoError as exc:
-        raise _UsageError(str(exc)) from exc
     specs: list[TierSpec] = []
     for name in names:
         try:
+            # An engine's class reads JSON values; a kvproto tier's factory types text by its annotations.
+            options = parse_options(args.option, json_values=is_engine_target(name))
             specs.append(resolve_target(name, options))
         except TierUnavailable as exc:
             if args.targets:

@@ -277,6 +277,7 @@ def _built(
     """The primary, then each secondary over its buffer, built with their options (a secondary's
     capacity sized when none is given); on a usage error, every tier built so far is shut down."""
     from kvproto._protocols import PrimaryTier, SecondaryTier
+    from kvproto._tier_names import hosted_factory
     from kvproto.testing._harness.tier_spec import shut_down_probe
 
     built: list[object] = []
@@ -290,8 +291,9 @@ def _built(
         secondaries: list[SecondaryTier] = []
         names = {primary.name}
         for index, (option, name, spec) in enumerate(specs[1:]):
-            options[index + 1] = _checked(option, name, spec.factory, _sized(spec.factory, options[index + 1], index, primary), 1)
-            tier: object = _call(option, name, spec.factory, primary.buffer, options=options[index + 1])
+            factory = hosted_factory(spec)  # the tier as an engine hosts it, with the same options (KIT-9)
+            options[index + 1] = _checked(option, name, factory, _sized(factory, options[index + 1], index, primary), 1)
+            tier: object = _call(option, name, factory, primary.buffer, options=options[index + 1])
             built.append(tier)
             if not isinstance(tier, SecondaryTier):
                 raise UsageError(f"{option} {name}: its factory built {tier!r}, which is not a SecondaryTier")

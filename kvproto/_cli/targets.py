@@ -20,6 +20,7 @@ from kvproto._tier_names import (  # re-exported: the command line's modules imp
     _required_positional as _required_positional,  # for kvproto conform --explain
     importable_cwd,
     installed_tiers,
+    is_engine_target,
     one_line,
     spec_from_object,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "import_target",
     "importable_cwd",
     "installed_tiers",
+    "is_engine_target",
     "one_line",
     "reference_tiers",
     "resolve_target",
@@ -78,18 +80,21 @@ def resolve_target(target: str, options: Mapping[str, object] | None = None) -> 
     return _tier_names.resolve_target(target, options)
 
 
-def parse_options(texts: Sequence[str]) -> dict[str, object]:
-    """``--option KEY=VALUE`` arguments as a dict: each VALUE parsed as JSON, else kept as a string
-    (``n=2`` is 2, ``on=true`` is True, ``root=/x`` is "/x"). A ConfigurationError names an
-    argument without ``=`` or with an empty key."""
+def parse_options(texts: Sequence[str], *, json_values: bool = True) -> dict[str, object]:
+    """``--option KEY=VALUE`` arguments as a dict. For an engine's class (``json_values``) each VALUE is
+    parsed as JSON, else kept as a string (``n=2`` is 2, ``on=true`` is True, ``root=/x`` is "/x");
+    for a kvproto tier each stays text, typed later by its factory's annotations (KIT-9). A
+    ConfigurationError names an argument without ``=`` or with an empty key."""
     options: dict[str, object] = {}
     for text in texts:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
             raise ConfigurationError(f"--option {text!r}: expected KEY=VALUE")
-        try:
-            parsed: object = json.loads(value)
-        except ValueError:
-            parsed = value
+        parsed: object = value
+        if json_values:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                parsed = value
         options[key.strip()] = parsed
     return options

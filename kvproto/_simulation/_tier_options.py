@@ -26,9 +26,10 @@ CAPACITY_OPTIONS: tuple[str, ...] = ("capacity_blocks", "capacity_bytes")
 
 
 def takes_option(factory: Callable[..., object], name: str, *, positional: int) -> bool:
-    """True when ``factory`` takes the keyword ``name`` (or any keyword)."""
+    """True when ``factory`` names the keyword ``name`` among its parameters (a ``**kwargs`` that would
+    take any keyword does not count: the simulator sizes a tier only through an option it declares)."""
     accepted = accepted_options(factory, positional)
-    return accepted is not None and (name in accepted[0] or accepted[1])
+    return accepted is not None and name in accepted[0]
 
 
 def default_capacity_blocks(index: int, primary_slots: int) -> int:

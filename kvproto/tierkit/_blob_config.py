@@ -24,7 +24,12 @@ class BlobTierConfig:
     * ``layout``: the integrator's layout fingerprint; with the block size
       and the envelope version it makes the namespace (:mod:`kvproto.envelope`).
     * ``max_bytes``: byte budget over whole blobs (header included): least
-      recently used blocks are deleted beyond it. ``None``: no eviction.
+      recently used blocks are deleted beyond it. ``None``: no eviction. A
+      soft budget (TIER-29): it is enforced as store jobs report, so the
+      storage may hold up to ``max_bytes`` plus the blobs of the store jobs in
+      flight before the deletions run. Over storage with a hard cap of its own
+      (a full disk, a quota, a server's ``maxmemory``), keep ``max_bytes`` at
+      least that much below the cap: a publish the storage refuses fails its key.
     * ``read_threads`` / ``write_threads``: worker threads of loads and
       stores (a job's keys run in parallel on them); for an asynchronous
       backend, the bound on its operations in flight of each kind.

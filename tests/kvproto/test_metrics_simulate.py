@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,18 +77,24 @@ def get(url: str) -> str:
     return text
 
 
-def test_the_cli_serves_during_the_run_and_writes_the_final_exposition(tmp_path: Path) -> None:
-    """A real ``kvproto simulate`` process: its endpoint answers while it runs; the exposition file it
-    writes at the end agrees with its JSON report."""
-    report, exposition = tmp_path / "report.json", tmp_path / "metrics.txt"
-    args = [sys.executable, "-m", "kvproto", "simulate", "--seconds", "4", "--step-ms", "2", "--metrics-port", "0",
-            "--metrics", str(exposition), "--json", str(report)]
+@contextmanager
+def serving_simulate(*options: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A ``kvproto simulate --step-ms 2 --metrics-port 0 OPTIONS...`` process and its metrics URL, read
+    from the line it prints before its run starts."""
+    args = [sys.executable, "-m", "kvproto", "simulate", "--step-ms", "2", "--metrics-port", "0", *options]
     env = {**os.environ, "COLUMNS": "200"}
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed before the run starts
         assert line.startswith("metrics: http://127.0.0.1:"), line
-        url = line.split()[1]
+        yield proc, line.split()[1]
+
+
+def test_the_cli_serves_during_the_run_and_writes_the_final_exposition(tmp_path: Path) -> None:
+    """A real ``kvproto simulate`` process: its endpoint answers while it runs; the exposition file it
+    writes at the end agrees with its JSON report."""
+    report, exposition = tmp_path / "report.json", tmp_path / "metrics.txt"
+    with serving_simulate("--seconds", "4", "--metrics", str(exposition), "--json", str(report)) as (proc, url):
         # The run lasts 4 s: scrape until the tiers have answered lookups and stored blocks.
         scrapes: list[dict[str, dict[str, float]]] = []
         while proc.poll() is None:

@@ -5,26 +5,16 @@ traceback and exits 130 (as a shell reports SIGINT)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.cli import kvproto_cli
-from tests.kvproto.test_metrics_simulate import get, per_tier, ready
+from tests.kvproto.test_metrics_simulate import get, per_tier, ready, serving_simulate
 
 
 def test_ctrl_c_keeps_what_the_run_measured_and_exits_130(tmp_path: Path) -> None:
     report, page = tmp_path / "report.json", tmp_path / "report.html"
-    args = [sys.executable, "-m", "kvproto", "simulate", "--seconds", "300", "--step-ms", "2", "--metrics-port", "0",
-            "--json", str(report), "--report", str(page)]
-    env = {**os.environ, "COLUMNS": "200"}
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # printed before the run starts
-        assert line.startswith("metrics: http://127.0.0.1:"), line
-        url = line.split()[1]
+    with serving_simulate("--seconds", "300", "--json", str(report), "--report", str(page)) as (proc, url):
         while proc.poll() is None and not ready(per_tier(get(url))):
             pass  # until both tiers have answered lookups and stored blocks: the run is under way
         assert proc.poll() is None, "the run ended before it could be interrupted"

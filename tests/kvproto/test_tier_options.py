@@ -110,3 +110,14 @@ def test_simulate_passes_urls_and_text_as_written(tmp_path: Path) -> None:
     options = data["config"]["tier_options"]["tests.kvproto.sim_tiers:remote_memory"]
     sized = options.pop("capacity_blocks")  # the simulator sized it: its factory takes capacity_blocks
     assert options == {"url": "redis://127.0.0.1:6379/0", "prefix": "123"} and sized > 0
+
+
+def test_conform_gives_a_kvproto_tier_its_options_typed_the_same_way(tmp_path: Path) -> None:
+    """``kvproto conform TARGET --option KEY=VALUE``: the tier's factory gets the option, typed by its
+    annotation (a kvproto tier's option stays text until then; an engine class's is JSON)."""
+    report = tmp_path / "report.json"
+    code = kvproto_cli(["conform", "memory", "--option", "capacity_blocks=64", "--no-typecheck",
+                        "-k", "test_empty_tier_misses", "--json", str(report)])
+    data = json.loads(report.read_text())
+    (tier,) = data["tiers"]
+    assert code == 0 and "capacity_blocks=64" in tier["description"]

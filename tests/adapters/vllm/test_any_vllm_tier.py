@@ -89,7 +89,8 @@ def test_the_base_class_gives_an_fs_subclass_the_fs_hooks_and_a_fresh_root() -> 
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["memory", "--option", "n=1"], "--option applies to ENGINE:MODULE:CLASS targets"),
+        (["memory", "--option", "n=1"], "memory: unknown option 'n'; its factory takes: capacity_blocks"),
+        (["memory", "--option", "capacity_blocks=xx"], "memory: option capacity_blocks='xx' is not a whole number"),
         (["sglang:a.b:C"], "no installed distribution handles sglang: targets"),
         ([FS, "--option", "kit.async_lookup=yes"], "expected a JSON bool, got 'yes'"),  # not JSON: a string
         ([FS, "--option", "kit.async_lookup=\"true\""], "expected a JSON bool, got 'true'"),  # a JSON string

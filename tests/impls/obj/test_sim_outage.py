@@ -6,11 +6,6 @@ shades the outage on its time axis (a clean run's page has no shade: test_simula
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,13 +14,11 @@ import boto3
 import pytest
 
 from tests.impls.obj._support import REGION, S3ServerProcess
+from tests.impls.sim_outage import BEFORE_S, OUTAGE_S, lost_over_time, simulate_with_outage
 from tests.kvproto.test_simulate_report import png_pixels, rgb, screenshot
 
-OUTAGE_S = 10.0
-BEFORE_S = 4.0
 #: kvproto._simulation._html.OUTAGE: the shade of an interval in which a tier lost jobs or logged errors.
 OUTAGE = "#fde0e0"
-ROOT = Path(__file__).parents[3]
 
 
 def objects_in(endpoint: str, bucket: str) -> int:
@@ -38,35 +31,23 @@ def objects_in(endpoint: str, bucket: str) -> int:
 def outage(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, dict[str, Any], Path]:
     """One run over memory and obj-on-moto whose server goes away for OUTAGE_S: (exit code, stdout,
     stderr, JSON report, HTML page)."""
-    folder = tmp_path_factory.mktemp("outage")
-    report, page = folder / "report.json", folder / "report.html"
-    server = S3ServerProcess()
-    bucket = server.create_bucket("outage")
-    env = {**os.environ, "COLUMNS": "200", "KVPROTO_SIM_S3_ENDPOINT": server.endpoint, "KVPROTO_SIM_S3_BUCKET": bucket}
-    args = [sys.executable, "-m", "kvproto", "simulate", "--secondary", "memory", "--secondary",
-            "tests.impls.obj.sim_stack:obj_on_moto", "--seconds", "28", "--step-ms", "5", "--strict",
-            "--json", str(report), "--report", str(page)]
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) as proc:
-        try:
-            assert proc.stdout is not None
-            while not proc.stdout.readline().startswith("simulating "):  # printed as the run begins
-                assert proc.poll() is None, "the run ended before it began"
-            began = time.monotonic()
-            # The outage begins once the obj tier is storing and the run has had BEFORE_S seconds to show
-            # how it goes without one.
-            while objects_in(server.endpoint, bucket) < 20 or time.monotonic() - began < BEFORE_S:
-                assert proc.poll() is None, "the run ended before the outage"
-                time.sleep(0.05)
-            server.stop()  # the outage
-            time.sleep(OUTAGE_S)  # its length is the point of the test, not a wait for a condition
-            server = S3ServerProcess(port=server.port)
-            server.create_bucket(bucket)
-            out, err = proc.communicate(timeout=180)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            server.stop()
-    return proc.returncode, out, err, json.loads(report.read_text()), page
+    servers = [S3ServerProcess()]
+    bucket = servers[0].create_bucket("outage")
+
+    def start() -> None:
+        servers.append(S3ServerProcess(port=servers[0].port))
+        servers[-1].create_bucket(bucket)
+
+    try:
+        run = simulate_with_outage(
+            tmp_path_factory.mktemp("outage"),
+            ["--secondary", "memory", "--secondary", "tests.impls.obj.sim_stack:obj_on_moto"],
+            env={"KVPROTO_SIM_S3_ENDPOINT": servers[0].endpoint, "KVPROTO_SIM_S3_BUCKET": bucket},
+            storing=lambda: objects_in(servers[0].endpoint, bucket) >= 20, stop=servers[0].stop, start=start,
+        )
+    finally:
+        servers[-1].stop()
+    return run.code, run.out, run.err, run.data, run.page
 
 
 def test_the_outage_makes_the_run_not_clean_and_names_the_tier(outage: tuple[int, str, str, dict[str, Any], Path]) -> None:
@@ -85,12 +66,10 @@ def test_the_outage_makes_the_run_not_clean_and_names_the_tier(outage: tuple[int
 
 def test_the_timeline_shows_the_outage_in_the_middle_of_the_run(outage: tuple[int, str, str, dict[str, Any], Path]) -> None:
     _, _, _, data, _ = outage
-    points = data["timeline"]["points"]
-    lost = [p["failed_jobs"].get("obj", 0) for p in points]
-    seconds = [p["seconds"] for p in points]
+    seconds, lost = lost_over_time(data, "obj")
     first = next(i for i, n in enumerate(lost) if n > 0)
     assert seconds[first] > BEFORE_S / 2 and lost[:first] == [0] * first  # it worked before the server went away
-    grown = [seconds[i] for i in range(1, len(points)) if lost[i] > lost[i - 1]]
+    grown = [seconds[i] for i in range(1, len(seconds)) if lost[i] > lost[i - 1]]
     assert grown[-1] - grown[0] >= OUTAGE_S / 2  # losses spread over the outage, not one burst
     assert lost[-1] == data["tiers"]["obj"]["jobs_lost"]["failed"] + data["tiers"]["obj"]["jobs_lost"]["timed_out"]
 

@@ -22,10 +22,8 @@
 from __future__ import annotations
 
 import errno
-import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -33,7 +31,7 @@ from kvproto import Capabilities, JobResult, MemoryPrimaryTier, MemoryTier, Offl
 from kvproto.testing import MEMORY_HOOKS, FaultyBackend, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
-from tests.kvproto.testing.file_blobs import FileBlobs
+from tests.kvproto.testing.gallery_io import _Files
 from tests.kvproto.testing.gallery_sharing import AlwaysLateForOthersBlocks, _spec
 
 
@@ -249,31 +247,6 @@ def lazy_connections() -> TierSpec:
     )
 
 
-class AtomicFiles(FileBlobs):
-    """Blobs as files, each written whole to a temporary file and linked to its name (create-if-absent):
-    a writer killed mid-write leaves only a temporary file, never a partial blob."""
-
-    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        final = self.root / name
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            for part in parts:
-                f.write(part)
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
-            return Published.EXISTED
-        finally:
-            tmp.unlink()
-        return Published.CREATED
-
-    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        with open(self.root / name, "rb") as f:
-            data = f.read()
-        return MemoryBackend.scatter(data, buffers)
-
-
 BUDGET_BLOCKS = 20
 
 
@@ -283,7 +256,9 @@ class BudgetedFiles(BlobTier):
         block = buffer.shape[1] if buffer.shape else 1
         config = BlobTierConfig(persistent=True, max_bytes=BUDGET_BLOCKS * (env.HEADER_BYTES + block),
                                 start_in_background=False)
-        super().__init__(AtomicFiles(self.root), buffer, config, name="budgeted-files", wrap=FaultyBackend)
+        # gallery_io's file backend, set up honestly: writes whole, a failed write closes its file.
+        files = _Files(self.root, one_call=False, close_on_error=True)
+        super().__init__(files, buffer, config, name="budgeted-files", wrap=FaultyBackend)
 
 
 def _reopen_budgeted(tier: BudgetedFiles, buffer: memoryview) -> BudgetedFiles:

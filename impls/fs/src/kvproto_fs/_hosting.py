@@ -18,6 +18,10 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Literal
+
+from kvproto import envelope as env
+from kvproto.errors import ConfigurationError
 
 from kvproto_fs._config import FsTierConfig
 from kvproto_fs._tier import FsTier
@@ -27,12 +31,39 @@ __all__ = ["hosted_fs_tier"]
 log = logging.getLogger("kvproto_fs")
 
 
-def hosted_fs_tier(buffer: memoryview, **options: object) -> FsTier:
-    """``FsTier(buffer, FsTierConfig(**options))``; ``root`` defaults to a fresh temporary directory
-    (removed at exit). Bad options raise :class:`~kvproto.errors.ConfigurationError` naming each (FS-1)."""
-    if options.get("root") is None:
+def hosted_fs_tier(
+    buffer: memoryview,
+    *,
+    root: Path | None = None,
+    capacity_bytes: int | None = None,
+    capacity_blocks: int | None = None,
+    shared: bool = False,
+    read_threads: int = 4,
+    write_threads: int = 4,
+    durability: Literal["none", "data", "full"] = "none",
+    o_direct: Literal["auto", "on", "off"] = "auto",
+    **config: Any,
+) -> FsTier:
+    """``FsTier(buffer, FsTierConfig(...))``, the options named here or any other of
+    :class:`FsTierConfig`'s fields (FS-1); text values are converted by these annotations (KIT-9).
+
+    ``root`` defaults to a fresh temporary directory (removed at exit, with a warning saying where).
+    The byte budget (``max_bytes``) is ``capacity_bytes``, or ``capacity_blocks`` whole blocks of
+    ``buffer``'s rows (each with its envelope header): the capacity contract ``kvproto simulate``
+    sizes a tier by. None of them: nothing is evicted. Bad options raise
+    :class:`~kvproto.errors.ConfigurationError` naming each.
+    """
+    given = {"capacity_bytes": capacity_bytes, "capacity_blocks": capacity_blocks, "max_bytes": config.get("max_bytes")}
+    budgets = [name for name, value in given.items() if value is not None]
+    if len(budgets) > 1:
+        raise ConfigurationError(f"fs: give one byte budget, not {' and '.join(budgets)}")
+    if capacity_blocks is not None:
+        config["max_bytes"] = capacity_blocks * (env.HEADER_BYTES + (buffer.shape[1] if buffer.shape else buffer.nbytes))
+    elif capacity_bytes is not None:
+        config["max_bytes"] = capacity_bytes
+    if root is None:
         root = Path(tempfile.mkdtemp(prefix="kvproto-fs-hosted-"))
         atexit.register(shutil.rmtree, root, True)
         log.warning("kvproto fs tier: no root given; blocks are kept in %s, removed when this process exits", root)
-        options = {**options, "root": root}
-    return FsTier(buffer, FsTierConfig(**options))
+    return FsTier(buffer, FsTierConfig(root=root, shared=shared, read_threads=read_threads, write_threads=write_threads,
+                                       durability=durability, o_direct=o_direct, **config))

@@ -36,6 +36,7 @@ from kvproto.tierkit import PROBE_CHUNK_KEYS
 from kvproto_redis._backend import short_error
 from kvproto_redis._client import make_client
 from kvproto_redis._config import RedisTierConfig
+from kvproto_redis._hosting import hosted_redis_tier
 from kvproto_redis._local_server import LocalRedis
 from kvproto_redis._ops import Client, Probe, RedisOps
 from kvproto_redis._tier import RedisTier
@@ -334,16 +335,17 @@ def redis_spec(name: str = "redis", *, run: KitRun | None = None, description: s
     kit_run = KitRun() if run is None else run
     named: dict[tuple[object, ...], KitRun] = {}  # a run per server named by options (each cleans up its keys)
 
-    def build(buffer: memoryview, *, host: str | None = None, port: int | None = None, db: int | None = None,
-              username: str | None = None, password: str | None = None) -> RedisTier:
-        """The kit's tier over a fresh key prefix. The options (``kvproto simulate --secondary
-        redis:host=10.0.0.5,port=6379``) name another server than the run's (host and port apart: a
-        command-line value cannot hold ``:``); the keys written there are deleted as the run's are."""
-        where = (host, port, db, username, password)
-        if where == (None,) * 5:
+    def build(buffer: memoryview, *, url: str | None = None, host: str | None = None, port: int | None = None,
+              db: int | None = None, username: str | None = None, password: str | None = None) -> RedisTier:
+        """The kit's tier over a fresh key prefix. The options (``kvproto conform redis --option
+        url=redis://10.0.0.5:6379/0``, or ``host``, ``port``...) name another server than the run's;
+        the keys written there are deleted as the run's are."""
+        where = (url, host, port, db, username, password)
+        if where == (None,) * 6:
             return _kit_tier(buffer, kit_run.storage(), name)
         if where not in named:
-            given = {k: v for k, v in zip(("host", "port", "db", "username", "password"), where, strict=True) if v is not None}
+            fields = ("url", "host", "port", "db", "username", "password")
+            given = {k: v for k, v in zip(fields, where, strict=True) if v is not None}
             named[where] = KitRun(RedisTierConfig(cluster=kit_run.cluster, **given))
         return _kit_tier(buffer, named[where].storage(), name)
 
@@ -353,6 +355,7 @@ def redis_spec(name: str = "redis", *, run: KitRun | None = None, description: s
         build,
         hooks=REDIS_HOOKS,
         tier_class=RedisTier,
+        hosting_factory=hosted_redis_tier,
         description=description or (
             f"kvproto_redis.RedisTier(buffer, RedisTierConfig(url=$KVPROTO_REDIS_URL or a redis-server it starts, "
             f"prefix='{KIT_PREFIX}:<run>:<n>'), ops=KitRedisOps(), wrap=FaultyBackend), as a faulty_jobs(RedisTier)"
