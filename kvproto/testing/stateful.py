@@ -162,9 +162,12 @@ class TierStateMachine(RuleBasedStateMachine):
                         "TIER-4", "a load submitted right after a HIT failed (the HIT was not readable)"
                     )
                 sure = self.certain_at_load.pop(job_id, frozenset())
-                lost = [k for k in job.keys if k in sure and k in self.certain and k not in ok]
-                if not self.caps.partial_jobs and not set(job.keys) <= sure:
-                    lost = []  # a whole-job tier may fail the job for its unstored keys
+                # A job holding a key not surely stored may fail its others: a whole-job tier all of
+                # them, a partial-jobs tier those from its first such key on (a load may stop at its first
+                # missing key, the rest untried). Those keys stay certain: a later load must deliver them.
+                first_unsure = next((i for i, k in enumerate(job.keys) if k not in sure), len(job.keys))
+                tried = job.keys[:first_unsure] if self.caps.partial_jobs else ([] if first_unsure < len(job.keys) else job.keys)
+                lost = [k for k in tried if k in self.certain and k not in ok]
                 if lost:
                     self._lost_write(f"key {short_key(lost[0])} was stored successfully but its load failed")
 

@@ -18,7 +18,7 @@ from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
-__all__ = ["BufferedFileSystemTier", "CopyingDictTier"]
+__all__ = ["BufferedFileSystemTier", "CopyingDictTier", "StopsAtFirstMissingKey"]
 
 
 class CopyingDictTier(vtier.SecondaryTierManager):
@@ -87,6 +87,24 @@ class CopyingDictTier(vtier.SecondaryTierManager):
 
     def drain_jobs(self) -> None:
         """Nothing to wait for: every job is done when submitted."""
+
+
+class StopsAtFirstMissingKey(CopyingDictTier):
+    """Correct too (issue 40: the kit blamed it on TIER-10 as a lost write): a load moves its keys in order
+    and stops at the first that is missing, reporting the keys before it as loaded (a partial failure,
+    as vLLM's ``JobResult.successful_keys`` allows); the keys after it are not tried."""
+
+    def submit_load(self, job_metadata: vtier.TransferJob) -> None:
+        loaded: list[vbase.OffloadKey] = []
+        for key, row in self._rows(job_metadata):
+            data = self._blocks.get(key)
+            if data is None:
+                break  # the rest are not tried
+            self._flat[row] = data
+            loaded.append(key)
+        ok = len(loaded) == len(job_metadata.keys)
+        self._done.append(vtier.JobResult(job_metadata.job_id, ok, successful_keys=None if ok else loaded,
+                                          transfer_time=1e-9, transfer_bytes=len(loaded) * self._row))
 
 
 class BufferedFileSystemTier(FileSystemTierManager):

@@ -190,6 +190,7 @@ class SecondaryCrashChecks(SecondaryRole):
         other = self._reopened(kit, template)
         try:
             answers = other.resolve(keys)
+            self._empty_for_the_next_round(other)
         finally:
             other.shutdown()
         return bool(acked) and all(answers[keys[i]] is lr.HIT for i in acked)
@@ -217,8 +218,17 @@ class SecondaryCrashChecks(SecondaryRole):
                             ": a crashed writer's leftovers must never block a later store of the same key")
             other.expect(other.resolve(keys), lr.HIT, "TIER-24", f"stored again after their writer was {how}")
             self._load_all(other, list(keys), f"was stored again after its writer was {how}")
+            self._empty_for_the_next_round(other)
         finally:
             other.shutdown()
+
+    @staticmethod
+    def _empty_for_the_next_round(other: SecondaryDriver) -> None:
+        """With eviction declared, empty the storage (``reset_cache``) before the next round writes: the
+        rounds' blocks together may exceed the tier's budget, and the blocks it then evicts (declared)
+        are no lost writes of the next round. A reset refused (False) leaves it as it is."""
+        if other.capabilities.eviction and not other.pending():
+            other.tier.reset_cache()
 
     @staticmethod
     def _load_all(kit: SecondaryDriver, keys: list[OffloadKey], what: str) -> None:
