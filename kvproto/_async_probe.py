@@ -166,6 +166,17 @@ class AsyncProbe:
                 keys.add(key)
         return entry.result
 
+    def start(self) -> None:
+        """Start the background worker now, if not yet started (else at the first posted batch, AP-2).
+
+        A tier calls it while it is built: starting a thread waits until the thread runs, and the
+        scheduler's first ``on_step_end`` should not. Nothing with ``background=False`` or after
+        :meth:`shutdown`; idempotent.
+        """
+        if self._worker is None and self._background and not self._closed:
+            self._worker = threading.Thread(target=self._work, name=f"kvproto-probe-{self.name}", daemon=True)
+            self._worker.start()
+
     def on_step_end(self) -> None:
         """Post this step's queued keys as one batch, apply due verdicts, expire deadlines (AP-2, AP-5).
 
@@ -306,11 +317,7 @@ class AsyncProbe:
             self._posted.append(batch)
             self._in_check += 1
             self._cond.notify_all()
-        if self._worker is None:
-            self._worker = threading.Thread(
-                target=self._work, name=f"kvproto-probe-{self.name}", daemon=True
-            )
-            self._worker.start()
+        self.start()
 
     def _run_check(self, keys: tuple[OffloadKey, ...], check: BatchCheck) -> frozenset[OffloadKey]:
         try:

@@ -3,13 +3,16 @@
 The scheduler's thread only (``get_finished_jobs``). A load's verdicts vouch
 for, lose or mark unusable its keys in the ledger, tell the probe which keys
 are gone, release what held HITs the load claimed and emit REMOVED only for
-blocks known gone (never for a transient failure, TIERKIT-3); a store's
+blocks known gone (never for a transient failure, TIERKIT-3); in shared mode a blob
+found missing that the index vouched for makes the index distrust every older stamp
+(TIERKIT-10); a store's
 vouch for its keys as of their ticks (TIERKIT-2) and emit STORED.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from kvproto._async_probe import AsyncProbe
 from kvproto._events import EventKind
@@ -39,6 +42,7 @@ class Outcomes:
         *,
         partial_jobs: bool,
         tier_name: str,
+        distrust: Callable[[], None] | None = None,
     ) -> None:
         self._ledger = ledger
         self._probe = probe
@@ -46,6 +50,7 @@ class Outcomes:
         self.stats = stats
         self._stats_lock = stats_lock
         self._partial_jobs = partial_jobs
+        self._distrust = distrust  # shared mode, where the index is a memo: distrust it (TIERKIT-10)
         self._tier = tier_name
 
     def apply(self, out: JobOutcome) -> JobResult:
@@ -57,6 +62,7 @@ class Outcomes:
             if self._holds is not None:
                 self._holds.load_reported(job.job_id, job.keys)
             loaded: list[tuple[OffloadKey, int]] = []
+            missing: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
             unusable: list[OffloadKey] = []
             transient: list[tuple[OffloadKey, int]] = []
@@ -65,8 +71,10 @@ class Outcomes:
                 match verdict:
                     case KeyVerdict.LOADED:
                         loaded.append((key, tick))
-                    case KeyVerdict.GONE | KeyVerdict.DAMAGED:
-                        gone.append((key, tick))  # missing, or damaged and deleted: a new blob may come
+                    case KeyVerdict.GONE:
+                        missing.append((key, tick))  # a new blob may come
+                    case KeyVerdict.DAMAGED:
+                        gone.append((key, tick))  # damaged and deleted: a new blob may come
                     case KeyVerdict.FOREIGN:
                         gone.append((key, tick))
                         unusable.append(key)  # left alone (not ours to delete): never HIT again (TIER-4)
@@ -81,7 +89,11 @@ class Outcomes:
             if loaded:
                 ledger.vouch(loaded)
             ledger.mark_unusable(unusable)
-            removed = ledger.lose(gone, gone=True)
+            removed = ledger.lose(missing, gone=True)
+            if removed and self._distrust is not None:  # the index vouched for a blob the storage lost (TIERKIT-10)
+                self._distrust()
+            removed += ledger.lose(gone, gone=True)
+            gone += missing
             ledger.lose(transient, gone=False)
             ledger.emit(EventKind.REMOVED, removed)
             failed = [k for k, _ in gone] + [k for k, _ in transient]

@@ -6,10 +6,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from kvproto._capabilities import Capabilities
 from kvproto._field_rules import broken_rules, count, optional_count
 from kvproto.errors import ConfigurationError
 
-__all__ = ["BlobTierConfig", "BlobTierStats"]
+__all__ = ["BlobTierConfig", "BlobTierStats", "capabilities_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,11 @@ class BlobTierConfig:
       unanswered after this many end-of-step hooks answers MISS; hooks closer
       together than the interval count as one.
     * ``recent_keys``: shared mode: how many keys stored or loaded here are
-      remembered as present without asking the backend.
+      remembered as present without asking the backend. A load that finds
+      one of them missing makes every key remembered until then answer
+      only after an existence check (the storage may have lost them all:
+      restarted empty, evicted), until a store or load vouches for it
+      anew (TIERKIT-10).
     * ``trust_index_on_store``: a store of a key the index holds is skipped
       (reported done, no I/O): for backends where a write costs a round trip.
     * ``op_timeout_s``: asynchronous backends: each operation is cancelled
@@ -123,7 +128,32 @@ class BlobTierStats:
     held_taken: int = 0  # read handles taken at HITs, in all
     held_fallbacks: int = 0  # HITs answered without a handle: at the cap, or opening failed (EMFILE)
     hit_load_failures: int = 0  # loads (of keys answered HIT) that failed after trying I/O: the figure to watch
+    index_distrusted: int = 0  # shared mode: loads that found a blob the index vouched for missing (TIERKIT-10)
 
     def as_dict(self) -> dict[str, int]:
         """Every counter by name."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def capabilities_of(config: BlobTierConfig, *, holds_hits: bool) -> Capabilities:
+    """What a :class:`BlobTier` with ``config`` declares, each capability it lacks with its reason
+    (TIER-18, TIERKIT-6); ``holds_hits``: it takes read handles at HITs."""
+    return Capabilities(
+        async_lookup=True,
+        max_retry_steps=config.probe_deadline_steps,
+        persistence=config.persistent,
+        eviction=config.max_bytes is not None,
+        sharing=config.shared,
+        partial_jobs=config.partial_jobs,
+        holds_hits=holds_hits,
+        max_hold_steps=config.hold_hits_steps if holds_hits else 0,
+        reasons={
+            **({} if holds_hits else {"holds_hits": "hold_hits_steps=0, or the backend has no "
+                                                    "HeldReads"}),
+            **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
+            "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
+            **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
+            **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
+            **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
+        },
+    )

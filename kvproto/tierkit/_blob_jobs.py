@@ -9,7 +9,7 @@ per operation. The result is a :class:`JobOutcome` the scheduler's thread
 applies when it reports the job.
 
 With a job timeout (``BlobTierConfig.job_timeout_s``) a job ends by then
-whatever its storage does (MGR-17): on the pools, keys not started by the
+(a deadline counted from its submission) whatever its storage does (MGR-17): on the pools, keys not started by the
 deadline fail without I/O (keys running finish within their operation's
 bound); on the loop, the operations still running are cancelled, and the
 job ends once they have unwound, so nothing writes a slot after its report.
@@ -30,7 +30,7 @@ from kvproto._keys import OffloadKey
 from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_ops import KeyVerdict
 
-__all__ = ["AsyncKeyRun", "JobOutcome", "KeyRun", "failed_outcome", "run_job", "run_job_on_loop"]
+__all__ = ["AsyncKeyRun", "JobOutcome", "KeyRun", "failed_outcome", "run_job", "run_job_on_loop", "start_job"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -50,10 +50,13 @@ class JobOutcome:
     verdicts: list[tuple[KeyVerdict, int]]
 
 
-def failed_outcome(job: TransferJob, since: int, verdict: KeyVerdict) -> Future[JobOutcome]:
-    """A finished future where every key of ``job`` ended with ``verdict`` (refused, or after shutdown)."""
-    done: Future[JobOutcome] = Future()
-    done.set_result(JobOutcome(job, since, [(verdict, since)] * len(job.keys)))
+def failed_outcome(job: TransferJob, since: int, verdict: KeyVerdict, done: Future[JobOutcome] | None = None
+                   ) -> Future[JobOutcome]:
+    """``done`` (a new future if None), completed now: every key of ``job`` ended with ``verdict``
+    (refused, after shutdown, or the job could not be started)."""
+    done = Future() if done is None else done
+    if not done.done():
+        done.set_result(JobOutcome(job, since, [(verdict, since)] * len(job.keys)))
     return done
 
 
@@ -64,20 +67,29 @@ def run_job(
     run_key: KeyRun,
     *,
     tier_name: str,
-    timeout_s: float | None = None,
+    deadline: float | None = None,
+    done: Future[JobOutcome] | None = None,
 ) -> Future[JobOutcome]:
-    """Start ``job``'s keys on ``pool``; with ``timeout_s``, a key not started that long after now fails
-    without I/O."""
+    """Start ``job``'s keys on ``pool``; ``done`` (a new future if None) completes when the last one ends.
+    With ``deadline`` (a ``time.monotonic()`` value), a key not started by then fails without I/O; a key
+    the pool refuses (shut down) fails without I/O too."""
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    done = Future() if done is None else done
     verdicts: list[tuple[KeyVerdict, int]] = [(failed, since)] * len(job.keys)
     todo = list(range(len(job.keys)))
-    done: Future[JobOutcome] = Future()
     if not todo:
         done.set_result(JobOutcome(job, since, verdicts))
         return done
     remaining = [len(todo)]
     guard = threading.Lock()
+
+    def ended(i: int, verdict: tuple[KeyVerdict, int]) -> None:
+        with guard:
+            verdicts[i] = verdict
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            done.set_result(JobOutcome(job, since, verdicts))
 
     def one(i: int) -> None:
         try:
@@ -88,15 +100,13 @@ def run_job(
         except Exception:  # a bug in a backend wrapper or the engine: that key fails, the job still ends
             _log.warning("BlobTier %r: job %d raised on key %d; it fails", tier_name, job.job_id, i, exc_info=True)
             verdict = (failed, since)
-        with guard:
-            verdicts[i] = verdict
-            remaining[0] -= 1
-            last = remaining[0] == 0
-        if last:
-            done.set_result(JobOutcome(job, since, verdicts))
+        ended(i, verdict)
 
-    for i in todo:  # the tier never calls this after shutting its pools down
-        pool.submit(one, i)
+    for i in todo:
+        try:
+            pool.submit(one, i)
+        except RuntimeError:  # the pool is shut down (never while the tier runs): the key fails unread
+            ended(i, (failed, since))
     return done
 
 
@@ -108,20 +118,22 @@ def run_job_on_loop(
     bound: asyncio.Semaphore,
     *,
     tier_name: str,
-    timeout_s: float | None = None,
+    deadline: float | None = None,
+    done: Future[JobOutcome] | None = None,
 ) -> Future[JobOutcome]:
     """Start ``job``'s keys as one task on ``io``'s loop, ``bound`` operations at a time.
 
-    The future is completed from the loop when the last key ends; a key whose
-    operation raised (a bug: backend errors are verdicts) fails alone. With
-    ``timeout_s``, the keys still running then are cancelled and fail; the
-    future completes after they unwound. ``ConnectionError`` if the loop is closed.
+    ``done`` (a new future if None) is completed from the loop when the last key ends; a key whose
+    operation raised (a bug: backend errors are verdicts) fails alone. With ``deadline`` (a
+    ``time.monotonic()`` value, the loop's clock), the keys still running then are cancelled and fail;
+    ``done`` completes after they unwound. If the loop is closed, or the task ends without an outcome,
+    every key fails.
     """
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
+    done = Future() if done is None else done
     verdicts: list[tuple[KeyVerdict, int]] = [(failed, since)] * len(job.keys)  # kept by a key the timeout cancels
     todo = list(range(len(job.keys)))
     if not todo:
-        done: Future[JobOutcome] = Future()
         done.set_result(JobOutcome(job, since, verdicts))
         return done
 
@@ -136,11 +148,30 @@ def run_job_on_loop(
 
     async def whole() -> JobOutcome:
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 await asyncio.gather(*(one(i) for i in todo))
         except TimeoutError:
-            _log.warning("BlobTier %r: job %d ran past its %g s timeout; its unfinished keys fail", tier_name,
-                         job.job_id, timeout_s)
+            _log.warning("BlobTier %r: job %d ran past its timeout; its unfinished keys fail", tier_name, job.job_id)
         return JobOutcome(job, since, verdicts)
 
-    return io.submit(whole())
+    def settle(task: Future[JobOutcome]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            failed_outcome(job, since, failed, done)
+        elif not done.done():
+            done.set_result(task.result())
+
+    try:
+        io.submit(whole()).add_done_callback(settle)
+    except ConnectionError:  # the loop is closed: nothing ran
+        failed_outcome(job, since, failed, done)
+    return done
+
+
+def start_job(launch: Callable[[], object], job: TransferJob, since: int, future: Future[JobOutcome]) -> None:
+    """Dispatcher thread (TIERKIT-9): start a job with ``launch``; if starting it raised (a bug), every key
+    fails and the job still ends."""
+    try:
+        launch()
+    except Exception:
+        _log.warning("BlobTier: starting job %d failed; its keys fail", job.job_id, exc_info=True)
+        failed_outcome(job, since, KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED, future)

@@ -51,6 +51,10 @@ class Ledger:
         self.blob_bytes = blob_bytes
         self._recent = recent_keys
         self._ticket = 0
+        # TIERKIT-10: a stamp at or below this tick no longer vouches for its key (a load found a blob the
+        # index vouched for missing: the storage may have lost everything from before). Written and read on
+        # the scheduler's thread (and read by stores deciding whether to skip); 0: every stamp vouches.
+        self.distrusted_to = 0
         self.scanning = False  # while a restart scan runs, losses are remembered for it:
         self.lost_at: dict[OffloadKey, int] = {}  # key -> last deletion or loss seen during the scan
 
@@ -170,6 +174,17 @@ class Ledger:
                     del self.index[key]
                     dropped.append(key)
         return dropped
+
+    def vouches(self, key: OffloadKey) -> bool:
+        """True if the index holds ``key`` with a stamp newer than the last distrust (TIERKIT-10)."""
+        return self.index.get(key, 0) > self.distrusted_to
+
+    def distrust(self, tick: int) -> None:
+        """Every stamp up to ``tick`` stops vouching for its key (TIERKIT-10): such a key answers HIT again
+        only once something vouches for it anew (a store, a load, an existence check and then a load).
+        O(1); the keys stay indexed (events, budget and eviction are unchanged)."""
+        if tick > self.distrusted_to:
+            self.distrusted_to = tick
 
     def _vouch(self, key: OffloadKey, tick: int) -> None:
         index = self.index

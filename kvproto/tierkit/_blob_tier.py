@@ -30,7 +30,6 @@ from functools import partial
 
 from kvproto import envelope as env, members as lr
 from kvproto._async_probe import AsyncProbe
-from kvproto._capabilities import Capabilities
 from kvproto._events import EventKind, OffloadingEvent
 from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
@@ -41,10 +40,11 @@ from kvproto.errors import ConfigurationError, InvalidArgumentError
 from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission
 from kvproto.tierkit._blob_apply import Outcomes
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend, loop_backend
-from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
+from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats, capabilities_of
+from kvproto.tierkit._blob_dispatch import Dispatcher
 from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
-from kvproto.tierkit._blob_jobs import JobOutcome, failed_outcome, run_job, run_job_on_loop
+from kvproto.tierkit._blob_jobs import JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
 from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
@@ -79,30 +79,6 @@ def _backend_faces(
             stacklevel=3,
         )
     return sync, loop_io
-
-
-def _capabilities_of(config: BlobTierConfig, *, holds_hits: bool) -> Capabilities:
-    """What a :class:`BlobTier` with ``config`` declares, each capability it lacks with its reason
-    (TIER-18, TIERKIT-6); ``holds_hits``: it takes read handles at HITs."""
-    return Capabilities(
-        async_lookup=True,
-        max_retry_steps=config.probe_deadline_steps,
-        persistence=config.persistent,
-        eviction=config.max_bytes is not None,
-        sharing=config.shared,
-        partial_jobs=config.partial_jobs,
-        holds_hits=holds_hits,
-        max_hold_steps=config.hold_hits_steps if holds_hits else 0,
-        reasons={
-            **({} if holds_hits else {"holds_hits": "hold_hits_steps=0, or the backend has no "
-                                                    "HeldReads"}),
-            **({} if config.partial_jobs else {"partial_jobs": "a job is reported whole"}),
-            "async_lookup": "RETRY while an existence check runs (shared mode, or during the restart scan)",
-            **({} if config.max_bytes is not None else {"eviction": "no max_bytes set"}),
-            **({} if config.shared else {"sharing": "private mode (shared=False): one instance per storage"}),
-            **({} if config.persistent else {"persistence": "the storage lives and dies with the process"}),
-        },
-    )
 
 
 class BlobTier:
@@ -173,6 +149,8 @@ class BlobTier:
         self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix=f"kvproto-{name}-r")
         self._house: ThreadPoolExecutor | None = None  # deletions, re-preparation: made at first use
         self._probe_tick = 0.0
+        self._trusting = True  # no distrust yet: every indexed key answers HIT on its own (TIERKIT-10)
+        self._dispatcher = Dispatcher(name=name)  # hands jobs to the pools or the loop off the scheduler (TIERKIT-9)
         self._holds: Holds | None = None  # TIERKIT-6: read handles taken at HITs, over a HeldReads backend
         if config.hold_hits_steps and isinstance(sync, HeldReads) and sync.held_reads and self._loop_io is None:
             cap = config.hold_hits_max if config.hold_hits_max is not None else default_hold_cap()
@@ -183,9 +161,12 @@ class BlobTier:
         self._probe = AsyncProbe(self._existence.check, name=name, deadline_steps=config.probe_deadline_steps,
                                  chunk_keys=PROBE_CHUNK_KEYS,
                                  batch_scope=None if batches is None else partial(self._existence.batch, batches))
+        if config.shared:
+            self._probe.start()  # now, not in the scheduler's first on_step_end (TIERKIT-9)
         self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats, self._stats_lock,
-                                  partial_jobs=config.partial_jobs, tier_name=name)
-        self.capabilities = _capabilities_of(config, holds_hits=self._holds is not None)
+                                  partial_jobs=config.partial_jobs, tier_name=name,
+                                  distrust=self._distrust if config.shared else None)
+        self.capabilities = capabilities_of(config, holds_hits=self._holds is not None)
         self._starter = threading.Thread(
             target=self._start_up, args=(self._generation,), name=f"kvproto-{name}-start", daemon=True
         )
@@ -222,10 +203,12 @@ class BlobTier:
         handle (one system call, unless the existence check that found the
         blob opened it; TIERKIT-6); never HIT_PENDING. A key stays indexed
         only while a store or load vouched for it after the last deletion
-        seen (TIERKIT-2).
+        seen (TIERKIT-2); in shared mode, an indexed key vouched for before a
+        load found a vouched-for blob missing is asked through the probe
+        (TIERKIT-10).
         """
         holds = self._holds  # TIERKIT-6: a HIT takes a read handle (take: False if the blob is gone now)
-        if key in self._index:
+        if key in self._index and (self._trusting or self._ledger.vouches(key)):  # TIERKIT-10
             return lr.HIT if holds is None or holds.take(key, req_context.req_id) else self._gone_at_hit(key)
         if self._complete:  # private mode, scan over; look again: the scan may have added the key meanwhile
             if key not in self._index:
@@ -341,7 +324,9 @@ class BlobTier:
         with self._lock:
             already = self._closed
             self._closed = True
+            self._dispatcher.close_soon()  # under the lock: after every job posted, before any refused
         self._stop.set()
+        self._dispatcher.close()  # every job handed over is started
         self._writers.shutdown(wait=True)
         self._readers.shutdown(wait=True)
         with self._lock:
@@ -380,6 +365,8 @@ class BlobTier:
                     return False
                 if self._starter.is_alive():
                     self._starter.join(max(0.0, deadline - time.monotonic()))
+                if not self._dispatcher.flush(max(0.0, deadline - time.monotonic())):  # deletions it forwards
+                    return False
                 try:
                     self._housekeeping().submit(lambda: None).result(max(0.0, deadline - time.monotonic()))
                 except RuntimeError:
@@ -398,6 +385,11 @@ class BlobTier:
         """The keys the index holds right now."""
         with self._ledger.lock:
             return frozenset(self._index)
+
+    def vouched_keys(self) -> frozenset[OffloadKey]:
+        """The indexed keys a lookup answers HIT for without asking the storage (TIERKIT-10)."""
+        with self._ledger.lock:
+            return frozenset(k for k in self._index if self._ledger.vouches(k))
 
     def vouch_for(self, keys: Iterable[OffloadKey]) -> None:
         """Index ``keys`` as present now, as a restart scan would (tests and tools seeding blobs)."""
@@ -455,26 +447,39 @@ class BlobTier:
                 raise InvalidArgumentError(f"BlobTier {self._name!r}: job id {job.job_id} is already in flight")
 
     def _start(self, job: TransferJob, *, store: bool) -> None:
+        """Register ``job`` and hand it to the dispatcher, which starts it on the pools or the loop: nothing
+        here gives up the GIL or waits (TIERKIT-9). Its deadline counts from now (MGR-17)."""
         since = self._ops.tick()
         timeout = self.blob_config.job_timeout_s
-        with self._lock:
-            if self._closed:
-                future = failed_outcome(job, since, KeyVerdict.REFUSED)
-            elif self._loop_io is not None:
-                future = run_job_on_loop(
-                    job, since, self._loop_io, self._store_key_async if store else self._ops.load_async,
-                    self._write_bound if store else self._read_bound, tier_name=self._name, timeout_s=timeout,
-                )
-            elif store:
-                future = run_job(job, since, self._writers, self._store_key, tier_name=self._name,
-                                 timeout_s=timeout)
-            else:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        future: Future[JobOutcome] = Future()
+        job_id = job.job_id
+        future.add_done_callback(lambda _: self._finished.append(job_id))  # on the thread that completes it
+        launch: Callable[[], object]
+        if self._loop_io is not None:
+            launch = partial(run_job_on_loop, job, since, self._loop_io,
+                             self._store_key_async if store else self._ops.load_async,
+                             self._write_bound if store else self._read_bound, tier_name=self._name,
+                             deadline=deadline, done=future)
+        else:
+            run_key: KeyRun = self._store_key
+            if not store:
                 held = None if self._holds is None else self._holds.load_run(job.job_id, self._ops.load)
-                load = self._ops.load if held is None else held
-                future = run_job(job, since, self._readers, load, tier_name=self._name, timeout_s=timeout)
-            self._running[job.job_id] = future
-            job_id = job.job_id
-            future.add_done_callback(lambda _: self._finished.append(job_id))  # runs now if already done
+                run_key = self._ops.load if held is None else held
+            launch = partial(run_job, job, since, self._writers if store else self._readers, run_key,
+                             tier_name=self._name, deadline=deadline, done=future)
+        with self._lock:
+            self._running[job_id] = future
+            if self._closed:
+                failed_outcome(job, since, KeyVerdict.REFUSED, future)
+            else:
+                self._dispatcher.post(partial(start_job, launch, job, since, future))  # closed under this lock
+
+    def _distrust(self) -> None:
+        """Scheduler's thread (a load's report): every index stamp until now stops vouching (TIERKIT-10)."""
+        self._ledger.distrust(self._ops.tick())
+        self._trusting = False
+        self._count("index_distrusted")
 
     def _gone_at_hit(self, key: OffloadKey) -> LookupResult:
         """MISS: a HIT found ``key``'s blob gone when it opened the read handle (TIERKIT-6); forgotten."""
@@ -496,7 +501,7 @@ class BlobTier:
             # Trust what vouched for the key, as of when it did: a deletion seen since then wins (TIERKIT-2).
             # Never while a load of it runs: that load may be deleting the blob (damaged) right now.
             stamp = self._index.get(key)
-            if stamp is not None:
+            if stamp is not None and stamp > self._ledger.distrusted_to:  # not a distrusted one (TIERKIT-10)
                 self._count("skipped_stores")
                 return KeyVerdict.EXISTED, stamp
         return None
@@ -525,10 +530,16 @@ class BlobTier:
             return
         self._count("evicted_blocks", len(victims))
         self._probe.mark_miss([k for k, _ in victims])
+        with self._lock:
+            if not self._closed:  # shut down: the blobs stay (a later instance may use or evict them)
+                self._dispatcher.post(partial(self._queue_deletions, victims))  # a pool's submit waits (TIERKIT-9)
+
+    def _queue_deletions(self, victims: list[tuple[OffloadKey, int]]) -> None:
+        """Dispatcher thread: hand evicted blobs to the housekeeping thread for deletion."""
         try:
             self._housekeeping().submit(self._delete_doomed, victims)
         except RuntimeError:
-            pass  # shut down: the blobs stay (a later instance may use or evict them)
+            pass  # shut down meanwhile: the blobs stay
 
     def _delete_doomed(self, victims: list[tuple[OffloadKey, int]]) -> None:
         for key, ticket in victims:

@@ -66,6 +66,32 @@ def test_unknown_keys_retry_once_queued_one_batch_per_step(probes: list[AsyncPro
     assert probe.batches_posted == 1  # resolved keys are not asked again
 
 
+def test_start_starts_the_worker_before_the_first_batch(probes: list[AsyncProbe]) -> None:
+    """AP-2: ``start()`` starts the worker now (idempotent); the first batch then uses it. Nothing without
+    a background worker, nor after shutdown."""
+
+    def worker_of(probe: AsyncProbe) -> threading.Thread | None:
+        return probe._worker
+
+    probe = make(probes, Checker({key(1)}))
+    probe.start()
+    worker = worker_of(probe)
+    assert worker is not None and worker.is_alive()
+    probe.start()
+    assert worker_of(probe) is worker
+    probe.lookup(key(1), R1)
+    settle(probe)
+    probe.on_step_end()  # the answer applies at the hook after it came back
+    assert probe.lookup(key(1), R1) is LookupResult.HIT and worker_of(probe) is worker
+    probe.shutdown()
+    assert not worker.is_alive()
+    probe.start()
+    assert worker_of(probe) is None
+    inline = make(probes, Checker(set()), background=False)
+    inline.start()
+    assert worker_of(inline) is None
+
+
 def test_worker_runs_off_the_calling_thread(probes: list[AsyncProbe]) -> None:
     """AP-2: on_step_end does not wait for the check (it runs on the worker)."""
     checker = Checker(set())

@@ -99,6 +99,14 @@ class S3ServerProcess:
     def config(self, bucket: str, **options: Any) -> ObjTierConfig:
         return config_for(options.pop("endpoint", self.endpoint), bucket, **options)
 
+    def kill(self) -> None:
+        """SIGKILL, no goodbye: what the server held is gone (a new one on :attr:`port` starts empty)."""
+        self._proc.kill()
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
     def stop(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.closed:
             self._proc.stdin.close()

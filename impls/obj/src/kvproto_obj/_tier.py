@@ -10,7 +10,10 @@ The engine (:class:`~kvproto.tierkit.BlobTier`, shared mode) owns jobs,
 verification, verdicts, events and shutdown; :class:`ObstoreBackend` makes
 the requests, on the one event loop the engine keeps for an asynchronous
 backend in a background thread. Lookups never do I/O: keys this
-instance stored or loaded answer HIT, others go through batched HEADs.
+instance stored or loaded answer HIT, others go through batched HEADs; once a
+load finds an object missing that the tier remembered (the store lost it:
+restarted empty, a lifecycle rule), what it remembered until then goes through
+HEADs too (TIERKIT-10, OBJ-14).
 """
 
 from __future__ import annotations
@@ -156,8 +159,9 @@ class ObjTier(BlobTier):
         return self._io.path(self.name_of(key))
 
     def known_keys(self) -> frozenset[OffloadKey]:
-        """The keys this instance remembers as present right now (stored or loaded by it)."""
-        return self.indexed_keys()
+        """The keys this instance remembers as present right now (stored or loaded by it, and not
+        distrusted since: TIERKIT-10); a lookup answers HIT for them without a request."""
+        return self.vouched_keys()
 
     def listed_objects(self) -> int | None:
         """How many objects the tier estimates under its namespace (OBJ-11: what decides LIST or HEADs); None: unknown."""
