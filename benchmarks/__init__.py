@@ -20,4 +20,5 @@ REGISTRY: dict[str, str] = {
     "fs": "benchmarks.bench_fs",
     "obj": "benchmarks.bench_obj",
     "lmcache": "benchmarks.bench_lmcache",
+    "redis": "benchmarks.bench_redis",
 }

@@ -1,6 +1,7 @@
 """What LMCache 0.5.6's controllers rely on, asked of ``KvprotoL2Adapter`` by a client written the way
 they call it (``l2_client.py``), over the tiers an operator names with default options: ``memory``
-and ``fs`` (LMC-3).
+and ``fs`` (LMC-3), and ``redis`` named with its options (``url``, ``prefix``) on a server started
+here on 127.0.0.1 (REDIS-12).
 
 LMCache's own ``basic_check`` stores 5 small keys and never looks them up right after their store
 task popped; these tests do, with 16 KiB objects (a KV chunk is larger still), 64 keys per task,
@@ -9,6 +10,7 @@ lookups mixing stored and never-stored keys, and both controller threads at once
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -26,9 +28,16 @@ ELEMENTS = 4096  # float32 values per object: 16 KiB
 TIERS = ["memory", "fs"]
 
 
-@pytest.fixture(params=TIERS)
+_prefixes = itertools.count(1)
+
+
+@pytest.fixture(params=[*TIERS, "redis"])
 def adapter(request: pytest.FixtureRequest) -> Any:
-    made = KvprotoL2Adapter({"tier": request.param})
+    params: dict[str, Any] = {"tier": request.param}
+    if request.param == "redis":  # by name, with its options, on a loopback server (tests/adapters/conftest.py)
+        server = request.getfixturevalue("redis_server")
+        params["options"] = {"url": server.url, "prefix": f"lmcache-promises-{next(_prefixes)}"}
+    made = KvprotoL2Adapter(params)
     yield made
     made.close()
 

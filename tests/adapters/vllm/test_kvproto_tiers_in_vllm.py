@@ -14,7 +14,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from vllm.v1.kv_offload import base as vbase
@@ -27,6 +27,9 @@ from kvproto import MemoryTier, OffloadKey, SecondaryTier
 from kvproto_fs import FsTier, FsTierConfig
 from kvproto_vllm import KvprotoTier
 from kvproto_vllm._conformance import KitOffloadingSpec
+
+if TYPE_CHECKING:
+    from kvproto_redis import LocalRedis
 
 ROW = 4096  # vLLM's region wants page-sized rows
 CHUNKS = 16
@@ -192,6 +195,34 @@ def test_vllms_manager_over_a_kvproto_tier_cascades_promotes_and_loads_the_store
             assert all(tier.read_stored(OffloadKey(k)) == block(k) for k in wanted)
         events = list(engine.manager.take_events())
         assert any(not e.removed and e.medium is vbase.Medium.STORAGE for e in events) or not isinstance(tier, MemoryTier)
+    finally:
+        engine.close()
+    assert not tier.has_pending_work()
+
+
+def test_vllms_manager_hosts_the_redis_tier_by_name_and_loads_the_stored_bytes(redis_server: LocalRedis) -> None:
+    """``{"tier": "redis", "options": {"url": ..., "prefix": ...}}``: kvproto.hosting builds redis's hosting
+    factory (a plain RedisTier on that server, REDIS-1); vLLM's manager cascades A's blocks into it,
+    promotes them after the filler evicted them from the CPU tier, and loads them byte for byte."""
+    from kvproto_redis import RedisTier
+
+    prefix = f"vllm-hosted-{next(_engines)}"
+    engine = Engine({"type": "KvprotoTier", "module_path": "kvproto_vllm", "tier": "redis",
+                     "options": {"url": redis_server.url, "prefix": prefix}})
+    try:
+        secondary = engine.secondary
+        assert isinstance(secondary, KvprotoTier) and isinstance(secondary.tier, RedisTier)
+        tier = secondary.tier
+        wanted, got, seen = run_scenario(engine)
+        assert [g == block(k) for g, k in zip(got, wanted, strict=True)] == [True] * len(wanted)
+        assert "HIT_PENDING" in seen
+        # The blocks are on the server, under the prefix the options named.
+        admin = redis_server.client()
+        try:
+            assert all(admin.exists(tier.key_of(OffloadKey(k))) for k in wanted)
+        finally:
+            admin.close()
+        assert tier.namespace_prefix.startswith(f"{prefix}:")
     finally:
         engine.close()
     assert not tier.has_pending_work()
