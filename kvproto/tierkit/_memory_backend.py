@@ -45,15 +45,17 @@ class MemoryBackend:
         return self.scatter(data, buffers)
 
     @staticmethod
-    def scatter(data: bytes, buffers: Sequence[memoryview]) -> int:
+    def scatter(data: bytes | memoryview, buffers: Sequence[memoryview]) -> int:
         """Copy ``data``'s first bytes into ``buffers``, one after another (a buffer past the end of
-        ``data`` is left as it was); returns ``len(data)``, as ``read_into`` does."""
+        ``data`` is left as it was); returns ``len(data)``, as ``read_into`` does. A memoryview is
+        sliced without a copy of its own (a backend's ``read_into`` may hand its client's buffer)."""
         offset = 0
+        size = len(data)
         for buf in buffers:
-            n = max(0, min(buf.nbytes, len(data) - offset))
+            n = max(0, min(buf.nbytes, size - offset))
             buf[:n] = data[offset : offset + n]
             offset += n
-        return len(data)
+        return size
 
     def sizes(self, names: Sequence[str]) -> list[int | None]:
         """Each blob's length, or None."""

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 __all__ = ["BlackholeProxy"]
 
@@ -115,13 +116,7 @@ class BlackholeProxy:
 
     def close(self) -> None:
         """Stop the child (its stdin closes); killed after 10 s. Idempotent."""
-        if self._proc.stdin is not None and not self._proc.stdin.closed:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        end_child(self._proc)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
 
@@ -134,3 +129,14 @@ class BlackholeProxy:
 
 if __name__ == "__main__":
     asyncio.run(_serve(int(sys.argv[1])))
+
+
+def end_child(proc: subprocess.Popen[Any]) -> None:
+    """End a child process that stops when its stdin closes; killed if it has not after 10 s."""
+    if proc.stdin is not None and not proc.stdin.closed:
+        proc.stdin.close()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

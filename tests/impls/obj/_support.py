@@ -15,6 +15,7 @@ from moto.server import ThreadedMotoServer
 
 from kvproto_obj import ObjTier, ObjTierConfig
 from tests.impls._tier_runner import Runner, make_buffer, shut_down_after
+from tests.impls.blackhole_proxy import end_child
 
 REGION = "us-east-1"
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -108,13 +109,7 @@ class S3ServerProcess:
                 pipe.close()
 
     def stop(self) -> None:
-        if self._proc.stdin is not None and not self._proc.stdin.closed:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        end_child(self._proc)
 
 
 def config_for(endpoint: str, bucket: str, **options: Any) -> ObjTierConfig:

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
-from kvproto.tierkit import Published
+from kvproto.tierkit import MemoryBackend, Published
 
 from kvproto_redis._config import RedisTierConfig
 from kvproto_redis._ops import CHECKSUM_FIELD, Client, RedisOps
@@ -105,13 +105,7 @@ class RedisBackend:
         if seen is not None and data[first : last + 1] != seen:
             self._count("replaced_on_load")
             raise FileNotFoundError(f"{self.key(name)}: replaced since the lookup read its checksum")
-        view = memoryview(data)
-        offset = 0
-        for buf in buffers:
-            n = max(0, min(buf.nbytes, len(data) - offset))
-            buf[:n] = view[offset : offset + n]
-            offset += n
-        return len(data)
+        return MemoryBackend.scatter(memoryview(data), buffers)
 
     def sizes(self, names: Sequence[str]) -> list[int | None]:
         """Each blob's size or ``None``, from one pipeline of ``STRLEN`` + ``GETRANGE`` (REDIS-6).
