@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from redis import Redis
 
 from kvproto import MemoryPrimaryTier
@@ -47,3 +48,18 @@ def test_hosting_builds_a_plain_redis_tier_from_text_options(redis_server: Local
         assert config.prefix == "123" and config.read_threads == 2  # "123" stays text; "2" becomes an int
     finally:
         tier.shutdown()
+
+
+def test_conform_without_a_server_to_use_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ``KVPROTO_REDIS_URL`` and no ``redis-server`` to start: the tier is unavailable (skipped when
+    ``kvproto conform`` runs every reference tier; a usage error when named), never a failed verdict."""
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "redis-server" else real(name, *a, **k))
+    monkeypatch.delenv("KVPROTO_REDIS_URL", raising=False)
+    assert kvproto_cli(["conform", "redis", "--no-typecheck"]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("kvproto conform: tier 'redis' needs a Redis server") and len(out.splitlines()) == 1, out

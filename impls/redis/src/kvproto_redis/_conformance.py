@@ -23,6 +23,7 @@ import atexit
 import errno
 import logging
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,6 +31,7 @@ from typing import Any
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
+from kvproto.hosting import TierUnavailable
 from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
 from kvproto.tierkit import PROBE_CHUNK_KEYS
 
@@ -363,12 +365,26 @@ def redis_spec(name: str = "redis", *, run: KitRun | None = None, description: s
     )
 
 
+def _servable(name: str, variable: str) -> None:
+    """Raise :class:`~kvproto.hosting.TierUnavailable` when the kit has no server to run ``name`` on: no
+    ``variable`` names one and there is no ``redis-server`` to start (``kvproto conform`` with no target
+    then skips the tier, saying so; named, it is a usage error in one line: KIT-9)."""
+    if not os.environ.get(variable) and shutil.which("redis-server") is None:
+        raise TierUnavailable(
+            f"tier {name!r} needs a Redis server: set {variable}=redis://HOST:PORT/DB, or install redis-server "
+            "(Debian: apt-get install redis-server)",
+            missing="redis-server",
+        )
+
+
 def conformance_spec() -> TierSpec:
     """``kvproto conform redis``: one server (``KVPROTO_REDIS_URL``, else one started on loopback)."""
+    _servable("redis", "KVPROTO_REDIS_URL")
     return redis_spec()
 
 
 def cluster_conformance_spec() -> TierSpec:
     """``kvproto conform redis-cluster``: a Redis Cluster (``KVPROTO_REDIS_CLUSTER_URL``, else three nodes
     started on loopback)."""
+    _servable("redis-cluster", "KVPROTO_REDIS_CLUSTER_URL")
     return redis_spec("redis-cluster", run=KitRun(cluster=True))
