@@ -124,7 +124,7 @@ def test_conform_mooncake_passes_and_leaves_no_key(mooncake_cluster: LocalMoonca
                   "test_a_tier_writes_only_under_its_own_namespace",
                   "test_existence_batches_keep_the_declared_request_plan"):
         assert outcomes[check] == "passed", (check, skipped.get(check))
-    assert _kit_keys(mooncake_cluster) == before == []
+    assert set(_kit_keys(mooncake_cluster)) <= set(before)  # the run's own keys are gone (the module's run: at its end)
 
 
 def test_an_unreachable_cluster_is_unavailable_never_passed(mooncake_cluster: LocalMooncake,

@@ -77,7 +77,7 @@ class MooncakeBackend:
         self.prefix = f"{config.prefix}/"
         self.check_before_put = config.check_before_put
         self._replicate = _replicate_config(config.replicas)
-        self._stats = stats
+        self.stats = stats
         self._tier = tier_name
         self._lock = threading.Lock()
         self.blob_bytes = env.HEADER_BYTES + block_bytes
@@ -107,7 +107,7 @@ class MooncakeBackend:
 
     def _count(self, counter: str, n: int = 1) -> None:
         with self._lock:
-            setattr(self._stats, counter, getattr(self._stats, counter) + n)
+            setattr(self.stats, counter, getattr(self.stats, counter) + n)
 
     # -- AsyncBlobBackend ----------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class MooncakeBackend:
 
     def _note_puts(self, answers: list[int]) -> None:
         with self._lock:
-            stats = self._stats
+            stats = self.stats
             stats.put_batches += 1
             stats.blocks_put += sum(1 for a in answers if a == 0)
             stats.already_present += sum(1 for a in answers if a == _EXISTED)
@@ -255,8 +255,8 @@ class MooncakeBackend:
                 if answers[i] > 0:
                     ctypes.memmove(address, items[source][1], answers[i])
         with self._lock:
-            self._stats.get_batches += 1
-            self._stats.blocks_got += sum(1 for a in answers if a > 0)
+            self.stats.get_batches += 1
+            self.stats.blocks_got += sum(1 for a in answers if a > 0)
         return answers
 
     async def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
