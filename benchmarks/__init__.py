@@ -19,4 +19,5 @@ REGISTRY: dict[str, str] = {
     "tiering": "benchmarks.bench_tiering",
     "fs": "benchmarks.bench_fs",
     "obj": "benchmarks.bench_obj",
+    "mooncake": "benchmarks.bench_mooncake",
 }

@@ -77,6 +77,33 @@ def test_a_jobs_stores_and_loads_are_one_batch_call_each(mooncake_cluster: Local
         assert all(bytes(h) == bytes(parts(flat, i, names[i])[0]) for i, h in enumerate(heads))
 
 
+def test_a_value_read_whole_keeps_its_slot_until_its_last_view_goes(mooncake_cluster: LocalMooncake,
+                                                                     prefix: str) -> None:
+    """read_bytes (the engine's copy-and-check path, MC-4) answers a view of the registered slot the value landed
+    in; the slot goes back only when every view of it, slices included, is released."""
+    with backend_on(mooncake_cluster, prefix) as (backend, flat):
+        flat[0:BLOCK] = b"w" * BLOCK
+        run(backend.publish("ns/w.kvb", parts(flat, 0, "w"), env.HEADER_BYTES + BLOCK))
+
+        async def read_then_release() -> tuple[int, int, bytes]:
+            view = await backend.read_bytes("ns/w.kvb")
+            payload = view[env.HEADER_BYTES :]
+            del view
+            await asyncio.sleep(0)
+            held = backend.landing.lent
+            data = bytes(payload)
+            del payload
+            for _ in range(3):
+                await asyncio.sleep(0)  # the slot's return is queued on the loop
+            return held, backend.landing.lent, data
+
+        held, after, data = asyncio.run(read_then_release())
+        assert (held, after, data) == (1, 0, b"w" * BLOCK)
+        with pytest.raises(FileNotFoundError):
+            run(backend.read_bytes("ns/none.kvb"))
+        assert backend.landing.lent == 0
+
+
 def test_first_writer_wins_and_a_present_key_is_not_sent(mooncake_cluster: LocalMooncake, prefix: str) -> None:
     """Mooncake's put keeps a key's first value and answers success (MC-3): with check_before_put the second
     store is EXISTED and sends nothing; without it, it is reported created, and the first value stays."""

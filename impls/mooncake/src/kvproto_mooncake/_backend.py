@@ -218,6 +218,23 @@ class MooncakeBackend:
             landing.give(slot)
         return self._not_loaded(key, got, buffers)
 
+    async def read_bytes(self, name: str) -> memoryview:
+        """Key ``<prefix>/<name>``'s value, whole, as a view of the registered slot it landed in
+        (:class:`kvproto.tierkit.AsyncBlobBytes`): the engine copies the payload into the row and checks its
+        checksum in one pass (MC-4). The slot goes back when the last view of it is released. No such key, or
+        an empty answer: FileNotFoundError; a value larger than an envelope: a zeroed header alone (the engine
+        rejects it as damaged); any other error: MooncakeError."""
+        key = self.key(name)
+        landing = self.landing
+        slot = await landing.take()
+        got = await self.gets.call((key, landing.address(slot), landing.slot_bytes), lambda: landing.give(slot))
+        if got <= 0:
+            landing.give(slot)
+            head = memoryview(bytearray(env.HEADER_BYTES))
+            self._not_loaded(key, got, [head])
+            return head
+        return landing.lend(slot, got, asyncio.get_running_loop())
+
     def _not_loaded(self, key: str, got: int, buffers: Sequence[memoryview]) -> int:
         """A load answered ``got`` <= 0: FileNotFoundError (missing, or empty: MC-5), a size past an envelope
         (a larger value), or MooncakeError."""
@@ -297,11 +314,13 @@ class MooncakeBackend:
             raise MooncakeError(f"remove_by_regex {pattern}", removed)
 
     async def close(self) -> None:
-        """Wait (within ``op_timeout_s``) for the batch calls still running, then unregister the memory."""
+        """Wait (within ``op_timeout_s``) for the batch calls still running and the slots still lent, then unregister
+        the memory."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._drain_bound_s
-        while (self.puts.calls_running or self.gets.calls_running) and loop.time() < deadline:
-            await asyncio.sleep(0.005)
+        while (self.puts.calls_running or self.gets.calls_running or any(a.lent for a in self._areas)) \
+                and loop.time() < deadline:
+            await asyncio.sleep(0.005)  # a batch call still running, or a lent slot's return still queued
         self.release_memory()
 
     def release_memory(self) -> None:
