@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "spec" / "CONTRACT.md"
-CLAUSE = re.compile(r"\b(?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|VLLM)-\d+\b")
-DEFINED = re.compile(r"^- \*\*((?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|VLLM)-\d+)\*\*", re.MULTILINE)
+CLAUSE = re.compile(r"\b(?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|MC|VLLM)-\d+\b")
+DEFINED = re.compile(r"^- \*\*((?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|MC|VLLM)-\d+)\*\*", re.MULTILINE)
 CODE_SPAN = re.compile(r"`([^`]+)`")
 
 

@@ -247,3 +247,30 @@ def test_persistence_is_declared_only_without_a_segment_of_its_own() -> None:
     assert kept.persistence and kept.sharing and not kept.eviction and "mooncake_client" in kept.reasons["persistence"]
     own = _capabilities(MooncakeTierConfig(segment_bytes=64 << 20))
     assert not own.persistence and "segment_bytes" in own.reasons["persistence"]
+
+
+def _build_in_fork(master: str, metadata: str, answer: Any) -> None:
+    """In a forked child: building a tier must refuse at once, naming fork (MC-2)."""
+    try:
+        MooncakeTier(make_buffer(), MooncakeTierConfig(master=master, metadata_server=metadata))
+    except ConfigurationError as exc:
+        answer.put(str(exc))
+    else:
+        answer.put("built")
+
+
+def test_one_client_per_process_is_shared_and_refused_after_fork(mooncake_cluster: LocalMooncake, prefix: str) -> None:
+    """Tiers of one process share its client of a cluster (MC-2); a child forked from a process with a client
+    gets a ConfigurationError naming fork instead of a client that would hang."""
+    import multiprocessing
+
+    with opened(mooncake_cluster, prefix) as (one, _), opened(mooncake_cluster, f"{prefix}-2") as (two, _):
+        assert one.shared is two.shared
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+    child = context.Process(target=_build_in_fork, args=(mooncake_cluster.master, mooncake_cluster.metadata_server,
+                                                         answer))
+    child.start()
+    said = answer.get(timeout=60)
+    child.join(60)
+    assert "does not survive fork" in said
