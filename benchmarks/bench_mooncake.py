@@ -7,8 +7,8 @@ buffer into a :class:`kvproto_mooncake.MooncakeTier` and loaded back (``submit_s
 ``get_finished_jobs``, jobs of 32 keys; the scheduler side polls every 1 ms), side by side in one run
 with raw client calls.
 
-What both sides do, call for call: batches of 32 keys, two batches in flight (the tier's ``batch_keys``
-and ``batches_in_flight``; the raw side runs two threads), values of the same size (the raw side puts
+What both sides do, call for call: batches of 32 keys, one batch call at a time (the tier's defaults
+``batch_keys`` and ``batches_in_flight``; the raw side runs ``IN_FLIGHT`` threads), values of the same size (the raw side puts
 ``HEADER_BYTES + 2 MiB``, the tier's envelope, from registered memory: ``batch_put_from``), loads into
 registered memory (``batch_get_into``) then one copy of each payload into a row of the engine's buffer
 (what an engine reading through Mooncake's client must do before the bytes are of use). What only the
@@ -19,7 +19,7 @@ the envelope header (an xxh3 checksum of the row) before each put, gathered with
 events and job reports.
 
 Timing, as ``bench obj``: ABBA rounds (ours store, raw store, raw load, ours load; the next round starts
-with raw), each phase's ratio taken within its round, the result the median over the rounds (nine; one
+with raw), each phase's ratio taken within its round, the result the median over the rounds (fifteen; one
 with ``--quick``, which also moves 16 blocks). Ratio = ours / raw MB/s, the worse of store and load;
 target >= 0.9. Keys are fresh each round and removed after it (untimed). ``*_client_cpu_ms``: each side's
 CPU time in this process per phase (medians; the servers run in their own processes).
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 BLOCK_BYTES = 2 << 20
 BATCH = 32  # keys per batch call, both sides (the tier's batch_keys)
-IN_FLIGHT = 2  # batch calls at once, both sides (the tier's batches_in_flight)
-ROUNDS = 9
+IN_FLIGHT = 1  # batch calls at once, both sides (the tier's default batches_in_flight)
+ROUNDS = 15
 POLL_S = 0.001
 
 
@@ -112,7 +112,7 @@ class _Raw:
                 self.rows[row : row + BLOCK_BYTES] = self.landing[at : at + BLOCK_BYTES]
             return all(n == self.size for n in got)
 
-        # Two lanes of staging slots: batches alternate lanes, and each lane runs one batch at a time.
+        # IN_FLIGHT lanes of staging slots: batches alternate lanes, and each lane runs one batch at a time.
         lanes = [[s for s in range(0, len(keys), BATCH) if lane_of[s] == lane] for lane in range(IN_FLIGHT)]
         return all(self.pool.map(lambda starts: all([one(s) for s in starts]), lanes))
 

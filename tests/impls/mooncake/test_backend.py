@@ -4,8 +4,10 @@ misses never data, forced removals, and the Mooncake quirk it works around (MC-3
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TypeVar
 
 import pytest
@@ -77,31 +79,40 @@ def test_a_jobs_stores_and_loads_are_one_batch_call_each(mooncake_cluster: Local
         assert all(bytes(h) == bytes(parts(flat, i, names[i])[0]) for i, h in enumerate(heads))
 
 
-def test_a_value_read_whole_keeps_its_slot_until_its_last_view_goes(mooncake_cluster: LocalMooncake,
-                                                                     prefix: str) -> None:
-    """read_bytes (the engine's copy-and-check path, MC-4) answers a view of the registered slot the value landed
-    in; the slot goes back only when every view of it, slices included, is released."""
-    with backend_on(mooncake_cluster, prefix) as (backend, flat):
-        flat[0:BLOCK] = b"w" * BLOCK
-        run(backend.publish("ns/w.kvb", parts(flat, 0, "w"), env.HEADER_BYTES + BLOCK))
+class _Overlap(MooncakeOps):
+    """Records how many batch puts run at once (the most seen) and each one's size."""
 
-        async def read_then_release() -> tuple[int, int, bytes]:
-            view = await backend.read_bytes("ns/w.kvb")
-            payload = view[env.HEADER_BYTES :]
-            del view
-            await asyncio.sleep(0)
-            held = backend.landing.lent
-            data = bytes(payload)
-            del payload
-            for _ in range(3):
-                await asyncio.sleep(0)  # the slot's return is queued on the loop
-            return held, backend.landing.lent, data
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.sizes: list[int] = []
+        self._lock = threading.Lock()
 
-        held, after, data = asyncio.run(read_then_release())
-        assert (held, after, data) == (1, 0, b"w" * BLOCK)
-        with pytest.raises(FileNotFoundError):
-            run(backend.read_bytes("ns/none.kvb"))
-        assert backend.landing.lent == 0
+    def put_from(self, client: Client, keys: list[str], ptrs: list[list[int]], sizes: list[list[int]],
+                 replicate: object | None = None) -> list[int]:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.sizes.append(len(keys))
+        try:
+            return super().put_from(client, keys, ptrs, sizes, replicate)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def test_at_most_batches_in_flight_calls_run_and_the_next_batch_gathers_meanwhile(
+    mooncake_cluster: LocalMooncake, prefix: str
+) -> None:
+    """With batch_keys=4 and batches_in_flight=1, twelve stores started together are three calls of four, one at a
+    time; the store slots held are those of the call running and the batch gathering (MC-3)."""
+    overlap = _Overlap()
+    with backend_on(mooncake_cluster, prefix, ops=overlap, batch_keys=4, batches_in_flight=1) as (backend, flat):
+        names = [f"ns/o{i}.kvb" for i in range(12)]
+        assert run(*(backend.publish(n, parts(flat, i, n), env.HEADER_BYTES + BLOCK) for i, n in enumerate(names))) \
+            == [Published.CREATED] * 12
+        assert overlap.most == 1 and overlap.sizes == [4, 4, 4]
+        assert backend.headers.lent == 0 and backend.puts.waiting == 0
 
 
 def test_first_writer_wins_and_a_present_key_is_not_sent(mooncake_cluster: LocalMooncake, prefix: str) -> None:
@@ -216,3 +227,29 @@ def test_a_refused_put_raises_and_gives_its_slot_back(mooncake_cluster: LocalMoo
             run(backend.publish("ns/r.kvb", parts(flat, 0, "r"), env.HEADER_BYTES + BLOCK))
         assert backend.headers.lent == 0 and backend.landing.lent == 0
 
+
+
+def test_an_idle_link_starts_on_a_few_keys_and_the_rest_gather_meanwhile() -> None:
+    """BatchCalls (MC-3, MC-4): with no call running, a batch goes once it holds ``start_keys`` items; the rest
+    of the turn's items form the next batches, at most ``max_keys`` each, one call at a time (``max_calls``); items
+    whose waiter gave up before their batch went are left out, their slots given back."""
+    from kvproto_mooncake._batches import BatchCalls
+
+    calls: list[list[int]] = []
+    given: list[int] = []
+
+    def run_batch(items: list[int]) -> list[int]:
+        calls.append(items)
+        return [i * 10 for i in items]
+
+    batches: BatchCalls[int, int] = BatchCalls(run_batch, max_keys=4, max_calls=1, start_keys=2, name="test")
+
+    async def turn() -> list[int]:
+        waits = [asyncio.ensure_future(batches.call(i, partial(given.append, i))) for i in range(8)]
+        await asyncio.sleep(0)  # every call joins in this turn
+        waits[7].cancel()  # gave up before its batch went
+        done = await asyncio.gather(*waits, return_exceptions=True)
+        return [d for d in done if isinstance(d, int)]
+
+    assert asyncio.run(turn()) == [0, 10, 20, 30, 40, 50, 60]
+    assert calls == [[0, 1], [2, 3, 4, 5], [6]] and given == [7]

@@ -3,7 +3,10 @@ first writer wins, misses never data, lookups off the scheduler's thread (MC-1..
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +21,7 @@ from tests.impls.mooncake._support import MOONCAKE_MISSING
 
 if MOONCAKE_MISSING is None:
     from kvproto_mooncake import LocalMooncake, MooncakeOps, MooncakeTier, MooncakeTierConfig
+    from kvproto_mooncake._client import open_client
     from kvproto_mooncake._local_server import _free_port
     from kvproto_mooncake._ops import Client, Replica
     from kvproto_mooncake._tier import _capabilities
@@ -142,6 +146,7 @@ def test_unknown_keys_retry_then_answer_from_one_existence_batch(mooncake_cluste
     with opened(mooncake_cluster, prefix) as (_, writer), opened(mooncake_cluster, prefix, ops=counted) as (tier, run):
         stored = [key(i, b"u") for i in range(10)]
         assert writer.store(stored).success
+        assert tier.wait_ready(10)  # its start-up (the manifest's put, after an existence check) is over
         before = dict(counted.calls)
         assert tier.lookup(stored[0], run.req) is lr.RETRY
         answers = run.resolve([*stored, key(99, b"u")])
@@ -249,28 +254,25 @@ def test_persistence_is_declared_only_without_a_segment_of_its_own() -> None:
     assert not own.persistence and "segment_bytes" in own.reasons["persistence"]
 
 
-def _build_in_fork(master: str, metadata: str, answer: Any) -> None:
-    """In a forked child: building a tier must refuse at once, naming fork (MC-2)."""
-    try:
-        MooncakeTier(make_buffer(), MooncakeTierConfig(master=master, metadata_server=metadata))
-    except ConfigurationError as exc:
-        answer.put(str(exc))
-    else:
-        answer.put("built")
-
-
 def test_one_client_per_process_is_shared_and_refused_after_fork(mooncake_cluster: LocalMooncake, prefix: str) -> None:
     """Tiers of one process share its client of a cluster (MC-2); a child forked from a process with a client
-    gets a ConfigurationError naming fork instead of a client that would hang."""
-    import multiprocessing
-
+    gets a ConfigurationError naming fork instead of a client that would hang (the child does nothing else, then
+    ``os._exit``s: its exit status is the answer)."""
     with opened(mooncake_cluster, prefix) as (one, _), opened(mooncake_cluster, f"{prefix}-2") as (two, _):
         assert one.shared is two.shared
-    context = multiprocessing.get_context("fork")
-    answer = context.Queue()
-    child = context.Process(target=_build_in_fork, args=(mooncake_cluster.master, mooncake_cluster.metadata_server,
-                                                         answer))
-    child.start()
-    said = answer.get(timeout=60)
-    child.join(60)
-    assert "does not survive fork" in said
+    config = mooncake_cluster.config()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child
+        try:
+            open_client(config)
+        except ConfigurationError as exc:
+            os._exit(0 if "does not survive fork" in str(exc) else 2)
+        os._exit(1)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            raise AssertionError("the forked child did not answer within 60 s")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0

@@ -55,6 +55,7 @@ _EXISTED = 1  # a put batch's answer for a key batch_is_exist found present (Moo
 _PutItem = tuple[str, list[int], list[int]]  # key, buffer addresses, sizes
 _GetItem = tuple[str, int, int]  # key, slot address, slot bytes
 _REGEX_SPECIAL = frozenset(".^$|?*+()[]{}\\")
+_START_BYTES = 8 << 20  # with no call running, a batch of this many bytes goes at once: the others get ready meanwhile
 
 
 def regex_literal(text: str) -> str:
@@ -81,7 +82,7 @@ class MooncakeBackend:
         self._tier = tier_name
         self._lock = threading.Lock()
         self.blob_bytes = env.HEADER_BYTES + block_bytes
-        slots = config.batch_keys * config.batches_in_flight
+        slots = config.batch_keys * (config.batches_in_flight + 1)  # the calls running, and the next batch
         self._rows_base = address_of(rows)
         self._rows_end = self._rows_base + rows.nbytes
         self._areas: list[StagingArea] = []
@@ -92,8 +93,12 @@ class MooncakeBackend:
         except BaseException:
             self.release_memory()
             raise
-        self.puts: BatchCalls[_PutItem, int] = BatchCalls(self._put_batch, max_keys=config.batch_keys, name="put")
-        self.gets: BatchCalls[_GetItem, int] = BatchCalls(self._get_batch, max_keys=config.batch_keys, name="get")
+        calls = config.batches_in_flight
+        start = -(-_START_BYTES // self.blob_bytes)  # an idle link starts on this many keys (MC-3)
+        self.puts: BatchCalls[_PutItem, int] = BatchCalls(self._put_batch, max_keys=config.batch_keys, max_calls=calls,
+                                                          start_keys=start, name="put")
+        self.gets: BatchCalls[_GetItem, int] = BatchCalls(self._get_batch, max_keys=config.batch_keys, max_calls=calls,
+                                                          start_keys=start, name="get")
         self._drain_bound_s = config.op_timeout_s
 
     def _area(self, slots: int, slot_bytes: int, what: str) -> StagingArea:
@@ -218,23 +223,6 @@ class MooncakeBackend:
             landing.give(slot)
         return self._not_loaded(key, got, buffers)
 
-    async def read_bytes(self, name: str) -> memoryview:
-        """Key ``<prefix>/<name>``'s value, whole, as a view of the registered slot it landed in
-        (:class:`kvproto.tierkit.AsyncBlobBytes`): the engine copies the payload into the row and checks its
-        checksum in one pass (MC-4). The slot goes back when the last view of it is released. No such key, or
-        an empty answer: FileNotFoundError; a value larger than an envelope: a zeroed header alone (the engine
-        rejects it as damaged); any other error: MooncakeError."""
-        key = self.key(name)
-        landing = self.landing
-        slot = await landing.take()
-        got = await self.gets.call((key, landing.address(slot), landing.slot_bytes), lambda: landing.give(slot))
-        if got <= 0:
-            landing.give(slot)
-            head = memoryview(bytearray(env.HEADER_BYTES))
-            self._not_loaded(key, got, [head])
-            return head
-        return landing.lend(slot, got, asyncio.get_running_loop())
-
     def _not_loaded(self, key: str, got: int, buffers: Sequence[memoryview]) -> int:
         """A load answered ``got`` <= 0: FileNotFoundError (missing, or empty: MC-5), a size past an envelope
         (a larger value), or MooncakeError."""
@@ -314,13 +302,11 @@ class MooncakeBackend:
             raise MooncakeError(f"remove_by_regex {pattern}", removed)
 
     async def close(self) -> None:
-        """Wait (within ``op_timeout_s``) for the batch calls still running and the slots still lent, then unregister
-        the memory."""
+        """Wait (within ``op_timeout_s``) for the batch calls still running, then unregister the memory."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._drain_bound_s
-        while (self.puts.calls_running or self.gets.calls_running or any(a.lent for a in self._areas)) \
-                and loop.time() < deadline:
-            await asyncio.sleep(0.005)  # a batch call still running, or a lent slot's return still queued
+        while (self.puts.calls_running or self.gets.calls_running) and loop.time() < deadline:
+            await asyncio.sleep(0.005)
         self.release_memory()
 
     def release_memory(self) -> None:

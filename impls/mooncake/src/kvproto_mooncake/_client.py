@@ -14,6 +14,7 @@ up cannot set up its own (it hangs), so it gets a ConfigurationError instead.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import threading
@@ -78,8 +79,12 @@ _inherited = False  # a forked child of a process that had set a client up
 
 
 def _forked() -> None:
+    """In a forked child: remember that clients were inherited, and never destroy them (their destructor
+    stops threads that exist only in the parent: it crashes or hangs the child), so each is leaked."""
     global _inherited
     _inherited = _inherited or bool(_clients)
+    for shared in _clients.values():
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(shared.client))
     _clients.clear()
 
 

@@ -47,9 +47,11 @@ class MooncakeTierConfig(BaseModel):
       format version it makes the namespace.
     * ``batch_keys``, ``batches_in_flight``: the operations of a job's keys started together go to
       Mooncake as one batch call of at most ``batch_keys`` keys, at most ``batches_in_flight``
-      such calls per direction at once (MC-3, MC-4). The tier registers
-      ``batch_keys * batches_in_flight`` staging slots per direction with the client: a 4 KiB
-      header per store, a whole envelope (4 KiB + block) per load.
+      such calls per direction at once (MC-3, MC-4; one by default: on a host whose cores the
+      transfers and the storage process share, two batch calls at once cost more CPU than they
+      gain; raise it where cores are to spare, as with RDMA); the next batch gathers (its headers
+      built) meanwhile. The tier registers ``batch_keys * (batches_in_flight + 1)`` staging slots
+      per direction with the client: a 4 KiB header per store, a whole envelope (4 KiB + block) per load.
     * ``check_before_put``: each batch of stores asks ``batch_is_exist`` first; keys already there
       are not sent and are reported already present (Mooncake's ``put`` keeps the first value and
       answers success either way, MC-3). False: every key is sent and reported created.
@@ -83,7 +85,7 @@ class MooncakeTierConfig(BaseModel):
     prefix: str = "kvproto"
     layout: dict[str, LayoutValue] = Field(default_factory=dict)
     batch_keys: int = Field(default=32, ge=1, le=4096)
-    batches_in_flight: int = Field(default=2, ge=1, le=64)
+    batches_in_flight: int = Field(default=1, ge=1, le=64)
     check_before_put: bool = True
     connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
     op_timeout_s: float = Field(default=10.0, gt=0, le=3600)

@@ -19,7 +19,6 @@ import asyncio
 import ctypes
 import logging
 import mmap
-import weakref
 from collections import deque
 
 from kvproto_mooncake._client import SharedClient
@@ -85,13 +84,6 @@ class StagingArea:
         start = slot * self.slot_bytes
         return self.view[start : start + self.slot_bytes]
 
-    def lend(self, slot: int, nbytes: int, loop: asyncio.AbstractEventLoop) -> memoryview:
-        """The first ``nbytes`` of ``slot`` as a view that keeps the slot out: it goes back (on ``loop``) when
-        the last view of it, slices included, is released."""
-        array = (ctypes.c_char * self.slot_bytes).from_buffer(self.view, slot * self.slot_bytes)
-        weakref.finalize(array, _give_on, loop, self, slot)
-        return memoryview(array).cast("B")[:nbytes]
-
     def address(self, slot: int) -> int:
         """The address of ``slot``'s first byte."""
         return self.base + slot * self.slot_bytes
@@ -110,10 +102,3 @@ class StagingArea:
         except BufferError:  # a view of a slot is still referenced somewhere: the mapping goes with it
             pass
 
-
-def _give_on(loop: asyncio.AbstractEventLoop, area: StagingArea, slot: int) -> None:
-    """Give ``slot`` back to ``area`` on ``loop`` (the last view of it may be released on any thread)."""
-    try:
-        loop.call_soon_threadsafe(area.give, slot)
-    except RuntimeError:  # the loop is closed: the area is going away with it
-        pass

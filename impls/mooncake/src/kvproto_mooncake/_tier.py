@@ -49,7 +49,7 @@ class MooncakeTier(BlobTier):
         _, block_bytes = slot_buffer_shape(f"MooncakeTier {name!r}", buffer)
         self.shared: SharedClient = _client(config, name)
         stats = MooncakeTierStats()
-        slots = config.batch_keys * config.batches_in_flight
+        slots = config.batch_keys * (config.batches_in_flight + 1)  # the batches transferring, and the next one
         self._io = MooncakeBackend(self.shared, config, stats, buffer.cast("B"), block_bytes=block_bytes,
                                    tier_name=name, ops=ops)
         try:
@@ -61,7 +61,7 @@ class MooncakeTier(BlobTier):
                 BlobTierConfig(
                     shared=True,  # other processes use the same cluster: unknown keys are checked in batches (MC-6)
                     layout=config.layout,
-                    read_threads=slots,  # operations in flight per direction: batches_in_flight batches
+                    read_threads=slots,  # operations in flight per direction: batches_in_flight batches, and the next
                     write_threads=slots,
                     probe_deadline_steps=config.probe_deadline_steps,
                     probe_min_interval_s=config.probe_min_interval_s,
