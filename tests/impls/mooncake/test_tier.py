@@ -276,3 +276,13 @@ def test_one_client_per_process_is_shared_and_refused_after_fork(mooncake_cluste
             raise AssertionError("the forked child did not answer within 60 s")
         time.sleep(0.01)
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_the_client_advertises_loopback_for_a_master_on_loopback() -> None:
+    """local_hostname by default: loopback when the master is on loopback (a client on another interface would
+    advertise an address the cluster's loopback processes cannot use), else this host's address; given, as given
+    (MC-1)."""
+    from kvproto_mooncake._client import advertised_host
+
+    assert advertised_host(MooncakeTierConfig(master="localhost:50051")) == "127.0.0.1"
+    assert advertised_host(MooncakeTierConfig(master="10.0.0.5:50051", local_hostname="10.0.0.7")) == "10.0.0.7"

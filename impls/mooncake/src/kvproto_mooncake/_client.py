@@ -26,7 +26,7 @@ from kvproto.errors import ConfigurationError
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import Client, MooncakeError
 
-__all__ = ["SharedClient", "check_reachable", "open_client"]
+__all__ = ["SharedClient", "advertised_host", "check_reachable", "open_client"]
 
 _SETUP_BOUND_S = 30.0  # set-up after the TCP checks answered: a master that accepts but never replies
 
@@ -151,13 +151,26 @@ def open_client(config: MooncakeTierConfig) -> SharedClient:
         return shared
 
 
+def advertised_host(config: MooncakeTierConfig) -> str:
+    """The address the client advertises: ``local_hostname``; by default loopback for a master on loopback, else
+    this host's address as its name resolves (loopback if it does not) (MC-1)."""
+    if config.local_hostname is not None:
+        return config.local_hostname
+    if config.master.rsplit(":", 1)[0] in ("127.0.0.1", "localhost"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def _bounded_setup(client: Client, config: MooncakeTierConfig) -> int:
     """``client.setup(...)`` on a helper thread, within a bound; its status (-1 past the bound)."""
     box: list[int] = []
 
     def run() -> None:
         try:
-            box.append(client.setup(config.local_hostname, config.metadata_server, config.segment_bytes,
+            box.append(client.setup(advertised_host(config), config.metadata_server, config.segment_bytes,
                                     config.local_buffer_bytes, config.protocol, config.device_name, config.master))
         except Exception:
             box.append(-1)

@@ -29,10 +29,10 @@ class MooncakeTierConfig(BaseModel):
     * ``metadata_server``: the transfer engine's metadata service: the master's HTTP one
       (``http://host:port/metadata``, ``--enable_http_metadata_server``), ``etcd://...``,
       ``redis://...``, or ``P2PHANDSHAKE``.
-    * ``local_hostname``: the address this client advertises to the cluster. With
-      ``segment_bytes=0`` nobody reads from this process, and loopback works on every host; set
-      this host's address for RDMA or a nonzero segment. Set ``MC_TCP_BIND_ADDRESS`` in the
-      environment too when the host has several interfaces (Mooncake reads it).
+    * ``local_hostname``: the address this client advertises to the cluster; ``None`` (the
+      default): loopback for a master on loopback, else this host's name, resolved. Set
+      ``MC_TCP_BIND_ADDRESS`` in the environment too when the host has several interfaces
+      (Mooncake reads it).
     * ``protocol``, ``device_name``: ``"tcp"`` (default) or ``"rdma"`` over the named NICs.
     * ``segment_bytes``: memory this process contributes to the cluster's pool. 0 (the default):
       none, so every block lives in a storage process (``mooncake_client``) or another member's
@@ -76,7 +76,7 @@ class MooncakeTierConfig(BaseModel):
 
     master: str = "127.0.0.1:50051"
     metadata_server: str = "http://127.0.0.1:8080/metadata"
-    local_hostname: str = "127.0.0.1"
+    local_hostname: str | None = None
     protocol: Literal["tcp", "rdma"] = "tcp"
     device_name: str = ""
     segment_bytes: int = Field(default=0, ge=0)
