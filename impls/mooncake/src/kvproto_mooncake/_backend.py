@@ -78,28 +78,32 @@ class MooncakeBackend:
         self.prefix = f"{config.prefix}/"
         self.check_before_put = config.check_before_put
         self._replicate = _replicate_config(config.replicas)
+        self._drain_bound_s = config.op_timeout_s
         self.stats = stats
         self._tier = tier_name
         self._lock = threading.Lock()
         self.blob_bytes = env.HEADER_BYTES + block_bytes
-        slots = config.batch_keys * (config.batches_in_flight + 1)  # the calls running, and the next batch
+        # Slots per direction: the batches transferring, the next one (being checked, for stores), one gathering.
+        calls = config.batches_in_flight
+        put_calls = calls + 1 if config.check_before_put else calls
         self._rows_base = address_of(rows)
         self._rows_end = self._rows_base + rows.nbytes
         self._areas: list[StagingArea] = []
         shared.register(self._rows_base, rows.nbytes)
         try:
-            self.headers = self._area(slots, env.HEADER_BYTES, "header")
-            self.landing = self._area(slots, self.blob_bytes, "load")
+            self.headers = self._area(config.batch_keys * (put_calls + 1), env.HEADER_BYTES, "header")
+            self.landing = self._area(config.batch_keys * (calls + 1), self.blob_bytes, "load")
         except BaseException:
             self.release_memory()
             raise
-        calls = config.batches_in_flight
         start = -(-_START_BYTES // self.blob_bytes)  # an idle link starts on this many keys (MC-3)
-        self.puts: BatchCalls[_PutItem, int] = BatchCalls(self._put_batch, max_keys=config.batch_keys, max_calls=calls,
-                                                          start_keys=start, name="put")
+        # A batch of stores asks batch_is_exist before it transfers: one more call runs, checking while the
+        # others transfer (at most batches_in_flight transfers at once: _transfers).
+        self.puts: BatchCalls[_PutItem, int] = BatchCalls(self._put_batch, max_keys=config.batch_keys,
+                                                          max_calls=put_calls, start_keys=start, name="put")
+        self._transfers = threading.BoundedSemaphore(calls)
         self.gets: BatchCalls[_GetItem, int] = BatchCalls(self._get_batch, max_keys=config.batch_keys, max_calls=calls,
                                                           start_keys=start, name="get")
-        self._drain_bound_s = config.op_timeout_s
 
     def _area(self, slots: int, slot_bytes: int, what: str) -> StagingArea:
         area = StagingArea(self.shared, slots, slot_bytes, what=what)
@@ -163,7 +167,8 @@ class MooncakeBackend:
         return Published.CREATED
 
     def _put_batch(self, items: list[_PutItem]) -> list[int]:
-        """Worker thread: one batch of stores: ``batch_is_exist``, then one multi-buffer put of the absent keys.
+        """Worker thread: one batch of stores: ``batch_is_exist`` (while the batch before transfers), then one
+        multi-buffer put of the absent keys, at most ``batches_in_flight`` of them at once.
 
         Answers per item: 0 created, ``_EXISTED``, or Mooncake's negative code. A key twice in the batch is
         sent once (the later ones answer as the first did, EXISTED where it was created)."""
@@ -181,8 +186,13 @@ class MooncakeBackend:
                 first[key] = i
                 send.append(i)
         if send:
-            codes = self.ops.put_from(self.client, [keys[i] for i in send], [items[i][1] for i in send],
-                                      [items[i][2] for i in send], self._replicate)
+            if not self._transfers.acquire(timeout=self._drain_bound_s):  # the transfer before is stuck
+                raise TimeoutError(f"no transfer slot within {self._drain_bound_s} s: a batch put is stuck")
+            try:
+                codes = self.ops.put_from(self.client, [keys[i] for i in send], [items[i][1] for i in send],
+                                          [items[i][2] for i in send], self._replicate)
+            finally:
+                self._transfers.release()
             for i, code in zip(send, codes, strict=True):
                 answers[i] = code
         for i, key in enumerate(keys):

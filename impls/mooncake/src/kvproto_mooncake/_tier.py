@@ -49,7 +49,10 @@ class MooncakeTier(BlobTier):
         _, block_bytes = slot_buffer_shape(f"MooncakeTier {name!r}", buffer)
         self.shared: SharedClient = _client(config, name)
         stats = MooncakeTierStats()
-        slots = config.batch_keys * (config.batches_in_flight + 1)  # the batches transferring, and the next one
+        # Operations in flight per direction: the batches transferring, the next one (checked first, for
+        # stores), and one gathering: as many as the backend has staging slots.
+        loads = config.batch_keys * (config.batches_in_flight + 1)
+        stores = loads + (config.batch_keys if config.check_before_put else 0)
         self._io = MooncakeBackend(self.shared, config, stats, buffer.cast("B"), block_bytes=block_bytes,
                                    tier_name=name, ops=ops)
         try:
@@ -61,8 +64,8 @@ class MooncakeTier(BlobTier):
                 BlobTierConfig(
                     shared=True,  # other processes use the same cluster: unknown keys are checked in batches (MC-6)
                     layout=config.layout,
-                    read_threads=slots,  # operations in flight per direction: batches_in_flight batches, and the next
-                    write_threads=slots,
+                    read_threads=loads,
+                    write_threads=stores,
                     probe_deadline_steps=config.probe_deadline_steps,
                     probe_min_interval_s=config.probe_min_interval_s,
                     recent_keys=config.recent_keys,
