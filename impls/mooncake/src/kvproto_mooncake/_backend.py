@@ -6,9 +6,11 @@ executor), never the loop's and never the scheduler's, through :class:`~kvproto_
 
 * **Stores** (MC-3): the 4 KiB envelope header is copied into a registered header slot; the row is
   read in place from the engine's slot buffer (registered at construction). The stores a job starts
-  together go as one ``batch_put_from_multi_buffers`` (header slot + row per key), after one
-  ``batch_is_exist`` (``check_before_put``): Mooncake's ``put`` keeps the first value of a key and
-  answers success either way, so the keys found present are not sent and are reported EXISTED.
+  together go as ``batch_put_from_multi_buffers`` calls (header slot + row per key; ``batch_keys`` keys
+  each, ``batches_in_flight`` at once, :class:`~kvproto_mooncake._batches.BatchCalls`), each after one
+  ``batch_is_exist`` (``check_before_put``, made while the batch before transfers): Mooncake's ``put``
+  keeps the first value of a key and answers success either way, so the keys found present are not
+  sent and are reported EXISTED.
 * **Loads** (MC-4): one ``batch_get_into`` per batch, each value into a registered slot one envelope
   long, then copied into the caller's header buffer and slot row by the waiting operation, only if it
   still waits (a call outliving its job never writes a row the engine reused). A missing key or an
