@@ -21,4 +21,5 @@ REGISTRY: dict[str, str] = {
     "obj": "benchmarks.bench_obj",
     "lmcache": "benchmarks.bench_lmcache",
     "redis": "benchmarks.bench_redis",
+    "mooncake": "benchmarks.bench_mooncake",
 }

@@ -41,8 +41,12 @@ from benchmarks._jobs import wait_all
 from benchmarks._result import BenchResult, record_round
 
 if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
     from kvproto_redis import RedisTier, RedisTierConfig
-    from kvproto_redis._ops import Client
+
+    Client = Redis | RedisCluster  # what kvproto_redis.RedisTier.client holds
 
 BLOCK_BYTES = 64 << 10
 BLOCKS = 1024

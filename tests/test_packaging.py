@@ -24,6 +24,7 @@ DISTRIBUTIONS = {
     ".": ("kvproto", "kvproto", {"memory", "memory-async", "memory-threaded", "memory-primary"}),
     "impls/cpu": ("kvproto_cpu", "kvproto_cpu", {"cpu"}),
     "impls/fs": ("kvproto_fs", "kvproto_fs", {"fs"}),
+    "impls/mooncake": ("kvproto_mooncake", "kvproto_mooncake", {"mooncake"}),
     "impls/obj": ("kvproto_obj", "kvproto_obj", {"obj"}),
     "impls/redis": ("kvproto_redis", "kvproto_redis", {"redis", "redis-cluster"}),
     "adapters/vllm": (
@@ -99,6 +100,14 @@ def test_kvproto_wheel_needs_no_torch_and_no_pydantic(wheels: dict[str, Path]) -
     assert any(r.startswith("Requires-Dist: rich") for r in base)
     cpu = [line for line in _metadata(wheels["impls/cpu"]).splitlines() if line.startswith("Requires-Dist:")]
     assert any("torch" in r for r in cpu) and any(r.startswith("Requires-Dist: kvproto") for r in cpu)
+
+
+def test_kvproto_mooncake_needs_mooncakes_wheel_from_pypi(wheels: dict[str, Path]) -> None:
+    """kvproto-mooncake's one third-party dependency beyond pydantic and xxhash is Mooncake's own wheel (its
+    client and servers), on the platform that wheel exists for."""
+    requires = [line for line in _metadata(wheels["impls/mooncake"]).splitlines() if line.startswith("Requires-Dist:")]
+    (mooncake,) = [r for r in requires if "mooncake" in r]
+    assert mooncake.startswith("Requires-Dist: mooncake-transfer-engine-non-cuda") and "platform_machine" in mooncake
 
 
 @pytest.mark.parametrize("folder", sorted(DISTRIBUTIONS))

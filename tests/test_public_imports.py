@@ -83,6 +83,10 @@ BEFORE: dict[str, tuple[str, ...]] = {
     "kvproto_fs": (
         "FileBackend", "FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec",
     ),
+    "kvproto_mooncake": (
+        "KitRun", "LayoutValue", "LocalMooncake", "MOONCAKE_HOOKS", "MooncakeBackend", "MooncakeError", "MooncakeOps",
+        "MooncakeTier", "MooncakeTierConfig", "MooncakeTierStats", "conformance_spec", "faults_of", "mooncake_spec",
+    ),
     "kvproto_obj": (
         "LayoutValue", "OBJ_HOOKS", "ObjTier", "ObjTierConfig", "ObjTierStats", "ObstoreBackend", "StoreKind",
         "StoreOps", "conformance_spec", "faults_of", "make_store", "obj_spec",

@@ -208,11 +208,11 @@ def test_importing_the_kit_package_imports_no_test_framework() -> None:
 
 
 def test_importing_a_reference_tier_or_an_adapter_loads_no_part_of_the_kit() -> None:
-    """A tier's production modules never import the kit (issue 36): ``import kvproto_fs`` (and obj, redis, cpu,
+    """A tier's production modules never import the kit (issue 36): ``import kvproto_fs`` (and obj, redis, mooncake, cpu,
     the vLLM and LMCache adapters) loads no ``kvproto.testing`` module; their ``conformance_spec`` loads
     it on first use."""
     probe = (
-        "import sys, kvproto_fs, kvproto_obj, kvproto_redis, kvproto_cpu, kvproto_vllm, kvproto_lmcache; "
+        "import sys, kvproto_fs, kvproto_obj, kvproto_redis, kvproto_mooncake, kvproto_cpu, kvproto_vllm, kvproto_lmcache; "
         "print(sorted(m for m in sys.modules if m.startswith('kvproto.testing'))); "
         "kvproto_fs.conformance_spec; print('kvproto.testing' in sys.modules)"
     )

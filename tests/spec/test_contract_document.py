@@ -8,8 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "spec" / "CONTRACT.md"
-CLAUSE = re.compile(r"\b(?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|REDIS|VLLM)-\d+\b")
-DEFINED = re.compile(r"^- \*\*((?:LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|REDIS|VLLM)-\d+)\*\*", re.MULTILINE)
+_PREFIXES = "LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|REDIS|MC|VLLM"
+CLAUSE = re.compile(rf"\b(?:{_PREFIXES})-\d+\b")
+DEFINED = re.compile(rf"^- \*\*((?:{_PREFIXES})-\d+)\*\*", re.MULTILINE)
 CODE_SPAN = re.compile(r"`([^`]+)`")
 
 

@@ -1,0 +1,53 @@
+"""A real Mooncake Store for the Mooncake tier's tests: a master and a storage process on 127.0.0.1.
+
+Session-scoped: :class:`kvproto_mooncake.LocalMooncake` starts ``mooncake_master`` (free ports, its HTTP
+metadata server on) and ``mooncake_client`` (the storage process holding the blocks), waits for the
+master's ``/health`` and for the storage process's segment (polling, no fixed sleep), and stops both by
+PID at the end. The session's environment points the kit's spec at it (``KVPROTO_MOONCAKE_MASTER``,
+``..._METADATA``, ``..._ADMIN``; MC-10) and every client of this process at loopback
+(``MC_TCP_BIND_ADDRESS=127.0.0.1``). Without Mooncake's wheel (or Debian's libibverbs1) the tests skip
+with the reason; in CI (``CI=true``) they fail instead: ``.ci/run`` installs both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.impls.mooncake._support import ENVIRONMENT, MOONCAKE_MISSING
+
+if MOONCAKE_MISSING is None:
+    from kvproto_mooncake import LocalMooncake
+
+
+@pytest.fixture(scope="session")
+def mooncake_cluster() -> Iterator[LocalMooncake]:
+    """One master and storage process on loopback for the session (its environment names them)."""
+    if MOONCAKE_MISSING is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Mooncake Store is missing in CI ({MOONCAKE_MISSING}): .ci/run installs libibverbs1 and ./dev the wheel")
+        pytest.skip(f"Mooncake Store is not usable here: {MOONCAKE_MISSING}")
+    saved = {name: os.environ.get(name) for name in ENVIRONMENT}
+    cluster = LocalMooncake().start()
+    os.environ.update({**cluster.environment(), "MC_TCP_BIND_ADDRESS": "127.0.0.1"})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+_prefixes = itertools.count(1)
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A fresh key prefix: each test's blocks apart from the others'."""
+    return f"test-{os.getpid()}-{next(_prefixes)}"
