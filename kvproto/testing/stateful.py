@@ -166,7 +166,8 @@ class TierStateMachine(RuleBasedStateMachine):
                 # them, a partial-jobs tier those from its first such key on (a load may stop at its first
                 # missing key, the rest untried). Those keys stay certain: a later load must deliver them.
                 first_unsure = next((i for i, k in enumerate(job.keys) if k not in sure), len(job.keys))
-                tried = job.keys[:first_unsure] if self.caps.partial_jobs else ([] if first_unsure < len(job.keys) else job.keys)
+                whole = first_unsure == len(job.keys)
+                tried = job.keys[:first_unsure] if self.caps.partial_jobs or whole else []
                 lost = [k for k in tried if k in self.certain and k not in ok]
                 if lost:
                     self._lost_write(f"key {short_key(lost[0])} was stored successfully but its load failed")
