@@ -62,3 +62,19 @@ def lost_over_time(data: dict[str, Any], tier: str) -> tuple[list[float], list[i
     """The timeline's seconds and the jobs ``tier`` had lost by each point."""
     points = data["timeline"]["points"]
     return [p["seconds"] for p in points], [p["failed_jobs"].get(tier, 0) for p in points]
+
+
+def assert_served_again(run: OutageRun, tier: str) -> None:
+    """The verdict of a run whose remote ``tier`` lost its server mid-run (issue 38): 0 wrong bytes and no
+    problem; the run not clean (exit 1 under ``--strict``) with ``tier`` named as failing; it lost no job
+    before the outage and none past its end; and it served blocks after its server came back."""
+    data = run.data
+    assert data["wrong_bytes"] == 0 and data["problems"] == [], data["problems"]
+    assert run.code == 1 and any(w.startswith(f"failing tier {tier}: ") for w in data["warnings"]), data["warnings"]
+    seconds, lost = lost_over_time(data, tier)
+    first = next(i for i, n in enumerate(lost) if n > 0)
+    assert seconds[first] > BEFORE_S / 2  # it worked before the server went away
+    last = max(i for i in range(1, len(lost)) if lost[i] > lost[i - 1])
+    assert seconds[last] - seconds[first] <= OUTAGE_S + 5  # the losses end with the outage
+    served = [p["served"].get(tier, 0) for p in data["timeline"]["points"]]
+    assert served[-1] > served[last], "the tier served no block after its server came back"

@@ -44,6 +44,16 @@ def mooncake_cluster() -> Iterator[LocalMooncake]:
                 os.environ[name] = value
 
 
+@pytest.fixture
+def own_cluster(mooncake_cluster: LocalMooncake) -> Iterator[LocalMooncake]:
+    """A cluster of this test's own (the test stops or kills it), on loopback; stopped by PID at the end."""
+    cluster = LocalMooncake(storage_bytes=64 << 20).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 _prefixes = itertools.count(1)
 
 

@@ -5,9 +5,6 @@ and blocks the restart forgot fail their load, then MISS."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from kvproto import members as lr
 
@@ -16,16 +13,6 @@ from tests.impls.mooncake._support import MOONCAKE_MISSING
 
 if MOONCAKE_MISSING is None:
     from kvproto_mooncake import LocalMooncake, MooncakeTier
-
-
-@pytest.fixture
-def own_cluster(mooncake_cluster: LocalMooncake) -> Iterator[LocalMooncake]:
-    """A cluster of this test's own (the test stops its master), on loopback; stopped by PID at the end."""
-    cluster = LocalMooncake(storage_bytes=64 << 20).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_a_master_outage_fails_jobs_then_the_tier_serves_again(own_cluster: LocalMooncake, prefix: str) -> None:

@@ -18,6 +18,9 @@ executor), never the loop's and never the scheduler's, through :class:`~kvproto_
   answers a size past it (the engine deletes it as damaged); any other error is transient.
 * **Existence** (MC-6): ``batch_is_exist`` per chunk, then ``batch_get_replica_desc`` of the keys
   found, for their sizes: a wrong-sized value answers absent.
+* **An outage** (MC-12): the first ``RPC_FAIL`` (the master did not answer) closes a
+  :class:`~kvproto_mooncake._gate.MasterGate`; until a probe of the master connects, every request fails
+  at once instead of waiting out Mooncake's own RPC retries (~4 s a call).
 * **Deletes** are forced (``force=True``): a lookup's existence check or a load holds a read lease on
   the value (10 s by default) during which a plain ``remove`` fails ``OBJECT_HAS_LEASE``; the tier
   deletes only damaged blocks and, at ``reset_cache``, its namespace (MC-7).
@@ -37,6 +40,7 @@ from kvproto.tierkit import Published
 from kvproto_mooncake._batches import BatchCalls
 from kvproto_mooncake._client import SharedClient
 from kvproto_mooncake._config import MooncakeTierConfig
+from kvproto_mooncake._gate import MasterGate
 from kvproto_mooncake._ops import (
     INVALID_PARAMS,
     OBJECT_HAS_LEASE,
@@ -84,6 +88,7 @@ class MooncakeBackend:
         self.stats = stats
         self._tier = tier_name
         self._lock = threading.Lock()
+        self.gate = MasterGate(config, self._count)
         self.blob_bytes = env.HEADER_BYTES + block_bytes
         # Slots per direction: the batches transferring, the next one (being checked, for stores), one gathering.
         calls = config.batches_in_flight
@@ -161,9 +166,14 @@ class MooncakeBackend:
 
     def put_one(self, key: str, value: bytes) -> Published:
         """Worker thread: one plain put (after ``batch_is_exist`` with ``check_before_put``)."""
-        if self.check_before_put and self.ops.exist(self.client, [key]) == [1]:
-            return Published.EXISTED
+        self.gate.check(f"put {key}")
+        if self.check_before_put:
+            present = self.ops.exist(self.client, [key])
+            self.gate.note(present)
+            if present == [1]:
+                return Published.EXISTED
         code = self.ops.put(self.client, key, value, self._replicate)
+        self.gate.note([code])
         if code != 0:
             raise MooncakeError(f"put {key}", code)
         return Published.CREATED
@@ -176,7 +186,9 @@ class MooncakeBackend:
         sent once (the later ones answer as the first did, EXISTED where it was created)."""
         keys = [key for key, _, _ in items]
         answers = [0] * len(items)
+        self.gate.check(f"a batch put of {len(keys)} keys")
         present = self.ops.exist(self.client, keys) if self.check_before_put else [0] * len(keys)
+        self.gate.note(present)
         first: dict[str, int] = {}
         send: list[int] = []
         for i, key in enumerate(keys):
@@ -188,6 +200,7 @@ class MooncakeBackend:
                 first[key] = i
                 send.append(i)
         if send:
+            self.gate.check(f"a batch put of {len(send)} keys")  # its existence check may have found the master gone
             if not self._transfers.acquire(timeout=self._drain_bound_s):  # the transfer before is stuck
                 raise TimeoutError(f"no transfer slot within {self._drain_bound_s} s: a batch put is stuck")
             try:
@@ -195,6 +208,7 @@ class MooncakeBackend:
                                           [items[i][2] for i in send], self._replicate)
             finally:
                 self._transfers.release()
+            self.gate.note(codes)
             for i, code in zip(send, codes, strict=True):
                 answers[i] = code
         for i, key in enumerate(keys):
@@ -260,8 +274,10 @@ class MooncakeBackend:
         first's (the batch owns every slot until it is settled)."""
         first: dict[str, int] = {}
         ask = [i for i, (key, _, _) in enumerate(items) if first.setdefault(key, i) == i]
+        self.gate.check(f"a batch get of {len(ask)} keys")
         got = self.ops.get_into(self.client, [items[i][0] for i in ask], [items[i][1] for i in ask],
                                 [items[i][2] for i in ask])
+        self.gate.note(got)
         answers = [0] * len(items)
         for i, code in zip(ask, got, strict=True):
             answers[i] = code
@@ -281,7 +297,9 @@ class MooncakeBackend:
         return await asyncio.to_thread(self._sizes, [self.key(n) for n in names])
 
     def _sizes(self, keys: list[str]) -> list[int | None]:
+        self.gate.check(f"batch_is_exist of {len(keys)} keys")
         present = self.ops.exist(self.client, keys)
+        self.gate.note(present)
         if keys and all(p < 0 for p in present):
             raise MooncakeError(f"batch_is_exist of {len(keys)} keys", present[0])
         found = [k for k, p in zip(keys, present, strict=True) if p == 1]
@@ -293,7 +311,9 @@ class MooncakeBackend:
         await asyncio.to_thread(self._remove, self.key(name))
 
     def _remove(self, key: str) -> None:
+        self.gate.check(f"remove {key}")
         (code,) = self.ops.remove(self.client, [key], force=True)
+        self.gate.note([code])
         if code in (0, OBJECT_NOT_FOUND):
             return
         if code == OBJECT_HAS_LEASE:
@@ -309,7 +329,12 @@ class MooncakeBackend:
     async def clear(self, namespace: str) -> None:
         """``remove_by_regex`` of every block key of ``namespace`` (not its manifest), forced (MC-7)."""
         pattern = f"^{regex_literal(self.key(namespace))}/.*\\.kvb$"
-        removed = await asyncio.to_thread(self.ops.remove_matching, self.client, pattern, force=True)
+        await asyncio.to_thread(self._remove_matching, pattern)
+
+    def _remove_matching(self, pattern: str) -> None:
+        self.gate.check(f"remove_by_regex {pattern}")
+        removed = self.ops.remove_matching(self.client, pattern, force=True)
+        self.gate.note([removed])
         if removed < 0:
             raise MooncakeError(f"remove_by_regex {pattern}", removed)
 

@@ -40,6 +40,7 @@ from kvproto.tierkit import PROBE_CHUNK_KEYS
 from kvproto_mooncake._backend import regex_literal
 from kvproto_mooncake._client import check_reachable, open_client
 from kvproto_mooncake._config import MooncakeTierConfig
+from kvproto_mooncake._hosting import hosted_mooncake_tier
 from kvproto_mooncake._local_server import LocalMooncake, mooncake_binary
 from kvproto_mooncake._ops import Client, MooncakeOps, Replica
 from kvproto_mooncake._tier import MooncakeTier
@@ -395,6 +396,7 @@ def mooncake_spec(name: str = "mooncake", *, run: KitRun | None = None, descript
         build,
         hooks={**MOONCAKE_HOOKS, **_run_hooks(kit)},
         tier_class=MooncakeTier,
+        hosting_factory=hosted_mooncake_tier,
         description=description or (
             f"kvproto_mooncake.MooncakeTier(buffer, MooncakeTierConfig(prefix='{KIT_PREFIX}/<run>/<n>', ...)) on "
             "the cluster KVPROTO_MOONCAKE_MASTER names, or on a master and storage process started on loopback"

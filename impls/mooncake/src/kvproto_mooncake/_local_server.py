@@ -184,6 +184,23 @@ class LocalMooncake:
             _stop(self.storage_process)
             self.storage_process = None
 
+    def kill(self) -> None:
+        """Kill the storage process and the master at once (SIGKILL, by PID): every block is gone."""
+        for process in (self.storage_process, self.master_process):
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        self.storage_process = self.master_process = None
+
+    def restart(self) -> None:
+        """Start the master again on its ports, then a storage process: an empty cluster where the tiers look
+        for it. A ConfigurationError if either is still running."""
+        if self.master_process is not None or self.storage_process is not None:
+            raise ConfigurationError("LocalMooncake.restart: stop or kill the master and the storage process first")
+        self.start_master()
+        self.start_storage()
+
     def stop(self) -> None:
         """Stop both processes by PID and remove the logs. Idempotent."""
         self.stop_storage()

@@ -23,6 +23,10 @@ class MooncakeTierStats(BlobTierStats):
     * ``oversized_values``: loads of a value larger than an envelope at the block's name (MC-5).
     * ``lease_errors``: removals refused for a read lease even when forced (MC-6).
     * ``failed_requests``: keys a batch call answered with another error (transient: the job fails).
+    * ``master_outages``: times a request found the master not answering (``RPC_FAIL``) after it had
+      answered (MC-12).
+    * ``refused_while_down``: requests failed at once, without asking Mooncake, while the master did
+      not answer (MC-12).
     """
 
     put_batches: int = 0
@@ -35,3 +39,5 @@ class MooncakeTierStats(BlobTierStats):
     oversized_values: int = 0
     lease_errors: int = 0
     failed_requests: int = 0
+    master_outages: int = 0
+    refused_while_down: int = 0
