@@ -1,7 +1,8 @@
 """What LMCache 0.5.6's controllers rely on, asked of ``KvprotoL2Adapter`` by a client written the way
 they call it (``l2_client.py``), over the tiers an operator names with default options: ``memory``
-and ``fs`` (LMC-3), and ``redis`` named with its options (``url``, ``prefix``) on a server started
-here on 127.0.0.1 (REDIS-12).
+and ``fs`` (LMC-3), ``redis`` named with its options (``url``, ``prefix``) on a server started
+here on 127.0.0.1 (REDIS-12), and ``mooncake`` named with its options (``master``, ``metadata_server``,
+``prefix``) on a master and storage process started here on 127.0.0.1 (MC-11).
 
 LMCache's own ``basic_check`` stores 5 small keys and never looks them up right after their store
 task popped; these tests do, with 16 KiB objects (a KV chunk is larger still), 64 keys per task,
@@ -31,12 +32,16 @@ TIERS = ["memory", "fs"]
 _prefixes = itertools.count(1)
 
 
-@pytest.fixture(params=[*TIERS, "redis"])
+@pytest.fixture(params=[*TIERS, "redis", "mooncake"])
 def adapter(request: pytest.FixtureRequest) -> Any:
     params: dict[str, Any] = {"tier": request.param}
+    prefix = f"lmcache-promises-{next(_prefixes)}"
     if request.param == "redis":  # by name, with its options, on a loopback server (tests/adapters/conftest.py)
         server = request.getfixturevalue("redis_server")
-        params["options"] = {"url": server.url, "prefix": f"lmcache-promises-{next(_prefixes)}"}
+        params["options"] = {"url": server.url, "prefix": prefix}
+    if request.param == "mooncake":  # by name, with its options, on a loopback cluster (tests/adapters/conftest.py)
+        cluster = request.getfixturevalue("mooncake_cluster")
+        params["options"] = {"master": cluster.master, "metadata_server": cluster.metadata_server, "prefix": prefix}
     made = KvprotoL2Adapter(params)
     yield made
     made.close()

@@ -29,6 +29,7 @@ from kvproto_vllm import KvprotoTier
 from kvproto_vllm._conformance import KitOffloadingSpec
 
 if TYPE_CHECKING:
+    from kvproto_mooncake import LocalMooncake
     from kvproto_redis import LocalRedis
 
 ROW = 4096  # vLLM's region wants page-sized rows
@@ -200,6 +201,27 @@ def test_vllms_manager_over_a_kvproto_tier_cascades_promotes_and_loads_the_store
     assert not tier.has_pending_work()
 
 
+def hosted_round_trip(
+    tier: str, options: dict[str, Any], tier_class: type[SecondaryTier]
+) -> tuple[Any, list[vbase.OffloadKey]]:
+    """vLLM's manager over ``{"tier": tier, "options": options}`` (kvproto.hosting builds the spec's hosting
+    factory): A's blocks cascade into it, are promoted after the filler evicted them from the CPU tier
+    (HIT_PENDING seen), and load byte for byte. The hosted tier (a ``tier_class``, nothing pending after
+    the manager's shutdown) and the keys stored."""
+    engine = Engine({"type": "KvprotoTier", "module_path": "kvproto_vllm", "tier": tier, "options": options})
+    try:
+        secondary = engine.secondary
+        assert isinstance(secondary, KvprotoTier) and isinstance(secondary.tier, tier_class)
+        hosted: Any = secondary.tier  # a tier_class: the caller reads its own attributes (key_of...)
+        wanted, got, seen = run_scenario(engine)
+        assert [g == block(k) for g, k in zip(got, wanted, strict=True)] == [True] * len(wanted)
+        assert "HIT_PENDING" in seen
+    finally:
+        engine.close()
+    assert not hosted.has_pending_work()
+    return hosted, wanted
+
+
 def test_vllms_manager_hosts_the_redis_tier_by_name_and_loads_the_stored_bytes(redis_server: LocalRedis) -> None:
     """``{"tier": "redis", "options": {"url": ..., "prefix": ...}}``: kvproto.hosting builds redis's hosting
     factory (a plain RedisTier on that server, REDIS-1); vLLM's manager cascades A's blocks into it,
@@ -207,25 +229,29 @@ def test_vllms_manager_hosts_the_redis_tier_by_name_and_loads_the_stored_bytes(r
     from kvproto_redis import RedisTier
 
     prefix = f"vllm-hosted-{next(_engines)}"
-    engine = Engine({"type": "KvprotoTier", "module_path": "kvproto_vllm", "tier": "redis",
-                     "options": {"url": redis_server.url, "prefix": prefix}})
+    tier, wanted = hosted_round_trip("redis", {"url": redis_server.url, "prefix": prefix}, RedisTier)
+    # The blocks are on the server, under the prefix the options named.
+    admin = redis_server.client()
     try:
-        secondary = engine.secondary
-        assert isinstance(secondary, KvprotoTier) and isinstance(secondary.tier, RedisTier)
-        tier = secondary.tier
-        wanted, got, seen = run_scenario(engine)
-        assert [g == block(k) for g, k in zip(got, wanted, strict=True)] == [True] * len(wanted)
-        assert "HIT_PENDING" in seen
-        # The blocks are on the server, under the prefix the options named.
-        admin = redis_server.client()
-        try:
-            assert all(admin.exists(tier.key_of(OffloadKey(k))) for k in wanted)
-        finally:
-            admin.close()
-        assert tier.namespace_prefix.startswith(f"{prefix}:")
+        assert all(admin.exists(tier.key_of(OffloadKey(k))) for k in wanted)
     finally:
-        engine.close()
-    assert not tier.has_pending_work()
+        admin.close()
+    assert tier.namespace_prefix.startswith(f"{prefix}:")
+
+
+def test_vllms_manager_hosts_the_mooncake_tier_by_name_and_loads_the_stored_bytes(mooncake_cluster: LocalMooncake) -> None:
+    """``{"tier": "mooncake", "options": {"master": ..., "metadata_server": ..., "prefix": ...}}``: kvproto.hosting
+    builds mooncake's hosting factory (a plain MooncakeTier on that cluster, MC-11); vLLM's manager cascades
+    A's blocks into it, promotes them after the filler evicted them from the CPU tier, and loads them byte
+    for byte. The blocks are in the cluster (its master lists them), under the prefix the options named."""
+    from kvproto_mooncake import MooncakeTier
+
+    prefix = f"vllm-hosted-{next(_engines)}"
+    options = {"master": mooncake_cluster.master, "metadata_server": mooncake_cluster.metadata_server, "prefix": prefix}
+    tier, wanted = hosted_round_trip("mooncake", options, MooncakeTier)
+    held = set(mooncake_cluster.keys())
+    assert all(tier.key_of(OffloadKey(k)) in held for k in wanted)
+    assert tier.namespace_prefix.startswith(f"{prefix}/")
 
 
 def test_vllms_reset_cache_drains_the_kvproto_tier_and_keeps_its_blocks() -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from tests.impls._tier_runner import make_buffer
 
@@ -33,6 +36,31 @@ def _missing() -> str | None:
 
 
 MOONCAKE_MISSING = _missing()
+
+
+@contextmanager
+def running_cluster() -> Iterator[LocalMooncake]:
+    """A master and storage process on loopback (:class:`kvproto_mooncake.LocalMooncake`), stopped by PID at the
+    end, with this process's environment naming it (:data:`ENVIRONMENT`, restored at the end). Without Mooncake
+    the test skips, saying why; in CI (``CI=true``) it fails instead: ``.ci/run`` and ``./dev`` install it."""
+    if MOONCAKE_MISSING is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Mooncake Store is missing in CI ({MOONCAKE_MISSING}): .ci/run installs libibverbs1 and ./dev the wheel")
+        pytest.skip(f"Mooncake Store is not usable here: {MOONCAKE_MISSING}")
+    from kvproto_mooncake import LocalMooncake
+
+    saved = {name: os.environ.get(name) for name in ENVIRONMENT}
+    cluster = LocalMooncake().start()
+    os.environ.update({**cluster.environment(), "MC_TCP_BIND_ADDRESS": "127.0.0.1"})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager

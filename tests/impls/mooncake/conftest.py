@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.impls.mooncake._support import ENVIRONMENT, MOONCAKE_MISSING
+from tests.impls.mooncake._support import MOONCAKE_MISSING, running_cluster
 
 if MOONCAKE_MISSING is None:
     from kvproto_mooncake import LocalMooncake
@@ -26,22 +26,8 @@ if MOONCAKE_MISSING is None:
 @pytest.fixture(scope="session")
 def mooncake_cluster() -> Iterator[LocalMooncake]:
     """One master and storage process on loopback for the session (its environment names them)."""
-    if MOONCAKE_MISSING is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Mooncake Store is missing in CI ({MOONCAKE_MISSING}): .ci/run installs libibverbs1 and ./dev the wheel")
-        pytest.skip(f"Mooncake Store is not usable here: {MOONCAKE_MISSING}")
-    saved = {name: os.environ.get(name) for name in ENVIRONMENT}
-    cluster = LocalMooncake().start()
-    os.environ.update({**cluster.environment(), "MC_TCP_BIND_ADDRESS": "127.0.0.1"})
-    try:
+    with running_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture
