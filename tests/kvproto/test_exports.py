@@ -29,6 +29,7 @@ PUBLIC_MODULES = {
     "kvproto.metrics",
     "kvproto.scan",
     "kvproto.testing",
+    "kvproto.testing.explore",
     "kvproto.testing.faults",
     "kvproto.testing.plugin",
     "kvproto.testing.scans",

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from hypothesis import settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from kvproto.testing._harness.base import KitBase
 
-__all__ = ["run_machine", "run_primary_machine", "run_recorded"]
+__all__ = ["run_explorer", "run_machine", "run_primary_machine", "run_recorded"]
 
 _M = TypeVar("_M", bound=RuleBasedStateMachine)
 
@@ -64,6 +65,34 @@ def run_primary_machine(
     run_recorded(machine, machine.runs, profile, request, recorder)
 
 
+def run_explorer(
+    tests: KitBase, tier_factory: Callable[[memoryview], SecondaryTier], profile: KitProfile, request: pytest.FixtureRequest
+) -> None:
+    """Run the explorer (KIT-23) under ``profile``: for each row of the swarm plan (rows of up to
+    ``explore_max_block_bytes`` bytes), an eighth of ``explore_examples`` examples (at least two: the
+    first Hypothesis draws is its simplest) of up to ``machine_steps`` steps, each row as
+    :func:`run_recorded` runs a machine. A failure names its row's operation kinds and block size."""
+    from kvproto.testing._explore.machine import explorer_for, swarm_plan
+
+    totals = [0, 0]
+    per_row = max(2, -(-profile.explore_examples // 8))
+    for kinds, size in swarm_plan(profile.explore_max_block_bytes):
+        machine = explorer_for(tests, tier_factory, kinds=kinds, block_size=size)
+        recorder = StepRecorder(machine)
+        machine.tier_factory = staticmethod(recorder.traced_factory(tier_factory))
+        untrace = recorder.trace_hooks(tests)
+        try:
+            run_recorded(machine, machine.runs, profile, request, recorder, examples=per_row, record=False)
+        except ConformanceFailure as failure:
+            failure.add_note(f"explorer run: operations {sorted(kinds)}, rows of {size} bytes")
+            raise
+        finally:
+            untrace()
+            totals = [totals[0] + machine.runs[0], totals[1] + machine.runs[1]]
+    stats = {"examples": totals[0], "steps": totals[1], "profile": profile.name}
+    request.node.user_properties.append(("hypothesis", json.dumps(stats)))
+
+
 def _recording(machine: type[_M], recorder: StepRecorder) -> type[_M]:
     """``machine``, telling ``recorder`` how each example ends (see StepRecorder.finish)."""
 
@@ -83,17 +112,24 @@ def run_recorded(
     profile: KitProfile,
     request: pytest.FixtureRequest,
     recorder: StepRecorder | None = None,
+    *,
+    examples: int | None = None,
+    record: bool = True,
 ) -> None:
     """Run ``machine`` under ``profile``; a failure Hypothesis could not replay still fails with
     its clause. ``runs`` (examples, steps), as the machine counts them,
     is recorded on the test item either way. With ``recorder`` (whose traced factory the
     machine builds its tiers with), every failure lists the steps that led to it, and a tier
     that is merely nondeterministic is reported as such, blaming no clause
-    (:func:`~kvproto.testing._harness.steps.explain_flaky`)."""
+    (:func:`~kvproto.testing._harness.steps.explain_flaky`). ``examples``: how many, where not the
+    profile's ``machine_examples``; ``record``: False where the caller records the runs on the item."""
     if recorder is None:
         recorder = StepRecorder(machine)  # records how examples end, not the calls
     try:
-        run_state_machine_as_test(_recording(machine, recorder), settings=hypothesis_settings(profile))
+        chosen = hypothesis_settings(profile)
+        if examples is not None:
+            chosen = settings(chosen, max_examples=examples)
+        run_state_machine_as_test(_recording(machine, recorder), settings=chosen)
     except Flaky as flaky:
         raise explain_flaky(flaky, recorder) from flaky
     except ConformanceFailure as failure:
@@ -104,5 +140,6 @@ def run_recorded(
             error.add_note(log.render())
         raise
     finally:
-        stats = {"examples": runs[0], "steps": runs[1], "profile": profile.name}
-        request.node.user_properties.append(("hypothesis", json.dumps(stats)))
+        if record:
+            stats = {"examples": runs[0], "steps": runs[1], "profile": profile.name}
+            request.node.user_properties.append(("hypothesis", json.dumps(stats)))

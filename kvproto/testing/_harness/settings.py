@@ -24,6 +24,8 @@ class KitProfile:
     failing example to a minimal one (``shrink``). Without shrinking, a failure
     is reported with the (longer) sequence of operations that found it: a
     broken tier that loses jobs costs the kit a timeout per shrink attempt.
+    ``explore_examples`` and ``explore_max_block_bytes`` bound the explorer (KIT-23): each of its
+    examples builds up to three instances, with rows of up to that many bytes.
     """
 
     name: str
@@ -31,12 +33,16 @@ class KitProfile:
     machine_steps: int
     race_rounds: int
     shrink: bool = False
+    explore_examples: int = 48
+    explore_max_block_bytes: int = 1 << 20
 
 
 PROFILES: dict[str, KitProfile] = {
-    "fast": KitProfile("fast", machine_examples=15, machine_steps=20, race_rounds=8),
+    "fast": KitProfile("fast", machine_examples=15, machine_steps=20, race_rounds=8, explore_examples=16,
+                       explore_max_block_bytes=65_560),
     "default": KitProfile("default", machine_examples=60, machine_steps=40, race_rounds=32),
-    "thorough": KitProfile("thorough", machine_examples=600, machine_steps=80, race_rounds=256, shrink=True),
+    "thorough": KitProfile("thorough", machine_examples=600, machine_steps=80, race_rounds=256, shrink=True,
+                           explore_examples=400, explore_max_block_bytes=4 << 20),
 }
 
 ENV_PROFILE = "KVPROTO_KIT_PROFILE"

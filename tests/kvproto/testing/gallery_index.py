@@ -19,6 +19,7 @@ from __future__ import annotations
 from tests.kvproto.testing.gallery import GALLERY as _MEMORY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
+from tests.kvproto.testing.gallery_explore import EXPLORE_GALLERY
 from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
 from tests.kvproto.testing.gallery_files import FILES_GALLERY
 from tests.kvproto.testing.gallery_hits import HITS_GALLERY
@@ -33,10 +34,11 @@ __all__ = ["GALLERY", "Expected"]
 
 GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
-    **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY,
+    **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
 HITs (gallery_hits.py), the primaries' optional abilities (gallery_optional.py), storage refusing or losing
 what the fs tier's fallbacks handle (gallery_files.py), faults and request plans below an object-store
-tier's backend (gallery_store.py), where a tier writes and what its fault paths raise (gallery_namespace.py)."""
+tier's backend (gallery_store.py), where a tier writes and what its fault paths raise (gallery_namespace.py),
+bugs only the explorer's stories reach (gallery_explore.py)."""

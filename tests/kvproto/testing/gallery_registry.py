@@ -29,17 +29,19 @@ _Factory = TypeVar("_Factory", bound=Callable[[], TierSpec])
 
 @dataclass(frozen=True)
 class Expected:
-    """The check a broken tier must fail, the clause it must fail on, and words the reason must hold."""
+    """The check a broken tier must fail, the clause it must fail on, words the reason must hold, and the
+    kit profile that must find it (``fast`` but for a bug only a longer search reaches)."""
 
     check: str
     clause: str
     words: str
+    profile: str = "fast"
 
 
 class Gallery(dict[str, Expected]):
     """One gallery module's targets (``module:factory``) mapped to what each must fail."""
 
-    def fails(self, check: str, clause: str, words: str) -> Callable[[_Factory], _Factory]:
+    def fails(self, check: str, clause: str, words: str, *, profile: str = "fast") -> Callable[[_Factory], _Factory]:
         """A decorator registering a module-level factory as a target that must fail ``check`` on
         ``clause`` with ``words`` in its reason; raises InvalidArgumentError for a nested factory (no
         ``module:name`` target reaches it) or a target registered twice."""
@@ -50,7 +52,7 @@ class Gallery(dict[str, Expected]):
             target = f"{factory.__module__}:{factory.__name__}"
             if target in self:
                 raise InvalidArgumentError(f"gallery target {target} registered twice")
-            self[target] = Expected(check, clause, words)
+            self[target] = Expected(check, clause, words, profile)
             return factory
 
         return register

@@ -1,0 +1,1 @@
+"""The kit's explorer (KIT-23): a search over instances, sizes and interleavings judged by one model."""

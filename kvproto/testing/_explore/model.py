@@ -1,0 +1,175 @@
+"""What live and successive instances over one storage may observe: the explorer's model (KIT-23).
+
+One object holds, for every instance the explorer built over the same storage, what the contract
+holds that instance to, and judges each observation as it is made:
+
+* **A HIT names a block that may exist** (TIER-4): some instance submitted a store of the key and no
+  successful ``reset_cache`` removed it since (a store in flight at the reset may still land).
+* **A block stored is seen** (TIER-10, TIER-18): a key whose store an instance reported successful
+  (a store in flight during a reset proves nothing) answers HIT in a fresh request of that instance,
+  and of every live instance where the tier declares
+  ``sharing`` (of an instance reopened after it, where it declares ``persistence``), until a reset by
+  any instance removes it; declared ``eviction`` excuses a MISS, and so does AP-3's deadline (a RETRY
+  until ``max_retry_steps``, then MISS).
+* **A HIT loads** (TIER-4): a load submitted right after a HIT, in the request that saw it, succeeds,
+  unless the storage was disturbed meanwhile: a reset by any instance, or, where the tier declares
+  eviction, a store by any instance (which may evict).
+* **A certain block loads** (TIER-10): a load of keys stored for certain fails none of them unless the
+  storage was disturbed meanwhile. A load holding a key not stored for certain may fail its others
+  (a whole-job tier all of them; a partial-jobs tier those from that key on).
+* **Bytes are the key's** (TIER-10): judged by each instance's driver for every key a load reports done.
+
+The model only reads what the explorer tells it; it never calls a tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvproto._capabilities import Capabilities
+from kvproto._keys import OffloadKey
+from kvproto.testing._harness.driver import short_key
+from kvproto.testing._harness.failures import ConformanceFailure
+
+__all__ = ["PendingLoad", "SharedStorageModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingLoad:
+    """A load in flight: the keys certain for its instance when it was submitted, the model's count of
+    disturbances then, and whether it follows a HIT of its request (TIER-4)."""
+
+    sure: frozenset[OffloadKey]
+    disturbances: int
+    after_hit: bool
+
+
+class SharedStorageModel:
+    """The explorer's model of one storage and the instances over it (see the module docstring)."""
+
+    def __init__(self, capabilities: Capabilities) -> None:
+        self.caps = capabilities
+        self.possible: set[OffloadKey] = set()  # some store submitted since the last reset removed it
+        self.certain: dict[int, set[OffloadKey]] = {}  # per instance: keys it must see
+        self.stored_by: dict[OffloadKey, int] = {}  # the instance whose store made a key certain
+        self.disturbances = 0  # resets, and stores where the tier declares eviction
+        self.stores: dict[tuple[int, int], tuple[OffloadKey, ...]] = {}  # (instance, job) -> keys
+        self.raced: set[tuple[int, int]] = set()  # stores in flight at a reset: their success proves nothing
+        self.loads: dict[tuple[int, int], PendingLoad] = {}
+
+    # ---- instances ------------------------------------------------------------------------
+    def join(self, instance: int, *, after: int | None) -> None:
+        """``instance`` is built over the storage; ``after``: the instance it follows (its restart),
+        or None for one built beside the live ones."""
+        live = [self.certain[i] for i in self.certain if i != after]
+        if self.caps.sharing and live:
+            self.certain[instance] = set(live[0])
+        elif after is not None and self.caps.persistence:
+            self.certain[instance] = set(self.certain.get(after, ()))
+        else:
+            self.certain[instance] = set()
+
+    def leave(self, instance: int) -> None:
+        """``instance`` was shut down: nothing it had in flight is judged any more."""
+        self.certain.pop(instance, None)
+        self.stores = {k: v for k, v in self.stores.items() if k[0] != instance}
+        self.raced = {k for k in self.raced if k[0] != instance}
+        self.loads = {k: v for k, v in self.loads.items() if k[0] != instance}
+
+    def _seers(self, instance: int) -> Iterable[set[OffloadKey]]:
+        """The certain-sets a store by ``instance`` adds to: every live instance where blocks are shared."""
+        return self.certain.values() if self.caps.sharing else [self.certain[instance]]
+
+    # ---- stores and resets -----------------------------------------------------------------
+    def store_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey]) -> None:
+        """A store of ``keys`` was submitted: they may exist from now on."""
+        self.possible.update(keys)
+        self.stores[(instance, job_id)] = tuple(keys)
+        if self.caps.eviction:
+            self.disturbances += 1
+
+    def store_finished(self, instance: int, job_id: int, done: frozenset[OffloadKey]) -> None:
+        """The store reported ``done`` keys stored; a key it failed is no longer certain anywhere (the
+        store may have disturbed it), nor is one it stored while a reset ran (the reset may have
+        removed it after it was written)."""
+        raced = (instance, job_id) in self.raced
+        self.raced.discard((instance, job_id))
+        if raced:
+            done = frozenset()
+        for key in self.stores.pop((instance, job_id), ()):
+            for seen in self._seers(instance):
+                if key in done:
+                    seen.add(key)
+                else:
+                    seen.discard(key)
+            if key in done:
+                self.stored_by[key] = instance
+
+    def reset_succeeded(self, instance: int) -> None:
+        """``reset_cache`` returned True in ``instance``: every block is gone but those a store still
+        in flight (in another instance) may yet write."""
+        self.disturbances += 1
+        for seen in self._seers(instance):
+            seen.clear()
+        self.possible = {k for keys in self.stores.values() for k in keys}
+        self.raced.update(self.stores)
+
+    # ---- lookups ---------------------------------------------------------------------------
+    def judge_hit(self, instance: int, key: OffloadKey) -> None:
+        """A settled HIT in ``instance``: the key may exist, or TIER-4 fails."""
+        if key not in self.possible:
+            raise ConformanceFailure(
+                "TIER-4",
+                f"instance {instance}: lookup({short_key(key)}) answered HIT for a block no instance stored "
+                "since the last successful reset_cache (of any instance over the storage)",
+            )
+
+    def judge_miss(self, instance: int, key: OffloadKey, *, past_deadline: bool) -> None:
+        """A settled MISS in a fresh request of ``instance``: fine unless the key is certain there."""
+        if key not in self.certain.get(instance, ()) or past_deadline or self.caps.eviction:
+            return
+        by = self.stored_by.get(key, instance)
+        if by == instance:
+            raise ConformanceFailure(
+                "TIER-10",
+                f"instance {instance}: key {short_key(key)} was stored successfully but a new request is told MISS "
+                "(the tier does not declare eviction): a lost write",
+            )
+        how = "beside it (the tier declares sharing)" if self.caps.sharing else "before it (it declares persistence)"
+        raise ConformanceFailure(
+            "TIER-18",
+            f"instance {instance}: key {short_key(key)}, stored successfully by instance {by} {how}, answers MISS "
+            "in a new request",
+        )
+
+    # ---- loads -----------------------------------------------------------------------------
+    def load_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey], *, after_hit: bool) -> None:
+        """A load of ``keys`` was submitted in ``instance``."""
+        sure = frozenset(k for k in keys if k in self.certain.get(instance, ()))
+        self.loads[(instance, job_id)] = PendingLoad(sure, self.disturbances, after_hit)
+
+    def load_finished(
+        self, instance: int, job_id: int, keys: Sequence[OffloadKey], done: frozenset[OffloadKey]
+    ) -> None:
+        """The load reported ``done``: judge the keys it failed (see the module docstring)."""
+        pending = self.loads.pop((instance, job_id), None)
+        if pending is None or pending.disturbances != self.disturbances or done >= set(keys):
+            return
+        if pending.after_hit:
+            raise ConformanceFailure(
+                "TIER-4",
+                f"instance {instance}: load job {job_id} of {short_key(keys[0])}, submitted right after its "
+                "HIT in the same request, failed while no instance reset the storage: the HIT was not readable",
+            )
+        first_unsure = next((i for i, k in enumerate(keys) if k not in pending.sure), len(keys))
+        whole = first_unsure == len(keys)
+        tried = keys[:first_unsure] if self.caps.partial_jobs or whole else ()
+        lost = [k for k in tried if k not in done and k in self.certain.get(instance, ())]
+        if lost and not self.caps.eviction:
+            raise ConformanceFailure(
+                "TIER-10",
+                f"instance {instance}: key {short_key(lost[0])} was stored successfully (by instance "
+                f"{self.stored_by.get(lost[0], instance)}) but load job {job_id} failed it while no instance reset "
+                "the storage: a lost write",
+            )

@@ -1,0 +1,109 @@
+"""The explorer's model and swarm plan (KIT-23): what instances over one storage may observe, and which
+operation kinds and sizes each run of the search enables. The explorer itself runs on every tier with a
+``reopen`` hook in the kit (``test_explore_instances_sizes_and_interleavings``) and finds the broken tiers
+of gallery_explore.py (test_gallery.py)."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import pytest
+
+from kvproto import Capabilities
+from kvproto.testing import ConformanceFailure, key_pool
+from kvproto.testing.explore import KINDS, SIZES, SharedStorageModel, swarm_plan
+
+A, B, C = key_pool("explore-model", 3)
+
+
+def _model(**declared: bool) -> SharedStorageModel:
+    model = SharedStorageModel(Capabilities(**declared))
+    model.join(0, after=None)
+    return model
+
+
+def test_a_hit_after_another_instances_reset_is_blamed() -> None:
+    model = _model(sharing=True)
+    model.join(1, after=None)
+    model.store_submitted(1, 1, [A])
+    model.store_finished(1, 1, frozenset({A}))
+    model.judge_hit(0, A)  # stored by the other live instance: fine
+    model.reset_succeeded(0)
+    with pytest.raises(ConformanceFailure, match=r"TIER-4.*since the last successful reset_cache"):
+        model.judge_hit(1, A)
+    model.judge_miss(1, A, past_deadline=False)  # removed: MISS is right
+
+
+def test_a_store_racing_a_reset_proves_nothing() -> None:
+    model = _model(sharing=True)
+    model.join(1, after=None)
+    model.store_submitted(1, 7, [A, B])
+    model.reset_succeeded(0)  # instance 1's store is still in flight
+    model.store_finished(1, 7, frozenset({A, B}))
+    model.judge_hit(0, A)  # it may have landed after the reset
+    model.judge_miss(0, A, past_deadline=False)  # or been removed by it
+    model.judge_miss(1, B, past_deadline=False)
+
+
+def test_stored_blocks_bind_every_sharing_instance_and_a_persistent_successor() -> None:
+    shared = _model(sharing=True)
+    shared.join(1, after=None)
+    shared.store_submitted(0, 1, [A])
+    shared.store_finished(0, 1, frozenset({A}))
+    with pytest.raises(ConformanceFailure, match=r"TIER-18.*stored successfully by instance 0 beside it"):
+        shared.judge_miss(1, A, past_deadline=False)
+    shared.judge_miss(1, A, past_deadline=True)  # AP-3: RETRY until its deadline, then MISS
+
+    persistent = _model(persistence=True)
+    persistent.store_submitted(0, 1, [A])
+    persistent.store_finished(0, 1, frozenset({A}))
+    persistent.join(1, after=0)
+    persistent.leave(0)
+    with pytest.raises(ConformanceFailure, match=r"TIER-18.*before it \(it declares persistence\)"):
+        persistent.judge_miss(1, A, past_deadline=False)
+
+    forgetful = _model()  # neither: a new instance owes nothing, and evicting tiers may MISS
+    forgetful.store_submitted(0, 1, [A])
+    forgetful.store_finished(0, 1, frozenset({A}))
+    forgetful.join(1, after=0)
+    forgetful.judge_miss(1, A, past_deadline=False)
+    with pytest.raises(ConformanceFailure, match=r"TIER-10.*a lost write"):
+        forgetful.judge_miss(0, A, past_deadline=False)
+    evicting = _model(eviction=True)
+    evicting.store_submitted(0, 1, [A])
+    evicting.store_finished(0, 1, frozenset({A}))
+    evicting.judge_miss(0, A, past_deadline=False)
+
+
+def test_disturbed_loads_are_excused_and_undisturbed_ones_judged() -> None:
+    model = _model(sharing=True)
+    model.join(1, after=None)
+    model.store_submitted(0, 1, [A, B])
+    model.store_finished(0, 1, frozenset({A, B}))
+    model.load_submitted(1, 2, [A], after_hit=True)
+    with pytest.raises(ConformanceFailure, match=r"TIER-4.*the HIT was not readable"):
+        model.load_finished(1, 2, [A], frozenset())
+    model.load_submitted(1, 3, [A, B], after_hit=False)
+    with pytest.raises(ConformanceFailure, match=r"TIER-10.*a lost write"):
+        model.load_finished(1, 3, [A, B], frozenset({A}))
+    model.load_submitted(1, 4, [C, A], after_hit=False)  # C never stored: a whole-job failure is allowed
+    model.load_finished(1, 4, [C, A], frozenset())
+    model.load_submitted(1, 5, [A], after_hit=True)
+    model.reset_succeeded(0)  # a reset racing the load
+    model.load_finished(1, 5, [A], frozenset())
+
+
+def test_every_two_kinds_run_together_and_apart() -> None:
+    plan = swarm_plan(1 << 20)
+    assert len(plan) == 8
+    assert all({"store", "compare"} <= kinds for kinds, _ in plan)
+    optional = [k for k in KINDS if k not in {"store", "compare"}]
+    for first, second in combinations(optional, 2):
+        seen = {(first in kinds, second in kinds) for kinds, _ in plan}
+        assert seen == {(True, True), (True, False), (False, True), (False, False)}, (first, second)
+
+
+@pytest.mark.parametrize("bound", [48, 65_560, 1 << 20, 4 << 20])
+def test_rows_respect_the_size_bound(bound: int) -> None:
+    sizes = {size for _, size in swarm_plan(bound)}
+    assert sizes == {s for s in SIZES if s <= bound}
