@@ -35,7 +35,7 @@ from kvproto._keys import OffloadKey
 
 __all__ = [
     "AsyncBlobBackend", "AsyncBlobBytes", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence",
-    "HeldReads", "JobAdmission", "Published",
+    "HeldReads", "JobAdmission", "PublishBatches", "Published",
 ]
 
 
@@ -234,6 +234,30 @@ class HeldReads(Protocol):
 
     def close_held(self, handle: object) -> None:
         """Release ``handle`` (exactly once per handle); never raises."""
+        ...
+
+
+@runtime_checkable
+class PublishBatches(Protocol):
+    """Optional: a synchronous backend that publishes several blobs in one request (TIERKIT-11).
+
+    Where a publish costs a round trip (a network store), :class:`~kvproto.tierkit.BlobTier` hands a
+    store job's keys to :meth:`publish_many` in batches of at most :meth:`publish_batch_keys` blobs,
+    each batch one task of the writer pool, instead of one :meth:`BlobBackend.publish` per key. Not
+    used on an asynchronous backend's loop, nor through a ``wrap``per that does not offer it.
+    """
+
+    def publish_batch_keys(self, blob_bytes: int) -> int:
+        """The most blobs of ``blob_bytes`` bytes each that one :meth:`publish_many` should take (asked once,
+        when the tier starts); 1 or less: publish key by key (e.g. while a subclass changed ``publish`` alone)."""
+        ...
+
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> Sequence[Published | Exception]:
+        """Each ``(name, parts, size)`` as :meth:`BlobBackend.publish` would store it (create-if-absent,
+        atomic per blob), in as few requests as the storage allows. One answer per blob, in order: the
+        :class:`Published` that ``publish`` would have returned, or the exception it would have raised
+        (that blob failed; the others stand). Raise only if the whole batch failed (every blob of it
+        then fails). ``parts`` are read during the call only."""
         ...
 
 

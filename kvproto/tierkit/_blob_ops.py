@@ -12,12 +12,12 @@ import enum
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto._results import unreachable
-from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, Published
+from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, PublishBatches, Published
 from kvproto.tierkit._blob_async import LoopBackend
 
 __all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
@@ -97,6 +97,29 @@ class BlobOps:
         except Exception as exc:
             return self._store_failed(key, exc, before)
         return self._stored(published, before)
+
+    def store_many(self, batch: PublishBatches, keys: Sequence[OffloadKey], slots: Sequence[int]
+                   ) -> list[tuple[KeyVerdict, int]]:
+        """:meth:`store` of each key, their publishes in one :meth:`PublishBatches.publish_many` (TIERKIT-11).
+
+        Each key ends on its own answer: a blob the batch failed fails its key alone (partial stores
+        are reported as they are); a batch that raised, or answered the wrong number of blobs, fails
+        them all. Every key's first tick is taken before the request, a CREATED one's second after it.
+        """
+        args = [self._store_args(key, slot) for key, slot in zip(keys, slots, strict=True)]
+        try:
+            answers = batch.publish_many([(name, parts, self.blob_bytes) for _, name, parts in args])
+            if len(answers) != len(args):
+                raise RuntimeError(f"publish_many answered {len(answers)} blobs of {len(args)}")
+        except Exception as exc:
+            return [self._store_failed(key, exc, before) for key, (before, _, _) in zip(keys, args, strict=True)]
+        verdicts: list[tuple[KeyVerdict, int]] = []
+        for key, (before, _, _), answer in zip(keys, args, answers, strict=True):
+            if isinstance(answer, Exception):
+                verdicts.append(self._store_failed(key, answer, before))
+            else:
+                verdicts.append(self._stored(answer, before))
+        return verdicts
 
     async def store_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         """:meth:`store` on the backend's event loop (``io.inner``'s coroutine, within ``op_timeout_s``)."""

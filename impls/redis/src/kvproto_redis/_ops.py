@@ -32,7 +32,8 @@ _SCAN_COUNT = 1000
 
 
 class RedisOps:
-    """One method per request (REDIS-9): SET NX, GET, a pipelined existence check, UNLINK, SCAN pages.
+    """One method per request (REDIS-9): SET NX, a pipeline of SET NX, GET, a pipelined existence check,
+    UNLINK, SCAN pages.
 
     A method raises what redis-py raises (``redis.exceptions.ConnectionError``, ``TimeoutError``,
     ``AuthenticationError``, ``ResponseError``...). Stateless: one instance may serve several backends.
@@ -45,6 +46,17 @@ class RedisOps:
     def set_if_absent(self, client: Client, key: str, value: bytes, ttl_ms: int | None) -> bool:
         """One ``SET key value NX [PX ttl_ms]``: True if it created the key, False if the key existed."""
         return bool(client.set(key, value, nx=True, px=ttl_ms))
+
+    def set_if_absent_many(self, client: Client, items: Sequence[tuple[str, bytes]], ttl_ms: int | None
+                           ) -> list[bool | Exception]:
+        """One pipeline of ``SET key value NX [PX ttl_ms]`` per item (REDIS-3): per item, True if it created
+        the key, False if the key existed, or the error the server answered that command (the others
+        stand). Raises when the pipeline itself failed (the connection): any of its SETs may have run."""
+        pipe = client.pipeline(transaction=False)
+        for key, value in items:
+            pipe.set(key, value, nx=True, px=ttl_ms)
+        replies: list[object] = pipe.execute(raise_on_error=False)
+        return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
     def get(self, client: Client, key: str) -> bytes | None:
         """One ``GET key``: the value, or None if there is no such key."""
