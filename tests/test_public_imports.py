@@ -77,7 +77,7 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "BlobTierConfig", "BlobTierStats", "BlockState", "EvictionPolicy", "ExistenceBatches", "ForwardingPrimary",
         "ForwardingSecondary", "HOST_PRIMARY_CAPABILITIES", "HeldExistence", "HeldReads", "JobAdmission", "LruPolicy",
         "MAX_PENDING_EVENTS", "MemoryBackend", "PROBE_CHUNK_KEYS", "PolicyName", "PublishBatches", "Published",
-        "ReadyFlags",
+        "ReadBatches", "ReadyFlags",
         "SlotStats", "SlotTable", "blob_name", "declared_capabilities", "make_policy", "ready_flags",
         "ready_prefix_scan", "ready_window_scan", "slot_buffer_shape",
     ),

@@ -19,7 +19,8 @@ Secondary tiers:
   engine owns names, the envelope, jobs, verdicts, events (at most :data:`MAX_PENDING_EVENTS`),
   budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict. A backend
   offering :class:`ExistenceBatches` sees each existence batch whole before its chunks (TIERKIT-7);
-  one offering :class:`PublishBatches` publishes a store job's blocks in batches (TIERKIT-11).
+  one offering :class:`PublishBatches` (:class:`ReadBatches`) stores (loads) a job's blocks in batches
+  (TIERKIT-11).
 
 Scans over a ready view (MGR-20):
 
@@ -54,6 +55,7 @@ from kvproto.tierkit._backend import (
     JobAdmission,
     PublishBatches,
     Published,
+    ReadBatches,
 )
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
@@ -92,6 +94,7 @@ __all__ = [
     "MemoryBackend",
     "PublishBatches",
     "Published",
+    "ReadBatches",
     "blob_name",
     "slot_buffer_shape",
     # scans over a ready view

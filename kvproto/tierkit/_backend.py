@@ -35,7 +35,7 @@ from kvproto._keys import OffloadKey
 
 __all__ = [
     "AsyncBlobBackend", "AsyncBlobBytes", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence",
-    "HeldReads", "JobAdmission", "PublishBatches", "Published",
+    "HeldReads", "JobAdmission", "PublishBatches", "Published", "ReadBatches",
 ]
 
 
@@ -258,6 +258,28 @@ class PublishBatches(Protocol):
         :class:`Published` that ``publish`` would have returned, or the exception it would have raised
         (that blob failed; the others stand). Raise only if the whole batch failed (every blob of it
         then fails). ``parts`` are read during the call only."""
+        ...
+
+
+@runtime_checkable
+class ReadBatches(Protocol):
+    """Optional: a synchronous backend that reads several blobs in one request (TIERKIT-11).
+
+    As :class:`PublishBatches`, for loads: a load job's keys go to :meth:`read_many` in batches of at
+    most :meth:`read_batch_keys`, each batch one task of the reader pool (not while the job reads from
+    handles held at HITs, TIERKIT-6).
+    """
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        """The most blobs of ``blob_bytes`` bytes each that one :meth:`read_many` should take (asked once,
+        when the tier starts); 1 or less: read key by key (e.g. while a subclass changed ``read_into`` alone)."""
+        ...
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> Sequence[int | Exception]:
+        """Each ``(name, buffers)`` as :meth:`BlobBackend.read_into` would fill it, in as few requests as the
+        storage allows. One answer per read, in order: the blob's size, or the exception ``read_into`` would
+        have raised (``FileNotFoundError``: no such blob; any other: transient). Raise only if the whole
+        batch failed (every read of it then failed, transient)."""
         ...
 
 

@@ -37,14 +37,14 @@ from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
 from kvproto._slot_buffer import slot_buffer_shape
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission, PublishBatches
+from kvproto.tierkit._backend import AsyncBlobBackend, BlobBackend, HeldReads, JobAdmission
 from kvproto.tierkit._blob_apply import Outcomes
 from kvproto.tierkit._blob_async import LoopBackend, is_async_backend, loop_backend
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats, capabilities_of
 from kvproto.tierkit._blob_dispatch import Dispatcher
 from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
-from kvproto.tierkit._blob_jobs import JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
+from kvproto.tierkit._blob_jobs import BatchRun, JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
 from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
@@ -120,9 +120,6 @@ class BlobTier:
         self.namespace = env.namespace_id(self.manifest)
         sync, self._loop_io = _backend_faces(backend, wrap, name, config)
         self.backend = sync
-        self._batches: tuple[PublishBatches, int] | None = None  # store jobs go in runs of keys (TIERKIT-11)
-        if isinstance(sync, PublishBatches) and (most := sync.publish_batch_keys(env.HEADER_BYTES + self._block_bytes)) > 1:
-            self._batches = (sync, most)
         self.stats = BlobTierStats() if stats is None else stats
         self._stats_lock = threading.Lock()
         self._shared = config.shared
@@ -466,10 +463,11 @@ class BlobTier:
                              deadline=deadline, done=future)
         else:
             run_key: KeyRun = self._store_key
+            batches: tuple[BatchRun, int] | None = (self._store_batch, self._ops.store_run)  # TIERKIT-11
             if not store:
                 held = None if self._holds is None else self._holds.load_run(job.job_id, self._ops.load)
                 run_key = self._ops.load if held is None else held
-            batches = (self._store_batch, self._batches[1]) if store and self._batches is not None else None
+                batches = (self._ops.load_many, self._ops.load_run) if held is None else None
             launch = partial(run_job, job, since, self._writers if store else self._readers, run_key,
                              tier_name=self._name, deadline=deadline, done=future, batches=batches)
         with self._lock:
@@ -497,12 +495,9 @@ class BlobTier:
 
     def _store_batch(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
         """:meth:`_store_key` of each key; those the index does not vouch for in one ``publish_many`` (TIERKIT-11)."""
-        batch = None if self._batches is None else self._batches[0]
-        if batch is None:
-            return [self._store_key(key, slot) for key, slot in zip(keys, slots, strict=True)]
         trusted = [self._trusted(key) for key in keys]
         todo = [i for i, verdict in enumerate(trusted) if verdict is None]
-        sent = iter(self._ops.store_many(batch, [keys[i] for i in todo], [slots[i] for i in todo]) if todo else ())
+        sent = iter(self._ops.store_many([keys[i] for i in todo], [slots[i] for i in todo]) if todo else ())
         return [self._counted(next(sent)) if verdict is None else verdict for verdict in trusted]
 
     async def _store_key_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:

@@ -22,7 +22,7 @@ class CountingOps(RedisOps):
     """Production's requests, counted by kind (tests only)."""
 
     def __init__(self) -> None:
-        self.sets = self.set_pipelines = self.gets = self.probes = 0
+        self.sets = self.set_pipelines = self.gets = self.get_pipelines = self.probes = 0
 
     def set_if_absent(self, client: Client, key: str, value: bytes, ttl_ms: int | None) -> bool:
         self.sets += 1
@@ -37,6 +37,11 @@ class CountingOps(RedisOps):
     def get(self, client: Client, key: str) -> bytes | None:
         self.gets += 1
         return super().get(client, key)
+
+    def get_many(self, client: Client, keys: Sequence[str]) -> list[bytes | None | Exception]:
+        self.gets += len(keys)
+        self.get_pipelines += 1
+        return super().get_many(client, keys)
 
     def probe(self, client: Client, keys: list[str]) -> list[Probe]:  # type: ignore[override]  # a list is a Sequence
         self.probes += 1
@@ -136,7 +141,8 @@ def test_store_is_create_if_absent_and_a_known_key_is_not_sent_again(redis_serve
 def test_a_store_job_is_one_pipeline_and_a_server_refusing_some_sets_is_a_partial_store(redis_server: LocalRedis) -> None:
     """REDIS-3, TIERKIT-11: a job of 32 blocks is one pipeline of SET NX; a server out of memory (maxmemory,
     noeviction) refuses the SETs past its limit: the job reports exactly the keys the server holds, counts
-    the others failed, and those store once the server has room again; the stored ones load byte for byte."""
+    the others failed, and those store once the server has room again; a load of all 32 is one pipeline of
+    GET, byte for byte (REDIS-5)."""
     config = config_for(redis_server)
     ops = CountingOps()
     admin = redis_server.client()
@@ -157,13 +163,14 @@ def test_a_store_job_is_one_pipeline_and_a_server_refusing_some_sets_is_a_partia
         assert set(result.succeeded_keys(run.jobs[job_id])) == held
         assert tier.stats.stores_created == len(held) and tier.stats.failed_stores == len(keys) - len(held)
         assert run.store(keys).success and ops.sets == sets + 32 + len(keys) - len(held)  # known ones not sent again
+        gets = ops.get_pipelines
         loaded, right, wrong = run.load(keys)
-        assert loaded.success and right == set(keys) and not wrong
+        assert loaded.success and right == set(keys) and not wrong and ops.get_pipelines == gets + 1  # one pipeline
 
 
-def test_an_ops_class_that_changed_set_if_absent_alone_sees_every_store(redis_server: LocalRedis) -> None:
-    """REDIS-9: a RedisOps subclass overriding ``set_if_absent`` but not ``set_if_absent_many`` (as a fault
-    injector written before the pipeline was) gets every store key by key, never bypassed."""
+def test_an_ops_class_that_changed_the_one_key_methods_alone_sees_every_store_and_load(redis_server: LocalRedis) -> None:
+    """REDIS-9: a RedisOps subclass overriding ``set_if_absent`` and ``get`` but not their pipelines (as a fault
+    injector written before the pipelines were) gets every store and load key by key, never bypassed."""
 
     class OneByOne(RedisOps):
         def __init__(self) -> None:
@@ -173,12 +180,19 @@ def test_an_ops_class_that_changed_set_if_absent_alone_sees_every_store(redis_se
             self.keys.append(key)
             return super().set_if_absent(client, key, value, ttl_ms)
 
+        def get(self, client: Client, key: str) -> bytes | None:
+            self.keys.append(key)
+            return super().get(client, key)
+
     ops = OneByOne()
     with shut_down_after(open_tier(config_for(redis_server), ops=ops)) as (tier, run):
         ops.keys.clear()  # the manifest
         keys = [key(i) for i in range(6)]
         assert run.store(keys).success
         assert sorted(ops.keys) == sorted(tier.key_of(k) for k in keys)
+        ops.keys.clear()
+        _, right, _ = run.load(keys)
+        assert right == set(keys) and sorted(ops.keys) == sorted(tier.key_of(k) for k in keys)
 
 
 # -- REDIS-6: pipelined existence ----------------------------------------------------------------
