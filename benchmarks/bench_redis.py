@@ -4,18 +4,28 @@ A ``redis-server`` started here on 127.0.0.1 (:class:`kvproto_redis.LocalRedis`,
 serves both sides. ``BLOCKS`` blocks of 64 KiB are stored from a primary buffer into a
 :class:`kvproto_redis.RedisTier` and loaded back (``submit_store`` / ``submit_load`` /
 ``get_finished_jobs``, jobs of ``PER_JOB`` keys, all submitted at once; the scheduler side polls
-every 0.5 ms), side by side in one run with raw redis-py:
+every 0.5 ms), side by side in one run with raw redis-py. Each side's work, per block and per job:
 
-* raw store: per job, one pipeline of ``SET key value NX`` of the tier's value size (``HEADER_BYTES``
-  + 64 KiB: a header-sized zero prefix, then the same row, from one contiguous buffer: no join);
-* raw load: per job, one pipeline of ``GET``, each value's payload copied into a row of a landing
-  buffer (what an engine reading raw Redis must do before the bytes are of use; no checksum).
+* ours, store (``submit_store``): the job's keys in runs of at most 32 blocks and 2 MiB
+  (``kvproto_redis._backend.PIPELINE_*``: a job of ``PER_JOB`` is one run), each run one task of the
+  tier's writer pool and one pipeline of ``SET key value NX`` (TIERKIT-11, REDIS-3); per block the
+  envelope header (namespace, key, size, an xxh3 checksum of the row) and one join of header and row
+  out of the primary buffer's row into the request (the one copy).
+* raw, store: per job, one pipeline of ``SET key value NX`` on a pool of ``write_threads`` threads;
+  per block one join of a header-sized zero prefix and the same row of the same buffer (the same
+  bytes per key, the same one copy out of the row, the same create-if-absent; no checksum).
+* ours, load (``submit_load``): runs as for stores, each one task of the reader pool and one pipeline
+  of ``GET``; each value's header and payload copied into a scratch header and the slot's row, the
+  header and the payload's checksum verified there.
+* raw, load: per job, one pipeline of ``GET`` on a pool of ``read_threads`` threads, each value's
+  payload copied into a row of a landing buffer (what an engine reading raw Redis must do before
+  the bytes are of use; no checksum).
 
 Both sides use the same client settings (:func:`kvproto_redis.make_client` of the same config: a
-blocking pool of as many connections) and as many threads as the tier has workers (the raw side runs
-its jobs' pipelines on a thread pool of ``write_threads`` / ``read_threads``). What only the tier
-does: the envelope header (an xxh3 checksum of the row) and one join of header and row per store,
-the checksum verified per load, its index, events and job reports.
+blocking pool of as many connections), and their thread pools live across rounds. What only the
+tier does: the envelope header and its checksum per store, the checksum verified per load, its
+index, events and job reports, and the scheduler's side polling ``get_finished_jobs`` (every
+0.5 ms) where the raw side blocks on its futures.
 
 Timing: rounds in ABBA order (ours store, raw store, raw load, ours load; the next round starts with
 raw), each phase's ratio taken within its round, the result the median over ``ROUNDS`` rounds (one
@@ -74,12 +84,9 @@ class _Sides:
         self.tier: RedisTier = RedisTier(self.buffer, config("ours"), name="bench")
         raw_config = config("raw")
         self.client: Client = make_client(raw_config)
-        self.threads = (raw_config.write_threads, raw_config.read_threads)
-        size = env.HEADER_BYTES + BLOCK_BYTES
-        bodies = bytearray(blocks * size)
-        for i in range(blocks):
-            bodies[i * size + env.HEADER_BYTES : (i + 1) * size] = raw_mem[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES]
-        self.bodies = [memoryview(bodies)[i * size : (i + 1) * size] for i in range(blocks)]
+        self.pools = (ThreadPoolExecutor(raw_config.write_threads), ThreadPoolExecutor(raw_config.read_threads))
+        self.flat = memoryview(raw_mem)  # the same primary buffer, as bytes: the raw side reads its rows here
+        self.head = memoryview(bytes(env.HEADER_BYTES))  # the raw side's header: zeros, the tier's size
         self.landing = memoryview(bytearray(blocks * BLOCK_BYTES))
         self.next_job = iter(range(1, 1 << 30))
         self.cpu_s: dict[str, list[float]] = {f"{s}_{p}": [] for s in ("ours", "raw") for p in ("store", "load")}
@@ -98,14 +105,14 @@ class _Sides:
         return time.perf_counter() - t0, ok
 
     def raw(self, tag: str, promotion: bool) -> tuple[float, bool]:
-        """Seconds to SET NX (or GET and copy into rows) every block under ``raw-<tag>/``, a pipeline per
-        job on the tier's thread count; whether every reply was as expected."""
+        """Seconds to SET NX (each value joined from its row) or GET and copy into rows every block under
+        ``raw-<tag>/``, a pipeline per job on the tier's thread count; whether every reply was as expected."""
         size = env.HEADER_BYTES + BLOCK_BYTES
 
         def store(j: int) -> bool:
             pipe = self.client.pipeline(transaction=False)
             for i in range(j, min(j + PER_JOB, self.blocks)):
-                pipe.set(f"raw-{tag}/{i}", self.bodies[i], nx=True)
+                pipe.set(f"raw-{tag}/{i}", b"".join((self.head, self.flat[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES])), nx=True)
             return all(pipe.execute())
 
         def load(j: int) -> bool:
@@ -119,12 +126,13 @@ class _Sides:
             return ok
 
         t0, c0 = time.perf_counter(), time.process_time()
-        with ThreadPoolExecutor(self.threads[1] if promotion else self.threads[0]) as pool:
-            ok = all(pool.map(load if promotion else store, range(0, self.blocks, PER_JOB)))
+        ok = all(self.pools[promotion].map(load if promotion else store, range(0, self.blocks, PER_JOB)))
         self.cpu_s["raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
         return time.perf_counter() - t0, ok
 
     def close(self) -> None:
+        for pool in self.pools:
+            pool.shutdown()
         self.tier.shutdown()
         self.client.close()
 

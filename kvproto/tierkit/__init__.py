@@ -18,7 +18,9 @@ Secondary tiers:
   tier's storage I/O (publish create-if-absent, read into the slot row, sizes, delete, list); the
   engine owns names, the envelope, jobs, verdicts, events (at most :data:`MAX_PENDING_EVENTS`),
   budget, reset (TIERKIT-1..TIERKIT-4). :class:`MemoryBackend` keeps blobs in a dict. A backend
-  offering :class:`ExistenceBatches` sees each existence batch whole before its chunks (TIERKIT-7).
+  offering :class:`ExistenceBatches` sees each existence batch whole before its chunks (TIERKIT-7);
+  one offering :class:`PublishBatches` (:class:`ReadBatches`) stores (loads) a job's blocks in batches
+  (TIERKIT-11).
 
 Scans over a ready view (MGR-20):
 
@@ -51,7 +53,9 @@ from kvproto.tierkit._backend import (
     HeldExistence,
     HeldReads,
     JobAdmission,
+    PublishBatches,
     Published,
+    ReadBatches,
 )
 from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats
 from kvproto.tierkit._blob_ops import blob_name
@@ -88,7 +92,9 @@ __all__ = [
     "HeldReads",
     "JobAdmission",
     "MemoryBackend",
+    "PublishBatches",
     "Published",
+    "ReadBatches",
     "blob_name",
     "slot_buffer_shape",
     # scans over a ready view

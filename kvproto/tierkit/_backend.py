@@ -35,7 +35,7 @@ from kvproto._keys import OffloadKey
 
 __all__ = [
     "AsyncBlobBackend", "AsyncBlobBytes", "AsyncExistenceBatches", "BlobBackend", "ExistenceBatches", "HeldExistence",
-    "HeldReads", "JobAdmission", "Published",
+    "HeldReads", "JobAdmission", "PublishBatches", "Published", "ReadBatches",
 ]
 
 
@@ -234,6 +234,52 @@ class HeldReads(Protocol):
 
     def close_held(self, handle: object) -> None:
         """Release ``handle`` (exactly once per handle); never raises."""
+        ...
+
+
+@runtime_checkable
+class PublishBatches(Protocol):
+    """Optional: a synchronous backend that publishes several blobs in one request (TIERKIT-11).
+
+    Where a publish costs a round trip (a network store), :class:`~kvproto.tierkit.BlobTier` hands a
+    store job's keys to :meth:`publish_many` in batches of at most :meth:`publish_batch_keys` blobs,
+    each batch one task of the writer pool, instead of one :meth:`BlobBackend.publish` per key. Not
+    used on an asynchronous backend's loop, nor through a ``wrap``per that does not offer it.
+    """
+
+    def publish_batch_keys(self, blob_bytes: int) -> int:
+        """The most blobs of ``blob_bytes`` bytes each that one :meth:`publish_many` should take (asked once,
+        when the tier starts); 1 or less: publish key by key (e.g. while a subclass changed ``publish`` alone)."""
+        ...
+
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> Sequence[Published | Exception]:
+        """Each ``(name, parts, size)`` as :meth:`BlobBackend.publish` would store it (create-if-absent,
+        atomic per blob), in as few requests as the storage allows. One answer per blob, in order: the
+        :class:`Published` that ``publish`` would have returned, or the exception it would have raised
+        (that blob failed; the others stand). Raise only if the whole batch failed (every blob of it
+        then fails). ``parts`` are read during the call only."""
+        ...
+
+
+@runtime_checkable
+class ReadBatches(Protocol):
+    """Optional: a synchronous backend that reads several blobs in one request (TIERKIT-11).
+
+    As :class:`PublishBatches`, for loads: a load job's keys go to :meth:`read_many` in batches of at
+    most :meth:`read_batch_keys`, each batch one task of the reader pool (not while the job reads from
+    handles held at HITs, TIERKIT-6).
+    """
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        """The most blobs of ``blob_bytes`` bytes each that one :meth:`read_many` should take (asked once,
+        when the tier starts); 1 or less: read key by key (e.g. while a subclass changed ``read_into`` alone)."""
+        ...
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> Sequence[int | Exception]:
+        """Each ``(name, buffers)`` as :meth:`BlobBackend.read_into` would fill it, in as few requests as the
+        storage allows. One answer per read, in order: the blob's size, or the exception ``read_into`` would
+        have raised (``FileNotFoundError``: no such blob; any other: transient). Raise only if the whole
+        batch failed (every read of it then failed, transient)."""
         ...
 
 

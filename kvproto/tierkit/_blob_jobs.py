@@ -5,8 +5,10 @@ job per request and step); it ends when its last key does. Over an
 asynchronous backend (not wrapped) a job is one task on the backend's event
 loop instead: its keys' operations are gathered there, at most a
 semaphore's worth in flight (:func:`run_job_on_loop`): no thread hand-off
-per operation. The result is a :class:`JobOutcome` the scheduler's thread
-applies when it reports the job.
+per operation. A store over a backend offering
+:class:`~kvproto.tierkit.PublishBatches` goes in runs of keys instead, each
+run one pool task and one request (TIERKIT-11). The result is a
+:class:`JobOutcome` the scheduler's thread applies when it reports the job.
 
 With a job timeout (``BlobTierConfig.job_timeout_s``) a job ends by then
 (a deadline counted from its submission) whatever its storage does (MGR-17): on the pools, keys not started by the
@@ -21,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,12 +32,17 @@ from kvproto._keys import OffloadKey
 from kvproto.tierkit._blob_async import LoopBackend
 from kvproto.tierkit._blob_ops import KeyVerdict
 
-__all__ = ["AsyncKeyRun", "JobOutcome", "KeyRun", "failed_outcome", "run_job", "run_job_on_loop", "start_job"]
+__all__ = [
+    "AsyncKeyRun", "BatchRun", "JobOutcome", "KeyRun", "failed_outcome", "key_runs", "run_job", "run_job_on_loop", "start_job",
+]
 
 _log = logging.getLogger("kvproto.tierkit")
 
 KeyRun = Callable[[OffloadKey, int], tuple[KeyVerdict, int]]
 """One key's operation: ``(key, slot) -> (verdict, tick)`` (a :class:`~kvproto.tierkit._blob_ops.BlobOps` method)."""
+
+BatchRun = Callable[[Sequence[OffloadKey], Sequence[int]], list[tuple[KeyVerdict, int]]]
+"""A run of keys' operations in one go: ``(keys, slots) -> [(verdict, tick)]``, one per key, in order (TIERKIT-11)."""
 
 AsyncKeyRun = Callable[[LoopBackend, OffloadKey, int], Awaitable[tuple[KeyVerdict, int]]]
 """One key's operation on the loop: ``(io, key, slot) -> (verdict, tick)`` (``BlobOps.store_async``, ``load_async``)."""
@@ -69,45 +76,67 @@ def run_job(
     tier_name: str,
     deadline: float | None = None,
     done: Future[JobOutcome] | None = None,
+    batches: tuple[BatchRun, int] | None = None,
 ) -> Future[JobOutcome]:
     """Start ``job``'s keys on ``pool``; ``done`` (a new future if None) completes when the last one ends.
     With ``deadline`` (a ``time.monotonic()`` value), a key not started by then fails without I/O; a key
-    the pool refuses (shut down) fails without I/O too."""
+    the pool refuses (shut down) fails without I/O too. With ``batches`` ``(run_batch, most)``, the keys
+    go in runs of at most ``most`` (as even as they divide), each run one task of ``pool`` that calls
+    ``run_batch`` (a run of one key calls ``run_key``) (TIERKIT-11); otherwise each key is one task."""
     failed = KeyVerdict.TRANSIENT if job.promotion else KeyVerdict.FAILED
     done = Future() if done is None else done
     verdicts: list[tuple[KeyVerdict, int]] = [(failed, since)] * len(job.keys)
-    todo = list(range(len(job.keys)))
-    if not todo:
+    if not job.keys:
         done.set_result(JobOutcome(job, since, verdicts))
         return done
-    remaining = [len(todo)]
+    runs = key_runs(len(job.keys), 1 if batches is None else batches[1])
+    remaining = [len(job.keys)]
     guard = threading.Lock()
 
-    def ended(i: int, verdict: tuple[KeyVerdict, int]) -> None:
+    def ended(run: range, results: Sequence[tuple[KeyVerdict, int]]) -> None:
         with guard:
-            verdicts[i] = verdict
-            remaining[0] -= 1
+            verdicts[run.start : run.stop] = results
+            remaining[0] -= len(run)
             last = remaining[0] == 0
         if last:
             done.set_result(JobOutcome(job, since, verdicts))
 
-    def one(i: int) -> None:
+    def one(run: range) -> None:
         try:
             if deadline is not None and time.monotonic() > deadline:
-                verdict = (failed, since)  # the job's time is up: no I/O (MGR-17)
+                results = [(failed, since)] * len(run)  # the job's time is up: no I/O (MGR-17)
+            elif batches is None or len(run) == 1:
+                results = [run_key(job.keys[i], job.slots[i]) for i in run]
             else:
-                verdict = run_key(job.keys[i], job.slots[i])
-        except Exception:  # a bug in a backend wrapper or the engine: that key fails, the job still ends
-            _log.warning("BlobTier %r: job %d raised on key %d; it fails", tier_name, job.job_id, i, exc_info=True)
-            verdict = (failed, since)
-        ended(i, verdict)
+                results = batches[0](job.keys[run.start : run.stop], job.slots[run.start : run.stop])
+                if len(results) != len(run):
+                    raise RuntimeError(f"a batch of {len(run)} keys answered {len(results)} verdicts")
+        except Exception:  # a bug in a backend wrapper or the engine: those keys fail, the job still ends
+            _log.warning("BlobTier %r: job %d raised on keys %d..%d; they fail", tier_name, job.job_id, run.start,
+                         run.stop - 1, exc_info=True)
+            results = [(failed, since)] * len(run)
+        ended(run, results)
 
-    for i in todo:
+    for run in runs:
         try:
-            pool.submit(one, i)
-        except RuntimeError:  # the pool is shut down (never while the tier runs): the key fails unread
-            ended(i, (failed, since))
+            pool.submit(one, run)
+        except RuntimeError:  # the pool is shut down (never while the tier runs): the keys fail unread
+            ended(run, [(failed, since)] * len(run))
     return done
+
+
+def key_runs(keys: int, most: int) -> list[range]:
+    """``range(keys)`` cut into the fewest runs of at most ``most`` keys (``most`` < 1 counts as 1), their
+    lengths differing by one at most: 20 keys by 16 are runs of 10 and 10."""
+    count = -(-keys // max(1, most))
+    size, extra = divmod(keys, count) if count else (0, 0)
+    runs: list[range] = []
+    start = 0
+    for n in range(count):
+        stop = start + size + (1 if n < extra else 0)
+        runs.append(range(start, stop))
+        start = stop
+    return runs
 
 
 def run_job_on_loop(

@@ -12,12 +12,12 @@ import enum
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvproto import envelope as env
 from kvproto._keys import OffloadKey
 from kvproto._results import unreachable
-from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, Published
+from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, PublishBatches, Published, ReadBatches
 from kvproto.tierkit._blob_async import LoopBackend
 
 __all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
@@ -80,6 +80,11 @@ class BlobOps:
         self._count = count
         self._scratch = _Scratch()
         self._reader: tuple[object, AsyncBlobBytes | None] | None = None  # (backend, itself if AsyncBlobBytes)
+        # TIERKIT-11: the most keys of a job one backend call takes (1: key by key), asked once
+        self._publisher = backend if isinstance(backend, PublishBatches) else None
+        self.store_run = 1 if self._publisher is None else self._publisher.publish_batch_keys(self.blob_bytes)
+        self._batch_reader = backend if isinstance(backend, ReadBatches) else None
+        self.load_run = 1 if self._batch_reader is None else self._batch_reader.read_batch_keys(self.blob_bytes)
 
     def name_of(self, key: bytes) -> str:
         """The blob name of ``key`` in this namespace."""
@@ -97,6 +102,31 @@ class BlobOps:
         except Exception as exc:
             return self._store_failed(key, exc, before)
         return self._stored(published, before)
+
+    def store_many(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
+        """:meth:`store` of each key, their publishes in one :meth:`PublishBatches.publish_many` (TIERKIT-11).
+
+        Each key ends on its own answer: a blob the batch failed fails its key alone (partial stores
+        are reported as they are); a batch that raised, or answered the wrong number of blobs, fails
+        them all. Every key's first tick is taken before the request, a CREATED one's second after it.
+        """
+        batch = self._publisher
+        if batch is None:
+            return [self.store(key, slot) for key, slot in zip(keys, slots, strict=True)]
+        args = [self._store_args(key, slot) for key, slot in zip(keys, slots, strict=True)]
+        try:
+            answers = batch.publish_many([(name, parts, self.blob_bytes) for _, name, parts in args])
+            if len(answers) != len(args):
+                raise RuntimeError(f"publish_many answered {len(answers)} blobs of {len(args)}")
+        except Exception as exc:
+            return [self._store_failed(key, exc, before) for key, (before, _, _) in zip(keys, args, strict=True)]
+        verdicts: list[tuple[KeyVerdict, int]] = []
+        for key, (before, _, _), answer in zip(keys, args, answers, strict=True):
+            if isinstance(answer, Exception):
+                verdicts.append(self._store_failed(key, answer, before))
+            else:
+                verdicts.append(self._stored(answer, before))
+        return verdicts
 
     async def store_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         """:meth:`store` on the backend's event loop (``io.inner``'s coroutine, within ``op_timeout_s``)."""
@@ -142,10 +172,38 @@ class BlobOps:
                 size = self.backend.read_into(name, (head, row))
             else:
                 size = held[0].read_held(held[1], (head, row))
-        except FileNotFoundError:
-            return KeyVerdict.GONE, before  # absent at some point after this tick: a store vouching later wins
         except Exception as exc:
-            return self._read_failed(name, exc)
+            return self._loaded(key, name, head, row, exc, before)
+        return self._loaded(key, name, head, row, size, before)
+
+    def load_many(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
+        """:meth:`load` of each key (by name), their reads in one :meth:`ReadBatches.read_many` (TIERKIT-11).
+
+        Each key ends on its own answer (gone, transient, damaged and deleted, loaded); a batch that
+        raised, or answered the wrong number of reads, fails them all as transient errors.
+        """
+        batch = self._batch_reader
+        if batch is None:
+            return [self.load(key, slot) for key, slot in zip(keys, slots, strict=True)]
+        names = [self.name_of(key) for key in keys]
+        heads = [memoryview(bytearray(env.HEADER_BYTES)) for _ in keys]  # each its own: read in one call
+        rows = [self._row(slot) for slot in slots]
+        befores = [next(self._ticks) for _ in keys]
+        try:
+            sizes = batch.read_many([(name, (head, row)) for name, head, row in zip(names, heads, rows, strict=True)])
+            if len(sizes) != len(keys):
+                raise RuntimeError(f"read_many answered {len(sizes)} reads of {len(keys)}")
+        except Exception as exc:
+            return [self._read_failed(name, exc) for name in names]
+        return [self._loaded(*each) for each in zip(keys, names, heads, rows, sizes, befores, strict=True)]
+
+    def _loaded(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int | Exception,
+                before: int) -> tuple[KeyVerdict, int]:
+        """How a read of ``key``'s blob into ``head`` and ``row`` ended: its size, or what it raised."""
+        if isinstance(size, FileNotFoundError):
+            return KeyVerdict.GONE, before  # absent at some point after this tick: a store vouching later wins
+        if isinstance(size, Exception):
+            return self._read_failed(name, size)
         verdict = self._verify(key, name, head, row, size)
         if verdict is KeyVerdict.DAMAGED:
             return verdict, self.delete(key, damaged=True)

@@ -44,7 +44,7 @@ from kvproto.tierkit._blob_config import BlobTierConfig, BlobTierStats, capabili
 from kvproto.tierkit._blob_dispatch import Dispatcher
 from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
-from kvproto.tierkit._blob_jobs import JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
+from kvproto.tierkit._blob_jobs import BatchRun, JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
 from kvproto.tierkit._blob_ledger import Ledger
 from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
 from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
@@ -463,11 +463,13 @@ class BlobTier:
                              deadline=deadline, done=future)
         else:
             run_key: KeyRun = self._store_key
+            batches: tuple[BatchRun, int] | None = (self._store_batch, self._ops.store_run)  # TIERKIT-11
             if not store:
                 held = None if self._holds is None else self._holds.load_run(job.job_id, self._ops.load)
                 run_key = self._ops.load if held is None else held
+                batches = (self._ops.load_many, self._ops.load_run) if held is None else None
             launch = partial(run_job, job, since, self._writers if store else self._readers, run_key,
-                             tier_name=self._name, deadline=deadline, done=future)
+                             tier_name=self._name, deadline=deadline, done=future, batches=batches)
         with self._lock:
             self._running[job_id] = future
             if self._closed:
@@ -490,6 +492,13 @@ class BlobTier:
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         trusted = self._trusted(key)
         return trusted if trusted is not None else self._counted(self._ops.store(key, slot))
+
+    def _store_batch(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
+        """:meth:`_store_key` of each key; those the index does not vouch for in one ``publish_many`` (TIERKIT-11)."""
+        trusted = [self._trusted(key) for key in keys]
+        todo = [i for i, verdict in enumerate(trusted) if verdict is None]
+        sent = iter(self._ops.store_many([keys[i] for i in todo], [slots[i] for i in todo]) if todo else ())
+        return [self._counted(next(sent)) if verdict is None else verdict for verdict in trusted]
 
     async def _store_key_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
         trusted = self._trusted(key)

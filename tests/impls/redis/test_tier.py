@@ -4,6 +4,7 @@ stores, pipelined existence, stale/foreign/evicted/replaced values as misses, a 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -21,15 +22,26 @@ class CountingOps(RedisOps):
     """Production's requests, counted by kind (tests only)."""
 
     def __init__(self) -> None:
-        self.sets = self.gets = self.probes = 0
+        self.sets = self.set_pipelines = self.gets = self.get_pipelines = self.probes = 0
 
     def set_if_absent(self, client: Client, key: str, value: bytes, ttl_ms: int | None) -> bool:
         self.sets += 1
         return super().set_if_absent(client, key, value, ttl_ms)
 
+    def set_if_absent_many(self, client: Client, items: Sequence[tuple[str, bytes]], ttl_ms: int | None
+                           ) -> list[bool | Exception]:
+        self.sets += len(items)
+        self.set_pipelines += 1
+        return super().set_if_absent_many(client, items, ttl_ms)
+
     def get(self, client: Client, key: str) -> bytes | None:
         self.gets += 1
         return super().get(client, key)
+
+    def get_many(self, client: Client, keys: Sequence[str]) -> list[bytes | None | Exception]:
+        self.gets += len(keys)
+        self.get_pipelines += 1
+        return super().get_many(client, keys)
 
     def probe(self, client: Client, keys: list[str]) -> list[Probe]:  # type: ignore[override]  # a list is a Sequence
         self.probes += 1
@@ -114,8 +126,9 @@ def test_store_is_create_if_absent_and_a_known_key_is_not_sent_again(redis_serve
     config = config_for(redis_server)
     ops = CountingOps()
     with shut_down_after(open_tier(config, ops=ops)) as (first, run), shut_down_after(open_tier(config)) as (second, other):
+        pipelines = ops.set_pipelines
         assert run.store([key(1), key(2)]).success
-        assert first.stats.stores_created == 2
+        assert first.stats.stores_created == 2 and ops.set_pipelines == pipelines + 1  # one pipeline (TIERKIT-11)
         sets = ops.sets
         assert run.store([key(1)]).success and ops.sets == sets  # known here: reported done without a request
         raw = redis_server.client()
@@ -123,6 +136,63 @@ def test_store_is_create_if_absent_and_a_known_key_is_not_sent_again(redis_serve
         assert other.store([key(1), key(3)]).success  # the second instance: SET NX finds key(1) there
         assert second.stats.already_present == 1 and second.stats.stores_created == 1
         assert raw.get(first.key_of(key(1))) == before  # the first writer's value stays
+
+
+def test_a_store_job_is_one_pipeline_and_a_server_refusing_some_sets_is_a_partial_store(redis_server: LocalRedis) -> None:
+    """REDIS-3, TIERKIT-11: a job of 32 blocks is one pipeline of SET NX; a server out of memory (maxmemory,
+    noeviction) refuses the SETs past its limit: the job reports exactly the keys the server holds, counts
+    the others failed, and those store once the server has room again; a load of all 32 is one pipeline of
+    GET, byte for byte (REDIS-5)."""
+    config = config_for(redis_server)
+    ops = CountingOps()
+    admin = redis_server.client()
+    with shut_down_after(open_tier(config, ops=ops)) as (tier, run):
+        keys = [key(i) for i in range(32)]
+        pipelines, sets = ops.set_pipelines, ops.sets
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", used + 128 * 1024)  # room for about a dozen 8 KiB values
+        try:
+            job_id = run.submit_store(keys)
+            result = run.wait(job_id)
+        finally:
+            admin.config_set("maxmemory", 0)
+        assert ops.set_pipelines == pipelines + 1 and ops.sets == sets + 32
+        held = {k for k in keys if admin.exists(tier.key_of(k))}
+        assert 0 < len(held) < len(keys) and not result.success
+        assert set(result.succeeded_keys(run.jobs[job_id])) == held
+        assert tier.stats.stores_created == len(held) and tier.stats.failed_stores == len(keys) - len(held)
+        assert run.store(keys).success and ops.sets == sets + 32 + len(keys) - len(held)  # known ones not sent again
+        gets = ops.get_pipelines
+        loaded, right, wrong = run.load(keys)
+        assert loaded.success and right == set(keys) and not wrong and ops.get_pipelines == gets + 1  # one pipeline
+
+
+def test_an_ops_class_that_changed_the_one_key_methods_alone_sees_every_store_and_load(redis_server: LocalRedis) -> None:
+    """REDIS-9: a RedisOps subclass overriding ``set_if_absent`` and ``get`` but not their pipelines (as a fault
+    injector written before the pipelines were) gets every store and load key by key, never bypassed."""
+
+    class OneByOne(RedisOps):
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def set_if_absent(self, client: Client, key: str, value: bytes, ttl_ms: int | None) -> bool:
+            self.keys.append(key)
+            return super().set_if_absent(client, key, value, ttl_ms)
+
+        def get(self, client: Client, key: str) -> bytes | None:
+            self.keys.append(key)
+            return super().get(client, key)
+
+    ops = OneByOne()
+    with shut_down_after(open_tier(config_for(redis_server), ops=ops)) as (tier, run):
+        ops.keys.clear()  # the manifest
+        keys = [key(i) for i in range(6)]
+        assert run.store(keys).success
+        assert sorted(ops.keys) == sorted(tier.key_of(k) for k in keys)
+        ops.keys.clear()
+        _, right, _ = run.load(keys)
+        assert right == set(keys) and sorted(ops.keys) == sorted(tier.key_of(k) for k in keys)
 
 
 # -- REDIS-6: pipelined existence ----------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 Blob ``name`` (``<namespace>/<aa>/<bb>/<digest>.kvb``, or ``<namespace>/manifest.json``) is the
 string key ``<prefix>:<name>``. Every request goes through :class:`~kvproto_redis.RedisOps`
-(REDIS-9) and runs on the engine's worker threads, never the scheduler's: ``SET NX`` per store
-(REDIS-3), one ``GET`` per load copied into the slot row (REDIS-5), one pipeline of ``STRLEN`` +
-``GETRANGE`` per existence chunk (REDIS-6), ``UNLINK``, ``SCAN`` pages.
+(REDIS-9) and runs on the engine's worker threads, never the scheduler's: a pipeline of ``SET NX``
+per run of a store job's blocks (REDIS-3, TIERKIT-11), a pipeline of ``GET`` per run of a load job's,
+each value copied into its slot row (REDIS-5), one pipeline of ``STRLEN`` + ``GETRANGE`` per existence
+chunk (REDIS-6), ``UNLINK``, ``SCAN`` pages.
 
 A HIT is not held (no ``HeldReads``: a value has no handle that outlives its deletion), so a key the
 server evicts, expires or another instance deletes between the lookup and the load fails its load
@@ -27,12 +28,16 @@ from kvproto_redis._config import RedisTierConfig
 from kvproto_redis._ops import CHECKSUM_FIELD, Client, RedisOps
 from kvproto_redis._stats import RedisTierStats
 
-__all__ = ["RedisBackend", "short_error"]
+__all__ = ["PIPELINE_BYTES", "PIPELINE_KEYS", "RedisBackend", "short_error"]
 
 _log = logging.getLogger("kvproto_redis")
 
 _BLOCK_SUFFIX = ".kvb"
 _MANIFEST = "manifest.json"
+PIPELINE_KEYS = 32
+"""The most blocks one pipeline of ``SET NX`` or ``GET`` carries (TIERKIT-11)."""
+PIPELINE_BYTES = 2 << 20
+"""The most bytes of blocks one such pipeline carries, unless a single block is larger."""
 _SEEN_CHECKSUMS = 65536  # checksum fields seen by existence checks, not yet used by a load; the oldest go past it
 
 
@@ -75,16 +80,35 @@ class RedisBackend:
         """One ``SET key value NX`` (``PX ttl`` with ``ttl_s``) of the joined parts (REDIS-3): the one copy
         of the row into the request. A key already there is :attr:`Published.EXISTED`, left as it is
         (the engine verifies every load; a damaged value is deleted by the load that finds it)."""
-        value = b"".join(parts)
-        created = self.ops.set_if_absent(self.client, self.key(name), value, self._ttl_ms)
-        block = name.endswith(_BLOCK_SUFFIX)
+        created = self.ops.set_if_absent(self.client, self.key(name), b"".join(parts), self._ttl_ms)
         with self._lock:
-            self._seen.pop(name, None)  # this instance wrote it (or found it): an earlier probe's field no longer applies
-            if block:
-                if created:
-                    self._stats.stores_created += 1
-                else:
-                    self._stats.already_present += 1
+            return self._published(name, created)
+
+    def publish_batch_keys(self, blob_bytes: int) -> int:
+        """How many blocks of ``blob_bytes`` one :meth:`publish_many` pipeline takes (TIERKIT-11, REDIS-3); 1 (key
+        by key, through ``ops.set_if_absent``) where ``ops`` is of a class that changed ``set_if_absent`` but not
+        ``set_if_absent_many``: a store never bypasses it (REDIS-9)."""
+        return _pipeline_keys(self.ops, "set_if_absent", blob_bytes)
+
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> list[Published | Exception]:
+        """:meth:`publish` of each blob in one pipeline of ``SET NX`` (REDIS-3): each answer its own, a SET the
+        server refused (``maxmemory``, an ACL) its error; raises when the pipeline failed as a whole."""
+        answers = self.ops.set_if_absent_many(
+            self.client, [(self.key(name), b"".join(parts)) for name, parts, _ in blobs], self._ttl_ms)
+        if len(answers) != len(blobs):
+            raise RuntimeError(f"a pipeline of {len(blobs)} SET NX answered {len(answers)} replies")
+        with self._lock:
+            return [answer if isinstance(answer, Exception) else self._published(name, answer)
+                    for (name, _, _), answer in zip(blobs, answers, strict=True)]
+
+    def _published(self, name: str, created: bool) -> Published:
+        """Under the lock: count a publish of ``name`` that created it or found it (REDIS-3)."""
+        self._seen.pop(name, None)  # this instance wrote it (or found it): an earlier probe's field no longer applies
+        if name.endswith(_BLOCK_SUFFIX):
+            if created:
+                self._stats.stores_created += 1
+            else:
+                self._stats.already_present += 1
         return Published.CREATED if created else Published.EXISTED
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
@@ -96,15 +120,41 @@ class RedisBackend:
         """
         with self._lock:
             seen = self._seen.pop(name, None)
-        data = self.ops.get(self.client, self.key(name))
+        answer = self._copied(name, self.ops.get(self.client, self.key(name)), seen, buffers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        """How many blocks of ``blob_bytes`` one :meth:`read_many` pipeline takes (TIERKIT-11, REDIS-5); 1 (key by
+        key, through ``ops.get``) where ``ops`` is of a class that changed ``get`` but not ``get_many`` (REDIS-9)."""
+        return _pipeline_keys(self.ops, "get", blob_bytes)
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> list[int | Exception]:
+        """:meth:`read_into` of each blob from one pipeline of ``GET`` (REDIS-5, REDIS-7): each answer its own
+        (a size, or the ``FileNotFoundError`` or error ``read_into`` would raise); raises when the pipeline
+        failed as a whole."""
+        with self._lock:
+            seen = [self._seen.pop(name, None) for name, _ in reads]
+        values = self.ops.get_many(self.client, [self.key(name) for name, _ in reads])
+        if len(values) != len(reads):
+            raise RuntimeError(f"a pipeline of {len(reads)} GET answered {len(values)} replies")
+        return [self._copied(name, value, field, buffers)
+                for (name, buffers), value, field in zip(reads, values, seen, strict=True)]
+
+    def _copied(self, name: str, data: bytes | None | Exception, seen: bytes | None, buffers: Sequence[memoryview]
+                ) -> int | Exception:
+        """A GET's value of ``name`` copied into ``buffers``: its size, or what :meth:`read_into` raises for it."""
+        if isinstance(data, Exception):
+            return data
         if data is None:
             if name.endswith(_BLOCK_SUFFIX):
                 self._count("missing_on_load")
-            raise FileNotFoundError(f"{self.key(name)}: no such key (evicted, expired or deleted since the lookup)")
+            return FileNotFoundError(f"{self.key(name)}: no such key (evicted, expired or deleted since the lookup)")
         first, last = CHECKSUM_FIELD
         if seen is not None and data[first : last + 1] != seen:
             self._count("replaced_on_load")
-            raise FileNotFoundError(f"{self.key(name)}: replaced since the lookup read its checksum")
+            return FileNotFoundError(f"{self.key(name)}: replaced since the lookup read its checksum")
         return MemoryBackend.scatter(memoryview(data), buffers)
 
     def sizes(self, names: Sequence[str]) -> list[int | None]:
@@ -174,6 +224,16 @@ class RedisBackend:
         """Close the client's connections (a client given by the caller is left open)."""
         if self._owns_client:
             self.client.close()
+
+
+def _pipeline_keys(ops: RedisOps, single: str, blob_bytes: int) -> int:
+    """Blocks of ``blob_bytes`` per pipeline (at most ``PIPELINE_KEYS`` and ``PIPELINE_BYTES``), or 1 where
+    ``ops``'s class changed the one-key method ``single`` but not its pipeline ``<single>_many`` (REDIS-9)."""
+    kind = type(ops)
+    many = f"{single}_many"
+    if getattr(kind, single) is not getattr(RedisOps, single) and getattr(kind, many) is getattr(RedisOps, many):
+        return 1
+    return max(1, min(PIPELINE_KEYS, PIPELINE_BYTES // max(1, blob_bytes)))
 
 
 def short_error(exc: BaseException) -> str:

@@ -32,7 +32,8 @@ _SCAN_COUNT = 1000
 
 
 class RedisOps:
-    """One method per request (REDIS-9): SET NX, GET, a pipelined existence check, UNLINK, SCAN pages.
+    """One method per request (REDIS-9): SET NX, GET, a pipeline of either, a pipelined existence check,
+    UNLINK, SCAN pages.
 
     A method raises what redis-py raises (``redis.exceptions.ConnectionError``, ``TimeoutError``,
     ``AuthenticationError``, ``ResponseError``...). Stateless: one instance may serve several backends.
@@ -46,12 +47,32 @@ class RedisOps:
         """One ``SET key value NX [PX ttl_ms]``: True if it created the key, False if the key existed."""
         return bool(client.set(key, value, nx=True, px=ttl_ms))
 
+    def set_if_absent_many(self, client: Client, items: Sequence[tuple[str, bytes]], ttl_ms: int | None
+                           ) -> list[bool | Exception]:
+        """One pipeline of ``SET key value NX [PX ttl_ms]`` per item (REDIS-3): per item, True if it created
+        the key, False if the key existed, or the error the server answered that command (the others
+        stand). Raises when the pipeline itself failed (the connection): any of its SETs may have run."""
+        pipe = client.pipeline(transaction=False)
+        for key, value in items:
+            pipe.set(key, value, nx=True, px=ttl_ms)
+        replies: list[object] = pipe.execute(raise_on_error=False)
+        return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
+
     def get(self, client: Client, key: str) -> bytes | None:
         """One ``GET key``: the value, or None if there is no such key."""
-        value: object = client.get(key)
-        if value is None or isinstance(value, bytes):
-            return value
-        raise TypeError(f"GET {key}: the client answered {type(value).__name__}, not bytes (decode_responses?)")
+        value = _value(key, client.get(key))
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def get_many(self, client: Client, keys: Sequence[str]) -> list[bytes | None | Exception]:
+        """One pipeline of ``GET key`` per key (REDIS-5): per key its value, None if there is no such key, or
+        the error the server answered that command. Raises when the pipeline itself failed (the connection)."""
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+        replies: list[object] = pipe.execute(raise_on_error=False)
+        return [_value(key, reply) for key, reply in zip(keys, replies, strict=True)]
 
     def probe(self, client: Client, keys: Sequence[str]) -> list[Probe]:
         """One pipeline of ``STRLEN key`` and ``GETRANGE key 32 39`` per key (REDIS-6, REDIS-7): each key's
@@ -97,6 +118,14 @@ class RedisOps:
                 yield [_text(k) for k in found]
             if cursor == 0:
                 return
+
+
+def _value(key: str, reply: object) -> bytes | None | Exception:
+    """A GET's reply as the tier takes it: bytes, None (no such key), or an error (a reply of another type:
+    the client decodes responses)."""
+    if reply is None or isinstance(reply, bytes | Exception):
+        return reply
+    return TypeError(f"GET {key}: the client answered {type(reply).__name__}, not bytes (decode_responses?)")
 
 
 def _text(key: object) -> str:
