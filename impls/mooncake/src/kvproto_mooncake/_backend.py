@@ -18,6 +18,12 @@ executor), never the loop's and never the scheduler's, through :class:`~kvproto_
   answers a size past it (the engine deletes it as damaged); any other error is transient.
 * **Existence** (MC-6): ``batch_is_exist`` per chunk, then ``batch_get_replica_desc`` of the keys
   found, for their sizes: a wrong-sized value answers absent.
+* **Broken connections** (MC-11): a batch get or existence check that Mooncake answers ``RPC_FAIL``
+  for every key at once is sent again (a few times at most). The client's connections to the master
+  broke (a master that restarted); each connects again at its next request, which answers for the
+  cluster as it is now: a restarted master's ``OBJECT_NOT_FOUND`` is a missing key (the engine then
+  stops trusting what it remembered, TIERKIT-10), not a transient failure that leaves the next loads
+  to fail the same way.
 * **Deletes** are forced (``force=True``): a lookup's existence check or a load holds a read lease on
   the value (10 s by default) during which a plain ``remove`` fails ``OBJECT_HAS_LEASE``; the tier
   deletes only damaged blocks and, at ``reset_cache``, its namespace (MC-7).
@@ -29,7 +35,8 @@ import asyncio
 import ctypes
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from kvproto import envelope as env
 from kvproto.tierkit import Published
@@ -41,6 +48,7 @@ from kvproto_mooncake._ops import (
     INVALID_PARAMS,
     OBJECT_HAS_LEASE,
     OBJECT_NOT_FOUND,
+    RPC_FAIL,
     Client,
     MooncakeError,
     MooncakeOps,
@@ -57,6 +65,8 @@ _EXISTED = 1  # a put batch's answer for a key batch_is_exist found present (Moo
 _PutItem = tuple[str, list[int], list[int]]  # key, buffer addresses, sizes
 _GetItem = tuple[str, int, int]  # key, slot address, slot bytes
 _REGEX_SPECIAL = frozenset(".^$|?*+()[]{}\\")
+_RECONNECTS = 8  # calls again after an RPC_FAIL for every key: the client's broken connections reconnect (MC-11)
+_BROKEN_S = 0.05  # an RPC_FAIL this fast is a broken connection (a master that restarted), not one that is down
 _START_BYTES = 8 << 20  # with no call running, a batch of this many bytes goes at once: the others get ready meanwhile
 
 
@@ -260,8 +270,8 @@ class MooncakeBackend:
         first's (the batch owns every slot until it is settled)."""
         first: dict[str, int] = {}
         ask = [i for i, (key, _, _) in enumerate(items) if first.setdefault(key, i) == i]
-        got = self.ops.get_into(self.client, [items[i][0] for i in ask], [items[i][1] for i in ask],
-                                [items[i][2] for i in ask])
+        got = _again_if_disconnected(lambda: self.ops.get_into(
+            self.client, [items[i][0] for i in ask], [items[i][1] for i in ask], [items[i][2] for i in ask]))
         answers = [0] * len(items)
         for i, code in zip(ask, got, strict=True):
             answers[i] = code
@@ -281,7 +291,7 @@ class MooncakeBackend:
         return await asyncio.to_thread(self._sizes, [self.key(n) for n in names])
 
     def _sizes(self, keys: list[str]) -> list[int | None]:
-        present = self.ops.exist(self.client, keys)
+        present = _again_if_disconnected(lambda: self.ops.exist(self.client, keys))
         if keys and all(p < 0 for p in present):
             raise MooncakeError(f"batch_is_exist of {len(keys)} keys", present[0])
         found = [k for k, p in zip(keys, present, strict=True) if p == 1]
@@ -369,6 +379,22 @@ def _size_of(replicas: Mapping[str, Sequence[Replica]], key: str) -> int | None:
             continue
         return size or None
     return None
+
+
+def _again_if_disconnected(call: Callable[[], list[int]]) -> list[int]:
+    """``call()``'s answers; while Mooncake answered ``RPC_FAIL`` for every key at once (within
+    :data:`_BROKEN_S`), ``call()`` again, at most :data:`_RECONNECTS` more times (MC-11).
+
+    Each of the client's pooled connections to a master that restarted fails its next request at once
+    (End of file) and connects again at the one after, which answers for the cluster as it is. A master
+    that is down fails the call after the broken one only after trying to connect (seconds), and one that
+    does not answer holds it: neither is called a third time."""
+    for _ in range(_RECONNECTS):
+        began = time.monotonic()
+        answers = call()
+        if not answers or any(a != RPC_FAIL for a in answers) or time.monotonic() - began > _BROKEN_S:
+            return answers
+    return call()
 
 
 def short_error(exc: BaseException) -> str:
