@@ -19,8 +19,8 @@ load then failed is counted (HIT-then-failed).
 :func:`black_hole_run` and :func:`empty_restart_run` run the two faults over a :class:`RemoteRig`
 and return a :class:`FaultReport`; the tests assert the bounds on it.
 
-Plugging a tier in (the Redis and Mooncake tiers do it the way ``tests/impls/obj/test_remote_faults.py``
-does for kvproto-obj): build a :class:`RemoteRig` of
+Plugging a tier in (``tests/impls/{obj,redis,mooncake}/test_remote_faults.py`` do it): build a
+:class:`RemoteRig` of
 
 * ``open_tier(buffer)``: a new tier over the slot buffer (rows of ``BLOCK`` bytes), whose client
   talks to the server *through the network fault*: for a server on one port, point the client at a
@@ -29,17 +29,18 @@ does for kvproto-obj): build a :class:`RemoteRig` of
 * ``network``: what black-holes that path (:class:`Network`: ``hole`` / ``restore``); a
   ``BlackholeProxy`` is one. A client that learns further addresses from its server (Mooncake's
   master hands out the storage segments' addresses, a Redis cluster redirects to its nodes) must
-  reach each of them through a proxy too, or bring a ``Network`` that swallows them all (one proxy
-  per port, switched together).
+  reach each of them through a proxy too, or be cut off by stopping the server's processes
+  (:class:`~tests.impls.remote_fault_tests.FrozenProcesses`, SIGSTOP / SIGCONT).
 * ``server``: a :class:`StoreServer` that kills the server (SIGKILL: what it held is gone) and
   starts it again *empty*, where the client looks for it (the same port; whatever the tier needs to
   work at all, such as a bucket, made again), returning once it serves.
 
-Run the server and the proxy in child processes (as the obj rig does), so that what is timed is the
-tier's own doing; the run adds one busy Python thread (``RemoteRig.neighbours``), as an engine's
-process has. Then assert on the report: ``wrong_bytes == 0``, ``longest_held_ms`` (the longest call
-that waited without being preempted: :class:`CallTimes`) and ``hit_then_failed_share`` under the
-bounds the obj test states, and that the tier served again (``again``).
+Run the server and the proxy in child processes, so that what is timed is the tier's own doing; the
+run adds one busy Python thread (``RemoteRig.neighbours``), as an engine's process has. The tests and
+their bounds, the same for every tier, are ``tests/impls/remote_fault_tests.py``'s
+``RemoteFaultTests``: ``wrong_bytes == 0``, ``longest_held_ms`` (the longest call that waited without
+being preempted: :class:`CallTimes`) and ``hit_then_failed_share`` under the bounds, and the tier
+served again (``again``).
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ class Tally:
     stored: int = 0
     failed_stores: int = 0
     stuck: int = 0  # keys still RETRY far past the tier's declared max_retry_steps (taken as MISS)
+    passes: int = 1  # the keys were asked this many times, the tally being the last time's (_settled)
 
     @property
     def asked(self) -> int:
@@ -401,7 +403,8 @@ class FaultReport:
             f"  after the fault {after.hit_then_failed} of {after.asked} keys asked were HIT-then-failed "
             f"({100 * self.hit_then_failed_share:.1f}%; {after.answers['HIT']} HIT, {after.answers['MISS']} MISS, "
             f"{after.loaded_right} loaded right, {after.stored} stored, {after.failed_stores} stores failed); "
-            f"served again: {self.again.loaded_right} of {self.again.hit_loads} loads right; "
+            f"served again: {self.again.loaded_right} of {self.again.hit_loads} loads right"
+            f"{'' if self.again.passes == 1 else f' (asked {self.again.passes} times)'}; "
             f"wrong bytes {self.wrong_bytes}\n"
             f"  longest per method (ms): " + ", ".join(f"{m} {c.ms:.2f}" for m, c in sorted(times.longest.items()))
             + f"; slow calls (> {SLOW_MS:g} ms): {len(times.slow)}" + "".join(f"; {c}" for c in slowest)
@@ -460,9 +463,7 @@ def black_hole_run(rig: RemoteRig, *, hole_s: float = 3.0, warm: int = 96, per_r
     with _with_tier(rig) as (_, loop, times):
         warm_keys = _keys(f"{rig.name}-hole-warm", warm)
         times.phase = "warm-up"
-        loop.feed(_requests(warm_keys, per_request))
-        loop.drain()
-        before = loop.reset_tally()
+        before = _settled(loop, warm_keys, per_request)
         times.phase = "black hole"
         fresh = iter(_keys(f"{rig.name}-hole-new", 100_000))
         mixed = [warm_keys[i : i + per_request // 2] + [next(fresh) for _ in range(per_request // 2)]
@@ -479,10 +480,25 @@ def black_hole_run(rig: RemoteRig, *, hole_s: float = 3.0, warm: int = 96, per_r
         new_keys = _keys(f"{rig.name}-hole-after", per_request)
         loop.run_until(lambda: _stored_all(loop, new_keys), rig.recovery_bound_s, f"{rig.name} stores after the hole")
         loop.reset_tally()
-        loop.feed([new_keys])
-        loop.drain()
-        again = loop.reset_tally()
+        again = _settled(loop, new_keys, per_request)
         return FaultReport(rig.name, "black-holed network", times, before, after, again)
+
+
+def _settled(loop: SchedulerLoop, keys: list[OffloadKey], per_request: int, passes: int = 4) -> Tally:
+    """Ask for ``keys`` (a MISS is stored, a HIT loaded) and, while a pass saw a store or a HIT's load
+    fail (the tier's short timeouts on a machine too busy for them: this suite shares its CPUs), ask for
+    every key again, ``passes`` at most: a key stored answers HIT and loads, one whose store or load
+    failed is stored again. The last pass's tally (its ``passes``): every key ``stored`` or
+    ``loaded_right`` once settled; a tier that keeps failing shows it after the last pass."""
+    tally = Tally()
+    for done in range(1, passes + 1):
+        loop.feed(_requests(keys, per_request))
+        loop.drain()
+        tally = loop.reset_tally()
+        tally.passes = done
+        if tally.failed_stores == 0 and tally.hit_then_failed == 0:
+            break
+    return tally
 
 
 def _stored_all(loop: SchedulerLoop, keys: list[OffloadKey]) -> bool:
@@ -499,14 +515,12 @@ def _stored_all(loop: SchedulerLoop, keys: list[OffloadKey]) -> bool:
 def empty_restart_run(rig: RemoteRig, *, warm: int = 1024, per_request: int = 8) -> FaultReport:
     """Store ``warm`` keys, kill the server and start it empty, then ask for every one of them once
     (``after``: HITs whose loads failed vs MISSes, each MISS stored anew), then once more (``again``:
-    they load, right)."""
+    they load, right; asked again while a load or store failed, :func:`_settled`)."""
     with _with_tier(rig) as (_, loop, times):
         warm_keys = _keys(f"{rig.name}-restart", warm)
         times.phase = "warm-up"
-        loop.feed(_requests(warm_keys, per_request))
-        loop.drain()
-        before = loop.reset_tally()
-        assert before.stored == warm, f"{rig.name}: only {before.stored} of {warm} keys stored before the restart"
+        before = _settled(loop, warm_keys, per_request)
+        assert before.stored + before.loaded_right == warm, f"{rig.name}: not every key stored before the restart: {before}"
         rig.server.kill()
         rig.server.start_empty()
         times.phase = "after the empty restart"
@@ -514,7 +528,5 @@ def empty_restart_run(rig: RemoteRig, *, warm: int = 1024, per_request: int = 8)
         loop.drain(rig.recovery_bound_s + 60.0)
         after = loop.reset_tally()
         times.phase = "asked again"
-        loop.feed(_requests(warm_keys, per_request))
-        loop.drain()
-        again = loop.reset_tally()
+        again = _settled(loop, warm_keys, per_request)
         return FaultReport(rig.name, "server restarted empty", times, before, after, again)

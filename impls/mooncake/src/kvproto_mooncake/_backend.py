@@ -21,6 +21,12 @@ executor), never the loop's and never the scheduler's, through :class:`~kvproto_
 * **An outage** (MC-12): the first ``RPC_FAIL`` (the master did not answer) closes a
   :class:`~kvproto_mooncake._gate.MasterGate`; until a probe of the master connects, every request fails
   at once instead of waiting out Mooncake's own RPC retries (~4 s a call).
+* **Broken connections** (MC-13): a batch get or existence check that Mooncake answers ``RPC_FAIL``
+  for every key at once is sent again (a few times at most) before the gate hears of it. The client's
+  connections to the master broke (a master that restarted); each connects again at its next request,
+  which answers for the cluster as it is now: a restarted master's ``OBJECT_NOT_FOUND`` is a missing key
+  (the engine then stops trusting what it remembered, TIERKIT-10), not a transient failure that leaves
+  the next loads to fail the same way.
 * **Deletes** are forced (``force=True``): a lookup's existence check or a load holds a read lease on
   the value (10 s by default) during which a plain ``remove`` fails ``OBJECT_HAS_LEASE``; the tier
   deletes only damaged blocks and, at ``reset_cache``, its namespace (MC-7).
@@ -32,7 +38,8 @@ import asyncio
 import ctypes
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from kvproto import envelope as env
 from kvproto.tierkit import Published
@@ -45,6 +52,7 @@ from kvproto_mooncake._ops import (
     INVALID_PARAMS,
     OBJECT_HAS_LEASE,
     OBJECT_NOT_FOUND,
+    RPC_FAIL,
     Client,
     MooncakeError,
     MooncakeOps,
@@ -61,6 +69,8 @@ _EXISTED = 1  # a put batch's answer for a key batch_is_exist found present (Moo
 _PutItem = tuple[str, list[int], list[int]]  # key, buffer addresses, sizes
 _GetItem = tuple[str, int, int]  # key, slot address, slot bytes
 _REGEX_SPECIAL = frozenset(".^$|?*+()[]{}\\")
+_RECONNECTS = 8  # calls again after an RPC_FAIL for every key: the client's broken connections reconnect (MC-13)
+_BROKEN_S = 0.05  # an RPC_FAIL this fast is a broken connection (a master that restarted), not one that is down
 _START_BYTES = 8 << 20  # with no call running, a batch of this many bytes goes at once: the others get ready meanwhile
 
 
@@ -275,8 +285,8 @@ class MooncakeBackend:
         first: dict[str, int] = {}
         ask = [i for i, (key, _, _) in enumerate(items) if first.setdefault(key, i) == i]
         self.gate.check(f"a batch get of {len(ask)} keys")
-        got = self.ops.get_into(self.client, [items[i][0] for i in ask], [items[i][1] for i in ask],
-                                [items[i][2] for i in ask])
+        got = _again_if_disconnected(lambda: self.ops.get_into(
+            self.client, [items[i][0] for i in ask], [items[i][1] for i in ask], [items[i][2] for i in ask]))
         self.gate.note(got)
         answers = [0] * len(items)
         for i, code in zip(ask, got, strict=True):
@@ -298,7 +308,7 @@ class MooncakeBackend:
 
     def _sizes(self, keys: list[str]) -> list[int | None]:
         self.gate.check(f"batch_is_exist of {len(keys)} keys")
-        present = self.ops.exist(self.client, keys)
+        present = _again_if_disconnected(lambda: self.ops.exist(self.client, keys))
         self.gate.note(present)
         if keys and all(p < 0 for p in present):
             raise MooncakeError(f"batch_is_exist of {len(keys)} keys", present[0])
@@ -394,6 +404,22 @@ def _size_of(replicas: Mapping[str, Sequence[Replica]], key: str) -> int | None:
             continue
         return size or None
     return None
+
+
+def _again_if_disconnected(call: Callable[[], list[int]]) -> list[int]:
+    """``call()``'s answers; while Mooncake answered ``RPC_FAIL`` for every key at once (within
+    :data:`_BROKEN_S`), ``call()`` again, at most :data:`_RECONNECTS` more times (MC-13).
+
+    Each of the client's pooled connections to a master that restarted fails its next request at once
+    (End of file) and connects again at the one after, which answers for the cluster as it is. A master
+    that is down fails the call after the broken one only after trying to connect (seconds), and one that
+    does not answer holds it: neither is called a third time."""
+    for _ in range(_RECONNECTS):
+        began = time.monotonic()
+        answers = call()
+        if not answers or any(a != RPC_FAIL for a in answers) or time.monotonic() - began > _BROKEN_S:
+            return answers
+    return call()
 
 
 def short_error(exc: BaseException) -> str:

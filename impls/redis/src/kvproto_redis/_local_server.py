@@ -195,6 +195,10 @@ class LocalRedis:
         except OSError:
             return "(no log)"
 
+    def pids(self) -> list[int]:
+        """The process ids of the nodes running now."""
+        return [proc.pid for proc in self._procs.values()]
+
     def kill(self, port: int | None = None) -> None:
         """Stop one node (the first by default) at once (SIGKILL): what it held is gone."""
         port = self.port if port is None else port
@@ -204,14 +208,24 @@ class LocalRedis:
             proc.wait(_STOP_BOUND_S)
 
     def restart(self, port: int | None = None) -> None:
-        """Start a stopped node again on its port, empty (one node only: a cluster node would come back
-        without its slots)."""
-        port = self.port if port is None else port
+        """Start a stopped node again on its port, empty. A cluster restarts whole, once every node is
+        stopped: each node on its port, empty and with no cluster state, then the cluster created again
+        (a node alone would come back without its slots)."""
         if self.cluster:
-            raise ConfigurationError("LocalRedis.restart: a cluster node cannot come back empty")
+            self._restart_cluster(port)
+            return
+        port = self.port if port is None else port
         if port in self._procs:
             raise ConfigurationError(f"LocalRedis.restart: the node on port {port} is running")
         self._launch(port)
+
+    def _restart_cluster(self, port: int | None) -> None:
+        if port is not None or self._procs:
+            raise ConfigurationError("LocalRedis.restart: a cluster restarts whole, once every node is stopped")
+        for node in self.ports:
+            shutil.rmtree(self._dir / str(node), ignore_errors=True)  # its nodes-PORT.conf: a new node
+            self._launch(node)
+        self._create_cluster()
 
     def stop(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL past a bound) by its PID and delete the directory. Idempotent."""
