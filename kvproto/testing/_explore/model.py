@@ -4,7 +4,11 @@ One object holds, for every instance the explorer built over the same storage, w
 holds that instance to, and judges each observation as it is made:
 
 * **A HIT names a block that may exist** (TIER-4): some instance submitted a store of the key and no
-  successful ``reset_cache`` removed it since (a store in flight at the reset may still land).
+  successful ``reset_cache`` removed it since (a store in flight at the reset may still land). Where
+  the tier declares ``sharing``, an instance may still remember a block it stored or loaded that
+  another instance's reset removed (its index is a memo, TIERKIT-10): it may answer HIT for it until a
+  load of it fails there, and that load's failure is excused (TIER-4: the block answers HIT again only
+  if a load right after succeeds).
 * **A block stored is seen** (TIER-10, TIER-18): a key whose store an instance reported successful
   (a store in flight during a reset proves nothing) answers HIT in a fresh request of that instance,
   and of every live instance where the tier declares
@@ -52,6 +56,7 @@ class SharedStorageModel:
         self.caps = capabilities
         self.possible: set[OffloadKey] = set()  # some store submitted since the last reset removed it
         self.certain: dict[int, set[OffloadKey]] = {}  # per instance: keys it must see
+        self.remembered: dict[int, set[OffloadKey]] = {}  # per instance: what it stored or loaded itself
         self.stored_by: dict[OffloadKey, int] = {}  # the instance whose store made a key certain
         self.disturbances = 0  # resets, and stores where the tier declares eviction
         self.stores: dict[tuple[int, int], tuple[OffloadKey, ...]] = {}  # (instance, job) -> keys
@@ -62,6 +67,7 @@ class SharedStorageModel:
     def join(self, instance: int, *, after: int | None) -> None:
         """``instance`` is built over the storage; ``after``: the instance it follows (its restart),
         or None for one built beside the live ones."""
+        self.remembered[instance] = set()
         live = [self.certain[i] for i in self.certain if i != after]
         if self.caps.sharing and live:
             self.certain[instance] = set(live[0])
@@ -73,6 +79,7 @@ class SharedStorageModel:
     def leave(self, instance: int) -> None:
         """``instance`` was shut down: nothing it had in flight is judged any more."""
         self.certain.pop(instance, None)
+        self.remembered.pop(instance, None)
         self.stores = {k: v for k, v in self.stores.items() if k[0] != instance}
         self.raced = {k for k in self.raced if k[0] != instance}
         self.loads = {k: v for k, v in self.loads.items() if k[0] != instance}
@@ -95,6 +102,7 @@ class SharedStorageModel:
         removed it after it was written)."""
         raced = (instance, job_id) in self.raced
         self.raced.discard((instance, job_id))
+        self.remembered[instance].update(done)  # its index holds them, raced or not
         if raced:
             done = frozenset()
         for key in self.stores.pop((instance, job_id), ()):
@@ -110,6 +118,7 @@ class SharedStorageModel:
         """``reset_cache`` returned True in ``instance``: every block is gone but those a store still
         in flight (in another instance) may yet write."""
         self.disturbances += 1
+        self.remembered[instance].clear()
         for seen in self._seers(instance):
             seen.clear()
         self.possible = {k for keys in self.stores.values() for k in keys}
@@ -117,8 +126,9 @@ class SharedStorageModel:
 
     # ---- lookups ---------------------------------------------------------------------------
     def judge_hit(self, instance: int, key: OffloadKey) -> None:
-        """A settled HIT in ``instance``: the key may exist, or TIER-4 fails."""
-        if key not in self.possible:
+        """A settled HIT in ``instance``: the key may exist (or, with ``sharing``, the instance may
+        remember it), or TIER-4 fails."""
+        if key not in self.possible and not (self.caps.sharing and key in self.remembered.get(instance, ())):
             raise ConformanceFailure(
                 "TIER-4",
                 f"instance {instance}: lookup({short_key(key)}) answered HIT for a block no instance stored "
@@ -147,13 +157,17 @@ class SharedStorageModel:
     def load_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey], *, after_hit: bool) -> None:
         """A load of ``keys`` was submitted in ``instance``."""
         sure = frozenset(k for k in keys if k in self.certain.get(instance, ()))
-        self.loads[(instance, job_id)] = PendingLoad(sure, self.disturbances, after_hit)
+        stale = any(k not in self.possible for k in keys)  # a HIT from memory of a removed block
+        self.loads[(instance, job_id)] = PendingLoad(sure, self.disturbances, after_hit and not stale)
 
     def load_finished(
         self, instance: int, job_id: int, keys: Sequence[OffloadKey], done: frozenset[OffloadKey]
     ) -> None:
         """The load reported ``done``: judge the keys it failed (see the module docstring)."""
         pending = self.loads.pop((instance, job_id), None)
+        remembered = self.remembered.get(instance, set())
+        remembered.difference_update(k for k in keys if k not in done)
+        remembered.update(done)
         if pending is None or pending.disturbances != self.disturbances or done >= set(keys):
             return
         if pending.after_hit:

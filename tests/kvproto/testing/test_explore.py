@@ -16,8 +16,8 @@ from kvproto.testing.explore import KINDS, SIZES, SharedStorageModel, swarm_plan
 A, B, C = key_pool("explore-model", 3)
 
 
-def _model(**declared: bool) -> SharedStorageModel:
-    model = SharedStorageModel(Capabilities(**declared))
+def _model(*, sharing: bool = False, persistence: bool = False, eviction: bool = False) -> SharedStorageModel:
+    model = SharedStorageModel(Capabilities(sharing=sharing, persistence=persistence, eviction=eviction))
     model.join(0, after=None)
     return model
 
@@ -30,7 +30,9 @@ def test_a_hit_after_another_instances_reset_is_blamed() -> None:
     model.judge_hit(0, A)  # stored by the other live instance: fine
     model.reset_succeeded(0)
     with pytest.raises(ConformanceFailure, match=r"TIER-4.*since the last successful reset_cache"):
-        model.judge_hit(1, A)
+        model.judge_hit(0, A)  # the instance that reset it
+    with pytest.raises(ConformanceFailure, match=r"TIER-4"):
+        model.judge_hit(1, B)  # never stored anywhere
     model.judge_miss(1, A, past_deadline=False)  # removed: MISS is right
 
 
@@ -107,3 +109,18 @@ def test_every_two_kinds_run_together_and_apart() -> None:
 def test_rows_respect_the_size_bound(bound: int) -> None:
     sizes = {size for _, size in swarm_plan(bound)}
     assert sizes == {s for s in SIZES if s <= bound}
+
+
+def test_a_sharing_instance_may_remember_a_removed_block_until_its_load_fails() -> None:
+    model = _model(sharing=True)
+    model.join(1, after=None)
+    model.store_submitted(1, 1, [A])
+    model.store_finished(1, 1, frozenset({A}))
+    model.reset_succeeded(0)
+    model.judge_hit(1, A)  # instance 1's memo: allowed (TIERKIT-10)
+    with pytest.raises(ConformanceFailure, match="TIER-4"):
+        model.judge_hit(0, A)  # the instance that reset remembers nothing
+    model.load_submitted(1, 2, [A], after_hit=True)
+    model.load_finished(1, 2, [A], frozenset())  # the stale HIT's load fails: excused
+    with pytest.raises(ConformanceFailure, match="TIER-4"):
+        model.judge_hit(1, A)  # but not told HIT again

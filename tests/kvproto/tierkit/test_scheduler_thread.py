@@ -168,10 +168,10 @@ def test_a_store_after_another_instances_reset_is_sent_not_skipped(loop: bool) -
     vouches for is skipped only where the storage still holds the blob; after another instance's
     ``reset_cache`` removed it, the store is sent again, so the block it reports stored is there."""
     blobs = MemoryBackend()
-    memory: object = AsyncMemory(blobs) if loop else blobs
+    memory: BlobBackend | AsyncMemory = AsyncMemory(blobs) if loop else blobs
     config = BlobTierConfig(shared=True, trust_index_on_store=True, start_in_background=False)
     buffers = make_buffer(), make_buffer()
-    mine, other = (BlobTier(memory, b, config, name=f"shared-{i}") for i, b in enumerate(buffers))  # type: ignore[call-overload]  # either backend kind
+    mine, other = (BlobTier(memory, b, config, name=f"shared-{i}") for i, b in enumerate(buffers))
     run = Runner(mine, buffers[0])
     try:
         keys = [key(i) for i in range(2)]
