@@ -31,10 +31,11 @@ DISTRIBUTIONS = {
         "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
     ),
     "adapters/lmcache": ("kvproto_lmcache", "kvproto_lmcache", {"lmcache-fs", "lmcache-mock"}),
+    "adapters/sglang": ("kvproto_sglang", "kvproto_sglang", set()),
 }
 
 #: Distributions whose tiers are not reference tiers (no kvproto-reference keyword, KIT-9).
-NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache"}
+NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache", "adapters/sglang"}
 
 #: The engine adapters' ``kvproto conform ENGINE:MODULE:CLASS`` handlers (entry-point group kvproto.target_schemes).
 SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}}
@@ -60,10 +61,13 @@ def _top_level(wheel: Path) -> set[str]:
 
 def _entry_points(wheel: Path) -> configparser.ConfigParser:
     with zipfile.ZipFile(wheel) as zf:
-        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        names = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
         parser = configparser.ConfigParser()
         parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep entry-point names' case
-        parser.read_string(zf.read(name).decode())
+        for name in names:  # none: a distribution that registers nothing (kvproto-sglang)
+            parser.read_string(zf.read(name).decode())
+        if not parser.has_section("kvproto.tiers"):
+            parser.add_section("kvproto.tiers")
         return parser
 
 

@@ -102,6 +102,9 @@ BEFORE: dict[str, tuple[str, ...]] = {
     "kvproto_lmcache": (
         "KvprotoL2Adapter", "LmcacheSecondaryTier",
     ),
+    "kvproto_sglang": (
+        "KvprotoHiCacheStorage",
+    ),
     "kvproto_vllm.testing": (
         "VllmTierTests",
     ),
