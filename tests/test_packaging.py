@@ -31,14 +31,14 @@ DISTRIBUTIONS = {
         "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
     ),
     "adapters/lmcache": ("kvproto_lmcache", "kvproto_lmcache", {"lmcache-fs", "lmcache-mock"}),
-    "adapters/sglang": ("kvproto_sglang", "kvproto_sglang", set()),
+    "adapters/sglang": ("kvproto_sglang", "kvproto_sglang", {"sglang-file"}),
 }
 
 #: Distributions whose tiers are not reference tiers (no kvproto-reference keyword, KIT-9).
 NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache", "adapters/sglang"}
 
 #: The engine adapters' ``kvproto conform ENGINE:MODULE:CLASS`` handlers (entry-point group kvproto.target_schemes).
-SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}}
+SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}, "adapters/sglang": {"sglang"}}
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +61,10 @@ def _top_level(wheel: Path) -> set[str]:
 
 def _entry_points(wheel: Path) -> configparser.ConfigParser:
     with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
         parser = configparser.ConfigParser()
         parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep entry-point names' case
-        for name in names:  # none: a distribution that registers nothing (kvproto-sglang)
-            parser.read_string(zf.read(name).decode())
-        if not parser.has_section("kvproto.tiers"):
-            parser.add_section("kvproto.tiers")
+        parser.read_string(zf.read(name).decode())
         return parser
 
 
@@ -149,5 +146,5 @@ def test_kvproto_wheel_ships_the_sample_trace(wheels: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("folder", sorted(SCHEMES))
 def test_engine_adapters_register_their_target_scheme(wheels: dict[str, Path], folder: str) -> None:
-    """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` resolve through these."""
+    """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` / ``sglang:MODULE:CLASS`` resolve through these."""
     assert set(_entry_points(wheels[folder])["kvproto.target_schemes"]) == SCHEMES[folder]
