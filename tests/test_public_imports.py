@@ -105,6 +105,9 @@ BEFORE: dict[str, tuple[str, ...]] = {
     "kvproto_sglang": (
         "KvprotoHiCacheStorage",
     ),
+    "kvproto_sglang.testing": (
+        "SglangStorageTests",
+    ),
     "kvproto_vllm.testing": (
         "VllmTierTests",
     ),

@@ -13,6 +13,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
 from kvproto_sglang._conformance import storage_config
+from kvproto_sglang.testing import SglangStorageTests
 from tests.adapters.kit_reports import conform_report
 
 DICT_STORAGE = "sglang:tests.adapters.sglang.sglang_backends:DictStorage"
@@ -73,3 +74,10 @@ def test_hicache_file_loads_a_too_long_page_as_success(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes() + b"tail")
     (loaded,) = backend.batch_get(["ab" * 32], [torch.zeros(64, dtype=torch.uint8)])
     assert loaded is not None and torch.equal(loaded, page)
+
+
+class TestDictStorageInTheAuthorsSuite(SglangStorageTests):
+    """SGL-8: the kit's checks in a backend author's own pytest suite, over the v1 calls."""
+
+    sglang_storage = "tests.adapters.sglang.sglang_backends:DictStorage"
+    sglang_options = {"interface_v1": 1}
