@@ -12,6 +12,7 @@ import pytest
 import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
+from kvproto_sglang._as_kvproto import SlotHostPool
 from kvproto_sglang._conformance import storage_config
 from kvproto_sglang.testing import SglangStorageTests
 from tests.adapters.kit_reports import conform_report
@@ -32,11 +33,32 @@ def test_sglang_file_fails_exactly_on_the_flipped_byte_and_names_its_clause(tmp_
     assert checks["test_events_report_removals"]["outcome"] == "xfailed"
 
 
-@pytest.mark.parametrize("option", [[], ["--option", "interface_v1=1"]], ids=["no-options", "interface_v1"])
+LAYER_FIRST_BF16 = ["--option", "host_pool.layout=layer_first", "--option", "host_pool.dtype=bfloat16"]
+
+
+@pytest.mark.parametrize("option", [[], ["--option", "interface_v1=1"], LAYER_FIRST_BF16,
+                                    ["--option", "interface_v1=1", *LAYER_FIRST_BF16]],
+                         ids=["no-options", "interface_v1", "layer_first-bf16", "interface_v1-layer_first-bf16"])
 def test_a_correct_sglang_backend_written_outside_kvproto_conforms(tmp_path: Path, option: list[str]) -> None:
+    """With no options, and with a ``layer_first`` bfloat16 host pool on both data paths."""
     code, checks = conform_report(tmp_path / "report.json", DICT_STORAGE, *option)
     assert [n for n, c in checks.items() if c["outcome"] == "failed"] == []
     assert code == 0
+
+
+def test_a_layer_first_host_pool_scatters_each_page_and_gives_it_back_whole() -> None:
+    """The kit's ``layer_first`` pool is laid out as SGLang's: a page's bytes are not one row of its buffer."""
+    raw = bytearray(range(256)) * 2
+    buffer = memoryview(raw).cast("B", [8, 64])
+    row = [bytes(raw[s * 64 : (s + 1) * 64]) for s in range(8)]
+    pool = SlotHostPool(buffer, torch.bfloat16, "layer_first")
+    pool.from_rows(range(8))
+    assert bytes(pool.kv_buffer.view(torch.uint8).reshape(-1)[:64].numpy()) != row[0]
+    for slot in range(8):
+        assert bytes(pool.get_data_page(slot).view(torch.uint8).numpy()) == row[slot]
+    pool.rows.zero_()
+    pool.to_rows(range(8))
+    assert bytes(raw) == b"".join(row)
 
 
 def _file_backend(root: Path) -> tuple[HiCacheFile, Path]:

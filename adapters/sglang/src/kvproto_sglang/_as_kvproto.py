@@ -7,9 +7,10 @@ The wrapper drives the backend only through the calls SGLang's cache controller 
 controller reads them; it translates and does nothing else:
 
 * Keys: kvproto's key (``hash + 4-byte group``) as lowercase hex, one SGLang page key per block.
-* Host pool: :class:`SlotHostPool` over the kit's slot buffer, one page of one token per slot
-  (``page_first``: a page is a row), in the pool's dtype (``uint8`` unless given): SGLang's host
-  index of slot ``s`` is ``s``. ``register_mem_pool_host`` is called once, as SGLang does.
+* Host pool: :class:`SlotHostPool` over the kit's slot buffer, one page of one token per slot, in
+  the pool's dtype (``uint8`` unless given) and layout (``page_first``: a page is a row;
+  ``layer_first``: a page's bytes scattered across two layers): SGLang's host index of slot ``s``
+  is ``s``. ``register_mem_pool_host`` is called once, as SGLang does.
 * ``lookup``: ``batch_exists([key])``: 1 is HIT, anything else (or an exception, which SGLang's
   controller swallows as 0 hits) is MISS. Synchronous: no RETRY.
 * ``submit_store``: ``batch_set_v1(keys, slots)`` (a bool per key) or ``batch_set(keys, pages)``
@@ -38,6 +39,7 @@ from kvproto import (
     TransferJob,
     members as lr,
 )
+from kvproto.errors import ConfigurationError
 
 __all__ = ["SglangSecondaryTier", "SlotHostPool", "page_key"]
 
@@ -48,37 +50,63 @@ def page_key(key: OffloadKey) -> str:
 
 
 class SlotHostPool:
-    """A host pool whose page ``s`` (of one token) is row ``s`` of a kvproto slot buffer, in ``dtype``."""
+    """A host pool of one page (one token) per slot of a kvproto slot buffer, in ``dtype``.
+
+    ``page_first``: page ``s`` *is* row ``s`` (no copy). ``layer_first``: the pool keeps its own
+    buffer laid out as SGLang's ``MHATokenToKVPoolHost`` lays out ``layer_first`` (``(layers,
+    tokens, elements)``: a page's bytes are scattered across layers); :meth:`from_rows` and
+    :meth:`to_rows` copy between the slot rows and the pool around each call.
+    """
 
     page_size = 1
-    layout = "page_first"
     device = "cpu"
+    LAYERS = 2
 
-    def __init__(self, buffer: memoryview, dtype: torch.dtype = torch.uint8) -> None:
+    def __init__(self, buffer: memoryview, dtype: torch.dtype = torch.uint8, layout: str = "page_first") -> None:
         rows, row_bytes = buffer.shape if buffer.ndim == 2 else (1, buffer.nbytes)  # type: ignore[misc]  # ndim checked
-        self.dtype = dtype
-        raw = torch.frombuffer(buffer.cast("B"), dtype=torch.uint8)
-        self.kv_buffer = raw.view(dtype).reshape(rows, -1)
-        self.size = rows
+        self.dtype, self.layout, self.size = dtype, layout, rows
+        self.rows = torch.frombuffer(buffer.cast("B"), dtype=torch.uint8).view(dtype).reshape(rows, -1)
+        elements = self.rows.shape[1]
+        if layout == "page_first":
+            self.kv_buffer = self.rows
+        elif layout == "layer_first" and elements % self.LAYERS == 0:
+            self.kv_buffer = torch.zeros((self.LAYERS, rows, elements // self.LAYERS), dtype=dtype)
+        else:
+            raise ConfigurationError(f"SlotHostPool: layout {layout!r} of {elements} elements per page is not supported")
 
     def get_data_page(self, index: int, flat: bool = True) -> torch.Tensor:
-        page = self.kv_buffer[index : index + 1]
+        page = self.kv_buffer[index : index + 1] if self.layout == "page_first" else self.kv_buffer[:, index : index + 1]
         return page.flatten() if flat else page
 
     def get_dummy_flat_data_page(self) -> torch.Tensor:
-        return torch.zeros(self.kv_buffer.shape[1], dtype=self.dtype)
+        return torch.zeros(self.rows.shape[1], dtype=self.dtype)
 
     def set_from_flat_data_page(self, index: int, data_page: torch.Tensor) -> None:
-        self.kv_buffer[index : index + 1] = data_page.reshape(1, -1)
+        if self.layout == "page_first":
+            self.kv_buffer[index : index + 1] = data_page.reshape(1, -1)
+        else:
+            self.kv_buffer[:, index : index + 1] = data_page.reshape(self.LAYERS, 1, -1)
+
+    def from_rows(self, slots: Sequence[int]) -> None:
+        """The slot rows' bytes into the pool's pages (a no-op for ``page_first``)."""
+        if self.layout != "page_first":
+            for slot in slots:
+                self.set_from_flat_data_page(slot, self.rows[slot])
+
+    def to_rows(self, slots: Sequence[int]) -> None:
+        """The pool's pages into the slot rows (a no-op for ``page_first``)."""
+        if self.layout != "page_first":
+            for slot in slots:
+                self.rows[slot] = self.get_data_page(slot)
 
 
 class SglangSecondaryTier:
     """``storage`` (an SGLang ``HiCacheStorage``) as a kvproto secondary tier over ``buffer``."""
 
     def __init__(self, storage: Any, buffer: memoryview, *, name: str, capabilities: Capabilities,
-                 v1: bool = False, dtype: torch.dtype = torch.uint8) -> None:
+                 v1: bool = False, dtype: torch.dtype = torch.uint8, layout: str = "page_first") -> None:
         self.storage, self._buffer, self._name, self.capabilities, self.v1 = storage, buffer, name, capabilities, v1
-        self.pool = SlotHostPool(buffer, dtype)
+        self.pool = SlotHostPool(buffer, dtype, layout)
         storage.register_mem_pool_host(self.pool)
         self._finished: list[JobResult] = []
 
@@ -102,6 +130,7 @@ class SglangSecondaryTier:
 
     def submit_store(self, job: TransferJob) -> None:
         keys = [page_key(k) for k in job.keys]
+        self.pool.from_rows(job.slots)
         try:
             if self.v1:
                 answers = self.storage.batch_set_v1(keys, torch.tensor(job.slots, dtype=torch.int64))
@@ -116,7 +145,9 @@ class SglangSecondaryTier:
         keys = [page_key(k) for k in job.keys]
         try:
             if self.v1:
-                self._report(job, self.storage.batch_get_v1(keys, torch.tensor(job.slots, dtype=torch.int64)))
+                answers_v1 = self.storage.batch_get_v1(keys, torch.tensor(job.slots, dtype=torch.int64))
+                self._report(job, answers_v1)
+                self.pool.to_rows([s for s, ok in zip(job.slots, list(answers_v1 or []), strict=False) if ok is True])
                 return
             pages = self.storage.batch_get(keys, [self.pool.get_dummy_flat_data_page() for _ in keys])
         except Exception:
@@ -129,6 +160,7 @@ class SglangSecondaryTier:
             if ok:
                 self.pool.set_from_flat_data_page(slot, page)
             answers.append(ok)
+        self.pool.to_rows([s for s, ok in zip(job.slots, answers, strict=False) if ok])
         self._report(job, answers)
 
     def _report(self, job: TransferJob, answers: Sequence[object] | None) -> None:

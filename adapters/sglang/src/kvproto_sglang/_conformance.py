@@ -8,7 +8,9 @@
 * ``kvproto conform sglang:MODULE:CLASS [--option KEY=VALUE ...]``: any ``HiCacheStorage`` class,
   built as SGLang's dynamic backend factory builds it (``cls(storage_config, {})``), the options as
   its ``extra_config`` (``{tmpdir}``: a fresh directory per tier; ``kit.FIELD``: capabilities);
-  ``interface_v1=1`` drives the v1 calls, as SGLang's controller does then.
+  ``interface_v1=1`` drives the v1 calls, as SGLang's controller does then; ``host_pool.dtype``
+  (a torch dtype name, e.g. ``bfloat16``) and ``host_pool.layout`` (``page_first``, ``layer_first``)
+  shape the host pool the backend reads and writes (not passed to the backend).
 
 Neither is a reference tier. What the kit finds: ``docs/kvproto-and-sglang.md``.
 """
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
 
 from kvproto import Capabilities, OffloadKey
@@ -110,6 +113,18 @@ def sglang_file() -> TierSpec:
     )
 
 
+def _host_pool(name: str, params: dict[str, object]) -> tuple[torch.dtype, str]:
+    """``host_pool.dtype`` and ``host_pool.layout``, taken out of ``params``; a ConfigurationError names a bad one."""
+    dtype_name = str(params.pop("host_pool.dtype", "uint8"))
+    layout = str(params.pop("host_pool.layout", "page_first"))
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigurationError(f"{name}: host_pool.dtype {dtype_name!r} is not a torch dtype")
+    if layout not in ("page_first", "layer_first"):
+        raise ConfigurationError(f"{name}: host_pool.layout must be page_first or layer_first, got {layout!r}")
+    return dtype, layout
+
+
 def sglang_target(path: str, options: Mapping[str, object]) -> TierSpec:
     """The kit's :class:`TierSpec` for ``sglang:PATH`` (``PATH`` = ``MODULE:CLASS``) with ``options``."""
     name = f"sglang:{path}"
@@ -117,6 +132,7 @@ def sglang_target(path: str, options: Mapping[str, object]) -> TierSpec:
     if not sep or not module_name or not class_name:
         raise ConfigurationError(f"{name}: expected sglang:MODULE:CLASS")
     params, capabilities = split_kit_options(name, options, defaults=DEFAULT_CAPABILITIES)
+    dtype, layout = _host_pool(name, params)
 
     def build(buffer: memoryview) -> SglangSecondaryTier:
         given = {k: str(fresh_directory("kvproto-sglang-kit-")) if v == FRESH_DIRECTORY else v for k, v in params.items()}
@@ -128,7 +144,7 @@ def sglang_target(path: str, options: Mapping[str, object]) -> TierSpec:
         extra = {"backend_name": class_name, "module_path": module_name, "class_name": class_name, **given}
         storage = StorageBackendFactory.create_backend("dynamic", storage_config(extra), None)
         tier = SglangSecondaryTier(storage, buffer, name=name, capabilities=capabilities,
-                                   v1=bool(given.get("interface_v1", 0)))
+                                   v1=bool(given.get("interface_v1", 0)), dtype=dtype, layout=layout)
         return REBUILDS.remember(tier, lambda again: over(again, given))
 
     return TierSpec(
