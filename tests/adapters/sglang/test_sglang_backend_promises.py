@@ -162,3 +162,17 @@ def test_a_bad_extra_config_is_a_configuration_error_naming_the_field(extra: dic
     """SGL-1: SGLang's factory re-raises it at attach time, with the field in the message."""
     with pytest.raises(ConfigurationError, match=named):
         KvprotoHiCacheStorage(storage_config({**BASE, **extra}), {})
+
+
+def test_a_page_of_another_size_or_no_page_fails_only_its_own_key(backends: list[KvprotoHiCacheStorage]) -> None:
+    """SGL-5: bad input fails its key (never stored, never loaded into a target of another size); the others go through."""
+    pool = HostPool(pages=4)
+    built = backend(backends, pool, "memory")
+    page = pool.get_dummy_flat_data_page().view(torch.uint8).fill_(7).view(pool.dtype)
+    keys, _ = pages_of(pool, 3)
+    assert built.batch_set(keys, [page, page[:-1], None]) is False
+    assert [built.batch_exists([k]) for k in keys] == [1, 0, 0]
+    wrong_size = torch.zeros(page.numel() + 1, dtype=pool.dtype)
+    assert built.batch_get(keys[:1], [wrong_size]) == [None] and not wrong_size.any()
+    (loaded,) = built.batch_get(keys[:1], [torch.zeros_like(page)])
+    assert loaded is not None and torch.equal(loaded.view(torch.uint8), page.view(torch.uint8))

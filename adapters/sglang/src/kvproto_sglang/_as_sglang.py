@@ -13,7 +13,8 @@ from three threads at once; every call here blocks its SGLang thread until the t
 call's bound passes, and only the backend's own thread calls the tier (``_tier_thread.py``).
 
 * ``batch_exists`` answers the consecutive prefix of keys the tier holds; a RETRY is asked again
-  after each step of the tier, up to ``retry_wait_s``, then counts as absent (SGL-2);
+  after each step of the tier; the call returns within ``retry_wait_s``, a key not answered HIT by
+  then counting as absent (SGL-2);
 * a read's pages are copied into SGLang's memory only for keys the tier reports loaded, on SGLang's
   thread, before the call returns; a page not loaded is ``None`` (``batch_get``) or ``False``
   (``batch_get_v1``), and its destination is left untouched (SGL-5);
@@ -108,7 +109,7 @@ class KvprotoHiCacheStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang shi
         return self.batch_exists([key]) == 1
 
     # ---- writes ---------------------------------------------------------------------------------
-    def _store(self, keys: Sequence[str], pages: Sequence[torch.Tensor]) -> list[bool]:
+    def _store(self, keys: Sequence[str], pages: Sequence[object]) -> list[bool]:
         """Store ``pages`` under ``keys``; True for each key the tier reports stored (SGL-1)."""
         if len(keys) != len(pages):
             log.warning("kvproto-sglang: %d keys for %d pages; nothing stored", len(keys), len(pages))
@@ -116,23 +117,26 @@ class KvprotoHiCacheStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang shi
         if not self._writer:
             return [True] * len(keys)  # an MLA replica: the storage writer stores this page (SGL-3)
         stored = [False] * len(keys)
+        tensors = [p if isinstance(p, torch.Tensor) else None for p in pages]  # anything else fails its key
         deadline = self._deadline(self.settings.store_timeout_s)
         for chunk in self._chunks(len(keys)):
-            scope = self._scope_for(pages[chunk.start]) if len(chunk) else None
-            fits = [i for i in chunk if scope is not None and pages[i].numel() * pages[i].element_size() == scope.page_bytes]
+            first = tensors[chunk.start]
+            scope = self._scope_for(first) if first is not None else self._scope
+            fits = [(i, t) for i in chunk if (t := tensors[i]) is not None and scope is not None
+                    and t.numel() * t.element_size() == scope.page_bytes]
             slots = self._thread.take_rows(len(fits), deadline) if fits and scope is not None else None
             if slots is None or scope is None:
                 continue
-            for i, slot in zip(fits, slots, strict=True):
-                self._thread.row(slot)[:] = page_bytes_of(pages[i])
-            call = TierCall("store", tuple(scope.key(keys[i]) for i in fits), slots)
+            for (_, page), slot in zip(fits, slots, strict=True):
+                self._thread.row(slot)[:] = page_bytes_of(page)
+            call = TierCall("store", tuple(scope.key(keys[i]) for i, _ in fits), slots)
             self._thread.run_call(call, deadline)
-            for i, ok in zip(fits, call.answers, strict=True):
+            for (i, _), ok in zip(fits, call.answers, strict=True):
                 stored[i] = ok is True
         return stored
 
     def batch_set(self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None) -> bool:
-        return bool(keys) and all(self._store(keys, list(values or [])))
+        return all(self._store(keys, list(values or [])))
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         return self.batch_set([key], [value])

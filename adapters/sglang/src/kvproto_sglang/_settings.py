@@ -8,8 +8,8 @@ Besides SGLang's ``backend_name``, ``module_path``, ``class_name`` and ``interfa
   ``SCHEME:MODULE:CLASS``, built by :func:`kvproto.hosting.build_secondary_tier` (KIT-9);
 * ``options``: the tier's keyword arguments, the same options as wherever the tier is named;
 * ``slots``: staging rows of one page each (default 128, SGLang's ``STORAGE_BATCH_SIZE``);
-* ``retry_wait_s``: how long an existence check waits on a key answering RETRY before counting it
-  absent (default 0.25);
+* ``retry_wait_s``: the bound of an existence check (default 0.25): a key answering RETRY is asked
+  again until then, and a key not answered HIT by then counts as absent;
 * ``load_timeout_s``: how long a read waits for the tier (default 0.5); pages not read by then are
   not loaded;
 * ``store_timeout_s``: how long a write waits (default 5.0; the backup thread is not latency-bound);
