@@ -176,3 +176,19 @@ def test_a_page_of_another_size_or_no_page_fails_only_its_own_key(backends: list
     assert built.batch_get(keys[:1], [wrong_size]) == [None] and not wrong_size.any()
     (loaded,) = built.batch_get(keys[:1], [torch.zeros_like(page)])
     assert loaded is not None and torch.equal(loaded.view(torch.uint8), page.view(torch.uint8))
+
+
+def test_a_tier_that_cannot_be_built_fails_every_call_and_says_why(
+        tmp_path: Path, backends: list[KvprotoHiCacheStorage], caplog: pytest.LogCaptureFixture) -> None:
+    """SGL-1: a bad tier option surfaces on the backend's thread: every call answers nothing stored,
+    found or loaded (nothing waits forever), and the log names the tier and the reason."""
+    pool = HostPool(pages=4)
+    with caplog.at_level("ERROR", logger="kvproto_sglang"):
+        built = backend(backends, pool, "fs", {"root": str(tmp_path / "missing")})
+        keys, host = pages_of(pool, 2)
+        assert built.batch_set_v1(keys, host) == [False, False]
+        assert built.batch_exists(keys) == 0
+        assert built.batch_get_v1(keys, host) == [False, False]
+    assert built.hosted_tier is None
+    assert any("building kvproto tier 'fs' failed" in r.getMessage() for r in caplog.records)
+    assert "does not exist" in caplog.text
