@@ -317,7 +317,7 @@ def test_nothing_below_the_tools_nor_an_engines_hosting_path_imports_the_kit() -
     * an engine adapter (``adapters/*/src``) imports ``kvproto.testing`` only from its kit-facing
       modules: ``testing.py`` (its pytest suite base), ``_conformance.py`` (the specs it registers
       under ``kvproto.tiers``) and ``_targets.py`` (the ``kvproto conform ENGINE:MODULE:CLASS`` scheme,
-      which returns the kit's specs); its hosting path (``_as_vllm.py``, ``_as_lmcache.py``) and
+      which returns the kit's specs); its hosting path (``_as_vllm.py``, ``_as_lmcache.py``, ``_as_sglang.py``) and
       every other module import :mod:`kvproto.hosting` instead;
     * a reference tier (``impls/*/src``) imports it only from its ``_conformance.py``.
     """
@@ -327,8 +327,8 @@ def test_nothing_below_the_tools_nor_an_engines_hosting_path_imports_the_kit() -
     assert _violations(below, ("kvproto.testing",)) == {}
     kit_facing = {"testing.py", "_conformance.py", "_targets.py"}
     adapters = sorted((ROOT / "adapters").glob("*/src/*/**/*.py"))
-    hosting = [p for p in adapters if p.name in ("_as_vllm.py", "_as_lmcache.py")]
-    assert len(hosting) == 2
+    hosting = [p for p in adapters if p.name in ("_as_vllm.py", "_as_lmcache.py", "_as_sglang.py")]
+    assert len(hosting) == 3
     assert _violations([p for p in adapters if p.name not in kit_facing], ("kvproto.testing",)) == {}
     impls = sorted((ROOT / "impls").glob("*/src/*/**/*.py"))
     assert impls

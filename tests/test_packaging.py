@@ -31,13 +31,14 @@ DISTRIBUTIONS = {
         "kvproto_vllm", "kvproto_vllm", {"vllm-example", "vllm-fs", "vllm-fs-direct", "vllm-cpu", "vllm-cpu-arc"}
     ),
     "adapters/lmcache": ("kvproto_lmcache", "kvproto_lmcache", {"lmcache-fs", "lmcache-mock"}),
+    "adapters/sglang": ("kvproto_sglang", "kvproto_sglang", {"sglang-file"}),
 }
 
 #: Distributions whose tiers are not reference tiers (no kvproto-reference keyword, KIT-9).
-NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache"}
+NOT_REFERENCE = {"adapters/vllm", "adapters/lmcache", "adapters/sglang"}
 
 #: The engine adapters' ``kvproto conform ENGINE:MODULE:CLASS`` handlers (entry-point group kvproto.target_schemes).
-SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}}
+SCHEMES = {"adapters/vllm": {"vllm"}, "adapters/lmcache": {"lmcache"}, "adapters/sglang": {"sglang"}}
 
 
 @pytest.fixture(scope="module")
@@ -145,5 +146,5 @@ def test_kvproto_wheel_ships_the_sample_trace(wheels: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("folder", sorted(SCHEMES))
 def test_engine_adapters_register_their_target_scheme(wheels: dict[str, Path], folder: str) -> None:
-    """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` resolve through these."""
+    """``kvproto conform vllm:MODULE:CLASS`` / ``lmcache:MODULE:CLASS`` / ``sglang:MODULE:CLASS`` resolve through these."""
     assert set(_entry_points(wheels[folder])["kvproto.target_schemes"]) == SCHEMES[folder]

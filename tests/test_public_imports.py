@@ -103,6 +103,12 @@ BEFORE: dict[str, tuple[str, ...]] = {
     "kvproto_lmcache": (
         "KvprotoL2Adapter", "LmcacheSecondaryTier",
     ),
+    "kvproto_sglang": (
+        "KvprotoHiCacheStorage",
+    ),
+    "kvproto_sglang.testing": (
+        "SglangStorageTests",
+    ),
     "kvproto_vllm.testing": (
         "VllmTierTests",
     ),

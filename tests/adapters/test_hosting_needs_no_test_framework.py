@@ -1,9 +1,10 @@
-"""Hosting a registered kvproto tier in an engine needs no test framework (KIT-9, VLLM-2, LMC-1).
+"""Hosting a registered kvproto tier in an engine needs no test framework (KIT-9, VLLM-2, LMC-1, SGL-1).
 
 Each check runs in a fresh interpreter with pytest and Hypothesis made unimportable
 (``sys.modules[name] = None``): the adapters' hosting paths (kvproto-vllm's ``build_kvproto_tier``,
 the function ``KvprotoTier`` builds its tier with; kvproto-lmcache's ``KvprotoL2Adapter`` under
-LMCache's own ``basic_check``) build ``memory`` and ``fs`` by name through :mod:`kvproto.hosting`
+LMCache's own ``basic_check``; kvproto-sglang's ``KvprotoHiCacheStorage`` as SGLang's dynamic
+backend factory builds it) build ``memory`` and ``fs`` by name through :mod:`kvproto.hosting`
 and round-trip blocks through them. Importing the hosting modules loads no part of the kit.
 """
 
@@ -72,6 +73,32 @@ sys.argv = ['basic_check', '--mode', 'test_l2_adapter', '--l2-adapter', json.dum
 runpy.run_module('lmcache.v1.basic_check', run_name='__main__')
 """
 
+#: SGLang's backend factory builds KvprotoHiCacheStorage from the dynamic extra config; a page set, found, read back.
+SGLANG_ROUND_TRIP = BLOCKED + """
+import tempfile, torch
+import kvproto.hosting, kvproto_sglang
+assert not any(m == 'kvproto.testing' or m.startswith('kvproto.testing.') for m in sys.modules), 'the kit loaded'
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+name = sys.argv[1]
+options = {"root": tempfile.mkdtemp()} if name == "fs" else {}
+extra = {"backend_name": "kvproto", "module_path": "kvproto_sglang", "class_name": "KvprotoHiCacheStorage",
+         "tier": name, "options": options}
+config = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                              is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=False,
+                              model_name="m", extra_config=extra)
+backend = StorageBackendFactory.create_backend("dynamic", config, None)
+pages = [torch.randint(0, 256, (64,), dtype=torch.uint8) for _ in range(4)]
+keys = [f"{i:064x}" for i in range(4)]
+assert backend.batch_set(keys, pages)
+assert backend.batch_exists(keys) == 4
+got = backend.batch_get(keys, [torch.zeros(64, dtype=torch.uint8) for _ in keys])
+assert all(g is not None and torch.equal(g, p) for g, p in zip(got, pages))
+backend.close()
+print('round trip ok', type(backend).__name__)
+"""
+
 
 def _run(script: str, tier: str) -> str:
     env = {**os.environ, "LMCACHE_TRACK_USAGE": "false",
@@ -92,3 +119,8 @@ def test_lmcaches_adapter_hosts_a_registered_tier_without_pytest_or_hypothesis(t
     out = _run(LMCACHE_CHECK, tier)
     for line in ("Batch store OK", "Validation: 5/5 found", "Validation (content): 5/5"):
         assert line in out, out
+
+
+@pytest.mark.parametrize("tier", ["memory", "fs"])
+def test_sglangs_dynamic_backend_hosts_a_registered_tier_without_pytest_or_hypothesis(tier: str) -> None:
+    assert "round trip ok" in _run(SGLANG_ROUND_TRIP, tier)

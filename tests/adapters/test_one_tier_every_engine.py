@@ -1,6 +1,7 @@
 """Every snippet of docs/one-tier-every-engine.md, run: the factory module written as the page shows
 it, the commands through the kvproto command line (one kit check each, to stay quick), the vLLM
-configuration in vLLM's own manager, the LMCache configuration through LMCache's basic_check."""
+configuration in vLLM's own manager, the LMCache configuration through LMCache's basic_check, the
+SGLang configuration through SGLang's backend factory and its controller's storage paths."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ SNIPPETS = snippets()
 
 def test_the_page_has_every_snippet_this_file_runs() -> None:
     assert set(SNIPPETS) == {
-        "factory", "conform", "vllm", "lmcache", "lmcache-check", "conform-vllm", "conform-lmcache", "vllm-pytest"
+        "factory", "conform", "vllm", "lmcache", "lmcache-check", "sglang", "conform-vllm", "conform-lmcache",
+        "vllm-pytest",
     }
 
 
@@ -95,6 +97,24 @@ def test_the_lmcache_configuration_passes_lmcaches_basic_check(my_tiers: Path) -
     spec = json.dumps(_with_root(json.loads(SNIPPETS["lmcache"]), my_tiers / "kv"))
     out = basic_check(spec)
     assert "Validation (content): 5/5" in out and "FAIL" not in out, out
+
+
+def test_the_sglang_configuration_round_trips_through_sglangs_controller(my_tiers: Path) -> None:
+    """SGL-1: SGLang's factory builds the page's backend, and its backup and prefetch paths move pages byte-exact."""
+    from tests.adapters.sglang.sglang_controller import HostPool, StorageController, storage_config
+
+    config = _with_root(json.loads(SNIPPETS["sglang"]), my_tiers / "kv")
+    pool = HostPool(pages=16)
+    pool.fill_random(seed=9)
+    controller = StorageController("dynamic", storage_config(config), pool)
+    try:
+        tokens = list(range(8 * pool.page_size))
+        assert controller.backup(tokens, first_page=0) == len(tokens)
+        assert controller.prefetch("page", tokens, first_page=8) == (len(tokens), 8)
+        assert [pool.page_bytes(8 + p) for p in range(8)] == [pool.page_bytes(p) for p in range(8)]
+    finally:
+        controller.close()
+    assert list((my_tiers / "kv").iterdir())  # the fs tier's blocks are under the configured root
 
 
 def test_the_lmcache_check_command_passes() -> None:

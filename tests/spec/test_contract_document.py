@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "spec" / "CONTRACT.md"
-_PREFIXES = "LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|REDIS|MC|VLLM"
+_PREFIXES = "LR|KEY|SCAN|TIER|TIERKIT|MGR|AP|MEM|CPU|KIT|CAP|ENV|FS|OBJ|REDIS|MC|VLLM|SGL"
 CLAUSE = re.compile(rf"\b(?:{_PREFIXES})-\d+\b")
 DEFINED = re.compile(rf"^- \*\*((?:{_PREFIXES})-\d+)\*\*", re.MULTILINE)
 CODE_SPAN = re.compile(r"`([^`]+)`")
