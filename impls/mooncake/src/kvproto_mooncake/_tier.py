@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvproto import Capabilities, OffloadKey, tierkit
+from kvproto import BatchLookup, Capabilities, OffloadKey, SecondaryTier, tierkit
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit import BlobBackend, BlobTier, layout_manifest, shared_store_capabilities, shared_store_config, tier_config
 
@@ -105,6 +105,12 @@ class MooncakeTier(BlobTier):
     def known_keys(self) -> frozenset[OffloadKey]:
         """The keys this instance remembers as present right now (stored or loaded by it)."""
         return self.indexed_keys()
+
+
+def _conforms(tier: MooncakeTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that MooncakeTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
 
 
 def _capabilities(config: MooncakeTierConfig) -> Capabilities:

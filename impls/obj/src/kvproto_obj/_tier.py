@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvproto import OffloadKey
+from kvproto import BatchLookup, OffloadKey, SecondaryTier
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit import BlobBackend, BlobTier, layout_manifest, shared_store_capabilities, shared_store_config, tier_config
 
@@ -144,6 +144,12 @@ class ObjTier(BlobTier):
     def existence_batches(self) -> int:
         """How many batches of existence checks (HEAD requests) went to the store so far."""
         return self._io.existence_batches
+
+
+def _conforms(tier: ObjTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that ObjTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
 
 
 def _run_now(coro: Coroutine[Any, Any, _T], timeout: float) -> _T:
