@@ -31,7 +31,8 @@ A tier's own settings and constructor (what ``kvproto-fs``, ``kvproto-obj``, ``k
   :func:`tier_config` refuses a constructor's config of the wrong class; ``LayoutValue`` types the
   integrator's layout fingerprint.
 * :func:`layout_manifest`: the layout manifest's blob name and bytes, for a tier that writes it at
-  construction so that unusable storage fails there.
+  construction so that unusable storage fails there; :func:`storage_check` turns that check's error
+  into a ConfigurationError naming the tier and what it could not do.
 * :func:`shared_store_config` and :func:`shared_store_capabilities`: the engine settings and the
   declaration of a tier over storage other instances share (a bucket, a server, a cluster), from its
   :class:`SharedStoreSettings`.
@@ -88,6 +89,7 @@ from kvproto.tierkit._tier_settings import (
     layout_manifest,
     shared_store_capabilities,
     shared_store_config,
+    storage_check,
     tier_config,
 )
 
@@ -133,6 +135,7 @@ __all__ = [
     "layout_manifest",
     "shared_store_capabilities",
     "shared_store_config",
+    "storage_check",
     "tier_config",
     # scans over a ready view
     "ReadyFlags",

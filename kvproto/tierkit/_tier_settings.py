@@ -17,10 +17,11 @@ from kvproto import envelope as env
 from kvproto._capabilities import Capabilities
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit._blob_config import BlobTierConfig
+from kvproto.tierkit._blob_ops import short_error
 
 __all__ = [
     "LayoutValue", "SharedStoreSettings", "config_errors", "config_from_mapping", "layout_manifest",
-    "shared_store_capabilities", "shared_store_config", "tier_config",
+    "shared_store_capabilities", "shared_store_config", "storage_check", "tier_config",
 ]
 
 LayoutValue = str | int | float | bool | None
@@ -72,6 +73,17 @@ def layout_manifest(block_bytes: int, layout: Mapping[str, LayoutValue]) -> tupl
     manifest = env.namespace_manifest(block_bytes, layout)
     body = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
     return f"{env.namespace_id(manifest).hex()}/manifest.json", body
+
+
+@contextmanager
+def storage_check(tier: str, what: str) -> Iterator[None]:
+    """Run a tier's start-up check of its storage (reach it, write the layout manifest): any error becomes a
+    :class:`ConfigurationError` ``<tier>: cannot <what>: <its type>: <its first line>``, so storage that is down,
+    missing or refuses the credentials fails the constructor at once (a tier's ``*-1`` clause)."""
+    try:
+        yield
+    except Exception as exc:
+        raise ConfigurationError(f"{tier}: cannot {what}: {type(exc).__name__}: {short_error(exc)}") from exc
 
 
 class SharedStoreSettings(Protocol):

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from kvproto import BatchLookup, Capabilities, OffloadKey, SecondaryTier, tierkit
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, layout_manifest, shared_store_capabilities, shared_store_config, tier_config
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_mooncake._backend import MooncakeBackend, short_error
+from kvproto_mooncake._backend import MooncakeBackend
 from kvproto_mooncake._client import SharedClient, open_client
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import MooncakeOps
@@ -48,7 +48,7 @@ class MooncakeTier(BlobTier):
 
     def __init__(self, buffer: memoryview, config: MooncakeTierConfig, *, name: str = "mooncake",
                  wrap: Callable[[BlobBackend], BlobBackend] | None = None, ops: MooncakeOps | None = None) -> None:
-        self.config = config = tier_config(config, MooncakeTierConfig, f"MooncakeTier {name!r}")
+        self.config = config = tierkit.tier_config(config, MooncakeTierConfig, f"MooncakeTier {name!r}")
         _, block_bytes = tierkit.slot_buffer_shape(f"MooncakeTier {name!r}", buffer)
         self.shared: SharedClient = _client(config, name)
         stats = MooncakeTierStats()
@@ -66,7 +66,7 @@ class MooncakeTier(BlobTier):
                 buffer,
                 # Other processes use the same cluster: unknown keys are checked in batches (MC-6); a key
                 # stored or loaded here is not sent again (MC-3).
-                shared_store_config(config, read_threads=loads, write_threads=stores, op_timeout_s=config.op_timeout_s,
+                tierkit.shared_store_config(config, read_threads=loads, write_threads=stores, op_timeout_s=config.op_timeout_s,
                                     persistent=config.persistent, hold_hits_steps=0),
                 name=name,
                 stats=stats,
@@ -82,14 +82,10 @@ class MooncakeTier(BlobTier):
     def _check_store(self, block_bytes: int, name: str) -> None:
         """Write the layout manifest now (one put through the tier's requests), so a cluster that does not
         answer fails at once (MC-1)."""
-        path, body = layout_manifest(block_bytes, self.config.layout)
+        path, body = tierkit.layout_manifest(block_bytes, self.config.layout)
         key = self._io.key(path)
-        try:
+        with tierkit.storage_check(f"MooncakeTier {name!r}", f"write {key} ({self.config.where()})"):
             self._io.put_one(key, body)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"MooncakeTier {name!r}: cannot write {key} ({self.config.where()}): {short_error(exc)}"
-            ) from exc
 
     # -- operator surface --------------------------------------------------------------------
 
@@ -118,7 +114,7 @@ def _capabilities(config: MooncakeTierConfig) -> Capabilities:
     lasts = ("blocks live in the memory of the cluster's storage processes (mooncake_client), not this "
              "process's: they outlive it, and go when their storage process or the master restarts, or when "
              "the master evicts them under memory pressure")
-    return shared_store_capabilities(
+    return tierkit.shared_store_capabilities(
         config,
         persistent=config.persistent,
         reasons={

@@ -23,11 +23,10 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvproto import BatchLookup, OffloadKey, SecondaryTier
-from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, layout_manifest, shared_store_capabilities, shared_store_config, tier_config
+from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_obj._backend import ObstoreBackend, short_error
+from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import ObjTierConfig
 from kvproto_obj._ops import StoreOps
 from kvproto_obj._stats import ObjTierStats
@@ -68,7 +67,7 @@ class ObjTier(BlobTier):
     def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
                  store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: StoreOps | None = None) -> None:
-        self.config = config = tier_config(config, ObjTierConfig, f"ObjTier {name!r}")
+        self.config = config = tierkit.tier_config(config, ObjTierConfig, f"ObjTier {name!r}")
         self.store: ObjectStore = make_store(config) if store is None else store
         stats = ObjTierStats()
         self._io = ObstoreBackend(self.store, config, stats, tier_name=name, ops=ops)
@@ -80,7 +79,7 @@ class ObjTier(BlobTier):
             buffer,
             # Other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7); a key stored or
             # loaded here is not uploaded again (OBJ-4); an operation's bound lies above the backend's own.
-            shared_store_config(config, read_threads=config.max_concurrency, write_threads=config.max_concurrency,
+            tierkit.shared_store_config(config, read_threads=config.max_concurrency, write_threads=config.max_concurrency,
                                 op_timeout_s=config.job_timeout_s + 1.0, persistent=persistent),
             name=name,
             stats=stats,
@@ -89,7 +88,7 @@ class ObjTier(BlobTier):
         self.stats: ObjTierStats = stats
         self.ops: StoreOps = self._io.ops
         self.base = self._io.path(self.namespace.hex())
-        self.capabilities = shared_store_capabilities(
+        self.capabilities = tierkit.shared_store_capabilities(
             config,
             persistent=persistent,
             reasons={
@@ -109,16 +108,13 @@ class ObjTier(BlobTier):
         shape = buffer.shape if isinstance(given, memoryview) else None
         if shape is None or len(shape) != 2 or shape[1] < 1:
             return
-        path, body = layout_manifest(shape[1], self.config.layout)
+        path, body = tierkit.layout_manifest(shape[1], self.config.layout)
         config = self.config
-        try:
+        where = (f"write {self._io.path(path)} to the {config.kind!r} store "
+                 f"(bucket={config.bucket!r}, endpoint={config.endpoint!r})")
+        with tierkit.storage_check(f"ObjTier {name!r}", where):
             _run_now(self._io.publish(path, [memoryview(body)], len(body)),
                      config.connect_timeout_s + config.retry_timeout_s + 1.0)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"ObjTier {name!r}: cannot write {self._io.path(path)} to the {config.kind!r} store "
-                f"(bucket={config.bucket!r}, endpoint={config.endpoint!r}): {type(exc).__name__}: {short_error(exc)}"
-            ) from exc
 
     # -- operator surface --------------------------------------------------------------------
 

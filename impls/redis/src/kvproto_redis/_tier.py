@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvproto import BatchLookup, OffloadKey, SecondaryTier
-from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, layout_manifest, shared_store_capabilities, shared_store_config, tier_config
+from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_redis._backend import RedisBackend, short_error
+from kvproto_redis._backend import RedisBackend
 from kvproto_redis._client import make_client
 from kvproto_redis._config import RedisTierConfig
 from kvproto_redis._ops import Client, RedisOps
@@ -49,7 +48,7 @@ class RedisTier(BlobTier):
     def __init__(self, buffer: memoryview, config: RedisTierConfig, *, name: str = "redis",
                  client: Client | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: RedisOps | None = None) -> None:
-        self.config = config = tier_config(config, RedisTierConfig, f"RedisTier {name!r}")
+        self.config = config = tierkit.tier_config(config, RedisTierConfig, f"RedisTier {name!r}")
         self.client: Client = make_client(config) if client is None else client
         stats = RedisTierStats()
         self._io = RedisBackend(self.client, config, stats, tier_name=name, ops=ops, owns_client=client is None)
@@ -61,7 +60,7 @@ class RedisTier(BlobTier):
                 buffer,
                 # Other engines use the same server: unknown keys are checked by a pipeline (REDIS-6); a key
                 # stored or loaded here is not sent again (REDIS-4); one command's bound, retries included (REDIS-8).
-                shared_store_config(config, read_threads=config.read_threads, write_threads=config.write_threads,
+                tierkit.shared_store_config(config, read_threads=config.read_threads, write_threads=config.write_threads,
                                     op_timeout_s=config.op_bound_s),
                 name=name,
                 stats=stats,
@@ -72,7 +71,7 @@ class RedisTier(BlobTier):
             raise
         self.stats: RedisTierStats = stats
         self.ops: RedisOps = self._io.ops
-        self.capabilities = shared_store_capabilities(
+        self.capabilities = tierkit.shared_store_capabilities(
             config,
             persistent=True,
             reasons={
@@ -90,17 +89,12 @@ class RedisTier(BlobTier):
         given: object = buffer  # checked at run time: callers may pass anything
         shape = buffer.shape if isinstance(given, memoryview) else None
         config = self.config
-        try:
+        with tierkit.storage_check(f"RedisTier {name!r}", f"use the server at {config.where()} (prefix {config.prefix!r})"):
             self._io.ops.ping(self.client)
             if shape is None or len(shape) != 2 or shape[1] < 1:
                 return
-            path, body = layout_manifest(shape[1], config.layout)
+            path, body = tierkit.layout_manifest(shape[1], config.layout)
             self._io.publish(path, [memoryview(body)], len(body))
-        except Exception as exc:
-            raise ConfigurationError(
-                f"RedisTier {name!r}: cannot use the server at {config.where()} "
-                f"(prefix {config.prefix!r}): {short_error(exc)}"
-            ) from exc
 
     # -- operator surface --------------------------------------------------------------------
 
