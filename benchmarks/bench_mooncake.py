@@ -33,10 +33,12 @@ import mmap
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
+from benchmarks._abba import abba_round
 from benchmarks._jobs import wait_all
 from benchmarks._result import BenchResult, record_round
 
@@ -175,17 +177,8 @@ def throughput(cluster: LocalMooncake, blocks: int, rounds: int) -> tuple[dict[s
                 forget("warm-up")
                 continue
             for rep in range(rounds):
-                keys = _keys(str(rep), blocks)
-                if rep % 2 == 0:  # ABBA: ours store, raw store, raw load, ours load
-                    o_store, stored = ours(keys, False)
-                    r_store, put = raws(str(rep), False)
-                    r_load, got = raws(str(rep), True)
-                    o_load, loaded = ours(keys, True)
-                else:  # BAAB
-                    r_store, put = raws(str(rep), False)
-                    o_store, stored = ours(keys, False)
-                    o_load, loaded = ours(keys, True)
-                    r_load, got = raws(str(rep), True)
+                (o_store, stored), (r_store, put), (r_load, got), (o_load, loaded) = abba_round(
+                    rep, partial(ours, _keys(str(rep), blocks)), partial(raws, str(rep)))
                 ok_all &= stored and loaded and put and got and bytes(landing) == bytes(raw_mem)
                 forget(str(rep))
                 store_ratio, load_ratio = record_round(figures, rep, "mbps", blocks * BLOCK_BYTES / 1e6,

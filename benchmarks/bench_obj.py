@@ -62,10 +62,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
+from benchmarks._abba import abba_round
 from benchmarks._delay_proxy import delay_proxy, stop_child
 from benchmarks._jobs import wait_all
 from benchmarks._obj_existence import SERVER, crossover, existence_rates, seed
@@ -140,17 +142,8 @@ def throughput(config: Callable[[str], ObjTierConfig], blocks: int, rounds: int)
         ratios_vs_copy: list[float] = []
         ok_all = True
         for rep in range(rounds):
-            keys = _round_keys(str(rep), blocks)
-            if rep % 2 == 0:  # ABBA: ours store, raw store, raw load, ours load
-                o_store, stored = ours_jobs(keys, False)
-                r_store, _ = raw_phase(str(rep), False)
-                r_load, got = raw_phase(str(rep), True)
-                o_load, loaded = ours_jobs(keys, True)
-            else:  # BAAB: raw store, ours store, ours load, raw load
-                r_store, _ = raw_phase(str(rep), False)
-                o_store, stored = ours_jobs(keys, False)
-                o_load, loaded = ours_jobs(keys, True)
-                r_load, got = raw_phase(str(rep), True)
+            (o_store, stored), (r_store, _), (r_load, got), (o_load, loaded) = abba_round(
+                rep, partial(ours_jobs, _round_keys(str(rep), blocks)), partial(raw_phase, str(rep)))
             c_load, landed = raw_phase(str(rep), True, land=True)  # after the pair: the same rounds
             ok_all &= stored and loaded and got == landed == blocks * envelope_bytes
             ratios_vs_copy.append(c_load / o_load)

@@ -122,26 +122,20 @@ def _named(entry: _F, name: str, doc: str) -> _F:
     return entry
 
 
-kvproto_prefix = prefix_entry(
-    "kvproto_prefix",
-    "``kvproto.scan.maximal_prefix_lookup`` over the decoded inputs, with its calls.",
-    functools.partial(prefix_run, scan.maximal_prefix_lookup),
-)
-reference_prefix = prefix_entry(
-    "reference_prefix",
-    "The reference prefix scan over the decoded inputs, with its calls.",
-    functools.partial(prefix_run, ref.maximal_prefix_lookup),
-)
-kvproto_window = window_entry(
-    "kvproto_window",
-    "``kvproto.scan.sliding_window_lookup`` over the decoded inputs, with its calls.",
-    functools.partial(window_run, scan.sliding_window_lookup),
-)
-reference_window = window_entry(
-    "reference_window",
-    "The reference window scan over the decoded inputs, with its calls.",
-    functools.partial(window_run, ref.sliding_window_lookup),
-)
+def _decoded_prefix(name: str, scan_fn: PrefixScan, what: str) -> PrefixEntry:
+    """The entry point ``name``: ``scan_fn`` (``what``) over the decoded inputs, with its calls."""
+    return prefix_entry(name, f"{what} over the decoded inputs, with its calls.", functools.partial(prefix_run, scan_fn))
+
+
+def _decoded_window(name: str, scan_fn: WindowScan, what: str) -> WindowEntry:
+    """The entry point ``name``: ``scan_fn`` (``what``) over the decoded inputs, with its calls."""
+    return window_entry(name, f"{what} over the decoded inputs, with its calls.", functools.partial(window_run, scan_fn))
+
+
+kvproto_prefix = _decoded_prefix("kvproto_prefix", scan.maximal_prefix_lookup, "``kvproto.scan.maximal_prefix_lookup``")
+reference_prefix = _decoded_prefix("reference_prefix", ref.maximal_prefix_lookup, "The reference prefix scan")
+kvproto_window = _decoded_window("kvproto_window", scan.sliding_window_lookup, "``kvproto.scan.sliding_window_lookup``")
+reference_window = _decoded_window("reference_window", ref.sliding_window_lookup, "The reference window scan")
 
 
 # --------------------------------------------------------------------------- third-party scans
@@ -172,23 +166,11 @@ def _valid_window_run(reference: bool, length: int, window: int, extra: int, cod
     return run_window(scan_fn, lambda p: decode_answer(codes[p], t.legacy_answers), n, w, initial)
 
 
-target_prefix = prefix_entry(
-    "target_prefix",
-    "The prefix scan under test (``KVPROTO_VERIFY_PREFIX``), adapted, over valid inputs, with its calls.",
-    functools.partial(_valid_prefix_run, False),
-)
-expected_prefix = prefix_entry(
-    "expected_prefix",
-    "The reference prefix scan over the inputs of :func:`target_prefix`, with its calls.",
-    functools.partial(_valid_prefix_run, True),
-)
-target_window = window_entry(
-    "target_window",
-    "The window scan under test (``KVPROTO_VERIFY_WINDOW``), adapted, over valid inputs, with its calls.",
-    functools.partial(_valid_window_run, False),
-)
-expected_window = window_entry(
-    "expected_window",
-    "The reference window scan over the inputs of :func:`target_window`, with its calls.",
-    functools.partial(_valid_window_run, True),
-)
+_UNDER_TEST = "The {kind} scan under test (``KVPROTO_VERIFY_{KIND}``), adapted, over valid inputs, with its calls."
+_EXPECTED = "The reference {kind} scan over the inputs of :func:`target_{kind}`, with its calls."
+target_prefix = prefix_entry("target_prefix", _UNDER_TEST.format(kind="prefix", KIND="PREFIX"),
+                             functools.partial(_valid_prefix_run, False))
+expected_prefix = prefix_entry("expected_prefix", _EXPECTED.format(kind="prefix"), functools.partial(_valid_prefix_run, True))
+target_window = window_entry("target_window", _UNDER_TEST.format(kind="window", KIND="WINDOW"),
+                             functools.partial(_valid_window_run, False))
+expected_window = window_entry("expected_window", _EXPECTED.format(kind="window"), functools.partial(_valid_window_run, True))

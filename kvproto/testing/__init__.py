@@ -17,7 +17,8 @@ to run directly), :mod:`kvproto.testing.strategies` (Hypothesis strategies
 for keys, blocks and job sequences, for an author's own ``@given`` tests),
 :mod:`kvproto.testing.faults` (fault-injection wrappers over any tier;
 :class:`FaultyBackend` injects faults below a :class:`kvproto.tierkit.BlobTier`, and a tier of a
-:func:`faulty_jobs` class applies its job faults),
+:func:`faulty_jobs` class applies its job faults; :class:`RequestFaults` counts and fails a remote tier's
+requests, driven by :func:`remote_fault_hooks`; :data:`JOB_FAULT_HOOKS` arm a FaultyBackend),
 :mod:`kvproto.testing.scans` (the scan verifier's public face) and
 :mod:`kvproto.testing.plugin`. Hosting a tier inside an engine needs no kit:
 :mod:`kvproto.hosting`.
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from kvproto.testing._checks.secondary.suite import SecondaryTierFactory, SecondaryTierTests
     from kvproto.testing._faults.backend import FaultyBackend, ForwardingBackend, OpFault
     from kvproto.testing._faults.jobs import FaultyJobs, faulty_jobs
+    from kvproto.testing._faults.requests import JOB_FAULT_HOOKS, RequestFaults, remote_fault_hooks, request_faults_of
     from kvproto.testing._harness.data import block_for, key_pool, make_buffer, row, tricky_keys
     from kvproto.testing._harness.decorator import CheckInfo, check, checks_of
     from kvproto.testing._harness.driver import TrackedContext
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
 
 __all__ = [
+    "JOB_FAULT_HOOKS",
     "MEMORY_HOOKS",
     "PROFILES",
     "PROGRAMMING_ERRORS",
@@ -75,6 +78,7 @@ __all__ = [
     "PrimaryTierFactory",
     "PrimaryTierTests",
     "Rebuilds",
+    "RequestFaults",
     "SecondaryDriver",
     "SecondaryTierFactory",
     "SecondaryTierTests",
@@ -91,6 +95,8 @@ __all__ = [
     "key_pool",
     "make_buffer",
     "programming_errors_logged",
+    "remote_fault_hooks",
+    "request_faults_of",
     "row",
     "split_kit_options",
     "tricky_keys",
@@ -105,6 +111,10 @@ _WHERE = {
     "OpFault": "_faults.backend",
     "FaultyJobs": "_faults.jobs",
     "faulty_jobs": "_faults.jobs",
+    "JOB_FAULT_HOOKS": "_faults.requests",
+    "RequestFaults": "_faults.requests",
+    "remote_fault_hooks": "_faults.requests",
+    "request_faults_of": "_faults.requests",
     "MEMORY_HOOKS": "_reference",
     "PROGRAMMING_ERRORS": "_checks.secondary.faults_inside",
     "programming_errors_logged": "_checks.secondary.faults_inside",

@@ -22,6 +22,23 @@ Secondary tiers:
   one offering :class:`PublishBatches` (:class:`ReadBatches`) stores (loads) a job's blocks in batches
   (TIERKIT-11).
 
+A tier's own settings and constructor (what ``kvproto-fs``, ``kvproto-obj``, ``kvproto-redis`` and
+``kvproto-mooncake`` share; none needs pydantic, all suit a pydantic settings model):
+
+* :class:`TierSettings`: the pydantic base of a tier's settings class (frozen, strict, no unknown field,
+  ``from_mapping``) and :class:`SharedStoreTierSettings`, with the fields every tier over shared storage
+  has (both loaded at their first use, so ``import kvproto.tierkit`` needs no pydantic).
+* :func:`config_errors` turns a settings model's refusal into one :class:`~kvproto.errors.ConfigurationError`
+  naming every offending field; :func:`config_from_mapping` builds settings from a mapping (TOML);
+  :func:`tier_config` refuses a constructor's config of the wrong class; ``LayoutValue`` types the
+  integrator's layout fingerprint.
+* :func:`layout_manifest`: the layout manifest's blob name and bytes, for a tier that writes it at
+  construction so that unusable storage fails there; :func:`storage_check` turns that check's error
+  into a ConfigurationError naming the tier and what it could not do.
+* :func:`shared_store_config` and :func:`shared_store_capabilities`: the engine settings and the
+  declaration of a tier over storage other instances share (a bucket, a server, a cluster), from its
+  :class:`SharedStoreSettings`.
+
 Scans over a ready view (MGR-20):
 
 * :func:`ready_prefix_scan` / :func:`ready_window_scan` with :func:`ready_flags`: the tiering
@@ -35,6 +52,9 @@ Wrappers:
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from kvproto._events import MAX_PENDING_EVENTS
 from kvproto._ready_scans import (
@@ -65,6 +85,20 @@ from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, Poli
 from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
 from kvproto.tierkit._memory_backend import MemoryBackend
 from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
+from kvproto.tierkit._tier_settings import (
+    LayoutValue,
+    SharedStoreSettings,
+    config_errors,
+    config_from_mapping,
+    layout_manifest,
+    shared_store_capabilities,
+    shared_store_config,
+    storage_check,
+    tier_config,
+)
+
+if TYPE_CHECKING:
+    from kvproto.tierkit._settings_model import SharedStoreTierSettings, TierSettings
 
 __all__ = [
     # primary tiers
@@ -97,6 +131,18 @@ __all__ = [
     "ReadBatches",
     "blob_name",
     "slot_buffer_shape",
+    # a tier's own settings and constructor
+    "LayoutValue",
+    "SharedStoreSettings",
+    "SharedStoreTierSettings",
+    "TierSettings",
+    "config_errors",
+    "config_from_mapping",
+    "layout_manifest",
+    "shared_store_capabilities",
+    "shared_store_config",
+    "storage_check",
+    "tier_config",
     # scans over a ready view
     "ReadyFlags",
     "ready_flags",
@@ -107,3 +153,12 @@ __all__ = [
     "ForwardingSecondary",
     "declared_capabilities",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The pydantic bases on first use: their module imports pydantic, which ``import kvproto.tierkit`` does not."""
+    if name not in ("TierSettings", "SharedStoreTierSettings"):
+        raise AttributeError(f"module 'kvproto.tierkit' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module("kvproto.tierkit._settings_model"), name)
+    globals()[name] = value
+    return value

@@ -20,7 +20,7 @@ from kvproto._results import unreachable
 from kvproto.tierkit._backend import AsyncBlobBytes, BlobBackend, HeldReads, PublishBatches, Published, ReadBatches
 from kvproto.tierkit._blob_async import LoopBackend
 
-__all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name"]
+__all__ = ["SUFFIX", "BlobOps", "KeyVerdict", "blob_name", "short_error"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
@@ -154,7 +154,7 @@ class BlobOps:
 
     def _store_failed(self, key: OffloadKey, exc: Exception, before: int) -> tuple[KeyVerdict, int]:
         _log.warning("BlobTier %r: store of %s failed: %s: %s", self._tier, key.hex()[:16], type(exc).__name__,
-                     _short(exc))
+                     short_error(exc))
         return KeyVerdict.FAILED, before
 
     def _stored(self, published: Published, before: int) -> tuple[KeyVerdict, int]:
@@ -259,7 +259,7 @@ class BlobOps:
 
     def _read_failed(self, name: str, exc: Exception) -> tuple[KeyVerdict, int]:
         _log.warning("BlobTier %r: reading %s failed (transient): %s: %s", self._tier, name, type(exc).__name__,
-                     _short(exc))
+                     short_error(exc))
         return KeyVerdict.TRANSIENT, next(self._ticks)
 
     def _verify(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> KeyVerdict:
@@ -312,7 +312,7 @@ class BlobOps:
         return self._note_deleted(key)
 
     def _delete_failed(self, name: str, exc: Exception) -> None:
-        _log.warning("BlobTier %r: could not delete %s: %s: %s", self._tier, name, type(exc).__name__, _short(exc))
+        _log.warning("BlobTier %r: could not delete %s: %s: %s", self._tier, name, type(exc).__name__, short_error(exc))
 
     def _note_deleted(self, key: OffloadKey) -> int:
         tick = next(self._ticks)
@@ -320,7 +320,7 @@ class BlobOps:
         return tick
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     """The first line of an error (object stores' messages carry long dumps)."""
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 from functools import partial
+from typing import ClassVar
 
 from kvproto import envelope as env, members as lr
 from kvproto._async_probe import AsyncProbe
@@ -46,7 +47,7 @@ from kvproto.tierkit._blob_exists import Existence
 from kvproto.tierkit._blob_holds import Holds, default_hold_cap
 from kvproto.tierkit._blob_jobs import BatchRun, JobOutcome, KeyRun, failed_outcome, run_job, run_job_on_loop, start_job
 from kvproto.tierkit._blob_ledger import Ledger
-from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict
+from kvproto.tierkit._blob_ops import BlobOps, KeyVerdict, short_error
 from kvproto.tierkit._blob_scan import PROBE_CHUNK_KEYS, restart_scan
 
 __all__ = ["BlobTier"]
@@ -98,6 +99,10 @@ class BlobTier:
     backend's jobs run on its event loop (no worker thread per operation)
     unless ``wrap`` is given: then on the worker pools, through the wrapper.
     """
+
+    reset_needs_storage: ClassVar[bool] = False
+    """True: :meth:`reset_cache` deletes first and answers False when the storage did not answer (a remote
+    store: OBJ-9, REDIS-10, MC-7); False: it forgets the blocks whatever the deletion did (logged)."""
 
     def __init__(
         self,
@@ -295,8 +300,13 @@ class BlobTier:
         """Forget and delete every block of this namespace; False while a job is unreported (TIER-16).
 
         In shared mode this removes the other instances' blocks too (their
-        loads fail, then MISS).
+        loads fail, then MISS). A tier with :attr:`reset_needs_storage`
+        deletes first and answers False, forgetting nothing, when the storage
+        did not answer (blobs already deleted stay deleted; loads of the
+        others still verify).
         """
+        if self.reset_needs_storage and not self.has_pending_work() and not self._cleared():
+            return False
         with self._lock:
             if self._running:
                 return False
@@ -306,10 +316,7 @@ class BlobTier:
         self._probe.reset()
         if self._holds is not None:
             self._holds.close_all()
-        try:
-            self.backend.clear(self._ops.namespace_hex)
-        except Exception as exc:
-            _log.warning("BlobTier %r: clearing the storage failed: %s", self._name, exc)
+        self._cleared()
         try:
             self._housekeeping().submit(self._prepare, generation)
         except RuntimeError:
@@ -317,6 +324,16 @@ class BlobTier:
         if not self._shared:
             self._scan_done.set()  # nothing left to find
             self._complete = True
+        return True
+
+    def _cleared(self) -> bool:
+        """Delete the namespace's blobs (the backend's ``clear``); False, logged, if the storage did not answer."""
+        try:
+            self.backend.clear(self._ops.namespace_hex)  # raises if the storage did not answer (or after shutdown)
+        except Exception as exc:
+            _log.warning("%s %r: reset_cache could not delete %s/: %s: %s", type(self).__name__, self._name,
+                         self._ops.namespace_hex, type(exc).__name__, short_error(exc))
+            return False
         return True
 
     def shutdown(self) -> None:

@@ -1,5 +1,6 @@
 """The kit's backdoor hooks of a blob tier, answered through its distribution's own hook table
-(``FS_HOOKS``, ``OBJ_HOOKS``: what ``kvproto conform`` uses), shared by the fs and obj kit tests."""
+(``FS_HOOKS``, ``OBJ_HOOKS``, ``REDIS_HOOKS``, ``MOONCAKE_HOOKS``: what ``kvproto conform`` uses), shared
+by the reference tiers' kit tests."""
 
 from __future__ import annotations
 
@@ -12,10 +13,29 @@ from kvproto.testing import SecondaryTierTests
 __all__ = ["HookTableTests"]
 
 
+def _table_hook(name: str) -> Callable[..., Any]:
+    """The test-class method of hook ``name``: the tier and the hook's arguments to ``self._hook(name, ...)``."""
+
+    def hook(self: HookTableTests, tier: SecondaryTier, *args: Any) -> Any:
+        return self._hook(name, tier, *args)
+
+    hook.__name__ = name
+    return hook
+
+
 class HookTableTests(SecondaryTierTests):
-    """:class:`SecondaryTierTests` whose hooks call ``HOOKS[name]`` (a subclass sets ``HOOKS``)."""
+    """:class:`SecondaryTierTests` whose hooks call ``HOOKS[name]`` (a subclass sets ``HOOKS``): the ones
+    defined here, and each named in the subclass's ``TABLE_HOOKS`` (a hook the class defines only then,
+    so the checks needing the others skip, KIT-5)."""
 
     HOOKS: ClassVar[Mapping[str, Callable[..., Any]]] = {}
+    TABLE_HOOKS: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.TABLE_HOOKS:
+            if name not in cls.__dict__:
+                setattr(cls, name, _table_hook(name))
 
     def _hook(self, name: str, *args: Any) -> Any:
         return self.HOOKS[name](*args)

@@ -27,7 +27,6 @@ import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 __all__ = ["BlackholeProxy"]
 
@@ -116,7 +115,9 @@ class BlackholeProxy:
 
     def close(self) -> None:
         """Stop the child (its stdin closes); killed after 10 s. Idempotent."""
-        end_child(self._proc)
+        from benchmarks._delay_proxy import stop_child  # here: the child runs this file without the repository on its path
+
+        stop_child(self._proc)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
 
@@ -129,14 +130,3 @@ class BlackholeProxy:
 
 if __name__ == "__main__":
     asyncio.run(_serve(int(sys.argv[1])))
-
-
-def end_child(proc: subprocess.Popen[Any]) -> None:
-    """End a child process that stops when its stdin closes; killed if it has not after 10 s."""
-    if proc.stdin is not None and not proc.stdin.closed:
-        proc.stdin.close()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()

@@ -22,6 +22,8 @@ class TestPrivateFsTier(HookTableTests):
 
     kit_profile = "fast"
     HOOKS = FS_HOOKS
+    TABLE_HOOKS = ("short_io", "fail_io", "refuse_direct", "lose_directories", "refuse_links", "plant_leftovers",
+                   "leftovers")
 
     @pytest.fixture
     def tier_factory(self, tmp_path: Path) -> Callable[[memoryview], SecondaryTier]:
@@ -34,32 +36,6 @@ class TestPrivateFsTier(HookTableTests):
             return tier
 
         return build
-
-    def short_io(self, tier: SecondaryTier, max_bytes: int) -> None:
-        self._hook("short_io", tier, max_bytes)
-
-    def fail_io(self, tier: SecondaryTier, n: int) -> None:
-        self._hook("fail_io", tier, n)
-
-    def refuse_direct(self, tier: SecondaryTier, after: int) -> int:
-        refused: int = self._hook("refuse_direct", tier, after)
-        return refused
-
-    def lose_directories(self, tier: SecondaryTier, n: int) -> int:
-        lost: int = self._hook("lose_directories", tier, n)
-        return lost
-
-    def refuse_links(self, tier: SecondaryTier, on: bool) -> int:
-        refused: int = self._hook("refuse_links", tier, on)
-        return refused
-
-    def plant_leftovers(self, tier: SecondaryTier) -> None:
-        self._hook("plant_leftovers", tier)
-
-    def leftovers(self, tier: SecondaryTier) -> int:
-        left: int = self._hook("leftovers", tier)
-        return left
-
 
 
 def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -> None:

@@ -3,11 +3,7 @@ its test class and through ``kvproto conform mooncake``, and the kit leaves no k
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +12,7 @@ import pytest
 from kvproto import SecondaryTier
 
 from tests.cli import kvproto_cli as main
+from tests.impls._conform_child import conform_remote_tier_in_a_child
 from tests.impls._kit_hooks import HookTableTests
 from tests.impls.mooncake._support import MOONCAKE_MISSING
 
@@ -23,8 +20,6 @@ if MOONCAKE_MISSING is None:
     import kvproto_mooncake as mc
     from kvproto_mooncake import KitRun, LocalMooncake
     from kvproto_mooncake._conformance import KIT_PREFIX
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -43,44 +38,12 @@ class TestMooncakeTier(HookTableTests):
 
     kit_profile = "fast"
     HOOKS = mc.MOONCAKE_HOOKS if MOONCAKE_MISSING is None else {}
+    TABLE_HOOKS = ("reopen_other_layout", "start_down", "fail_io", "storage_requests", "grow_storage", "request_plan",
+                   "expected_abilities", "storage_names", "namespace_of")
     run_hooks: Mapping[str, Callable[..., Any]]
 
     def _hook(self, name: str, *args: Any) -> Any:
         return self.run_hooks.get(name, self.HOOKS.get(name, _no_hook(name)))(*args)
-
-    def reopen_other_layout(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        reopened: SecondaryTier = self._hook("reopen_other_layout", tier, buffer)
-        return reopened
-
-    def start_down(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        built: SecondaryTier = self._hook("start_down", tier, buffer)
-        return built
-
-    def fail_io(self, tier: SecondaryTier, n: int) -> None:
-        self._hook("fail_io", tier, n)
-
-    def storage_requests(self, tier: SecondaryTier) -> int:
-        requests: int = self._hook("storage_requests", tier)
-        return requests
-
-    def grow_storage(self, tier: SecondaryTier, objects: int) -> None:
-        self._hook("grow_storage", tier, objects)
-
-    def request_plan(self, tier: SecondaryTier, n: int) -> tuple[int, int]:
-        plan: tuple[int, int] = self._hook("request_plan", tier, n)
-        return plan
-
-    def expected_abilities(self, tier: SecondaryTier) -> Iterable[str]:
-        abilities: Iterable[str] = self._hook("expected_abilities", tier)
-        return abilities
-
-    def storage_names(self, tier: SecondaryTier) -> Iterable[str]:
-        names: Iterable[str] = self._hook("storage_names", tier)
-        return names
-
-    def namespace_of(self, tier: SecondaryTier) -> str:
-        prefix: str = self._hook("namespace_of", tier)
-        return prefix
 
     @pytest.fixture
     def tier_factory(self, kit_run: KitRun) -> Callable[[memoryview], SecondaryTier]:
@@ -105,20 +68,9 @@ def test_conform_mooncake_passes_and_leaves_no_key(mooncake_cluster: LocalMoonca
     """`kvproto conform mooncake` in a process of its own, pointed at the session's cluster by the environment
     (MC-10): every check passes or is skipped for what the tier does not declare or offer, and when the process
     has ended the master holds none of the kit's keys."""
-    report = tmp_path / "r.json"
     before = _kit_keys(mooncake_cluster)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-m", "kvproto", "conform", "mooncake", "--profile", "fast", "--json",
-                           str(report)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    (tier,) = json.loads(report.read_text())["tiers"]
-    caps = tier["capabilities"]
-    assert all(caps[c] is True for c in ("persistence", "sharing", "async_lookup", "partial_jobs"))
-    assert caps["eviction"] is False and caps["holds_hits"] is False
-    outcomes = {c["check"]: c["outcome"] for c in tier["checks"]}
-    skipped = {c["check"]: c["reason"] for c in tier["checks"] if c["outcome"] == "skipped"}
+    outcomes, skipped = conform_remote_tier_in_a_child("mooncake", tmp_path / "r.json")
     assert all(r.startswith(("needs ", "vacuous: ")) for r in skipped.values()), skipped
-    assert {o for name, o in outcomes.items() if name not in skipped} == {"passed"}, outcomes
     for check in ("test_sharing_between_instances", "test_persistence_across_instances",
                   "test_io_errors_inside_transfers_fail_cleanly", "test_a_constructor_refuses_storage_that_is_down",
                   "test_a_tier_writes_only_under_its_own_namespace",

@@ -13,9 +13,9 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
+from benchmarks._delay_proxy import stop_child
 from kvproto_obj import ObjTier, ObjTierConfig
 from tests.impls._tier_runner import Runner, make_buffer, shut_down_after
-from tests.impls.blackhole_proxy import end_child
 
 REGION = "us-east-1"
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -109,7 +109,7 @@ class S3ServerProcess:
                 pipe.close()
 
     def stop(self) -> None:
-        end_child(self._proc)
+        stop_child(self._proc)
 
 
 def config_for(endpoint: str, bucket: str, **options: Any) -> ObjTierConfig:

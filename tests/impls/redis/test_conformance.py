@@ -5,16 +5,16 @@ command line in a child process."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from kvproto import OffloadKey, SecondaryTier
+from kvproto import SecondaryTier
 
+from tests.impls._conform_child import conform_remote_tier_in_a_child
 from tests.impls._kit_hooks import HookTableTests
 
 redis_tier = pytest.importorskip("kvproto_redis", reason="kvproto-redis is not installed: pip install -e impls/redis")
@@ -28,41 +28,8 @@ class _RedisHooks(HookTableTests):
 
     kit_profile = "fast"
     HOOKS = REDIS_HOOKS
-
-    def reopen_other_layout(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        reopened: SecondaryTier = self._hook("reopen_other_layout", tier, buffer)
-        return reopened
-
-    def start_down(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
-        started: SecondaryTier = self._hook("start_down", tier, buffer)
-        return started
-
-    def fail_io(self, tier: SecondaryTier, n: int) -> None:
-        self._hook("fail_io", tier, n)
-
-    def storage_requests(self, tier: SecondaryTier) -> int:
-        return int(self._hook("storage_requests", tier))
-
-    def grow_storage(self, tier: SecondaryTier, objects: int) -> None:
-        self._hook("grow_storage", tier, objects)
-
-    def request_plan(self, tier: SecondaryTier, n: int) -> tuple[int, int]:
-        fewest, most = self._hook("request_plan", tier, n)
-        return int(fewest), int(most)
-
-    def expected_abilities(self, tier: SecondaryTier) -> Iterable[str]:
-        abilities: Iterable[str] = self._hook("expected_abilities", tier)
-        return abilities
-
-    def storage_names(self, tier: SecondaryTier) -> Iterable[str]:
-        names: Iterable[str] = self._hook("storage_names", tier)
-        return names
-
-    def namespace_of(self, tier: SecondaryTier) -> str:
-        return str(self._hook("namespace_of", tier))
-
-    def replace_block(self, tier: SecondaryTier, key: OffloadKey, data: bytes) -> None:
-        self._hook("replace_block", tier, key, data)
+    TABLE_HOOKS = ("reopen_other_layout", "start_down", "fail_io", "storage_requests", "grow_storage", "request_plan",
+                   "expected_abilities", "storage_names", "namespace_of", "replace_block")
 
 
 def _factory_over(server: LocalRedis) -> Iterator[Callable[[memoryview], SecondaryTier]]:
@@ -116,18 +83,8 @@ def test_a_new_storage_deletes_the_keys_of_the_earlier_ones(redis_server: LocalR
 def test_conform_redis_from_the_command_line_passes_and_leaves_no_key_behind(redis_server: LocalRedis, tmp_path: Path) -> None:
     """``kvproto conform redis`` against a server named by KVPROTO_REDIS_URL: every check passes or is skipped
     for what Redis does not declare, and the server holds no ``kvproto-kit:*`` key once the command ended."""
-    report = tmp_path / "r.json"
-    env = os.environ | {"KVPROTO_REDIS_URL": redis_server.url}
-    done = subprocess.run([sys.executable, "-m", "kvproto", "conform", "redis", "--profile", "fast", "--no-typecheck",
-                           "--json", str(report)], env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (tier,) = json.loads(report.read_text())["tiers"]
-    caps = tier["capabilities"]
-    assert all(caps[c] is True for c in ("persistence", "sharing", "async_lookup", "partial_jobs"))
-    assert caps["eviction"] is False and caps["holds_hits"] is False
-    outcomes = {c["check"]: c["outcome"] for c in tier["checks"]}
-    skipped = {c["check"] for c in tier["checks"] if c["outcome"] == "skipped"}
-    assert {o for name, o in outcomes.items() if name not in skipped} == {"passed"}, outcomes
+    outcomes, _ = conform_remote_tier_in_a_child("redis", tmp_path / "r.json", env={"KVPROTO_REDIS_URL": redis_server.url},
+                                                 options=["--no-typecheck"])
     for check in ("test_sharing_between_instances", "test_persistence_across_instances",
                   "test_a_killed_writer_leaves_no_false_hit", "test_existence_batches_keep_the_declared_request_plan",
                   "test_a_block_replaced_after_its_hit_never_loads_the_new_bytes",

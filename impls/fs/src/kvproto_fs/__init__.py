@@ -1,6 +1,6 @@
 """The reference filesystem tier of kvproto: one checksummed, atomically published file per block.
 
-* :class:`FsTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below): a
+* :class:`FsTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy in its module): a
   :class:`kvproto.tierkit.BlobTier` over :class:`FileBackend`.
 * :class:`FsTierConfig` is its pydantic configuration.
 * :class:`FileBackend` is its storage I/O, a :class:`kvproto.tierkit.BlobBackend` (files under a root).
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvproto import BatchLookup, SecondaryTier
 from kvproto.hosting import lazy_attributes
 
 from kvproto_fs._backend import FileBackend
@@ -32,13 +31,3 @@ _CONFORMANCE = frozenset({"conformance_spec"})
 __getattr__ = lazy_attributes("kvproto_fs._conformance", _CONFORMANCE, owner=__name__)
 
 __all__ = ["FileBackend", "FileOps", "FsTier", "FsTierConfig", "FsTierStats", "LayoutValue", "conformance_spec"]
-
-
-def _conforms(tier: FsTier) -> SecondaryTier:
-    """Never called: mypy proves here that FsTier satisfies SecondaryTier structurally."""
-    return tier
-
-
-def _batch(tier: FsTier) -> BatchLookup:
-    """Never called: mypy proves here that FsTier offers lookup_many (BatchLookup)."""
-    return tier

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from kvproto.errors import ConfigurationError
+from kvproto.tierkit import LayoutValue, TierSettings
 
 __all__ = ["FsTierConfig", "LayoutValue"]
 
-LayoutValue = str | int | float | bool | None
-"""A value of the integrator's layout fingerprint (JSON scalars)."""
-
-
-class FsTierConfig(BaseModel):
+class FsTierConfig(TierSettings):
     """Where and how the filesystem tier keeps its blocks (FS-1).
 
     * ``root``: an existing, writable directory; blocks live under
@@ -60,8 +54,6 @@ class FsTierConfig(BaseModel):
     writable directory is named in the message.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
     root: Path
     layout: dict[str, LayoutValue] = Field(default_factory=dict)
     shared: bool = False
@@ -78,23 +70,10 @@ class FsTierConfig(BaseModel):
     hold_hits_max: int | None = Field(default=None, ge=1)
 
     def __init__(self, **data: Any) -> None:
-        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (FS-1)."""
+        """Text for a typed field (a path, a secret) becomes one; then validated (FS-1)."""
         if isinstance(data.get("root"), str):
             data["root"] = Path(data["root"])
-        try:
-            super().__init__(**data)
-        except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ConfigurationError(f"invalid FsTierConfig: {problems}") from exc
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> FsTierConfig:
-        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (FS-1)."""
-        if not isinstance(data, Mapping):
-            raise ConfigurationError(f"FsTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
-        return cls(**{str(k): v for k, v in data.items()})
+        super().__init__(**data)
 
     @field_validator("root")
     @classmethod

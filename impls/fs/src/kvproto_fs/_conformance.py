@@ -18,7 +18,7 @@ from typing import Any
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
+from kvproto.testing import JOB_FAULT_HOOKS, FaultyBackend, TierSpec, faulty_jobs
 
 from kvproto_fs._backend import TMP_SUFFIX
 from kvproto_fs._config import FsTierConfig
@@ -334,14 +334,6 @@ def _seed_block(tier: FsTier, key: OffloadKey, data: bytes) -> None:
     tier.vouch_for([key])  # the scan would find it; the kit wants it at once
 
 
-def _fail_next_jobs(tier: FsTier, n: int) -> None:
-    FaultyBackend.below(tier).fail_next_jobs(n)  # the kit's spec: faulty_jobs(FsTier)(..., wrap=FaultyBackend)
-
-
-def _fail_keys(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
-    FaultyBackend.below(tier).fail_keys(keys)
-
-
 def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
     """Flip one payload byte of each stored file: the checksum must catch it."""
     for key in keys:
@@ -362,8 +354,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _fail_next_jobs,
-    "fail_keys": _fail_keys,
+    **JOB_FAULT_HOOKS,  # the kit's spec: faulty_jobs(FsTier)(..., wrap=FaultyBackend)
     "corrupt_on_read": _corrupt_on_read,
     "short_io": _short_io,
     "fail_io": _fail_io,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kvproto import OffloadKey, envelope as env
+from kvproto import BatchLookup, OffloadKey, SecondaryTier, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, BlobTierStats, slot_buffer_shape
 
@@ -108,6 +108,12 @@ class FsTier(BlobTier):
     def direct_io_counts(self) -> tuple[int, int]:
         """(I/Os done with O_DIRECT, I/Os done buffered), files opened for blocks."""
         return self._direct.direct_ios, self._direct.buffered_ios
+
+
+def _conforms(tier: FsTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that FsTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
 
 
 def _write_manifest(ns_dir: Path, manifest: dict[str, object]) -> None:

@@ -1,6 +1,6 @@
 """The reference Mooncake Store tier of kvproto: one verified envelope per block, moved in zero-copy batches.
 
-* :class:`MooncakeTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below): a
+* :class:`MooncakeTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy in its module): a
   :class:`kvproto.tierkit.BlobTier` over :class:`MooncakeBackend`, the cluster's I/O (an
   :class:`kvproto.tierkit.AsyncBlobBackend` whose operations become batch calls of Mooncake's
   client, through registered memory).
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvproto import BatchLookup, SecondaryTier
 from kvproto.hosting import lazy_attributes
 
 from kvproto_mooncake._backend import MooncakeBackend
@@ -51,13 +50,3 @@ __all__ = [
     "faults_of",
     "mooncake_spec",
 ]
-
-
-def _conforms(tier: MooncakeTier) -> SecondaryTier:
-    """Never called: mypy proves here that MooncakeTier satisfies SecondaryTier structurally."""
-    return tier
-
-
-def _batch(tier: MooncakeTier) -> BatchLookup:
-    """Never called: mypy proves here that MooncakeTier offers lookup_many (BatchLookup)."""
-    return tier

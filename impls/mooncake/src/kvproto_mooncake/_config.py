@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from kvproto.errors import ConfigurationError
+from kvproto.tierkit import LayoutValue, SharedStoreTierSettings
 
 __all__ = ["LayoutValue", "MooncakeTierConfig"]
 
-LayoutValue = str | int | float | bool | None
-"""A value of the integrator's layout fingerprint (JSON scalars)."""
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$")
-_PREFIX = re.compile(r"^[A-Za-z0-9._\-]+(/[A-Za-z0-9._\-]+)*$")
 _METADATA = ("http://", "https://", "etcd://", "redis://")
 
 
-class MooncakeTierConfig(BaseModel):
+class MooncakeTierConfig(SharedStoreTierSettings):
     """Which Mooncake Store the tier uses and how (MC-1).
 
     * ``master``: the master's RPC address, ``host:port`` (``mooncake_master --rpc_port``).
@@ -72,7 +66,8 @@ class MooncakeTierConfig(BaseModel):
     Invalid values raise :class:`~kvproto.errors.ConfigurationError` naming every offending field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    prefix_names = re.compile(r"[A-Za-z0-9._\-]+(?:/[A-Za-z0-9._\-]+)*")
+    prefix_rule = "parts of letters, digits, '.', '_', '-' joined by '/'"
 
     master: str = "127.0.0.1:50051"
     metadata_server: str = "http://127.0.0.1:8080/metadata"
@@ -82,32 +77,11 @@ class MooncakeTierConfig(BaseModel):
     segment_bytes: int = Field(default=0, ge=0)
     local_buffer_bytes: int = Field(default=16 << 20, ge=1 << 20, le=1 << 40)
     replicas: int = Field(default=1, ge=1, le=16)
-    prefix: str = "kvproto"
-    layout: dict[str, LayoutValue] = Field(default_factory=dict)
     batch_keys: int = Field(default=32, ge=1, le=4096)
     batches_in_flight: int = Field(default=1, ge=1, le=64)
     check_before_put: bool = True
     connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
     op_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    probe_deadline_steps: int = Field(default=16, ge=1)
-    probe_min_interval_s: float = Field(default=0.01, ge=0, le=1.0)
-    recent_keys: int = Field(default=65536, ge=1)
-    check_on_start: bool = True
-
-    def __init__(self, **data: Any) -> None:
-        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (MC-1)."""
-        try:
-            super().__init__(**data)
-        except pydantic.ValidationError as exc:
-            raise ConfigurationError(f"invalid MooncakeTierConfig: {_problems(exc)}") from exc
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> MooncakeTierConfig:
-        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (MC-1)."""
-        if isinstance(data, Mapping):
-            return cls(**{str(k): v for k, v in data.items()})
-        raise ConfigurationError(f"MooncakeTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
 
     @field_validator("master")
     @classmethod
@@ -123,20 +97,6 @@ class MooncakeTierConfig(BaseModel):
             raise ValueError(f"metadata_server {url!r} must be an http(s)://, etcd:// or redis:// URL, or P2PHANDSHAKE")
         return url
 
-    @field_validator("prefix")
-    @classmethod
-    def _clean_prefix(cls, prefix: str) -> str:
-        if not _PREFIX.match(prefix):
-            raise ValueError(f"prefix {prefix!r} must be parts of letters, digits, '.', '_', '-' joined by '/'")
-        return prefix
-
-    @field_validator("connect_timeout_s", "op_timeout_s", "job_timeout_s")
-    @classmethod
-    def _finite(cls, seconds: float) -> float:
-        if not math.isfinite(seconds):
-            raise ValueError("must be a finite number of seconds")
-        return seconds
-
     @property
     def persistent(self) -> bool:
         """Whether blocks outlive this process: no segment of its own holds them (MC-8)."""
@@ -145,8 +105,3 @@ class MooncakeTierConfig(BaseModel):
     def where(self) -> str:
         """The cluster in words, for errors and logs."""
         return f"master {self.master}, metadata {self.metadata_server}"
-
-
-def _problems(exc: pydantic.ValidationError) -> str:
-    """Every field pydantic refused, with why, on one line."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors())

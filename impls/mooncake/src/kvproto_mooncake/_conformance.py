@@ -22,7 +22,6 @@ MooncakeTier (it has no fault knob); request faults and counts go through :class
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import threading
 import urllib.request
@@ -34,7 +33,7 @@ from typing import Any
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
 from kvproto.hosting import TierUnavailable
-from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
+from kvproto.testing import FaultyBackend, RequestFaults, TierSpec, faulty_jobs, remote_fault_hooks, request_faults_of
 from kvproto.tierkit import PROBE_CHUNK_KEYS
 
 from kvproto_mooncake._backend import regex_literal
@@ -54,73 +53,55 @@ KIT_PREFIX = "kvproto-kit"
 ENV_MASTER, ENV_METADATA, ENV_ADMIN = "KVPROTO_MOONCAKE_MASTER", "KVPROTO_MOONCAKE_METADATA", "KVPROTO_MOONCAKE_ADMIN"
 
 
-class KitMooncakeOps(MooncakeOps):
-    """The kit's requests below MooncakeBackend (MC-9): Mooncake's, counted, and failed as a cluster may.
+class KitMooncakeOps(RequestFaults, MooncakeOps):
+    """The kit's requests below MooncakeBackend (MC-9): Mooncake's, counted, and failed as a cluster may
+    (:class:`~kvproto.testing.RequestFaults`: ``requests``, where a batch call is one; ``fail_transfers``;
+    ``down``)."""
 
-    * ``requests``: every request made so far (a batch call is one).
-    * ``fail_transfers``: the next that many requests raise ``OSError(EIO)`` (the ``fail_io`` hook).
-    * ``down``: every request fails (connection refused): the cluster is down (the ``start_down`` hook).
-    """
-
-    def __init__(self, *, down: bool = False) -> None:
-        self.requests = 0
-        self.down = down
-        self.fail_transfers = 0
-        self._lock = threading.Lock()
-
-    def _request(self, what: str) -> None:
-        with self._lock:
-            self.requests += 1
-            if self.down:
-                raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what}: the cluster is down")
-            if self.fail_transfers > 0:
-                self.fail_transfers -= 1
-                raise OSError(errno.EIO, f"kvproto kit: {what} failed (EIO injected below MooncakeBackend)")
+    storage = "the cluster"
+    below = "MooncakeBackend"
 
     def put_from(self, client: Client, keys: list[str], ptrs: list[list[int]], sizes: list[list[int]],
                  replicate: object | None = None) -> list[int]:
-        self._request(f"batch put of {len(keys)} keys")
+        self.request(f"batch put of {len(keys)} keys")
         return super().put_from(client, keys, ptrs, sizes, replicate)
 
     def put(self, client: Client, key: str, value: bytes, replicate: object | None = None) -> int:
-        self._request(f"put {key}")
+        self.request(f"put {key}")
         return super().put(client, key, value, replicate)
 
     def get_into(self, client: Client, keys: list[str], ptrs: list[int], sizes: list[int]) -> list[int]:
-        self._request(f"batch get of {len(keys)} keys")
+        self.request(f"batch get of {len(keys)} keys")
         return super().get_into(client, keys, ptrs, sizes)
 
     def get(self, client: Client, key: str) -> bytes:
-        self._request(f"get {key}")
+        self.request(f"get {key}")
         return super().get(client, key)
 
     def size(self, client: Client, key: str) -> int:
-        self._request(f"get_size {key}")
+        self.request(f"get_size {key}")
         return super().size(client, key)
 
     def exist(self, client: Client, keys: list[str]) -> list[int]:
-        self._request(f"batch_is_exist of {len(keys)} keys")
+        self.request(f"batch_is_exist of {len(keys)} keys")
         return super().exist(client, keys)
 
     def replicas(self, client: Client, keys: list[str]) -> Mapping[str, Sequence[Replica]]:
-        self._request(f"batch_get_replica_desc of {len(keys)} keys")
+        self.request(f"batch_get_replica_desc of {len(keys)} keys")
         return super().replicas(client, keys)
 
     def remove(self, client: Client, keys: list[str], *, force: bool) -> list[int]:
-        self._request(f"batch_remove of {len(keys)} keys")
+        self.request(f"batch_remove of {len(keys)} keys")
         return super().remove(client, keys, force=force)
 
     def remove_matching(self, client: Client, regex: str, *, force: bool) -> int:
-        self._request(f"remove_by_regex {regex}")
+        self.request(f"remove_by_regex {regex}")
         return super().remove_matching(client, regex, force=force)
 
 
 def ops_of(tier: MooncakeTier) -> KitMooncakeOps:
     """The :class:`KitMooncakeOps` a tier of the kit's spec makes its requests through."""
-    ops = tier.ops
-    if not isinstance(ops, KitMooncakeOps):
-        raise ConfigurationError(f"MooncakeTier {tier.name!r} was built without KitMooncakeOps: no request faults")
-    return ops
+    return request_faults_of(tier, KitMooncakeOps)
 
 
 def faults_of(tier: MooncakeTier) -> FaultyBackend:
@@ -278,26 +259,9 @@ def _corrupt_on_read(tier: MooncakeTier, keys: Iterable[OffloadKey]) -> None:
         _put_replacing(tier, tier.key_of(key), bytes(value))
 
 
-def _arm(knob: str) -> Callable[[MooncakeTier, Any], None]:
-    def hook(tier: MooncakeTier, arg: Any) -> None:
-        getattr(faults_of(tier), knob)(arg)
-
-    return hook
-
-
 def _fork_safe(tier: MooncakeTier) -> bool:
     """No: a forked child of a process with a Mooncake client cannot set up its own (it hangs; MC-2)."""
     return False
-
-
-def _fail_io(tier: MooncakeTier, n: int) -> None:
-    """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
-    ops_of(tier).fail_transfers = n
-
-
-def _storage_requests(tier: MooncakeTier) -> int:
-    """Every request the tier made to Mooncake so far (TIER-33)."""
-    return ops_of(tier).requests
 
 
 def _grow_storage(tier: MooncakeTier, objects: int) -> None:
@@ -327,12 +291,9 @@ def _expected_abilities(tier: MooncakeTier) -> tuple[str, ...]:
 MOONCAKE_HOOKS: dict[str, Callable[..., Any]] = {
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _arm("fail_next_jobs"),
-    "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
     "fork_safe": _fork_safe,
-    "fail_io": _fail_io,
-    "storage_requests": _storage_requests,
+    **remote_fault_hooks(KitMooncakeOps),
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
     "expected_abilities": _expected_abilities,

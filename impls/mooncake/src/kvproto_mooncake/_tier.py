@@ -12,23 +12,19 @@ asks the master off the scheduler's thread.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable
 
-from kvproto import Capabilities, OffloadKey, envelope as env
+from kvproto import BatchLookup, Capabilities, OffloadKey, SecondaryTier, tierkit
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, slot_buffer_shape
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_mooncake._backend import MooncakeBackend, short_error
+from kvproto_mooncake._backend import MooncakeBackend
 from kvproto_mooncake._client import SharedClient, open_client
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import MooncakeOps
 from kvproto_mooncake._stats import MooncakeTierStats
 
 __all__ = ["MooncakeTier"]
-
-_log = logging.getLogger("kvproto_mooncake")
 
 
 class MooncakeTier(BlobTier):
@@ -41,12 +37,19 @@ class MooncakeTier(BlobTier):
     key's operation through the wrapper (smaller batches). The tier has no fault knob: the kit fails
     jobs through a :func:`kvproto.testing.faulty_jobs` class of it (KIT-5). ``ops``, when given, makes
     every request (:class:`MooncakeOps`, MC-9: the conformance spec's counting, fault-arming one).
+
+    ``reset_cache`` removes every block key of this namespace, then forgets them (TIER-16, MC-7):
+    False while a job is unreported, after shutdown, or when the cluster did not answer. It blocks the
+    scheduler for one ``remove_by_regex`` (bounded by ``op_timeout_s``) and removes the other
+    instances' blocks of this namespace too (their loads fail, then MISS).
     """
+
+    reset_needs_storage = True  # reset_cache answers False when the cluster did not answer (MC-7)
 
     def __init__(self, buffer: memoryview, config: MooncakeTierConfig, *, name: str = "mooncake",
                  wrap: Callable[[BlobBackend], BlobBackend] | None = None, ops: MooncakeOps | None = None) -> None:
-        self.config = config = _checked(config, name)
-        _, block_bytes = slot_buffer_shape(f"MooncakeTier {name!r}", buffer)
+        self.config = config = tierkit.tier_config(config, MooncakeTierConfig, f"MooncakeTier {name!r}")
+        _, block_bytes = tierkit.slot_buffer_shape(f"MooncakeTier {name!r}", buffer)
         self.shared: SharedClient = _client(config, name)
         stats = MooncakeTierStats()
         # Operations in flight per direction: the batches transferring, the next one (checked first, for
@@ -61,20 +64,10 @@ class MooncakeTier(BlobTier):
             super().__init__(
                 self._io,
                 buffer,
-                BlobTierConfig(
-                    shared=True,  # other processes use the same cluster: unknown keys are checked in batches (MC-6)
-                    layout=config.layout,
-                    read_threads=loads,
-                    write_threads=stores,
-                    probe_deadline_steps=config.probe_deadline_steps,
-                    probe_min_interval_s=config.probe_min_interval_s,
-                    recent_keys=config.recent_keys,
-                    trust_index_on_store=True,  # a key stored or loaded here is not sent again (MC-3)
-                    op_timeout_s=config.op_timeout_s,
-                    job_timeout_s=config.job_timeout_s,  # so the tier declares job_time_bound_s (MGR-17)
-                    persistent=config.persistent,
-                    hold_hits_steps=0,
-                ),
+                # Other processes use the same cluster: unknown keys are checked in batches (MC-6); a key
+                # stored or loaded here is not sent again (MC-3).
+                tierkit.shared_store_config(config, read_threads=loads, write_threads=stores, op_timeout_s=config.op_timeout_s,
+                                    persistent=config.persistent, hold_hits_steps=0),
                 name=name,
                 stats=stats,
                 wrap=wrap,
@@ -89,35 +82,10 @@ class MooncakeTier(BlobTier):
     def _check_store(self, block_bytes: int, name: str) -> None:
         """Write the layout manifest now (one put through the tier's requests), so a cluster that does not
         answer fails at once (MC-1)."""
-        manifest = env.namespace_manifest(block_bytes, self.config.layout)
-        body = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
-        key = self._io.key(f"{env.namespace_id(manifest).hex()}/manifest.json")
-        try:
+        path, body = tierkit.layout_manifest(block_bytes, self.config.layout)
+        key = self._io.key(path)
+        with tierkit.storage_check(f"MooncakeTier {name!r}", f"write {key} ({self.config.where()})"):
             self._io.put_one(key, body)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"MooncakeTier {name!r}: cannot write {key} ({self.config.where()}): {short_error(exc)}"
-            ) from exc
-
-    # -- SecondaryTier: the engine's, but reset ------------------------------------------------
-
-    def reset_cache(self) -> bool:
-        """Remove every block key of this namespace and forget them (TIER-16, MC-7).
-
-        False while a job is unreported, after shutdown, or when the cluster did not answer (keys
-        already removed stay removed; loads of the others still verify). Blocks the scheduler for one
-        ``remove_by_regex`` (bounded by ``op_timeout_s``). It removes the other instances' blocks of
-        this namespace too (their loads fail, then MISS).
-        """
-        if self.has_pending_work():
-            return False
-        try:
-            self.backend.clear(self.namespace.hex())  # raises if the cluster did not answer (or after shutdown)
-        except Exception as exc:
-            _log.warning("MooncakeTier %r: reset_cache could not remove %s/*: %s", self.name,
-                         self._io.key(self.namespace.hex()), short_error(exc))
-            return False
-        return super().reset_cache()
 
     # -- operator surface --------------------------------------------------------------------
 
@@ -135,18 +103,20 @@ class MooncakeTier(BlobTier):
         return self.indexed_keys()
 
 
+def _conforms(tier: MooncakeTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that MooncakeTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
+
+
 def _capabilities(config: MooncakeTierConfig) -> Capabilities:
     """What a MooncakeTier declares (MC-8): persistence only where no segment of this process holds blocks."""
     lasts = ("blocks live in the memory of the cluster's storage processes (mooncake_client), not this "
              "process's: they outlive it, and go when their storage process or the master restarts, or when "
              "the master evicts them under memory pressure")
-    return Capabilities(
-        async_lookup=True,
-        max_retry_steps=config.probe_deadline_steps,
-        persistence=config.persistent,
-        eviction=False,
-        sharing=True,
-        partial_jobs=True,
+    return tierkit.shared_store_capabilities(
+        config,
+        persistent=config.persistent,
         reasons={
             "async_lookup": "RETRY while batch_is_exist asks the master about a key this instance does not know",
             "eviction": "never drops blocks on its own: Mooncake's master evicts under memory pressure, and a "
@@ -168,10 +138,3 @@ def _client(config: MooncakeTierConfig, name: str) -> SharedClient:
         raise ConfigurationError(f"MooncakeTier {name!r}: cannot reach the cluster ({config.where()}): {exc}") from exc
     except ConfigurationError as exc:
         raise ConfigurationError(f"MooncakeTier {name!r}: {exc}") from exc
-
-
-def _checked(config: object, name: str) -> MooncakeTierConfig:
-    """``config`` if it is a :class:`MooncakeTierConfig`, else a :class:`ConfigurationError` (MC-1)."""
-    if isinstance(config, MooncakeTierConfig):
-        return config
-    raise ConfigurationError(f"MooncakeTier {name!r}: config must be a MooncakeTierConfig, got {type(config).__name__}")

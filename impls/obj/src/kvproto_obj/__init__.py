@@ -1,6 +1,6 @@
 """The reference object-store tier of kvproto: one verified envelope object per block, on obstore.
 
-* :class:`ObjTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below):
+* :class:`ObjTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy in its module):
   a :class:`kvproto.tierkit.BlobTier` over :class:`ObstoreBackend`, the
   store's I/O (an :class:`kvproto.tierkit.AsyncBlobBackend`).
 * :class:`ObjTierConfig` is its pydantic configuration; :func:`make_store`
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvproto import BatchLookup, SecondaryTier
 from kvproto.hosting import lazy_attributes
 
 from kvproto_obj._backend import ObstoreBackend
@@ -49,13 +48,3 @@ __all__ = [
     "make_store",
     "obj_spec",
 ]
-
-
-def _conforms(tier: ObjTier) -> SecondaryTier:
-    """Never called: mypy proves here that ObjTier satisfies SecondaryTier structurally."""
-    return tier
-
-
-def _batch(tier: ObjTier) -> BatchLookup:
-    """Never called: mypy proves here that ObjTier offers lookup_many (BatchLookup)."""
-    return tier

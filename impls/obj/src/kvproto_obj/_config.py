@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from kvproto.errors import ConfigurationError
+from kvproto.tierkit import LayoutValue, SharedStoreTierSettings
 
 __all__ = ["LayoutValue", "ObjTierConfig", "StoreKind"]
 
-LayoutValue = str | int | float | bool | None
-"""A value of the integrator's layout fingerprint (JSON scalars)."""
 
 StoreKind = Literal["memory", "local", "s3", "gcs", "azure"]
 """Which obstore store the tier builds: in-memory, a local directory, S3 (and compatibles), GCS, Azure Blob."""
 
 
-class ObjTierConfig(BaseModel):
+class ObjTierConfig(SharedStoreTierSettings):
     """Where and how the object-store tier keeps its blocks (OBJ-1).
 
     * ``kind``: ``"memory"`` (obstore's in-process MemoryStore: tests and the
@@ -83,13 +79,9 @@ class ObjTierConfig(BaseModel):
     every offending field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
     kind: StoreKind = "memory"
     bucket: str | None = None
     root: Path | None = None
-    prefix: str = "kvproto"
-    layout: dict[str, LayoutValue] = Field(default_factory=dict)
     endpoint: str | None = None
     region: str | None = None
     access_key_id: str | None = None
@@ -102,39 +94,20 @@ class ObjTierConfig(BaseModel):
     max_backoff_s: float = Field(default=0.5, gt=0, le=60)
     connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
     request_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     probe_concurrency: int = Field(default=64, ge=1, le=1024)
     list_page_cost: int = Field(default=16, ge=0, le=1_000_000)
-    probe_deadline_steps: int = Field(default=16, ge=1)
-    probe_min_interval_s: float = Field(default=0.01, ge=0, le=1.0)
     probe_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    recent_keys: int = Field(default=65536, ge=1)
-    check_on_start: bool = True
+
+    prefix_names = re.compile(r"(?:[^/]+(?:/[^/]+)*)?")  # "": the bucket's top level
+    prefix_rule = "empty, or parts joined by single '/', none leading or trailing"
 
     def __init__(self, **data: Any) -> None:
-        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (OBJ-1)."""
+        """Text for a typed field (a path, a secret) becomes one; then validated (OBJ-1)."""
         for field, kind in (("root", Path), ("secret_access_key", SecretStr)):
             if isinstance(data.get(field), str):
                 data[field] = kind(data[field])
-        try:
-            super().__init__(**data)
-        except pydantic.ValidationError as exc:
-            raise ConfigurationError(f"invalid ObjTierConfig: {_problems(exc)}") from exc
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> ObjTierConfig:
-        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (OBJ-1)."""
-        if isinstance(data, Mapping):
-            return cls(**{str(k): v for k, v in data.items()})
-        raise ConfigurationError(f"ObjTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
-
-    @field_validator("prefix")
-    @classmethod
-    def _clean_prefix(cls, prefix: str) -> str:
-        if prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
-            raise ValueError(f"prefix {prefix!r} must not start or end with '/' nor hold '//'")
-        return prefix
+        super().__init__(**data)
 
     @field_validator("endpoint")
     @classmethod
@@ -160,12 +133,5 @@ class ObjTierConfig(BaseModel):
             raise ValueError("access_key_id and secret_access_key go together (or leave both to the environment)")
         if self.init_backoff_s > self.max_backoff_s:
             raise ValueError("init_backoff_s must not exceed max_backoff_s")
-        for name in ("retry_timeout_s", "request_timeout_s", "job_timeout_s", "probe_timeout_s"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number of seconds")
+        # Every duration is bounded above (``le``), which refuses inf and NaN as well.
         return self
-
-
-def _problems(exc: pydantic.ValidationError) -> str:
-    """Every field pydantic refused, with why, on one line."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors())

@@ -21,8 +21,7 @@ from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import MemoryStore
 
 from kvproto import OffloadKey, envelope as env
-from kvproto.errors import ConfigurationError
-from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
+from kvproto.testing import FaultyBackend, RequestFaults, TierSpec, faulty_jobs, remote_fault_hooks, request_faults_of
 
 from kvproto_obj._backend import _RANGED
 from kvproto_obj._config import ObjTierConfig
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["OBJ_HOOKS", "KitStoreOps", "conformance_spec", "faults_of", "kit_ops", "obj_spec", "ops_of"]
 
 
-class KitStoreOps(StoreOps):
+class KitStoreOps(RequestFaults, StoreOps):
     """The kit's store below ObstoreBackend (OBJ-13): obstore's requests, counted, and failed or
     re-answered as some stores do.
 
@@ -57,24 +56,21 @@ class KitStoreOps(StoreOps):
       spec sets it for every store but S3 (:func:`kit_ops`).
     """
 
+    storage = "the store"
+    below = "ObstoreBackend"
+
     def __init__(self, *, conflicts_as_precondition: bool = False, failing_lists: int = 0,
                  reversed_listings: bool = False, down: bool = False, ranged: bool | None = None) -> None:
-        self.requests = 0
+        super().__init__(down=down)
         self.ranged = ranged
-        self.down = down
         self.reversed_listings = reversed_listings
-        self.fail_transfers = 0
         self.failing_lists = failing_lists
         self.conflicts_as_precondition = conflicts_as_precondition
-
-    def _transfer(self, what: str, path: str) -> None:
-        self.requests += 1
-        self._refuse(what, path)
 
     async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
                   mode: Literal["create", "overwrite"] = "overwrite") -> object:
         """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode."""
-        self._transfer("PUT", path)
+        self.request(f"PUT {path}")
         try:
             return await super().put(store, path, body, mode=mode)
         except AlreadyExistsError as exc:
@@ -84,26 +80,17 @@ class KitStoreOps(StoreOps):
 
     async def get(self, store: ObjectStore, path: str, if_match: str | None = None) -> Bytes:
         """A GET, counted; failed when armed."""
-        self._transfer("GET", path)
+        self.request(f"GET {path}")
         return await super().get(store, path, if_match)
-
-    def _refuse(self, what: str, path: str) -> None:
-        if self.down:
-            raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what} {path}: the store is down")
-        if self.fail_transfers > 0:
-            self.fail_transfers -= 1
-            raise OSError(errno.EIO, f"kvproto kit: {what} {path} failed (EIO injected below ObstoreBackend)")
 
     async def head(self, store: ObjectStore, path: str) -> ObjectMeta:
         """A HEAD, counted."""
-        self.requests += 1
-        self._refuse("HEAD", path)
+        self.request(f"HEAD {path}")
         return await super().head(store, path)
 
     async def delete(self, store: ObjectStore, paths: str | Sequence[str]) -> None:
         """A DELETE, counted."""
-        self.requests += 1
-        self._refuse("DELETE", str(paths))
+        self.request(f"DELETE {paths}")
         await super().delete(store, paths)
 
     def list(self, store: ObjectStore, prefix: str, *, offset: str | None = None,
@@ -113,8 +100,7 @@ class KitStoreOps(StoreOps):
 
         async def counted() -> AsyncIterator[Sequence[ObjectMeta]]:
             if self.down or self.fail_transfers > 0:
-                self.requests += 1
-                self._refuse("LIST", prefix)
+                self.request(f"LIST {prefix}")
             if self.failing_lists > 0:
                 self.failing_lists -= 1
                 self.requests += 1
@@ -144,10 +130,7 @@ def kit_ops(config: ObjTierConfig, *, conflicts_as_precondition: bool = False, r
 
 def ops_of(tier: ObjTier) -> KitStoreOps:
     """The :class:`KitStoreOps` a tier of the kit's spec makes its requests through."""
-    ops = tier.ops
-    if not isinstance(ops, KitStoreOps):
-        raise ConfigurationError(f"ObjTier {tier.name!r} was built without KitStoreOps: no store faults can be injected")
-    return ops
+    return request_faults_of(tier, KitStoreOps)
 
 
 def _reopen(tier: ObjTier, buffer: memoryview) -> ObjTier:
@@ -177,16 +160,6 @@ def _expected_abilities(tier: ObjTier) -> tuple[str, ...]:
     """What OBJ-10 says an ObjTier built as this spec builds it (over a store it is given) declares:
     async lookups, sharing, partial jobs and persistence (KIT-21)."""
     return ("async_lookup", "sharing", "partial_jobs", "persistence")
-
-
-def _fail_io(tier: ObjTier, n: int) -> None:
-    """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
-    ops_of(tier).fail_transfers = n
-
-
-def _storage_requests(tier: ObjTier) -> int:
-    """Every request the tier made to its store so far (TIER-33)."""
-    return ops_of(tier).requests
 
 
 def _objects(tier: ObjTier) -> list[str]:
@@ -255,15 +228,6 @@ def _seed_block(tier: ObjTier, key: OffloadKey, data: bytes) -> None:
     obstore.put(tier.store, tier.path_of(key), env.encode(key, data, tier.namespace))
 
 
-def _arm(knob: str) -> Callable[[ObjTier, Any], None]:
-    """The hook that calls the tier's FaultyBackend's ``knob`` (``fail_next_jobs`` or ``fail_keys``)."""
-
-    def hook(tier: ObjTier, arg: Any) -> None:
-        getattr(faults_of(tier), knob)(arg)
-
-    return hook
-
-
 def _corrupt_on_read(tier: ObjTier, keys: Iterable[OffloadKey]) -> None:
     """Overwrite each stored object with one payload byte flipped: the checksum must catch it."""
     for key in keys:
@@ -286,12 +250,9 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _arm("fail_next_jobs"),
-    "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
     "fork_safe": _fork_safe,
-    "fail_io": _fail_io,
-    "storage_requests": _storage_requests,
+    **remote_fault_hooks(KitStoreOps),
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
     "start_down": _start_down,

@@ -19,17 +19,14 @@ HEADs too (TIERKIT-10, OBJ-14).
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvproto import Capabilities, OffloadKey, envelope as env
-from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
+from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_obj._backend import ObstoreBackend, short_error
+from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import ObjTierConfig
 from kvproto_obj._ops import StoreOps
 from kvproto_obj._stats import ObjTierStats
@@ -39,8 +36,6 @@ if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
 __all__ = ["ObjTier"]
-
-_log = logging.getLogger("kvproto_obj")
 
 _T = TypeVar("_T")
 
@@ -60,12 +55,19 @@ class ObjTier(BlobTier):
     class of it (KIT-5).
     ``ops``, when given, makes every request to the store (:class:`StoreOps`, OBJ-13: the
     conformance spec's counting, fault-arming one); by default obstore's functions.
+
+    ``reset_cache`` deletes every block object of this namespace, then forgets them (TIER-16, OBJ-9):
+    False while a job is unreported, after shutdown, or when the store did not answer. It blocks the
+    scheduler for the listing and deletions (bounded by ``job_timeout_s``); in a shared bucket it
+    removes the other instances' blocks too (their loads fail, then MISS).
     """
+
+    reset_needs_storage = True  # reset_cache answers False when the store did not answer (OBJ-9)
 
     def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
                  store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: StoreOps | None = None) -> None:
-        self.config = config = _checked(config, name)
+        self.config = config = tierkit.tier_config(config, ObjTierConfig, f"ObjTier {name!r}")
         self.store: ObjectStore = make_store(config) if store is None else store
         stats = ObjTierStats()
         self._io = ObstoreBackend(self.store, config, stats, tier_name=name, ops=ops)
@@ -75,19 +77,10 @@ class ObjTier(BlobTier):
         super().__init__(
             self._io,
             buffer,
-            BlobTierConfig(
-                shared=True,  # other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7)
-                layout=config.layout,
-                read_threads=config.max_concurrency,
-                write_threads=config.max_concurrency,
-                probe_deadline_steps=config.probe_deadline_steps,
-                probe_min_interval_s=config.probe_min_interval_s,
-                recent_keys=config.recent_keys,
-                trust_index_on_store=True,  # a key stored or loaded here is not uploaded again (OBJ-4)
-                persistent=persistent,
-                op_timeout_s=config.job_timeout_s + 1.0,  # a bound above the backend's own (job_timeout_s)
-                job_timeout_s=config.job_timeout_s,  # a whole job, so the tier declares job_time_bound_s (MGR-17)
-            ),
+            # Other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7); a key stored or
+            # loaded here is not uploaded again (OBJ-4); an operation's bound lies above the backend's own.
+            tierkit.shared_store_config(config, read_threads=config.max_concurrency, write_threads=config.max_concurrency,
+                                op_timeout_s=config.job_timeout_s + 1.0, persistent=persistent),
             name=name,
             stats=stats,
             wrap=wrap,
@@ -95,13 +88,9 @@ class ObjTier(BlobTier):
         self.stats: ObjTierStats = stats
         self.ops: StoreOps = self._io.ops
         self.base = self._io.path(self.namespace.hex())
-        self.capabilities = Capabilities(
-            async_lookup=True,
-            max_retry_steps=config.probe_deadline_steps,
-            persistence=persistent,
-            eviction=False,
-            sharing=True,
-            partial_jobs=True,
+        self.capabilities = tierkit.shared_store_capabilities(
+            config,
+            persistent=persistent,
             reasons={
                 "async_lookup": "RETRY while a HEAD request checks a key this instance does not know",
                 "eviction": "never deletes blocks on its own: use the bucket's lifecycle rules",
@@ -119,38 +108,13 @@ class ObjTier(BlobTier):
         shape = buffer.shape if isinstance(given, memoryview) else None
         if shape is None or len(shape) != 2 or shape[1] < 1:
             return
-        manifest = env.namespace_manifest(shape[1], self.config.layout)
-        body = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
-        path = f"{env.namespace_id(manifest).hex()}/manifest.json"
+        path, body = tierkit.layout_manifest(shape[1], self.config.layout)
         config = self.config
-        try:
+        where = (f"write {self._io.path(path)} to the {config.kind!r} store "
+                 f"(bucket={config.bucket!r}, endpoint={config.endpoint!r})")
+        with tierkit.storage_check(f"ObjTier {name!r}", where):
             _run_now(self._io.publish(path, [memoryview(body)], len(body)),
                      config.connect_timeout_s + config.retry_timeout_s + 1.0)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"ObjTier {name!r}: cannot write {self._io.path(path)} to the {config.kind!r} store "
-                f"(bucket={config.bucket!r}, endpoint={config.endpoint!r}): {type(exc).__name__}: {short_error(exc)}"
-            ) from exc
-
-    # -- SecondaryTier: the engine's, but reset ------------------------------------------------
-
-    def reset_cache(self) -> bool:
-        """Delete every block object of this namespace and forget them (TIER-16, OBJ-9).
-
-        False while a job is unreported, after shutdown, or when the store did
-        not answer (objects already deleted stay deleted; loads of the others
-        still verify). Blocks the scheduler for the listing and deletions
-        (bounded by ``job_timeout_s``). In a shared bucket it removes the
-        other instances' blocks too (their loads fail, then MISS).
-        """
-        if self.has_pending_work():
-            return False
-        try:
-            self.backend.clear(self.namespace.hex())  # raises if the store did not answer (or after shutdown)
-        except Exception as exc:
-            _log.warning("ObjTier %r: reset_cache could not delete %s/: %s", self.name, self.base, short_error(exc))
-            return False
-        return super().reset_cache()  # forgets every key (REMOVED), resets verdicts; its own listing finds nothing
 
     # -- operator surface --------------------------------------------------------------------
 
@@ -178,11 +142,10 @@ class ObjTier(BlobTier):
         return self._io.existence_batches
 
 
-def _checked(config: object, name: str) -> ObjTierConfig:
-    """``config`` if it is an :class:`ObjTierConfig`, else a :class:`ConfigurationError` (OBJ-1)."""
-    if isinstance(config, ObjTierConfig):
-        return config
-    raise ConfigurationError(f"ObjTier {name!r}: config must be an ObjTierConfig, got {type(config).__name__}")
+def _conforms(tier: ObjTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that ObjTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
 
 
 def _run_now(coro: Coroutine[Any, Any, _T], timeout: float) -> _T:

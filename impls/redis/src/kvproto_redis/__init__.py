@@ -1,6 +1,6 @@
 """The Redis/Valkey tier of kvproto: one verified envelope per block as a string key, on redis-py.
 
-* :class:`RedisTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy below):
+* :class:`RedisTier` satisfies :class:`kvproto.SecondaryTier` (checked by mypy in its module):
   a :class:`kvproto.tierkit.BlobTier` over :class:`RedisBackend`, the server's I/O (a
   :class:`kvproto.tierkit.BlobBackend`), one server or a Redis Cluster.
 * :class:`RedisTierConfig` is its pydantic configuration (address, ACL credentials, TLS, key
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvproto import BatchLookup, SecondaryTier
 from kvproto.hosting import lazy_attributes
 
 from kvproto_redis._backend import RedisBackend
@@ -59,13 +58,3 @@ __all__ = [
     "make_client",
     "redis_spec",
 ]
-
-
-def _conforms(tier: RedisTier) -> SecondaryTier:
-    """Never called: mypy proves here that RedisTier satisfies SecondaryTier structurally."""
-    return tier
-
-
-def _batch(tier: RedisTier) -> BatchLookup:
-    """Never called: mypy proves here that RedisTier offers lookup_many (BatchLookup)."""
-    return tier

@@ -4,26 +4,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from kvproto.errors import ConfigurationError
+from kvproto.tierkit import LayoutValue, SharedStoreTierSettings
 
 __all__ = ["LayoutValue", "RedisTierConfig"]
 
-LayoutValue = str | int | float | bool | None
-"""A value of the integrator's layout fingerprint (JSON scalars)."""
 
-_PREFIX = re.compile(r"[A-Za-z0-9_.:\-/]+")
 _URL_SCHEMES = ("redis", "rediss")
 
 
-class RedisTierConfig(BaseModel):
+class RedisTierConfig(SharedStoreTierSettings):
     """Where and how the Redis/Valkey tier keeps its blocks (REDIS-1).
 
     * Where: ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://...`` for TLS), or
@@ -59,8 +55,6 @@ class RedisTierConfig(BaseModel):
     Invalid values raise :class:`~kvproto.errors.ConfigurationError` naming every offending field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
     url: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=6379, ge=1, le=65535)
@@ -73,8 +67,6 @@ class RedisTierConfig(BaseModel):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_verify: bool = True
-    prefix: str = "kvproto"
-    layout: dict[str, LayoutValue] = Field(default_factory=dict)
     ttl_s: float | None = Field(default=None, gt=0)
     connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
     socket_timeout_s: float = Field(default=5.0, gt=0, le=3600)
@@ -83,14 +75,13 @@ class RedisTierConfig(BaseModel):
     max_backoff_s: float = Field(default=0.5, gt=0, le=60)
     read_threads: int = Field(default=8, ge=1, le=256)
     write_threads: int = Field(default=8, ge=1, le=256)
-    job_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    probe_deadline_steps: int = Field(default=16, ge=1)
     probe_min_interval_s: float = Field(default=0.005, ge=0, le=1.0)
-    recent_keys: int = Field(default=65536, ge=1)
-    check_on_start: bool = True
+
+    prefix_names = re.compile(r"[A-Za-z0-9_.:\-/]+")
+    prefix_rule = "letters, digits, '_', '.', ':', '-' or '/' (no glob characters)"
 
     def __init__(self, **data: Any) -> None:
-        """Validate ``data``; raise :class:`ConfigurationError` naming each bad field (REDIS-1)."""
+        """Text for a typed field (a path, a secret) becomes one; then validated (REDIS-1)."""
         for field in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
             if isinstance(data.get(field), str):
                 data[field] = Path(data[field])
@@ -100,24 +91,7 @@ class RedisTierConfig(BaseModel):
                       "job_timeout_s", "probe_min_interval_s"):
             if type(data.get(field)) is int:  # strict floats: a whole number of seconds is one too
                 data[field] = float(data[field])
-        try:
-            super().__init__(**data)
-        except pydantic.ValidationError as exc:
-            raise ConfigurationError(f"invalid RedisTierConfig: {_problems(exc)}") from exc
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, object]) -> RedisTierConfig:
-        """Build from a mapping (e.g. parsed TOML); ConfigurationError on bad values (REDIS-1)."""
-        if isinstance(data, Mapping):
-            return cls(**{str(k): v for k, v in data.items()})
-        raise ConfigurationError(f"RedisTierConfig.from_mapping needs a mapping, got {type(data).__name__}")
-
-    @field_validator("prefix")
-    @classmethod
-    def _clean_prefix(cls, prefix: str) -> str:
-        if not _PREFIX.fullmatch(prefix):
-            raise ValueError(f"prefix {prefix!r} must be letters, digits, '_', '.', ':', '-' or '/' (no glob characters)")
-        return prefix
+        super().__init__(**data)
 
     @field_validator("url")
     @classmethod
@@ -148,9 +122,7 @@ class RedisTierConfig(BaseModel):
                 raise ValueError(f"{name} {str(path)!r} is not a file")
         if self.init_backoff_s > self.max_backoff_s:
             raise ValueError("init_backoff_s must not exceed max_backoff_s")
-        for name in ("connect_timeout_s", "socket_timeout_s", "job_timeout_s"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number of seconds")
+        # The other durations are bounded above (``le``), which refuses inf and NaN as well.
         if self.ttl_s is not None and not math.isfinite(self.ttl_s):
             raise ValueError("ttl_s must be None or a finite number of seconds")
         return self
@@ -213,8 +185,3 @@ def _without_password(url: str) -> str:
     if parts.password is None:
         return url
     return url.replace(f":{parts.password}@", ":***@", 1)
-
-
-def _problems(exc: pydantic.ValidationError) -> str:
-    """Every field pydantic refused, with why, on one line (a refused password is never echoed)."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}" for err in exc.errors())

@@ -20,7 +20,6 @@ of RedisTier (it has no fault knob); request faults and counts go through :class
 from __future__ import annotations
 
 import atexit
-import errno
 import logging
 import os
 import shutil
@@ -30,9 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from kvproto import OffloadKey, envelope as env
-from kvproto.errors import ConfigurationError
 from kvproto.hosting import TierUnavailable
-from kvproto.testing import FaultyBackend, TierSpec, faulty_jobs
+from kvproto.testing import FaultyBackend, RequestFaults, TierSpec, faulty_jobs, remote_fault_hooks, request_faults_of
 from kvproto.tierkit import PROBE_CHUNK_KEYS
 
 from kvproto_redis._backend import short_error
@@ -56,62 +54,44 @@ KIT_PREFIX = "kvproto-kit"
 _KIT_TTL_S = 3600.0  # a key of a run killed before its clean-up expires by itself
 
 
-class KitRedisOps(RedisOps):
-    """The kit's requests below RedisBackend (REDIS-9): redis-py's, counted, and failed as a server may.
+class KitRedisOps(RequestFaults, RedisOps):
+    """The kit's requests below RedisBackend (REDIS-9): redis-py's, counted, and failed as a server may
+    (:class:`~kvproto.testing.RequestFaults`: ``requests``, where a pipeline is one and a SCAN page is
+    one; ``fail_transfers``; ``down``)."""
 
-    * ``requests``: every request made so far (a pipeline is one; a SCAN page is one).
-    * ``fail_transfers``: the next that many requests raise ``OSError(EIO)`` (the ``fail_io`` hook).
-    * ``down``: every request fails (connection refused): the server is down (the ``start_down`` hook).
-    """
-
-    def __init__(self, *, down: bool = False) -> None:
-        self.requests = 0
-        self.down = down
-        self.fail_transfers = 0
-        self._lock = threading.Lock()
-
-    def _request(self, what: str) -> None:
-        with self._lock:
-            self.requests += 1
-            if self.down:
-                raise ConnectionRefusedError(errno.ECONNREFUSED, f"kvproto kit: {what}: the server is down")
-            if self.fail_transfers > 0:
-                self.fail_transfers -= 1
-                raise OSError(errno.EIO, f"kvproto kit: {what} failed (EIO injected below RedisBackend)")
+    storage = "the server"
+    below = "RedisBackend"
 
     def ping(self, client: Client) -> None:
-        self._request("PING")
+        self.request("PING")
         super().ping(client)
 
     def set_if_absent(self, client: Client, key: str, value: bytes, ttl_ms: int | None) -> bool:
-        self._request(f"SET {key} NX")
+        self.request(f"SET {key} NX")
         return super().set_if_absent(client, key, value, ttl_ms)
 
     def get(self, client: Client, key: str) -> bytes | None:
-        self._request(f"GET {key}")
+        self.request(f"GET {key}")
         return super().get(client, key)
 
     def probe(self, client: Client, keys: Sequence[str]) -> list[Probe]:
-        self._request(f"a pipeline of {len(keys)} existence checks")
+        self.request(f"a pipeline of {len(keys)} existence checks")
         return super().probe(client, keys)
 
     def delete(self, client: Client, keys: Sequence[str]) -> None:
-        self._request(f"UNLINK of {len(keys)} keys")
+        self.request(f"UNLINK of {len(keys)} keys")
         super().delete(client, keys)
 
     def scan(self, client: Client, match: str) -> Iterator[list[str]]:
         """SCAN pages, each counted; the armed ones fail."""
         for page in super().scan(client, match):
-            self._request(f"SCAN {match}")
+            self.request(f"SCAN {match}")
             yield page
 
 
 def ops_of(tier: RedisTier) -> KitRedisOps:
     """The :class:`KitRedisOps` a tier of the kit's spec makes its requests through."""
-    ops = tier.ops
-    if not isinstance(ops, KitRedisOps):
-        raise ConfigurationError(f"RedisTier {tier.name!r} was built without KitRedisOps: no request faults can be injected")
-    return ops
+    return request_faults_of(tier, KitRedisOps)
 
 
 def faults_of(tier: RedisTier) -> FaultyBackend:
@@ -234,16 +214,6 @@ def _expected_abilities(tier: RedisTier) -> tuple[str, ...]:
     return ("async_lookup", "sharing", "partial_jobs", "persistence")
 
 
-def _fail_io(tier: RedisTier, n: int) -> None:
-    """The next ``n`` requests of the tier raise ``OSError(EIO)`` (0 disarms) (TIER-31)."""
-    ops_of(tier).fail_transfers = n
-
-
-def _storage_requests(tier: RedisTier) -> int:
-    """Every request the tier made to the server so far (TIER-33)."""
-    return ops_of(tier).requests
-
-
 def _request_plan(tier: RedisTier, n: int) -> tuple[int, int]:
     """REDIS-6's plan: one pipeline per chunk of the engine's existence batch, whatever the storage holds."""
     pipelines = -(-n // PROBE_CHUNK_KEYS)
@@ -299,25 +269,13 @@ def _corrupt_on_read(tier: RedisTier, keys: Iterable[OffloadKey]) -> None:
         tier.client.set(tier.key_of(key), bytes(damaged), px=_ttl_ms(tier))
 
 
-def _arm(knob: str) -> Callable[[RedisTier, Any], None]:
-    """The hook that calls the tier's FaultyBackend's ``knob`` (``fail_next_jobs`` or ``fail_keys``)."""
-
-    def hook(tier: RedisTier, arg: Any) -> None:
-        getattr(faults_of(tier), knob)(arg)
-
-    return hook
-
-
 REDIS_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
-    "fail_next_jobs": _arm("fail_next_jobs"),
-    "fail_keys": _arm("fail_keys"),
     "corrupt_on_read": _corrupt_on_read,
-    "fail_io": _fail_io,
-    "storage_requests": _storage_requests,
+    **remote_fault_hooks(KitRedisOps),
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
     "start_down": _start_down,

@@ -12,23 +12,18 @@ checks off the scheduler's thread.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable
 
-from kvproto import Capabilities, OffloadKey, envelope as env
-from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig
+from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
+from kvproto.tierkit import BlobBackend, BlobTier
 
-from kvproto_redis._backend import RedisBackend, short_error
+from kvproto_redis._backend import RedisBackend
 from kvproto_redis._client import make_client
 from kvproto_redis._config import RedisTierConfig
 from kvproto_redis._ops import Client, RedisOps
 from kvproto_redis._stats import RedisTierStats
 
 __all__ = ["RedisTier"]
-
-_log = logging.getLogger("kvproto_redis")
 
 
 class RedisTier(BlobTier):
@@ -41,12 +36,19 @@ class RedisTier(BlobTier):
     :class:`kvproto.testing.FaultyBackend`, TIERKIT-8). The tier has no fault knob: the kit fails jobs
     through a :func:`kvproto.testing.faulty_jobs` class of it (KIT-5). ``ops``, when given, makes
     every request (:class:`RedisOps`, REDIS-9: the conformance spec's counting, fault-arming one).
+
+    ``reset_cache`` deletes every block key of this namespace, then forgets them (TIER-16, REDIS-10):
+    False while a job is unreported, after shutdown, or when the server did not answer. It blocks the
+    scheduler for the SCAN and UNLINKs (bounded by ``job_timeout_s``); on a shared server it removes
+    the other instances' blocks of this namespace too (their loads fail, then MISS).
     """
+
+    reset_needs_storage = True  # reset_cache answers False when the server did not answer (REDIS-10)
 
     def __init__(self, buffer: memoryview, config: RedisTierConfig, *, name: str = "redis",
                  client: Client | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: RedisOps | None = None) -> None:
-        self.config = config = _checked(config, name)
+        self.config = config = tierkit.tier_config(config, RedisTierConfig, f"RedisTier {name!r}")
         self.client: Client = make_client(config) if client is None else client
         stats = RedisTierStats()
         self._io = RedisBackend(self.client, config, stats, tier_name=name, ops=ops, owns_client=client is None)
@@ -56,18 +58,10 @@ class RedisTier(BlobTier):
             super().__init__(
                 self._io,
                 buffer,
-                BlobTierConfig(
-                    shared=True,  # other engines use the same server: unknown keys are checked by a pipeline (REDIS-6)
-                    layout=config.layout,
-                    read_threads=config.read_threads,
-                    write_threads=config.write_threads,
-                    probe_deadline_steps=config.probe_deadline_steps,
-                    probe_min_interval_s=config.probe_min_interval_s,
-                    recent_keys=config.recent_keys,
-                    trust_index_on_store=True,  # a key stored or loaded here is not sent again (REDIS-4)
-                    op_timeout_s=config.op_bound_s,  # one command's bound, retries included (REDIS-8)
-                    job_timeout_s=config.job_timeout_s,  # so the tier declares job_time_bound_s (MGR-17)
-                ),
+                # Other engines use the same server: unknown keys are checked by a pipeline (REDIS-6); a key
+                # stored or loaded here is not sent again (REDIS-4); one command's bound, retries included (REDIS-8).
+                tierkit.shared_store_config(config, read_threads=config.read_threads, write_threads=config.write_threads,
+                                    op_timeout_s=config.op_bound_s),
                 name=name,
                 stats=stats,
                 wrap=wrap,
@@ -77,13 +71,9 @@ class RedisTier(BlobTier):
             raise
         self.stats: RedisTierStats = stats
         self.ops: RedisOps = self._io.ops
-        self.capabilities = Capabilities(
-            async_lookup=True,
-            max_retry_steps=config.probe_deadline_steps,
-            persistence=True,
-            eviction=False,
-            sharing=True,
-            partial_jobs=True,
+        self.capabilities = tierkit.shared_store_capabilities(
+            config,
+            persistent=True,
             reasons={
                 "async_lookup": "RETRY while a pipelined existence check asks the server about a key this instance "
                                 "does not know",
@@ -99,38 +89,12 @@ class RedisTier(BlobTier):
         given: object = buffer  # checked at run time: callers may pass anything
         shape = buffer.shape if isinstance(given, memoryview) else None
         config = self.config
-        try:
+        with tierkit.storage_check(f"RedisTier {name!r}", f"use the server at {config.where()} (prefix {config.prefix!r})"):
             self._io.ops.ping(self.client)
             if shape is None or len(shape) != 2 or shape[1] < 1:
                 return
-            manifest = env.namespace_manifest(shape[1], config.layout)
-            body = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
-            self._io.publish(f"{env.namespace_id(manifest).hex()}/manifest.json", [memoryview(body)], len(body))
-        except Exception as exc:
-            raise ConfigurationError(
-                f"RedisTier {name!r}: cannot use the server at {config.where()} "
-                f"(prefix {config.prefix!r}): {short_error(exc)}"
-            ) from exc
-
-    # -- SecondaryTier: the engine's, but reset ------------------------------------------------
-
-    def reset_cache(self) -> bool:
-        """Delete every block key of this namespace and forget them (TIER-16, REDIS-10).
-
-        False while a job is unreported, after shutdown, or when the server did not answer (keys
-        already deleted stay deleted; loads of the others still verify). Blocks the scheduler for
-        the SCAN and UNLINKs (bounded by ``job_timeout_s``). On a shared server it removes the
-        other instances' blocks of this namespace too (their loads fail, then MISS).
-        """
-        if self.has_pending_work():
-            return False
-        try:
-            self.backend.clear(self.namespace.hex())  # raises if the server did not answer (or after shutdown)
-        except Exception as exc:
-            _log.warning("RedisTier %r: reset_cache could not delete %s/*: %s", self.name,
-                         self._io.key(self.namespace.hex()), short_error(exc))
-            return False
-        return super().reset_cache()
+            path, body = tierkit.layout_manifest(shape[1], config.layout)
+            self._io.publish(path, [memoryview(body)], len(body))
 
     # -- operator surface --------------------------------------------------------------------
 
@@ -148,8 +112,7 @@ class RedisTier(BlobTier):
         return self.indexed_keys()
 
 
-def _checked(config: object, name: str) -> RedisTierConfig:
-    """``config`` if it is a :class:`RedisTierConfig`, else a :class:`ConfigurationError` (REDIS-1)."""
-    if isinstance(config, RedisTierConfig):
-        return config
-    raise ConfigurationError(f"RedisTier {name!r}: config must be a RedisTierConfig, got {type(config).__name__}")
+def _conforms(tier: RedisTier) -> tuple[SecondaryTier, BatchLookup]:
+    """Never called: mypy proves here that RedisTier satisfies SecondaryTier structurally and offers lookup_many
+    (BatchLookup)."""
+    return tier, tier
