@@ -60,6 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--thorough", action="store_true", help="same as --profile thorough")
     parser.add_argument("--no-typecheck", action="store_true", help="skip the strict mypy type check")
     parser.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="do not measure which of the tier's own code the checks ran (KIT-23)",
+    )
+    parser.add_argument(
+        "--cover",
+        action="append",
+        metavar="PACKAGE",
+        help="measure this package or module as the tier's own code (repeatable; default: the package of "
+        "the tier's class, or an engine target's MODULE)",
+    )
+    parser.add_argument(
         "--check",
         action="append",
         metavar="NAME",
@@ -407,6 +419,8 @@ def _check_tier(
     """The kit's run against one tier (only ``checks``, if given), its progress line counting the
     checks done and failed, and its verdict at the end (KIT-11)."""
     from kvproto._cli.runner import planned_checks, run_kit
+    from kvproto._cli.targets import is_engine_target
+    from kvproto.testing._harness.tier_coverage import engine_code
 
     planned = len(planned_checks(spec)) if checks is None else len(checks)
     task = progress.add_task(spec.name, total=planned * args.repeat, last="", failed="")
@@ -428,6 +442,8 @@ def _check_tier(
         failfast=args.failfast,
         keyword=args.keyword,
         repeat=args.repeat,
+        coverage=not args.no_coverage,
+        cover=args.cover or (engine_code(spec.name) if is_engine_target(spec.name) else None),
     )
     bad = sum(1 for o in report.outcomes if not o.ok)
     total = len(report.outcomes)
