@@ -1,0 +1,173 @@
+"""The tier's own code run by a conformance run (KIT-23): ``kvproto conform`` measures which lines
+and branches of the tier's package its checks ran (coverage.py, in the process running the checks),
+says the share in its verdict and its JSON, and names each function that never ran as not checked.
+
+The tier here is a small package written for the test: a MemoryTier subclass (kvproto's code, not
+the tier's) with a counter its stores run, a branch no check takes, and a function nothing calls.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvproto_fs
+from kvproto.testing._harness.tier_coverage import engine_code, tier_code
+from kvproto.testing._reference import memory, memory_async, memory_primary
+
+from tests.cli import kvproto_cli as main
+
+PACKAGE = "kit_coverage_small_tier"
+CHECKS = "store_writes_exact_bytes or hit_after_successful_store"
+
+_TIER = '''
+from kvproto import MemoryTier
+
+
+class SmallTier(MemoryTier):
+    """A MemoryTier counting its stores; past a million it would call a function nothing reaches."""
+
+    stores = 0
+
+    def submit_store(self, job):
+        self.stores += 1
+        if self.stores > 1_000_000:
+            unreachable_helper(self.stores)
+        return super().submit_store(job)
+
+
+def unreachable_helper(count):
+    """No check can reach this: the kit never stores a million times."""
+    return count * 2
+'''
+
+_SPEC = f'''
+from kvproto.testing import MEMORY_HOOKS, TierSpec
+
+from {PACKAGE}._tier import SmallTier
+
+
+def conformance_spec():
+    def build(buffer):
+        return SmallTier(buffer, name="small")
+
+    return TierSpec("small", "secondary", build, hooks=MEMORY_HOOKS, tier_class=SmallTier)
+'''
+
+
+@pytest.fixture(scope="module")
+def small_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The package ``kit_coverage_small_tier`` (``_tier.py``, ``_spec.py``) importable; its target."""
+    root = tmp_path_factory.mktemp("small-tier")
+    package = root / PACKAGE
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_tier.py").write_text(textwrap.dedent(_TIER))
+    (package / "_spec.py").write_text(textwrap.dedent(_SPEC))
+    sys.path.insert(0, str(root))
+    try:
+        yield f"{PACKAGE}._spec:conformance_spec"
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
+            del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def measured_run(small_tier: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    """One ``kvproto conform`` of the small tier (two checks): its exit code, JSON report and JUnit file."""
+    folder = tmp_path_factory.mktemp("report")
+    report, junit = folder / "report.json", folder / "report.xml"
+    code = main(["conform", small_tier, "-k", CHECKS, "--profile", "fast", "--no-typecheck",
+                 "--json", str(report), "--junit", str(junit)])
+    return code, json.loads(report.read_text()), junit
+
+
+def _coverage(data: dict[str, Any]) -> dict[str, Any]:
+    (tier,) = data["tiers"]
+    found: dict[str, Any] = tier["coverage"]
+    return found
+
+
+def test_a_function_no_check_reaches_is_named_not_checked(measured_run: tuple[int, dict[str, Any], Path]) -> None:
+    code, data, _ = measured_run
+    assert code == 0  # what ran is reported beside the verdict, never as a failure
+    ran = _coverage(data)
+    assert ran["packages"] == [PACKAGE]
+    assert ran["left_out"] == [f"{PACKAGE}._spec"]  # the conformance spec is the kit's scaffolding
+    assert ran["not_checked"] == [f"{PACKAGE}._tier.unreachable_helper"]
+    assert ran["not_measured"] is None
+
+
+def test_the_share_of_lines_and_branches_run_is_below_all(measured_run: tuple[int, dict[str, Any], Path]) -> None:
+    _, data, _ = measured_run
+    ran = _coverage(data)
+    # submit_store's four statements ran but the call it never makes; unreachable_helper's one never ran.
+    assert (ran["lines_run"], ran["lines"]) == (3, 5)
+    assert ran["share"] == round(3 / 5, 4) < 1
+    assert (ran["branches_run"], ran["branches"]) == (1, 2)  # the stores > 1,000,000 branch never taken
+    assert ran["branch_share"] == 0.5
+    assert "forked children" in ran["not_measured_ever"]
+
+
+def test_the_verdict_says_the_share_and_names_what_never_ran(
+    small_tier: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["conform", small_tier, "-k", "store_writes_exact_bytes", "--profile", "fast", "--no-typecheck"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"tier code run (KIT-23), in {PACKAGE} (left out: {PACKAGE}._spec): " in out
+    assert "not checked (no check ran them), 1 functions: kit_coverage_small_tier._tier.unreachable_helper" in out
+    assert "1 not checked" in out  # the summary's "code run" column
+
+
+def test_junit_carries_the_coverage_figures(measured_run: tuple[int, dict[str, Any], Path]) -> None:
+    _, data, junit = measured_run
+    (suite,) = ET.parse(junit).getroot()
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert json.loads(props["coverage"] or "null") == _coverage(data)
+
+
+def test_no_coverage_measures_nothing(small_tier: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    code = main(["conform", small_tier, "-k", "store_writes_exact_bytes", "--profile", "fast", "--no-typecheck",
+                 "--no-coverage", "--json", str(report)])
+    assert code == 0
+    assert _coverage(json.loads(report.read_text())) is None
+
+
+def test_cover_names_the_code_to_measure(small_tier: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    code = main(["conform", small_tier, "-k", "store_writes_exact_bytes", "--profile", "fast", "--no-typecheck",
+                 "--cover", f"{PACKAGE}._tier", "--json", str(report)])
+    assert code == 0
+    ran = _coverage(json.loads(report.read_text()))
+    assert (ran["packages"], ran["left_out"]) == ([f"{PACKAGE}._tier"], [])
+    assert ran["not_checked"] == [f"{PACKAGE}._tier.unreachable_helper"]
+
+
+def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> None:
+    """kvproto's in-memory tiers: their class's own module, through the kit's wrappers
+    (memory-async is a LatencySecondary over a MemoryTier); a reference distribution: its package,
+    its conformance spec left out; an engine target: the package of its MODULE."""
+    for spec, expected in ((memory(), "kvproto._memory_tier"), (memory_async(), "kvproto._memory_tier"),
+                           (memory_primary(), "kvproto._memory_primary_tier")):
+        tier = spec.build()
+        try:
+            assert tier_code(tier, spec.tier_class, spec.factory) == ([expected], [])
+        finally:
+            getattr(tier, "shutdown")()  # noqa: B009 (a primary or a secondary tier)
+    fs = kvproto_fs.conformance_spec()
+    tier = fs.build()
+    try:
+        assert tier_code(tier, fs.tier_class, fs.factory) == (["kvproto_fs"], ["kvproto_fs._conformance"])
+    finally:
+        getattr(tier, "shutdown")()  # noqa: B009
+    assert engine_code("vllm:kvproto_fs._tier:FsTier") == ["kvproto_fs"]
