@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-import kvproto_fs
 from kvproto.testing._harness.tier_coverage import engine_code, tier_code
 from kvproto.testing._reference import memory, memory_async, memory_primary
 
+import kvproto_fs
 from tests.cli import kvproto_cli as main
 
 PACKAGE = "kit_coverage_small_tier"
