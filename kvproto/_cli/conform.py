@@ -59,18 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--thorough", action="store_true", help="same as --profile thorough")
     parser.add_argument("--no-typecheck", action="store_true", help="skip the strict mypy type check")
-    parser.add_argument(
-        "--no-coverage",
-        action="store_true",
-        help="do not measure which of the tier's own code the checks ran (KIT-23)",
-    )
-    parser.add_argument(
-        "--cover",
-        action="append",
-        metavar="PACKAGE",
-        help="measure this package or module as the tier's own code (repeatable; default: the package of "
-        "the tier's class, or an engine target's MODULE)",
-    )
+    _add_coverage_arguments(parser)
     parser.add_argument(
         "--check",
         action="append",
@@ -119,6 +108,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hooks",
         action="store_true",
         help="list every backdoor hook the kit can use: its signature and the checks that skip without it",
+    )
+
+
+def _add_coverage_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-coverage`` and ``--cover PACKAGE``: whether, and which, of the tier's own code is measured (KIT-23)."""
+    parser.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="do not measure which of the tier's own code the checks ran (KIT-23)",
+    )
+    parser.add_argument(
+        "--cover",
+        action="append",
+        metavar="PACKAGE",
+        help="measure this package or module as the tier's own code (repeatable; default: the package of "
+        "the tier's class, or an engine target's MODULE)",
     )
 
 
