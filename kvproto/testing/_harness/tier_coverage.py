@@ -48,8 +48,9 @@ class TierCoverage:
     (a conformance spec apart from the tier's class: the kit's hooks, not the tier); ``lines_run``
     of ``lines`` and ``branches_run`` of ``branches`` inside their functions; ``not_checked``: each
     function none of whose lines ran, as ``module.qualname``, in module and line order.
-    ``not_measured``: why there are no figures (coverage.py missing, nothing to measure); then
-    every count is 0."""
+    ``modules``: the same four counts per module (``lines``, ``lines_run``, ``branches``,
+    ``branches_run``). ``not_measured``: why there are no figures (coverage.py missing, nothing to
+    measure); then every count is 0."""
 
     packages: list[str]
     left_out: list[str] = field(default_factory=list)
@@ -58,6 +59,7 @@ class TierCoverage:
     branches: int = 0
     branches_run: int = 0
     not_checked: list[str] = field(default_factory=list)
+    modules: dict[str, dict[str, int]] = field(default_factory=dict)
     not_measured: str | None = None
 
     @property
@@ -203,17 +205,25 @@ def _fill(result: TierCoverage, cov: Any) -> None:
             ((name, f) for name, f in data.get("functions", {}).items() if name),
             key=lambda item: int(item[1].get("start_line", 0)),
         )
+        counts = {"lines": 0, "lines_run": 0, "branches": 0, "branches_run": 0}
         for name, function in functions:
             summary = function["summary"]
-            statements = int(summary["num_statements"])
-            if not statements:
+            if not int(summary["num_statements"]):
                 continue
-            result.lines += statements
-            result.lines_run += int(summary["covered_lines"])
-            result.branches += int(summary.get("num_branches", 0))
-            result.branches_run += int(summary.get("covered_branches", 0))
+            counts["lines"] += int(summary["num_statements"])
+            counts["lines_run"] += int(summary["covered_lines"])
+            counts["branches"] += int(summary.get("num_branches", 0))
+            counts["branches_run"] += int(summary.get("covered_branches", 0))
             if not int(summary["covered_lines"]):
                 result.not_checked.append(f"{module}.{name}")
+        if counts["lines"]:
+            result.modules[module] = counts
+    result.lines, result.lines_run = _total(result, "lines"), _total(result, "lines_run")
+    result.branches, result.branches_run = _total(result, "branches"), _total(result, "branches_run")
+
+
+def _total(result: TierCoverage, count: str) -> int:
+    return sum(counts[count] for counts in result.modules.values())
 
 
 def _folders(name: str) -> list[tuple[str, str]]:
