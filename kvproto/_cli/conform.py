@@ -9,7 +9,9 @@ expected failure passed and every type check passed; 2 for a usage error
 (a target that cannot be resolved or imported, a report path that cannot be
 written, an unknown check or clause), said in one line before any check runs;
 130 when interrupted (KIT-11). ``--clause ID`` runs only the checks of a clause
-(KIT-11). ``--explain CHECK`` says what a check does, where the kit defines it,
+(KIT-11). Each tier's report says what share of the tier's own code the checks ran and names
+each function of it that never ran, as not checked (KIT-23; ``--no-coverage``, ``--cover
+PACKAGE``). ``--explain CHECK`` says what a check does, where the kit defines it,
 the signature of each hook it needs, and how to run it in the author's own
 pytest (KIT-16); ``--hooks`` lists every hook the kit can use (KIT-5).
 """

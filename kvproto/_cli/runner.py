@@ -481,7 +481,7 @@ def _check_tier(
         tier = spec.build()
         report.capabilities = resolve_capabilities(spec.capabilities, tier)
         problem, brief = spec.not_a_tier(tier), spec.not_a_tier(tier, brief=True)
-        code = (list(cover), []) if cover else tier_code(tier, spec.tier_class, spec.factory)
+        code = (list(cover), []) if cover else tier_code(tier, spec.tier_class, [spec.factory, *spec.hooks.values()])
         shut_down_probe(tier)
     except Exception as exc:  # a factory that cannot build is reported, not raised
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"

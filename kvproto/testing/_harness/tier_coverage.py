@@ -22,7 +22,7 @@ import inspect
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,17 +119,23 @@ def _own_class(tier: object) -> type:
     return next((cls for cls in type(found).__mro__ if not _is_kits(cls) and cls is not object), type(found))
 
 
-def tier_code(tier: object, tier_class: type | None = None, factory: object = None) -> tuple[list[str], list[str]]:
+def tier_code(
+    tier: object, tier_class: type | None = None, spec_functions: Iterable[object] = ()
+) -> tuple[list[str], list[str]]:
     """``(packages, left_out)`` for a tier built by the kit (KIT-23): the package of ``tier_class``
     (else of the tier's own class, :func:`_own_class`), or that class's module when it is one of
-    kvproto's (``kvproto._memory_tier``); ``left_out`` names the module defining ``factory`` (the
-    conformance spec) when it lies in that package but is not the class's module."""
+    kvproto's (``kvproto._memory_tier``); ``left_out`` names each module defining one of
+    ``spec_functions`` (the spec's factory and hooks: the conformance spec, scaffolding for the kit)
+    that lies in that package but is not the class's module."""
     cls = tier_class if tier_class is not None and not _is_kits(tier_class) else _own_class(tier)
     module = cls.__module__
     package = module if module == "kvproto" or module.startswith("kvproto.") else _package_of(module)
-    spec_module = getattr(inspect.unwrap(factory), "__module__", None) if callable(factory) else None
-    inside = isinstance(spec_module, str) and (spec_module == package or spec_module.startswith(f"{package}."))
-    left_out = [spec_module] if inside and spec_module not in (module, package) and isinstance(spec_module, str) else []
+    left_out: list[str] = []
+    for function in spec_functions:
+        defined = getattr(inspect.unwrap(function), "__module__", None) if callable(function) else None
+        inside = isinstance(defined, str) and defined.startswith(f"{package}.")
+        if inside and isinstance(defined, str) and defined != module and defined not in left_out:
+            left_out.append(defined)
     return [package], left_out
 
 

@@ -162,13 +162,13 @@ def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> Non
                            (memory_primary(), "kvproto._memory_primary_tier")):
         tier = spec.build()
         try:
-            assert tier_code(tier, spec.tier_class, spec.factory) == ([expected], [])
+            assert tier_code(tier, spec.tier_class, [spec.factory, *spec.hooks.values()]) == ([expected], [])
         finally:
             getattr(tier, "shutdown")()  # noqa: B009 (a primary or a secondary tier)
     fs = kvproto_fs.conformance_spec()
     tier = fs.build()
     try:
-        assert tier_code(tier, fs.tier_class, fs.factory) == (["kvproto_fs"], ["kvproto_fs._conformance"])
+        assert tier_code(tier, fs.tier_class, [fs.factory, *fs.hooks.values()]) == (["kvproto_fs"], ["kvproto_fs._conformance"])
     finally:
         getattr(tier, "shutdown")()  # noqa: B009
     assert engine_code("vllm:kvproto_fs._tier:FsTier") == ["kvproto_fs"]

@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for name in names:
         report = _measure(name, args.profile)
-        verdict = "conforms" if report.passed else "FAILS"
+        verdict = "conforms" if report.passed else "FAILS: " + "; ".join(
+            f"{o.check} {o.outcome} {o.violated or ''} {o.reason[:200]}" for o in report.outcomes if not o.ok)
         print(f"{name}: {verdict}; {report.coverage.words() if report.coverage else report.error}", file=sys.stderr)
         reports.append(report)
     print(render(reports))
