@@ -27,10 +27,12 @@ OBJ_ON_S3 = "obj-s3"
 
 @contextmanager
 def _obj_on_s3() -> Iterator[TierSpec]:
-    """The obj tier's spec over moto's S3 server in a child process: a fresh prefix per tier built."""
+    """The obj tier's spec over moto's S3 server in a child process: a fresh prefix per tier built, the
+    kit's store operations (``kit_ops``: its I/O faults and request counts) as ``kvproto conform obj`` has."""
     from kvproto.testing import FaultyBackend, faulty_jobs
 
     from kvproto_obj import OBJ_HOOKS, ObjTier
+    from kvproto_obj._conformance import kit_ops
     from tests.impls.obj._support import S3ServerProcess
 
     server = S3ServerProcess()
@@ -39,8 +41,8 @@ def _obj_on_s3() -> Iterator[TierSpec]:
         prefixes = itertools.count(1)
 
         def build(buffer: memoryview) -> ObjTier:
-            tier: ObjTier = faulty_jobs(ObjTier)(buffer, server.config(bucket, prefix=f"kit-{next(prefixes)}"),
-                                                 wrap=FaultyBackend)
+            config = server.config(bucket, prefix=f"kit-{next(prefixes)}")
+            tier: ObjTier = faulty_jobs(ObjTier)(buffer, config, wrap=FaultyBackend, ops=kit_ops(config))
             return tier
 
         yield TierSpec(OBJ_ON_S3, "secondary", build, hooks=OBJ_HOOKS, tier_class=ObjTier)
