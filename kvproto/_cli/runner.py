@@ -32,7 +32,7 @@ from kvproto.testing._harness.expected import unknown_names
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed, clause_of
 from kvproto.testing._harness.preflight import preflight
 from kvproto.testing._harness.steps import STEPS_HEADING, NondeterministicTier
-from kvproto.testing._harness.tier_coverage import TierCoverage, measured, tier_code
+from kvproto.testing._harness.tier_coverage import TierCoverage, code_to_measure, measured
 from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
 
 __all__ = [
@@ -435,8 +435,8 @@ def run_kit(
     runs is an error with no clause blamed, its reason naming each run's verdict (KIT-19).
 
     ``coverage``: measure which lines and branches of the tier's own code (the packages ``cover``
-    names, else the package of the tier's class) the preflight and the checks ran, in this process,
-    into the report's ``coverage`` (KIT-23)."""
+    names, else the package of the tier's class) the run ran, from its first build of the tier to
+    its last check, in this process, into the report's ``coverage`` (KIT-23)."""
     if type(repeat) is not int or repeat < 1:
         raise InvalidArgumentError(f"repeat must be an int >= 1, got {repeat!r}")
     planned = planned_checks(spec)
@@ -451,9 +451,11 @@ def run_kit(
     outcomes = {o.check: o for o in planned}
     report = TierReport(spec, spec.capabilities or Capabilities(), planned, seed=seed)
     try:
-        return _check_tier(report, outcomes, profile=profile, on_progress=on_progress, checks=checks, seed=seed,
-                           failfast=failfast, keyword=keyword, repeat=repeat, cover=cover if coverage else None,
-                           coverage=coverage)
+        code = code_to_measure(spec, cover) if coverage else None
+        with contextlib.nullcontext() if code is None else measured(*code) as ran:
+            report.coverage = ran
+            return _check_tier(report, outcomes, profile=profile, on_progress=on_progress, checks=checks, seed=seed,
+                               failfast=failfast, keyword=keyword, repeat=repeat)
     except Interrupted:
         raise
     except KeyboardInterrupt:  # anywhere in checking the tier (building it, the preflight, pytest's start-up,
@@ -471,17 +473,13 @@ def _check_tier(
     failfast: bool,
     keyword: str | None,
     repeat: int,
-    coverage: bool,
-    cover: Sequence[str] | None,
 ) -> TierReport:
-    """:func:`run_kit`'s work once the checks are chosen: build a tier, the preflight, the checks;
-    with ``coverage``, the preflight and the checks measured (KIT-23)."""
+    """:func:`run_kit`'s work once the checks are chosen: build a tier, the preflight, the checks."""
     spec, planned = report.spec, list(outcomes.values())
     try:
         tier = spec.build()
         report.capabilities = resolve_capabilities(spec.capabilities, tier)
         problem, brief = spec.not_a_tier(tier), spec.not_a_tier(tier, brief=True)
-        code = (list(cover), []) if cover else tier_code(tier, spec.tier_class, [spec.factory, *spec.hooks.values()])
         shut_down_probe(tier)
     except Exception as exc:  # a factory that cannot build is reported, not raised
         report.error = f"the factory failed to build a tier: {type(exc).__name__}: {exc}"
@@ -495,18 +493,16 @@ def _check_tier(
                          for lacks in again]
                 _merge_runs(outcome, [outcome, *later])
         return report
-    with measured(*code) if coverage else contextlib.nullcontext() as ran:
-        report.coverage = ran
-        down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
-        if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
-            report.error, report.error_clause = down, "KIT-17"
-            return report
-        tier_test_class(spec)  # fail early (in this process) on a bad spec
-        repeats = [{o.check: replace(o) for o in planned} for _ in range(2, repeat + 1)]
-        collector = _Collector(outcomes, on_progress, repeats)
-        ended = _run_pytest(spec, collector, profile=profile, checks=checks, seed=seed, failfast=failfast,
-                            keyword=keyword, repeat=repeat)
-    return _judged(report, collector, ended, repeats, failfast=failfast, keyword=keyword)
+    down = preflight(spec, report.capabilities) if checks is None and keyword is None else None
+    if down is not None:  # storage down: one message, no check blamed for a set-up it could not do
+        report.error, report.error_clause = down, "KIT-17"
+        return report
+    tier_test_class(spec)  # fail early (in this process) on a bad spec
+    repeats = [{o.check: replace(o) for o in planned} for _ in range(2, repeat + 1)]
+    collector = _Collector(outcomes, on_progress, repeats)
+    code = _run_pytest(spec, collector, profile=profile, checks=checks, seed=seed, failfast=failfast,
+                       keyword=keyword, repeat=repeat)
+    return _judged(report, collector, code, repeats, failfast=failfast, keyword=keyword)
 
 
 def _class_names(repeat: int) -> list[str]:

@@ -23,12 +23,14 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NOT_MEASURED_CHILDREN", "TierCoverage", "engine_code", "measured", "tier_code"]
+from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
+
+__all__ = ["NOT_MEASURED_CHILDREN", "TierCoverage", "code_to_measure", "engine_code", "measured", "tier_code"]
 
 NOT_MEASURED_CHILDREN = "code run only in the crash checks' forked children (TIER-24) is not measured"
 """What the figures never include, said with them (KIT-23)."""
@@ -137,6 +139,26 @@ def tier_code(
         if inside and isinstance(defined, str) and defined != module and defined not in left_out:
             left_out.append(defined)
     return [package], left_out
+
+
+def code_to_measure(spec: TierSpec, cover: Sequence[str] | None = None) -> tuple[list[str], list[str]] | None:
+    """``(packages, left_out)`` to measure for ``spec`` (KIT-23): ``cover`` when given, else
+    :func:`tier_code` of its ``tier_class``, else of a tier built to look at (and shut down); None
+    when the factory cannot build one (the run reports that, unmeasured)."""
+    if cover:
+        return list(cover), []
+    functions = [spec.factory, *spec.hooks.values()]
+    if spec.tier_class is not None and not _is_kits(spec.tier_class):
+        return tier_code(None, spec.tier_class, functions)
+    try:
+        tier = spec.build()
+    except Exception:  # the run builds it again and reports why it cannot
+        return None
+    try:
+        return tier_code(tier, None, functions)
+    finally:
+        with suppress(Exception):  # as the run's own probe is shut down
+            shut_down_probe(tier)
 
 
 def engine_code(target: str) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvproto.testing._harness.tier_coverage import engine_code, tier_code
+from kvproto.testing._harness.tier_coverage import code_to_measure, engine_code
 from kvproto.testing._reference import memory, memory_async, memory_primary
 
 import kvproto_fs
@@ -157,18 +157,11 @@ def test_cover_names_the_code_to_measure(small_tier: str, tmp_path: Path) -> Non
 def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> None:
     """kvproto's in-memory tiers: their class's own module, through the kit's wrappers
     (memory-async is a LatencySecondary over a MemoryTier); a reference distribution: its package,
-    its conformance spec left out; an engine target: the package of its MODULE."""
-    for spec, expected in ((memory(), "kvproto._memory_tier"), (memory_async(), "kvproto._memory_tier"),
-                           (memory_primary(), "kvproto._memory_primary_tier")):
-        tier = spec.build()
-        try:
-            assert tier_code(tier, spec.tier_class, [spec.factory, *spec.hooks.values()]) == ([expected], [])
-        finally:
-            getattr(tier, "shutdown")()  # noqa: B009 (a primary or a secondary tier)
-    fs = kvproto_fs.conformance_spec()
-    tier = fs.build()
-    try:
-        assert tier_code(tier, fs.tier_class, [fs.factory, *fs.hooks.values()]) == (["kvproto_fs"], ["kvproto_fs._conformance"])
-    finally:
-        getattr(tier, "shutdown")()  # noqa: B009
+    its conformance spec (factory and hooks) left out; ``--cover``: what it names; an engine target:
+    the package of its MODULE."""
+    assert code_to_measure(memory()) == (["kvproto._memory_tier"], [])
+    assert code_to_measure(memory_async()) == (["kvproto._memory_tier"], [])
+    assert code_to_measure(memory_primary()) == (["kvproto._memory_primary_tier"], [])
+    assert code_to_measure(kvproto_fs.conformance_spec()) == (["kvproto_fs"], ["kvproto_fs._conformance"])
+    assert code_to_measure(memory(), ["kvproto_fs._io"]) == (["kvproto_fs._io"], [])
     assert engine_code("vllm:kvproto_fs._tier:FsTier") == ["kvproto_fs"]
