@@ -38,6 +38,8 @@ NOT_MEASURED_CHILDREN = "code run only in the crash checks' forked children (TIE
 _KIT_PACKAGE = "kvproto.testing"
 #: How deep :func:`tier_code` follows ``inner`` through the kit's wrappers (a bound, not a guess).
 _MAX_WRAPPERS = 8
+#: Lines that are no code to run: a protocol's or an overload's ``...`` body (coverage.py counts it).
+_NOT_CODE = [r"^\s*\.\.\.\s*(#.*)?$"]
 #: coverage.py's warnings about code imported before the measurement started: expected here.
 _QUIET = ["module-not-measured", "module-not-imported", "no-data-collected", "module-not-python"]
 
@@ -207,6 +209,7 @@ def measured(packages: Sequence[str], left_out: Sequence[str] = ()) -> Iterator[
     cov = coverage.Coverage(data_file=None, branch=True, source_pkgs=list(packages), omit=omitted or None,
                             config_file=False)
     cov.set_option("run:disable_warnings", _QUIET)
+    cov.set_option("report:exclude_also", _NOT_CODE)
     cov.start()
     try:
         yield result

@@ -3,7 +3,8 @@ and branches of the tier's package its checks ran (coverage.py, in the process r
 says the share in its verdict and its JSON, and names each function that never ran as not checked.
 
 The tier here is a small package written for the test: a MemoryTier subclass (kvproto's code, not
-the tier's) with a counter its stores run, a branch no check takes, and a function nothing calls.
+the tier's) with a counter its stores run, a branch no check takes, a function nothing calls, and a
+protocol whose ``...`` bodies count as no code.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ PACKAGE = "kit_coverage_small_tier"
 CHECKS = "store_writes_exact_bytes or hit_after_successful_store"
 
 _TIER = '''
+from typing import Protocol
+
 from kvproto import MemoryTier
+
+
+class Counted(Protocol):
+    """A protocol: its members' ``...`` bodies are no code to run."""
+
+    def count(self) -> int: ...
 
 
 class SmallTier(MemoryTier):
