@@ -10,6 +10,8 @@ protocol whose ``...`` bodies count as no code.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -25,6 +27,7 @@ from kvproto.testing._reference import memory, memory_async, memory_primary
 import kvproto_fs
 from tests.cli import kvproto_cli as main
 
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = "kit_coverage_small_tier"
 CHECKS = "store_writes_exact_bytes or hit_after_successful_store"
 
@@ -72,8 +75,8 @@ def conformance_spec():
 
 
 @pytest.fixture(scope="module")
-def small_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The package ``kit_coverage_small_tier`` (``_tier.py``, ``_spec.py``) importable; its target."""
+def small_tier_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder holding the package ``kit_coverage_small_tier`` (``_tier.py``, ``_spec.py``), importable."""
     root = tmp_path_factory.mktemp("small-tier")
     package = root / PACKAGE
     package.mkdir()
@@ -82,11 +85,17 @@ def small_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (package / "_spec.py").write_text(textwrap.dedent(_SPEC))
     sys.path.insert(0, str(root))
     try:
-        yield f"{PACKAGE}._spec:conformance_spec"
+        yield root
     finally:
         sys.path.remove(str(root))
         for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
             del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def small_tier(small_tier_root: Path) -> str:
+    """The small tier's target."""
+    return f"{PACKAGE}._spec:conformance_spec"
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +170,22 @@ def test_cover_names_the_code_to_measure(small_tier: str, tmp_path: Path) -> Non
     ran = _coverage(json.loads(report.read_text()))
     assert (ran["packages"], ran["left_out"]) == ([f"{PACKAGE}._tier"], [])
     assert ran["not_checked"] == [f"{PACKAGE}._tier.unreachable_helper"]
+
+
+def test_the_pytest_plugin_measures_the_package_it_is_given(small_tier: str, small_tier_root: Path, tmp_path: Path) -> None:
+    """``pytest --kvproto-tier TARGET --kvproto-cover PACKAGE``: the terminal summary says the share
+    and names what never ran, as ``kvproto conform`` does."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(small_tier_root), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kvproto-tier", small_tier,
+         "--kvproto-profile", "fast", "--kvproto-cover", PACKAGE, "-k", "store_writes_exact_bytes"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"tier code run (KIT-23), in {PACKAGE}: " in done.stdout
+    # Measured as named: the spec's module is the package's too, and its factory ran.
+    assert f"not checked (no check ran them), 1 functions: {PACKAGE}._tier.unreachable_helper" in done.stdout
 
 
 def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> None:
