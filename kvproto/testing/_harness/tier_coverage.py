@@ -199,11 +199,12 @@ def measured(packages: Sequence[str], left_out: Sequence[str] = ()) -> Iterator[
     (KIT-23). Writes no file but in a temporary folder of its own (KIT-18). Without coverage.py,
     nothing is measured and ``not_measured`` says so."""
     result = TierCoverage(list(packages), list(left_out))
-    if importlib.util.find_spec("coverage") is None:
+    try:
+        import coverage
+    except ImportError:
         result.not_measured = "coverage.py is not installed (pip install 'kvproto[kit]')"
         yield result
         return
-    import coverage
 
     omitted = [str(p) for name in left_out for p in _module_files(name)]
     cov = coverage.Coverage(data_file=None, branch=True, source_pkgs=list(packages), omit=omitted or None,

@@ -172,6 +172,27 @@ def test_cover_names_the_code_to_measure(small_tier: str, tmp_path: Path) -> Non
     assert ran["not_checked"] == [f"{PACKAGE}._tier.unreachable_helper"]
 
 
+def test_without_coverage_py_the_report_says_it_was_not_measured(small_tier: str, small_tier_root: Path,
+                                                                 tmp_path: Path) -> None:
+    """coverage.py is not importable (as where only pytest, Hypothesis and mypy are installed): the run
+    still conforms, and its figures say why there are none, never 100%."""
+    report = tmp_path / "report.json"
+    hidden = (
+        "import sys; sys.modules['coverage'] = None\n"  # import coverage raises ImportError
+        "from kvproto._cli import main\n"
+        f"raise SystemExit(main(['conform', {small_tier!r}, '-k', 'store_writes_exact_bytes', '--profile', 'fast',"
+        f" '--no-typecheck', '--json', {str(report)!r}]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(small_tier_root), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", hidden], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = _coverage(json.loads(report.read_text()))
+    assert ran["not_measured"] == "coverage.py is not installed (pip install 'kvproto[kit]')"
+    assert (ran["share"], ran["lines"], ran["not_checked"]) == (None, 0, [])
+    assert "not measured: coverage.py is not installed" in done.stdout
+
+
 def test_the_pytest_plugin_measures_the_package_it_is_given(small_tier: str, small_tier_root: Path, tmp_path: Path) -> None:
     """``pytest --kvproto-tier TARGET --kvproto-cover PACKAGE``: the terminal summary says the share
     and names what never ran, as ``kvproto conform`` does."""
