@@ -165,8 +165,13 @@ def code_to_measure(spec: TierSpec, cover: Sequence[str] | None = None) -> tuple
 
 def engine_code(target: str) -> list[str]:
     """The code of an engine target ``SCHEME:MODULE:CLASS`` (KIT-23): the package of MODULE, the
-    plugin's (the tier class the kit builds around it is kvproto's adapter, not the tier)."""
-    module = target.split(":")[1] if target.count(":") >= 2 else target
+    plugin's (the tier class the kit builds around it is kvproto's adapter, not the tier); MODULE
+    alone when it lies in the engine's own package (``lmcache:lmcache.v1...:MockL2Adapter``: the
+    engine's other adapters are not this tier's code)."""
+    scheme, _, rest = target.partition(":")
+    module = rest.partition(":")[0] or rest
+    if module == scheme or module.startswith(f"{scheme}."):
+        return [module]
     return [_package_of(module)]
 
 

@@ -213,10 +213,13 @@ def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> Non
     """kvproto's in-memory tiers: their class's own module, through the kit's wrappers
     (memory-async is a LatencySecondary over a MemoryTier); a reference distribution: its package,
     its conformance spec (factory and hooks) left out; ``--cover``: what it names; an engine target:
-    the package of its MODULE."""
+    the package of its MODULE, or MODULE alone inside the engine's own package."""
     assert code_to_measure(memory()) == (["kvproto._memory_tier"], [])
     assert code_to_measure(memory_async()) == (["kvproto._memory_tier"], [])
     assert code_to_measure(memory_primary()) == (["kvproto._memory_primary_tier"], [])
     assert code_to_measure(kvproto_fs.conformance_spec()) == (["kvproto_fs"], ["kvproto_fs._conformance"])
     assert code_to_measure(memory(), ["kvproto_fs._io"]) == (["kvproto_fs._io"], [])
     assert engine_code("vllm:kvproto_fs._tier:FsTier") == ["kvproto_fs"]
+    assert engine_code("lmcache:lmcache.v1.distributed.l2_adapters.mock_l2_adapter:MockL2Adapter") == [
+        "lmcache.v1.distributed.l2_adapters.mock_l2_adapter"  # in the engine's own package: the module alone
+    ]
