@@ -1,15 +1,15 @@
 """Which of the tier's own code a conformance run ran: lines, branches and the functions that never
 ran (KIT-23), measured with coverage.py in the process that runs the checks.
 
-The tier's code is the package of the tier's class (:func:`tier_code`): ``kvproto_fs`` for
-``FsTier``, the module itself for a tier written as one top-level module, the class's own module
-for kvproto's in-memory tiers (kvproto's other code, the kit's wrappers included, is not the
-tier's). Figures count the lines and branches inside the package's functions and methods: what a
-module runs when it is imported (its ``def`` and ``class`` statements, constants) ran before any
-check could, so it is neither "run" nor "missed". A function none of whose lines ran is *not
-checked*, whatever the verdict of the checks. Code that runs only in the crash checks' forked
-children (TIER-24) is not measured: a child ends by SIGKILL or ``os._exit``, before coverage could
-save what it saw.
+Measured from the run's first build of the tier to its last check. The tier's code is the package of
+the tier's class (:func:`tier_code`): ``kvproto_fs`` for ``FsTier``, the module itself for a tier
+written as one top-level module, the class's own module for kvproto's in-memory tiers (kvproto's
+other code, the kit's wrappers included, is not the tier's). Figures count the lines and branches
+inside the package's functions and methods: what a module runs when it is imported (its ``def`` and
+``class`` statements, constants) ran before any check could, so it is neither "run" nor "missed". A
+function none of whose lines ran is *not checked*, whatever the verdict of the checks. Code that
+runs only in the crash checks' forked children (TIER-24) is not measured: a child ends by SIGKILL or
+``os._exit``, before coverage could save what it saw.
 
 Importing this module imports neither pytest, nor Hypothesis, nor coverage (coverage is imported
 when a measurement starts; without it the figures say why they are missing).
@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -216,17 +215,19 @@ def measured(packages: Sequence[str], left_out: Sequence[str] = ()) -> Iterator[
                             config_file=False)
     cov.set_option("run:disable_warnings", _QUIET)
     cov.set_option("report:exclude_also", _NOT_CODE)
+    started_in = Path.cwd()  # coverage.py names the files it reports relative to it
     cov.start()
     try:
         yield result
     finally:
         cov.stop()
-        _fill(result, cov)
+        _fill(result, cov, started_in)
 
 
-def _fill(result: TierCoverage, cov: Any) -> None:
+def _fill(result: TierCoverage, cov: Any, started_in: Path) -> None:
     """``result``'s figures from ``cov`` (a stopped ``coverage.Coverage``), through coverage.py's
-    JSON report: its per-function summaries (the ``""`` entry, a module's top level, left out)."""
+    JSON report: its per-function summaries (the ``""`` entry, a module's top level, left out); its
+    file names are relative to ``started_in``, the directory the measurement started in."""
     roots = {Path(folder).resolve(): prefix for name in result.packages for folder, prefix in _folders(name)}
     with tempfile.TemporaryDirectory(prefix="kvproto-coverage-") as tmp:
         out = Path(tmp) / "coverage.json"
@@ -237,7 +238,7 @@ def _fill(result: TierCoverage, cov: Any) -> None:
             return
         report = json.loads(out.read_text())
     for filename, data in sorted(report.get("files", {}).items()):
-        module = _module_name(Path(os.path.abspath(filename)).resolve(), roots)
+        module = _module_name((started_in / filename).resolve(), roots)
         functions = sorted(
             ((name, f) for name, f in data.get("functions", {}).items() if name),
             key=lambda item: int(item[1].get("start_line", 0)),
