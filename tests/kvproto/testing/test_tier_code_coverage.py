@@ -21,10 +21,6 @@ from typing import Any
 
 import pytest
 
-from kvproto.testing._harness.tier_coverage import code_to_measure, engine_code
-from kvproto.testing._reference import memory, memory_async, memory_primary
-
-import kvproto_fs
 from tests.cli import kvproto_cli as main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -209,17 +205,40 @@ def test_the_pytest_plugin_measures_the_package_it_is_given(small_tier: str, sma
     assert f"not checked (no check ran them), 1 functions: {PACKAGE}._tier.unreachable_helper" in done.stdout
 
 
-def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits() -> None:
-    """kvproto's in-memory tiers: their class's own module, through the kit's wrappers
-    (memory-async is a LatencySecondary over a MemoryTier); a reference distribution: its package,
-    its conformance spec (factory and hooks) left out; ``--cover``: what it names; an engine target:
-    the package of its MODULE, or MODULE alone inside the engine's own package."""
-    assert code_to_measure(memory()) == (["kvproto._memory_tier"], [])
-    assert code_to_measure(memory_async()) == (["kvproto._memory_tier"], [])
-    assert code_to_measure(memory_primary()) == (["kvproto._memory_primary_tier"], [])
-    assert code_to_measure(kvproto_fs.conformance_spec()) == (["kvproto_fs"], ["kvproto_fs._conformance"])
-    assert code_to_measure(memory(), ["kvproto_fs._io"]) == (["kvproto_fs._io"], [])
-    assert engine_code("vllm:kvproto_fs._tier:FsTier") == ["kvproto_fs"]
-    assert engine_code("lmcache:lmcache.v1.distributed.l2_adapters.mock_l2_adapter:MockL2Adapter") == [
-        "lmcache.v1.distributed.l2_adapters.mock_l2_adapter"  # in the engine's own package: the module alone
-    ]
+def _measured(tmp_path: Path, target: str, *args: str) -> dict[str, Any]:
+    """The ``coverage`` of one ``kvproto conform TARGET`` running one check (lookup_does_not_block)."""
+    report = tmp_path / "report.json"
+    code = main(["conform", target, *args, "-k", "lookup_does_not_block", "--profile", "fast", "--no-typecheck",
+                 "--json", str(report)])
+    assert code == 0
+    return _coverage(json.loads(report.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("target", "packages", "left_out"),
+    [
+        ("memory", ["kvproto._memory_tier"], []),
+        ("memory-async", ["kvproto._memory_tier"], []),  # a LatencySecondary (the kit's) over a MemoryTier
+        ("memory-primary", ["kvproto._memory_primary_tier"], []),
+        ("fs", ["kvproto_fs"], ["kvproto_fs._conformance"]),  # its spec's factory and hooks live there
+    ],
+)
+def test_the_tiers_code_is_its_classs_package_not_kvprotos_nor_the_kits(
+    tmp_path: Path, target: str, packages: list[str], left_out: list[str]
+) -> None:
+    """kvproto's in-memory tiers: their class's own module, through the kit's wrappers; a reference
+    distribution: its package, its conformance spec left out."""
+    ran = _measured(tmp_path, target)
+    assert (ran["packages"], ran["left_out"]) == (packages, left_out)
+    assert 0 < ran["lines_run"] < ran["lines"]
+
+
+def test_an_engine_plugin_inside_the_engines_package_is_its_module(tmp_path: Path) -> None:
+    """``lmcache:MODULE:CLASS`` with MODULE one of LMCache's own: that module alone, not all of
+    LMCache's adapters."""
+    pytest.importorskip("lmcache", reason="LMCache 0.5.6 is not installed (./dev installs it)")
+    module = "lmcache.v1.distributed.l2_adapters.mock_l2_adapter"
+    ran = _measured(tmp_path, f"lmcache:{module}:MockL2Adapter", "--option", "max_size_gb=1",
+                    "--option", "mock_bandwidth_gb=100")
+    assert (ran["packages"], ran["left_out"]) == ([module], [])
+    assert all(name.startswith(f"{module}.") for name in ran["not_checked"])
