@@ -22,4 +22,5 @@ REGISTRY: dict[str, str] = {
     "lmcache": "benchmarks.bench_lmcache",
     "redis": "benchmarks.bench_redis",
     "mooncake": "benchmarks.bench_mooncake",
+    "conform-coverage": "benchmarks.bench_conform_coverage",
 }

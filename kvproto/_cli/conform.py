@@ -9,7 +9,9 @@ expected failure passed and every type check passed; 2 for a usage error
 (a target that cannot be resolved or imported, a report path that cannot be
 written, an unknown check or clause), said in one line before any check runs;
 130 when interrupted (KIT-11). ``--clause ID`` runs only the checks of a clause
-(KIT-11). ``--explain CHECK`` says what a check does, where the kit defines it,
+(KIT-11). Each tier's report says what share of the tier's own code the checks ran and names
+each function of it that never ran, as not checked (KIT-24; ``--no-coverage``, ``--cover
+PACKAGE``). ``--explain CHECK`` says what a check does, where the kit defines it,
 the signature of each hook it needs, and how to run it in the author's own
 pytest (KIT-16); ``--hooks`` lists every hook the kit can use (KIT-5).
 """
@@ -59,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--thorough", action="store_true", help="same as --profile thorough")
     parser.add_argument("--no-typecheck", action="store_true", help="skip the strict mypy type check")
+    _add_coverage_arguments(parser)
     parser.add_argument(
         "--check",
         action="append",
@@ -107,6 +110,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hooks",
         action="store_true",
         help="list every backdoor hook the kit can use: its signature and the checks that skip without it",
+    )
+
+
+def _add_coverage_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-coverage`` and ``--cover PACKAGE``: whether, and which, of the tier's own code is measured (KIT-24)."""
+    parser.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="do not measure which of the tier's own code the checks ran (KIT-24)",
+    )
+    parser.add_argument(
+        "--cover",
+        action="append",
+        metavar="PACKAGE",
+        help="measure this package or module as the tier's own code (repeatable; default: the package of "
+        "the tier's class, or an engine target's MODULE)",
     )
 
 
@@ -407,6 +426,8 @@ def _check_tier(
     """The kit's run against one tier (only ``checks``, if given), its progress line counting the
     checks done and failed, and its verdict at the end (KIT-11)."""
     from kvproto._cli.runner import planned_checks, run_kit
+    from kvproto._cli.targets import is_engine_target
+    from kvproto.testing._harness.tier_coverage import engine_code
 
     planned = len(planned_checks(spec)) if checks is None else len(checks)
     task = progress.add_task(spec.name, total=planned * args.repeat, last="", failed="")
@@ -428,6 +449,8 @@ def _check_tier(
         failfast=args.failfast,
         keyword=args.keyword,
         repeat=args.repeat,
+        coverage=not args.no_coverage,
+        cover=args.cover or (engine_code(spec.name) if is_engine_target(spec.name) else None),
     )
     bad = sum(1 for o in report.outcomes if not o.ok)
     total = len(report.outcomes)

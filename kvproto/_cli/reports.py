@@ -17,7 +17,17 @@ from kvproto.errors import InvalidArgumentError
 from kvproto.testing._harness.failures import SEEN_AFTER_SET_UP
 from kvproto.testing._harness.steps import STEPS_HEADING
 
-__all__ = ["cause_of", "render_summary", "render_tier", "to_json", "unchecked_words", "write_json", "write_junit"]
+__all__ = [
+    "cause_of",
+    "coverage_words",
+    "render_coverage",
+    "render_summary",
+    "render_tier",
+    "to_json",
+    "unchecked_words",
+    "write_json",
+    "write_junit",
+]
 
 _STYLE = {
     "passed": "green",
@@ -88,6 +98,31 @@ def render_tier(
     for label, clause, rest in below:
         console.print(f"{label} ({clause}):", style="bold", markup=False, highlight=False)
         console.print(rest, markup=False, highlight=False, emoji=False, soft_wrap=True)
+    render_coverage(console, report)
+
+
+def render_coverage(console: Console, report: TierReport) -> None:
+    """Under a tier's table: what share of the tier's own code ran, and each function that never
+    ran, as not checked (KIT-24); nothing when coverage was not measured."""
+    ran = report.coverage
+    if ran is None:
+        return
+    where = ", ".join(ran.packages) + (f" (left out: {', '.join(ran.left_out)})" if ran.left_out else "")
+    console.print(f"tier code run (KIT-24), in {where}: {ran.words()}", markup=False, highlight=False, soft_wrap=True)
+    if ran.not_checked:
+        console.print(
+            f"not checked (no check ran them), {len(ran.not_checked)} functions: {', '.join(ran.not_checked)}",
+            style="yellow", markup=False, highlight=False, soft_wrap=True,
+        )
+
+
+def coverage_words(report: TierReport) -> str:
+    """The summary's cell for the tier's code run: ``96.1% (3 not checked)``; ``-`` if not measured (KIT-24)."""
+    ran = report.coverage
+    share = None if ran is None else ran.share
+    if ran is None or share is None:
+        return "-"
+    return f"{share:.1%}" + (f" ({len(ran.not_checked)} not checked)" if ran.not_checked else "")
 
 
 _VARYING = re.compile(r"\b(?:job \d+|jobs? [\d, ]+|[0-9a-f]{12}\.\.[0-9a-f]{8}|\d+)\b")
@@ -111,8 +146,9 @@ def unchecked_words(report: TierReport) -> str:
 def render_summary(console: Console, reports: list[TierReport], typechecks: dict[str, TypecheckResult | None]) -> None:
     """One line per tier: counts, the clauses its declarations left unchecked, and the verdict (CAP-1)."""
     table = Table(title="kvproto conform", title_justify="left")
-    for column in ("tier", "kind", "pass", "fail", "skip", "xfail", "mypy", "unchecked (by declaration)", "verdict"):
-        table.add_column(column, no_wrap=column not in ("tier", "unchecked (by declaration)"), overflow="fold")
+    columns = ("tier", "kind", "pass", "fail", "skip", "xfail", "mypy", "unchecked (by declaration)", "code run", "verdict")
+    for column in columns:
+        table.add_column(column, no_wrap=column not in ("tier", "unchecked (by declaration)", "code run"), overflow="fold")
     for report in reports:
         counts = report.counts()
         typecheck = typechecks.get(report.spec.name)
@@ -127,6 +163,7 @@ def render_summary(console: Console, reports: list[TierReport], typechecks: dict
             str(counts.get("xfailed", 0)),
             tc,
             unchecked_words(report),
+            coverage_words(report),
             "[green]conforms" if ok else "[bold red]FAILS",
         )
     console.print(table)
@@ -154,6 +191,7 @@ def to_json(reports: list[TierReport], typechecks: dict[str, TypecheckResult | N
                 "error": report.error,
                 "error_clause": report.error_clause if report.error else None,
                 "seed": report.seed,
+                "coverage": None if report.coverage is None else report.coverage.to_json(),
                 "typecheck": None if typecheck is None else typecheck.to_json(),
                 "checks": [o.to_json() for o in report.outcomes],
             }
@@ -200,6 +238,8 @@ def write_junit(path: Path, data: dict[str, object]) -> None:
         ET.SubElement(props, "property", name="kind", value=str(tier["kind"]))
         ET.SubElement(props, "property", name="capabilities", value=json.dumps(tier["capabilities"], default=str))
         ET.SubElement(props, "property", name="unchecked_clauses", value=json.dumps(tier.get("unchecked_clauses", {})))
+        if tier.get("coverage") is not None:
+            ET.SubElement(props, "property", name="coverage", value=json.dumps(tier["coverage"]))
         if tier.get("error"):
             case = ET.SubElement(suite, "testcase", classname=f"kvproto.{tier['tier']}", name="run the kit")
             ET.SubElement(case, "error", message=str(tier["error"]))

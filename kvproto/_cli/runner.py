@@ -15,7 +15,7 @@ import importlib.util
 import json
 import re
 import tempfile
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from kvproto.testing._harness.expected import unknown_names
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed, clause_of
 from kvproto.testing._harness.preflight import preflight
 from kvproto.testing._harness.steps import STEPS_HEADING, NondeterministicTier
+from kvproto.testing._harness.tier_coverage import TierCoverage, code_to_measure, measured
 from kvproto.testing._harness.tier_spec import TierSpec, shut_down_probe
 
 __all__ = [
@@ -133,6 +134,7 @@ class TierReport:
     error: str | None = None  # the kit could not run at all
     error_clause: str = "KIT-9"  # the clause that says why (KIT-17: the preflight stopped the run)
     seed: int | None = None  # the Hypothesis seed given with --seed (KIT-18)
+    coverage: TierCoverage | None = None  # how much of the tier's own code ran (KIT-24); None: not measured
 
     @property
     def passed(self) -> bool:
@@ -417,6 +419,8 @@ def run_kit(
     failfast: bool = False,
     keyword: str | None = None,
     repeat: int = 1,
+    coverage: bool = False,
+    cover: Sequence[str] | None = None,
 ) -> TierReport:
     """Run every kit check (or only ``checks``, or those ``keyword`` selects, pytest ``-k``
     syntax) against ``spec``; never raises for a broken tier. ``seed`` seeds Hypothesis (the
@@ -428,7 +432,11 @@ def run_kit(
     pytest session (the tier is built afresh for every check of every run, as in separate runs;
     what is shared is the start-up: imports, collection, the preflight). Each outcome then lists
     every run's verdict (``runs``), and a check whose outcome or violated clause differs between
-    runs is an error with no clause blamed, its reason naming each run's verdict (KIT-19)."""
+    runs is an error with no clause blamed, its reason naming each run's verdict (KIT-19).
+
+    ``coverage``: measure which lines and branches of the tier's own code (the packages ``cover``
+    names, else the package of the tier's class) the run ran, from its first build of the tier to
+    its last check, in this process, into the report's ``coverage`` (KIT-24)."""
     if type(repeat) is not int or repeat < 1:
         raise InvalidArgumentError(f"repeat must be an int >= 1, got {repeat!r}")
     planned = planned_checks(spec)
@@ -443,8 +451,11 @@ def run_kit(
     outcomes = {o.check: o for o in planned}
     report = TierReport(spec, spec.capabilities or Capabilities(), planned, seed=seed)
     try:
-        return _check_tier(report, outcomes, profile=profile, on_progress=on_progress, checks=checks, seed=seed,
-                           failfast=failfast, keyword=keyword, repeat=repeat)
+        code = code_to_measure(spec, cover) if coverage else None
+        with contextlib.nullcontext() if code is None else measured(*code) as ran:
+            report.coverage = ran
+            return _check_tier(report, outcomes, profile=profile, on_progress=on_progress, checks=checks, seed=seed,
+                               failfast=failfast, keyword=keyword, repeat=repeat)
     except Interrupted:
         raise
     except KeyboardInterrupt:  # anywhere in checking the tier (building it, the preflight, pytest's start-up,

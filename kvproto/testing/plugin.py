@@ -12,6 +12,9 @@
   Hypothesis-driven checks search.
 * Failure reports carry the clause that broke (user property
   ``kvproto_violated``), and the terminal summary counts broken clauses.
+* ``--kvproto-cover PACKAGE`` (repeatable) measures which lines and branches of PACKAGE (the
+  tier's own code) the session ran, with coverage.py, and the terminal summary says what share ran
+  and names each function that never did, as not checked (KIT-24).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from __future__ import annotations
 import tempfile
 from collections import Counter
 from collections.abc import Generator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
+    from kvproto.testing._harness.tier_coverage import TierCoverage
     from kvproto.testing._harness.tier_spec import TierSpec
 
 __all__ = [
@@ -32,7 +37,11 @@ __all__ = [
     "pytest_configure",
     "pytest_runtest_makereport",
     "pytest_terminal_summary",
+    "pytest_unconfigure",
 ]
+
+#: The measurement ``--kvproto-cover`` started, until the terminal summary (or the end) stops it.
+_MEASURING = pytest.StashKey[tuple[ExitStack, "TierCoverage"]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +59,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("fast", "default", "thorough"),
         help="how hard the kit's Hypothesis-driven checks search (default: default)",
     )
+    group.addoption(
+        "--kvproto-cover",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="measure which of PACKAGE's code (the tier's) the session ran; the summary names what never ran (KIT-24)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,6 +73,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kvproto_hypothesis: a Hypothesis-driven check of the kvproto conformance kit"
     )
+    covered: list[str] = list(config.getoption("kvproto_cover", default=[]) or [])
+    if covered:
+        from kvproto.testing._harness.tier_coverage import measured
+
+        stack = ExitStack()
+        config.stash[_MEASURING] = (stack, stack.enter_context(measured(covered)))
     targets: list[str] = list(config.getoption("kvproto_tier", default=[]) or [])
     if not targets:
         return
@@ -101,7 +123,30 @@ def pytest_runtest_makereport(
     return report
 
 
+def _stop_measuring(config: pytest.Config) -> TierCoverage | None:
+    """The figures of ``--kvproto-cover``'s measurement, stopped now (None without it, or if stopped before)."""
+    started = config.stash.get(_MEASURING, None)
+    if started is None:
+        return None
+    del config.stash[_MEASURING]
+    stack, ran = started
+    stack.close()
+    return ran
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _stop_measuring(config)  # a session without a terminal summary still stops measuring
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    ran = _stop_measuring(terminalreporter.config)
+    if ran is not None:
+        terminalreporter.write_sep("-", "kvproto: tier code run (KIT-24)")
+        terminalreporter.write_line(f"tier code run (KIT-24), in {', '.join(ran.packages)}: {ran.words()}")
+        if ran.not_checked:
+            terminalreporter.write_line(
+                f"not checked (no check ran them), {len(ran.not_checked)} functions: {', '.join(ran.not_checked)}"
+            )
     broken: Counter[str] = Counter()
     for report in terminalreporter.stats.get("failed", []):
         for name, value in getattr(report, "user_properties", []):
