@@ -103,15 +103,6 @@ class BlobOps:
             return self._store_failed(key, exc, before)
         return self._stored(published, before)
 
-    def still_there(self, keys: Sequence[OffloadKey]) -> list[bool]:
-        """Whether each key's blob is on the storage now, in one ``sizes`` call; all False if that call
-        fails (the caller then publishes them, create-if-absent: never a store skipped on a guess)."""
-        try:
-            found = self.backend.sizes([self.name_of(key) for key in keys])
-        except Exception:
-            return [False] * len(keys)
-        return [size is not None for size in found] if len(found) == len(keys) else [False] * len(keys)
-
     def store_many(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
         """:meth:`store` of each key, their publishes in one :meth:`PublishBatches.publish_many` (TIERKIT-11).
 

@@ -507,29 +507,18 @@ class BlobTier:
         return lr.MISS
 
     def _store_key(self, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        trusted = self._vouched([key])[0]
+        trusted = self._trusted(key)
         return self._counted(trusted if trusted is not None else self._ops.store(key, slot))
 
     def _store_batch(self, keys: Sequence[OffloadKey], slots: Sequence[int]) -> list[tuple[KeyVerdict, int]]:
         """:meth:`_store_key` of each key; those the index does not vouch for in one ``publish_many`` (TIERKIT-11)."""
-        trusted = self._vouched(keys)
+        trusted = [self._trusted(key) for key in keys]
         todo = [i for i, verdict in enumerate(trusted) if verdict is None]
         sent = iter(self._ops.store_many([keys[i] for i in todo], [slots[i] for i in todo]) if todo else ())
         return [self._counted(next(sent) if verdict is None else verdict) for verdict in trusted]
 
-    def _vouched(self, keys: Sequence[OffloadKey]) -> list[tuple[KeyVerdict, int] | None]:
-        """:meth:`_trusted` of each key. In shared mode the index vouches only for blobs one ``sizes`` call
-        finds still there: another instance may have removed one (its reset), and a store skipped on the
-        index's word would then be reported done with nothing stored (TIERKIT-10)."""
-        trusted = [self._trusted(key) for key in keys]
-        if self._shared and any(verdict is not None for verdict in trusted):
-            vouched = [i for i, verdict in enumerate(trusted) if verdict is not None]
-            for i, there in zip(vouched, self._ops.still_there([keys[i] for i in vouched]), strict=True):
-                trusted[i] = trusted[i] if there else None
-        return trusted
-
     async def _store_key_async(self, io: LoopBackend, key: OffloadKey, slot: int) -> tuple[KeyVerdict, int]:
-        trusted = None if self._shared else self._trusted(key)  # shared: publish, create-if-absent (TIERKIT-10)
+        trusted = self._trusted(key)
         return self._counted(trusted if trusted is not None else await self._ops.store_async(io, key, slot))
 
     def _trusted(self, key: OffloadKey) -> tuple[KeyVerdict, int] | None:

@@ -8,7 +8,8 @@ holds that instance to, and judges each observation as it is made:
   the tier declares ``sharing``, an instance may still remember a block it stored or loaded that
   another instance's reset removed (its index is a memo, TIERKIT-10): it may answer HIT for it until a
   load of it fails there, and that load's failure is excused (TIER-4: the block answers HIT again only
-  if a load right after succeeds).
+  if a load right after succeeds); a store of such a block there proves nothing (it may be skipped on
+  the memo's word).
 * **A block stored is seen** (TIER-10, TIER-18): a key whose store an instance reported successful
   (a store in flight during a reset proves nothing) answers HIT in a fresh request of that instance,
   and of every live instance where the tier declares
@@ -90,7 +91,13 @@ class SharedStorageModel:
 
     # ---- stores and resets -----------------------------------------------------------------
     def store_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey]) -> None:
-        """A store of ``keys`` was submitted: they may exist from now on."""
+        """A store of ``keys`` was submitted: they may exist from now on. With ``sharing``, a store of
+        a key the instance remembers but is not held to (another instance's reset may have removed it)
+        proves nothing: the instance may skip it on its memo's word (TIERKIT-10)."""
+        flying = {k for (owner, _), ks in self.stores.items() if owner == instance for k in ks}
+        memo, sure = self.remembered[instance] | flying, self.certain[instance]  # its index may hold those
+        if self.caps.sharing and any(k in memo and k not in sure for k in keys):
+            self.raced.add((instance, job_id))
         self.possible.update(keys)
         self.stores[(instance, job_id)] = tuple(keys)
         if self.caps.eviction:

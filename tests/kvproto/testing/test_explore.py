@@ -124,3 +124,15 @@ def test_a_sharing_instance_may_remember_a_removed_block_until_its_load_fails() 
     model.load_finished(1, 2, [A], frozenset())  # the stale HIT's load fails: excused
     with pytest.raises(ConformanceFailure, match="TIER-4"):
         model.judge_hit(1, A)  # but not told HIT again
+
+
+def test_a_store_on_a_memos_word_proves_nothing() -> None:
+    model = _model(sharing=True)
+    model.join(1, after=None)
+    model.store_submitted(1, 1, [A])
+    model.store_finished(1, 1, frozenset({A}))
+    model.reset_succeeded(0)
+    model.store_submitted(1, 2, [A, B])  # A: instance 1 remembers it; the tier may skip it (TIERKIT-10)
+    model.store_finished(1, 2, frozenset({A, B}))
+    model.judge_miss(0, A, past_deadline=False)
+    model.judge_hit(0, A)

@@ -161,28 +161,3 @@ def test_private_mode_keeps_its_index_when_a_blob_is_missing() -> None:
     finally:
         tier.shutdown()
 
-
-@pytest.mark.parametrize("loop", [False, True], ids=["pools", "loop"])
-def test_a_store_after_another_instances_reset_is_sent_not_skipped(loop: bool) -> None:
-    """TIERKIT-10, found by the kit's explorer (KIT-23): in shared mode a store of a key the index
-    vouches for is skipped only where the storage still holds the blob; after another instance's
-    ``reset_cache`` removed it, the store is sent again, so the block it reports stored is there."""
-    blobs = MemoryBackend()
-    memory: BlobBackend | AsyncMemory = AsyncMemory(blobs) if loop else blobs
-    config = BlobTierConfig(shared=True, trust_index_on_store=True, start_in_background=False)
-    buffers = make_buffer(), make_buffer()
-    mine, other = (BlobTier(memory, b, config, name=f"shared-{i}") for i, b in enumerate(buffers))
-    run = Runner(mine, buffers[0])
-    try:
-        keys = [key(i) for i in range(2)]
-        assert run.store(keys).success
-        assert run.store(keys).success  # the blobs are there: skipped as known
-        skipped = mine.stats.skipped_stores
-        assert skipped == 2  # on the loop, shared mode publishes and finds them there (EXISTED)
-        assert other.reset_cache() is True
-        assert run.store(keys).success
-        assert all(mine.name_of(k) in blobs.blobs for k in keys)
-        assert mine.stats.skipped_stores == skipped
-    finally:
-        mine.shutdown()
-        other.shutdown()
