@@ -96,7 +96,7 @@ def test_the_base_class_gives_an_fs_subclass_the_fs_hooks_and_a_fresh_root() -> 
     [
         (["memory", "--option", "n=1"], "memory: unknown option 'n'; its factory takes: capacity_blocks"),
         (["memory", "--option", "capacity_blocks=xx"], "memory: option capacity_blocks='xx' is not a whole number"),
-        (["sglang:a.b:C"], "no installed distribution handles sglang: targets"),
+        (["trtllm:a.b:C"], "no installed distribution handles trtllm: targets"),
         ([FS, "--option", "kit.async_lookup=yes"], "expected a JSON bool, got 'yes'"),  # not JSON: a string
         ([FS, "--option", "kit.async_lookup=\"true\""], "expected a JSON bool, got 'true'"),  # a JSON string
         ([FS, "--option", "kit.max_retry_steps=true"], "expected a JSON int, got True"),  # JSON
