@@ -9,21 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
-
 from tests.impls.sim_outage import assert_served_again, simulate_with_outage
 
 if TYPE_CHECKING:
     from kvproto_mooncake import LocalMooncake
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 38): alone, or after the other mooncake tests, it passes; in one pytest session after "
-    "test_kvproto_tiers_in_vllm.py's mooncake test (a Mooncake client in this process on another cluster), the "
-    "simulate child reports 3-5 requests deferred past the bound during the outage (MC-12's gate does not close "
-    "for all of them): reproduced, cause not found yet",
-)
 def test_a_mooncake_outage_serves_no_wrong_byte_and_the_tier_serves_again(own_cluster: LocalMooncake, tmp_path: Path) -> None:
     where = f"master={own_cluster.master},metadata_server={own_cluster.metadata_server}"
     run = simulate_with_outage(

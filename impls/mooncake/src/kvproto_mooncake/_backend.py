@@ -47,7 +47,7 @@ from kvproto.tierkit import Published
 from kvproto_mooncake._batches import BatchCalls
 from kvproto_mooncake._client import SharedClient
 from kvproto_mooncake._config import MooncakeTierConfig
-from kvproto_mooncake._gate import MasterGate
+from kvproto_mooncake._gate import RECHECK_S, MasterGate
 from kvproto_mooncake._ops import (
     INVALID_PARAMS,
     OBJECT_HAS_LEASE,
@@ -119,8 +119,10 @@ class MooncakeBackend:
         self.puts: BatchCalls[_PutItem, int] = BatchCalls(self._put_batch, max_keys=config.batch_keys,
                                                           max_calls=put_calls, start_keys=start, name="put")
         self._transfers = threading.BoundedSemaphore(calls)
+        # A load's waiter stops waiting once the master is found gone (MC-12): engine requests wait on loads.
         self.gets: BatchCalls[_GetItem, int] = BatchCalls(self._get_batch, max_keys=config.batch_keys, max_calls=calls,
-                                                          start_keys=start, name="get")
+                                                          start_keys=start, name="get", watch=self.gate.answers,
+                                                          watch_every_s=RECHECK_S)
 
     def _area(self, slots: int, slot_bytes: int, what: str) -> StagingArea:
         area = StagingArea(self.shared, slots, slot_bytes, what=what)

@@ -9,8 +9,8 @@ worker thread (the loop's default executor) at the end of the turn, or at once w
 
 Slots (:class:`kvproto_mooncake._staging.StagingArea`) go back exactly once, by whoever is done last:
 the waiter, after it used the answer (or when its wait ends with the batch already over), or the
-batch, when it ends after its waiter gave up (a job timeout cancelled it). The loop thread never
-blocks on Mooncake.
+batch, when it ends after its waiter gave up (a job timeout cancelled it, or its ``watch`` said the call is
+not worth waiting for: MC-12). The loop thread never blocks on Mooncake.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, TypeVar
@@ -47,11 +47,17 @@ class BatchCalls(Generic[_Item, _Answer]):
     batch stays open (its items keep joining it, up to ``max_keys``) and goes when a call ends: its keys
     are made ready (headers built, slots taken) while the current one transfers. A batch full at
     ``max_keys`` waits, sealed, in order. Items whose waiter gave up before their batch went are left out.
+
+    With a ``watch``, a waiter asks it each ``watch_every_s`` it has waited; when it answers False the waiter
+    gives up at once with a ConnectionError (its slot goes back when its batch is over).
     """
 
     def __init__(self, run: Callable[[list[_Item]], list[_Answer]], *, max_keys: int, max_calls: int,
-                 name: str, start_keys: int | None = None) -> None:
+                 name: str, start_keys: int | None = None, watch: Callable[[], Awaitable[bool]] | None = None,
+                 watch_every_s: float = 0.25) -> None:
         self._run = run
+        self._watch = watch
+        self._watch_every_s = watch_every_s
         self._max = max_keys
         self._start = max_keys if start_keys is None else max(1, min(start_keys, max_keys))
         self._max_calls = max_calls
@@ -76,11 +82,22 @@ class BatchCalls(Generic[_Item, _Answer]):
             self._flush_posted = True
             loop.call_soon(self._flush)
         try:
-            return await entry.answer
+            return await (entry.answer if self._watch is None else self._watched(entry.answer, self._watch))
         except BaseException:
             if entry.answer.done() and not entry.answer.cancelled():
                 give_back()  # the batch is over (an answer or an error came): the slot is free now
-            raise  # cancelled before or while its batch runs: the batch gives the slot back
+            else:
+                entry.answer.cancel()  # given up before or while its batch runs: the batch gives the slot back
+            raise
+
+    async def _watched(self, answer: asyncio.Future[_Answer], watch: Callable[[], Awaitable[bool]]) -> _Answer:
+        """``answer``'s result, unless ``watch()``, asked each ``watch_every_s`` of waiting, says to give up."""
+        while True:
+            done, _ = await asyncio.wait((answer,), timeout=self._watch_every_s)
+            if done:
+                return answer.result()
+            if not await watch():
+                raise ConnectionError(f"{self._name}: given up after the call's server stopped answering")
 
     def _seal(self) -> None:
         if self._pending:

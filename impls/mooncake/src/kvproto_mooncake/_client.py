@@ -14,6 +14,7 @@ up cannot set up its own (it hangs), so it gets a ConfigurationError instead.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import socket
@@ -26,7 +27,7 @@ from kvproto.errors import ConfigurationError
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import Client, MooncakeError
 
-__all__ = ["SharedClient", "advertised_host", "check_reachable", "open_client"]
+__all__ = ["SharedClient", "advertised_host", "check_reachable", "open_client", "probe_reachable"]
 
 _SETUP_BOUND_S = 30.0  # set-up after the TCP checks answered: a master that accepts but never replies
 
@@ -110,6 +111,18 @@ def check_reachable(config: MooncakeTierConfig) -> None:
                 pass
         except OSError as exc:
             raise ConnectionError(f"the {what} at {host}:{port} does not answer: {exc}") from exc
+
+
+async def probe_reachable(config: MooncakeTierConfig) -> None:
+    """:func:`check_reachable` on the running event loop (no thread: a probe never waits behind batch calls
+    held in Mooncake's RPC retries): ConnectionError naming the endpoint that did not accept a TCP connection
+    within ``connect_timeout_s`` (MC-12)."""
+    for what, host, port in _endpoint(config):
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), config.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(f"the {what} at {host}:{port} does not answer: {exc!r}") from exc
+        writer.close()
 
 
 def _key(config: MooncakeTierConfig) -> tuple[object, ...]:

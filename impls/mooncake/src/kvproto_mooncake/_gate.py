@@ -9,7 +9,11 @@ every :data:`RECHECK_S` or ``connect_timeout_s``, whichever is longer; on the wo
 the request, never the scheduler's): the requests between probes, or whose probe was refused, fail at once with a
 :class:`ConnectionError`
 (a transient failure of their keys: the jobs fail, lookups answer MISS), and the first probe the
-master answers opens the gate again. Mooncake's client reconnects to a restarted master at its next
+master answers opens the gate again. A request already in Mooncake's client when the master went away
+would wait out those retries too (and every engine request waiting on its load): its waiter asks
+:meth:`MasterGate.answers` each :data:`RECHECK_S` it has waited, which probes the master (on the event
+loop, at most once an interval), closes the gate when the probe is refused, and the waiter gives up.
+Mooncake's client reconnects to a restarted master at its next
 request, and finds a new storage process through the metadata server: the same tier serves again.
 """
 
@@ -19,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from kvproto_mooncake._client import check_reachable
+from kvproto_mooncake._client import check_reachable, probe_reachable
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import RPC_FAIL
 
@@ -42,6 +46,8 @@ class MasterGate:
         self._lock = threading.Lock()
         self._closed_since: float | None = None
         self._next_probe = 0.0
+        self._next_watch = 0.0
+        self._watching = False  # a probe for answers() is under way
 
     @property
     def closed(self) -> bool:
@@ -72,10 +78,38 @@ class MasterGate:
         raise ConnectionError(f"{what}: the Mooncake master has not answered for {time.monotonic() - since:.1f} s "
                               f"({self._config.where()}); next check within {self._interval:g} s")
 
+    async def answers(self) -> bool:
+        """Whether a request that has waited a while in Mooncake's client is still worth waiting for (MC-12).
+
+        False while the gate is closed. Else, one at a time and at most once per :data:`RECHECK_S` (the
+        callers meanwhile are told True), a TCP probe of the master and the metadata server on the running
+        event loop, within ``connect_timeout_s``: a refused probe closes the gate (an outage, counted as
+        from an ``RPC_FAIL``) and answers False. The caller then gives up its request (its keys fail, transiently),
+        instead of waiting out the client's RPC retries (~4 s a call) with the engine's requests behind it."""
+        with self._lock:
+            if self._closed_since is not None:
+                return False
+            now = time.monotonic()
+            if self._watching or now < self._next_watch:
+                return True
+            self._watching = True
+        try:
+            await probe_reachable(self._config)
+        except ConnectionError:
+            self._close()
+            return False
+        finally:
+            with self._lock:
+                self._watching = False
+                self._next_watch = time.monotonic() + RECHECK_S
+        return True
+
     def note(self, codes: Iterable[int]) -> None:
         """Close the gate if any of ``codes`` (a request's answers) is ``RPC_FAIL``: the master did not answer."""
-        if not any(code == RPC_FAIL for code in codes):
-            return
+        if any(code == RPC_FAIL for code in codes):
+            self._close()
+
+    def _close(self) -> None:
         with self._lock:
             if self._closed_since is not None:
                 return
