@@ -26,8 +26,10 @@ A tier's own settings and constructor (what ``kvproto-fs``, ``kvproto-obj``, ``k
 ``kvproto-mooncake`` share; none needs pydantic, all suit a pydantic settings model):
 
 * :class:`TierSettings`: the pydantic base of a tier's settings class (frozen, strict, no unknown field,
-  ``from_mapping``) and :class:`SharedStoreTierSettings`, with the fields every tier over shared storage
-  has (both loaded at their first use, so ``import kvproto.tierkit`` needs no pydantic).
+  ``from_mapping``, ``text_fields`` given as text made typed), :class:`SharedStoreTierSettings`, with the
+  fields every tier over shared storage has, and :class:`RemoteStoreTierSettings`, adding a network store's
+  connect timeout and retry backoffs (all loaded at their first use, so ``import kvproto.tierkit`` needs
+  no pydantic).
 * :func:`config_errors` turns a settings model's refusal into one :class:`~kvproto.errors.ConfigurationError`
   naming every offending field; :func:`config_from_mapping` builds settings from a mapping (TOML);
   :func:`tier_config` refuses a constructor's config of the wrong class; ``LayoutValue`` types the
@@ -37,7 +39,9 @@ A tier's own settings and constructor (what ``kvproto-fs``, ``kvproto-obj``, ``k
   into a ConfigurationError naming the tier and what it could not do.
 * :func:`shared_store_config` and :func:`shared_store_capabilities`: the engine settings and the
   declaration of a tier over storage other instances share (a bucket, a server, a cluster), from its
-  :class:`SharedStoreSettings`.
+  :class:`SharedStoreSettings`; :class:`SharedStoreTier`, the BlobTier built from them (the start-up check
+  when ``check_on_start``, its backend released if construction fails, ``key_of``, ``namespace_prefix``,
+  ``known_keys``).
 
 Scans over a ready view (MGR-20):
 
@@ -84,6 +88,7 @@ from kvproto.tierkit._blob_tier import BlobTier
 from kvproto.tierkit._eviction import ArcPolicy, EvictionPolicy, LruPolicy, PolicyName, make_policy
 from kvproto.tierkit._forwarding import ForwardingPrimary, ForwardingSecondary, declared_capabilities
 from kvproto.tierkit._memory_backend import MemoryBackend
+from kvproto.tierkit._shared_store_tier import SharedStoreStartup, SharedStoreTier
 from kvproto.tierkit._slots import HOST_PRIMARY_CAPABILITIES, BlockState, SlotStats, SlotTable
 from kvproto.tierkit._tier_settings import (
     LayoutValue,
@@ -98,7 +103,7 @@ from kvproto.tierkit._tier_settings import (
 )
 
 if TYPE_CHECKING:
-    from kvproto.tierkit._settings_model import SharedStoreTierSettings, TierSettings
+    from kvproto.tierkit._settings_model import RemoteStoreTierSettings, SharedStoreTierSettings, TierSettings
 
 __all__ = [
     # primary tiers
@@ -133,7 +138,10 @@ __all__ = [
     "slot_buffer_shape",
     # a tier's own settings and constructor
     "LayoutValue",
+    "RemoteStoreTierSettings",
     "SharedStoreSettings",
+    "SharedStoreStartup",
+    "SharedStoreTier",
     "SharedStoreTierSettings",
     "TierSettings",
     "config_errors",
@@ -157,7 +165,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """The pydantic bases on first use: their module imports pydantic, which ``import kvproto.tierkit`` does not."""
-    if name not in ("TierSettings", "SharedStoreTierSettings"):
+    if name not in ("TierSettings", "SharedStoreTierSettings", "RemoteStoreTierSettings"):
         raise AttributeError(f"module 'kvproto.tierkit' has no attribute {name!r}")
     value: object = getattr(importlib.import_module("kvproto.tierkit._settings_model"), name)
     globals()[name] = value

@@ -1,4 +1,5 @@
-"""``TierSettings`` and ``SharedStoreTierSettings``: pydantic bases of a tier's settings class.
+"""``TierSettings``, ``SharedStoreTierSettings`` and ``RemoteStoreTierSettings``: pydantic bases of a tier's
+settings class.
 
 They need pydantic, a tier distribution's dependency, never kvproto's: ``kvproto.tierkit`` loads this
 module at the first use of either name."""
@@ -6,14 +7,14 @@ module at the first use of either name."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvproto.tierkit._tier_settings import LayoutValue, config_errors, config_from_mapping
 
-__all__ = ["SharedStoreTierSettings", "TierSettings"]
+__all__ = ["RemoteStoreTierSettings", "SharedStoreTierSettings", "TierSettings"]
 
 
 class TierSettings(BaseModel):
@@ -22,13 +23,21 @@ class TierSettings(BaseModel):
     offending field (a tier's ``*-1`` clause: FS-1, OBJ-1, REDIS-1, MC-1).
 
     A subclass declares its fields and validators as for any pydantic model; one that takes text for a
-    typed field (a path, a secret) converts it in its own ``__init__`` before calling this one's.
+    typed field (a path, a secret) names it in :attr:`text_fields`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+    text_fields: ClassVar[Mapping[str, Callable[[str], object]]] = {}
+    """The fields given as text that become a typed value first (``{"root": Path, "password": SecretStr}``):
+    strict validation takes only the typed value, a command line or a TOML file gives text."""
+
     def __init__(self, **data: Any) -> None:
-        """Validate ``data``; raise :class:`~kvproto.errors.ConfigurationError` naming each bad field."""
+        """Convert each :attr:`text_fields` value given as text, then validate ``data``; raise
+        :class:`~kvproto.errors.ConfigurationError` naming each bad field."""
+        for field, typed in type(self).text_fields.items():
+            if isinstance(data.get(field), str):
+                data[field] = typed(data[field])
         with config_errors(type(self).__name__):
             super().__init__(**data)
 
@@ -78,3 +87,25 @@ class SharedStoreTierSettings(TierSettings):
         if not cls.prefix_names.fullmatch(prefix):
             raise ValueError(f"prefix {prefix!r} must be {cls.prefix_rule}")
         return prefix
+
+
+class RemoteStoreTierSettings(SharedStoreTierSettings):
+    """:class:`SharedStoreTierSettings` of a tier that reaches its storage over the network and retries a failed
+    request (``kvproto-obj``, ``kvproto-redis``):
+
+    * ``connect_timeout_s``: a connection to the storage must be made within this (at most 5 minutes).
+    * ``init_backoff_s``, ``max_backoff_s``: the first wait before a retry, and the longest (at most a minute
+      each); ``init_backoff_s`` must not exceed ``max_backoff_s``.
+
+    Every duration is bounded above, which refuses inf and NaN as well.
+    """
+
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
+    init_backoff_s: float = Field(default=0.05, gt=0, le=60)
+    max_backoff_s: float = Field(default=0.5, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _backoff_grows(self) -> Self:
+        if self.init_backoff_s > self.max_backoff_s:
+            raise ValueError("init_backoff_s must not exceed max_backoff_s")
+        return self

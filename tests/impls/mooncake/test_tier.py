@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvproto import OffloadKey, envelope as env, members as lr
+from kvproto import Capabilities, OffloadKey, envelope as env, members as lr, tierkit
 from kvproto.errors import ConfigurationError
 
 from tests.impls._tier_runner import BLOCK, Runner, block_of, key, make_buffer
@@ -24,7 +24,7 @@ if MOONCAKE_MISSING is None:
     from kvproto_mooncake._client import open_client
     from kvproto_mooncake._local_server import _free_port
     from kvproto_mooncake._ops import Client, Replica
-    from kvproto_mooncake._tier import _capabilities
+    from kvproto_mooncake._tier import _reasons
 
 
 @contextmanager
@@ -247,10 +247,15 @@ def test_no_scheduler_call_waits_for_the_cluster(mooncake_cluster: LocalMooncake
 
 def test_persistence_is_declared_only_without_a_segment_of_its_own() -> None:
     """With segment_bytes=0 blocks live in storage processes and outlive the writer: persistence, with what ends
-    it; a segment of its own may hold them: no persistence, saying why (MC-8)."""
-    kept = _capabilities(MooncakeTierConfig())
+    it; a segment of its own may hold them: no persistence, saying why (MC-8). What the tier declares, as
+    SharedStoreTier builds it from the settings, without a cluster."""
+
+    def declared(config: MooncakeTierConfig) -> Capabilities:
+        return tierkit.shared_store_capabilities(config, persistent=config.persistent, reasons=_reasons(config))
+
+    kept = declared(MooncakeTierConfig())
     assert kept.persistence and kept.sharing and not kept.eviction and "mooncake_client" in kept.reasons["persistence"]
-    own = _capabilities(MooncakeTierConfig(segment_bytes=64 << 20))
+    own = declared(MooncakeTierConfig(segment_bytes=64 << 20))
     assert not own.persistence and "segment_bytes" in own.reasons["persistence"]
 
 

@@ -51,23 +51,23 @@ class CountingOps(RedisOps):
 # -- REDIS-1: configuration ----------------------------------------------------------------------
 
 
-def test_bad_configuration_names_each_field() -> None:
-    with pytest.raises(ConfigurationError, match="url"):
-        RedisTierConfig(url="http://127.0.0.1:6379")
-    with pytest.raises(ConfigurationError, match="database number"):
-        RedisTierConfig(url="redis://127.0.0.1:6379/zero")
-    with pytest.raises(ConfigurationError, match="port"):
-        RedisTierConfig(port=70000)
-    with pytest.raises(ConfigurationError, match="only database 0"):
-        RedisTierConfig(cluster=True, db=3)
-    with pytest.raises(ConfigurationError, match="prefix"):
-        RedisTierConfig(prefix="kv*")
-    with pytest.raises(ConfigurationError, match="go together"):
-        RedisTierConfig(tls_cert_file="/etc/hostname")
-    with pytest.raises(ConfigurationError, match="colour: Extra inputs"):
-        RedisTierConfig(colour="blue")
-    with pytest.raises(ConfigurationError, match="read_threads"):
-        RedisTierConfig(read_threads=0)
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"url": "http://127.0.0.1:6379"}, "url"),
+    ({"url": "redis://127.0.0.1:6379/zero"}, "database number"),
+    ({"port": 70000}, "port"),
+    ({"cluster": True, "db": 3}, "only database 0"),
+    ({"prefix": "kv*"}, "prefix"),
+    ({"tls_cert_file": "/etc/hostname"}, "go together"),
+    ({"colour": "blue"}, "colour: Extra inputs"),
+    ({"read_threads": 0}, "read_threads"),
+    ({"init_backoff_s": 2.0}, "init_backoff_s must not exceed max_backoff_s"),
+])
+def test_bad_configuration_names_each_field(fields: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        RedisTierConfig(**fields)
+
+
+def test_the_url_and_the_options_combine_and_a_password_never_shows() -> None:
     secret = RedisTierConfig(url="redis://kv:hunter2@127.0.0.1:7000/2", password="hunter3")
     assert "hunter" not in repr(secret)
     assert secret.address == ("127.0.0.1", 7000) and secret.database == 2

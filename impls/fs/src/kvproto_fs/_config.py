@@ -69,10 +69,10 @@ class FsTierConfig(TierSettings):
     hold_hits_steps: int = Field(default=64, ge=0)
     hold_hits_max: int | None = Field(default=None, ge=1)
 
+    text_fields = {"root": Path}  # text from a command line or TOML (FS-1)
+
     def __init__(self, **data: Any) -> None:
-        """Text for a typed field (a path, a secret) becomes one; then validated (FS-1)."""
-        if isinstance(data.get("root"), str):
-            data["root"] = Path(data["root"])
+        """Validate ``data``, a path or a secret given as text too (FS-1; hence any value's type here)."""
         super().__init__(**data)
 
     @field_validator("root")

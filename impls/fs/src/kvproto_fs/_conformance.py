@@ -47,16 +47,26 @@ def fresh_root() -> Path:
     return Path(tempfile.mkdtemp(dir=_parent))
 
 
-class _Refusal:
-    """The O_DIRECT refusal armed on one storage root (``refuse_direct``, TIER-35)."""
+class _Armed:
+    """A fault a kit hook arms: its setting (``armed``) and how often it struck since its last arming (``struck``),
+    both under ``lock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, armed: int) -> None:
         self.lock = threading.Lock()
-        self.after = -1
-        self.refused = 0
+        self.armed = armed
+        self.struck = 0
+
+    def rearm(self, armed: int) -> int:
+        """Set ``armed``; how often the fault struck since the previous arming (counted afresh from now)."""
+        with self.lock:
+            self.armed = armed
+            struck, self.struck = self.struck, 0
+        return struck
 
 
-_REFUSALS: dict[str, _Refusal] = {}
+_REFUSALS: dict[str, _Armed] = {}
+"""The O_DIRECT refusal armed on each storage root (``refuse_direct``, TIER-35): ``armed`` direct-I/O calls
+still work, negative: off."""
 
 
 class KitFileOps(FileOps):
@@ -80,37 +90,25 @@ class KitFileOps(FileOps):
     def __init__(self, root: Path | None = None) -> None:
         self.max_bytes = 0
         self.fail = 0
-        self.vanish = 0
-        self.vanished = 0
-        self.no_links = False
-        self.links_refused = 0
+        self._vanish = _Armed(0)
+        self._no_links = _Armed(False)
         self._lock = threading.Lock()
         # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
         # over one root shares it (so a new instance's construction meets it too).
-        self._refusal = _Refusal() if root is None else _REFUSALS.setdefault(os.fspath(root), _Refusal())
+        self._refusal = _Armed(-1) if root is None else _REFUSALS.setdefault(os.fspath(root), _Armed(-1))
 
     def refuse_direct(self, after: int) -> int:
         """Arm ``direct_after`` (for every instance over this root); the direct-I/O calls refused
         since the previous arming."""
-        refusal = self._refusal
-        with refusal.lock:
-            refusal.after = after
-            refused, refusal.refused = refusal.refused, 0
-        return refused
+        return self._refusal.rearm(after)
 
     def lose_directories(self, n: int) -> int:
         """Arm ``vanish``; the links it failed since the previous arming."""
-        with self._lock:
-            self.vanish = n
-            hit, self.vanished = self.vanished, 0
-        return hit
+        return self._vanish.rearm(n)
 
     def refuse_links(self, on: bool) -> int:
         """Arm or disarm ``no_links``; the links refused since the previous call."""
-        with self._lock:
-            self.no_links = on
-            refused, self.links_refused = self.links_refused, 0
-        return refused
+        return self._no_links.rearm(on)
 
     def _fault(self, call: str) -> None:
         with self._lock:
@@ -123,12 +121,12 @@ class KitFileOps(FileOps):
         """Count one direct-I/O call; raise EINVAL once ``direct_after`` of them have worked."""
         refusal = self._refusal
         with refusal.lock:
-            if refusal.after < 0:
+            if refusal.armed < 0:
                 return
-            if refusal.after > 0:
-                refusal.after -= 1
+            if refusal.armed > 0:
+                refusal.armed -= 1
                 return
-            refusal.refused += 1
+            refusal.struck += 1
         raise OSError(errno.EINVAL, f"injected by the kit's refuse_direct hook: O_DIRECT refused ({call})")
 
     def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
@@ -189,16 +187,17 @@ class KitFileOps(FileOps):
         return super().scandir(path)
 
     def link(self, src: str, dst: str) -> None:
-        with self._lock:
-            lose = self.vanish > 0
+        vanish, no_links = self._vanish, self._no_links
+        with vanish.lock:
+            lose = vanish.armed > 0
             if lose:
-                self.vanish -= 1
-                self.vanished += 1
+                vanish.armed -= 1
+                vanish.struck += 1
         if lose:
             raise FileNotFoundError(errno.ENOENT, "injected by the kit's lose_directories hook: the directory was removed", dst)
-        if self.no_links and os.path.isdir(os.path.dirname(dst)):
-            with self._lock:
-                self.links_refused += 1
+        if no_links.armed and os.path.isdir(os.path.dirname(dst)):
+            with no_links.lock:
+                no_links.struck += 1
             raise OSError(errno.EPERM, "injected by the kit's refuse_links hook: hard links refused", dst)
         super().link(src, dst)
 

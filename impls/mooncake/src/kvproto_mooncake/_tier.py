@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvproto import BatchLookup, Capabilities, OffloadKey, SecondaryTier, tierkit
+from kvproto import BatchLookup, SecondaryTier, tierkit
 from kvproto.errors import ConfigurationError
-from kvproto.tierkit import BlobBackend, BlobTier
+from kvproto.tierkit import BlobBackend, SharedStoreTier
 
 from kvproto_mooncake._backend import MooncakeBackend
 from kvproto_mooncake._client import SharedClient, open_client
@@ -27,7 +27,7 @@ from kvproto_mooncake._stats import MooncakeTierStats
 __all__ = ["MooncakeTier"]
 
 
-class MooncakeTier(BlobTier):
+class MooncakeTier(SharedStoreTier):
     """A secondary tier keeping one verified envelope per block as a Mooncake Store object (MC-1..MC-9).
 
     ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous 2-D ``memoryview`` of format
@@ -44,8 +44,6 @@ class MooncakeTier(BlobTier):
     instances' blocks of this namespace too (their loads fail, then MISS).
     """
 
-    reset_needs_storage = True  # reset_cache answers False when the cluster did not answer (MC-7)
-
     def __init__(self, buffer: memoryview, config: MooncakeTierConfig, *, name: str = "mooncake",
                  wrap: Callable[[BlobBackend], BlobBackend] | None = None, ops: MooncakeOps | None = None) -> None:
         self.config = config = tierkit.tier_config(config, MooncakeTierConfig, f"MooncakeTier {name!r}")
@@ -58,26 +56,14 @@ class MooncakeTier(BlobTier):
         stores = loads + (config.batch_keys if config.check_before_put else 0)
         self._io = MooncakeBackend(self.shared, config, stats, buffer.cast("B"), block_bytes=block_bytes,
                                    tier_name=name, ops=ops)
-        try:
-            if config.check_on_start:
-                self._check_store(block_bytes, name)
-            super().__init__(
-                self._io,
-                buffer,
-                # Other processes use the same cluster: unknown keys are checked in batches (MC-6); a key
-                # stored or loaded here is not sent again (MC-3).
-                tierkit.shared_store_config(config, read_threads=loads, write_threads=stores, op_timeout_s=config.op_timeout_s,
-                                    persistent=config.persistent, hold_hits_steps=0),
-                name=name,
-                stats=stats,
-                wrap=wrap,
-            )
-        except BaseException:
-            self._io.release_memory()
-            raise
+        # Other processes use the same cluster: unknown keys are checked in batches (MC-6); a key stored or
+        # loaded here is not sent again (MC-3).
+        super().__init__(self._io, buffer, config, name=name, stats=stats, wrap=wrap, read_threads=loads,
+                         write_threads=stores, op_timeout_s=config.op_timeout_s, persistent=config.persistent,
+                         hold_hits_steps=0, reasons=_reasons(config), check=lambda: self._check_store(block_bytes, name),
+                         release=self._io.release_memory)
         self.stats: MooncakeTierStats = stats
         self.ops: MooncakeOps = self._io.ops
-        self.capabilities = _capabilities(config)
 
     def _check_store(self, block_bytes: int, name: str) -> None:
         """Write the layout manifest now (one put through the tier's requests), so a cluster that does not
@@ -89,18 +75,9 @@ class MooncakeTier(BlobTier):
 
     # -- operator surface --------------------------------------------------------------------
 
-    def key_of(self, key: OffloadKey) -> str:
-        """The Mooncake key that holds ``key``'s block."""
-        return self._io.key(self.name_of(key))
-
-    @property
-    def namespace_prefix(self) -> str:
-        """What every key this instance writes starts with: ``<prefix>/<namespace>/``."""
-        return self._io.key(self.namespace.hex()) + "/"
-
-    def known_keys(self) -> frozenset[OffloadKey]:
-        """The keys this instance remembers as present right now (stored or loaded by it)."""
-        return self.indexed_keys()
+    def storage_name(self, name: str) -> str:
+        """The Mooncake key of the engine's blob ``name``: ``<prefix>/<name>`` (MC-2)."""
+        return self._io.key(name)
 
 
 def _conforms(tier: MooncakeTier) -> tuple[SecondaryTier, BatchLookup]:
@@ -109,25 +86,22 @@ def _conforms(tier: MooncakeTier) -> tuple[SecondaryTier, BatchLookup]:
     return tier, tier
 
 
-def _capabilities(config: MooncakeTierConfig) -> Capabilities:
-    """What a MooncakeTier declares (MC-8): persistence only where no segment of this process holds blocks."""
+def _reasons(config: MooncakeTierConfig) -> dict[str, str]:
+    """Why a MooncakeTier lacks what it does not declare (MC-8): persistence only where no segment of this
+    process holds blocks."""
     lasts = ("blocks live in the memory of the cluster's storage processes (mooncake_client), not this "
              "process's: they outlive it, and go when their storage process or the master restarts, or when "
              "the master evicts them under memory pressure")
-    return tierkit.shared_store_capabilities(
-        config,
-        persistent=config.persistent,
-        reasons={
-            "async_lookup": "RETRY while batch_is_exist asks the master about a key this instance does not know",
-            "eviction": "never drops blocks on its own: Mooncake's master evicts under memory pressure, and a "
-                        "block it evicted answers MISS at its next existence check, or fails its load (then MISS)",
-            "holds_hits": "a Mooncake value has no read handle that outlives its removal",
-            "persistence": lasts if config.persistent else (
-                "segment_bytes > 0: blocks this process stores may live in its own segment and go when it exits"),
-            "sharing": "every process with a client of the same master sees the blocks, as long as the segment "
-                       "holding each one lives",
-        },
-    )
+    return {
+        "async_lookup": "RETRY while batch_is_exist asks the master about a key this instance does not know",
+        "eviction": "never drops blocks on its own: Mooncake's master evicts under memory pressure, and a "
+                    "block it evicted answers MISS at its next existence check, or fails its load (then MISS)",
+        "holds_hits": "a Mooncake value has no read handle that outlives its removal",
+        "persistence": lasts if config.persistent else (
+            "segment_bytes > 0: blocks this process stores may live in its own segment and go when it exits"),
+        "sharing": "every process with a client of the same master sees the blocks, as long as the segment "
+                   "holding each one lives",
+    }
 
 
 def _client(config: MooncakeTierConfig, name: str) -> SharedClient:

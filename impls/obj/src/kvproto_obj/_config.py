@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from kvproto.tierkit import LayoutValue, SharedStoreTierSettings
+from kvproto.tierkit import LayoutValue, RemoteStoreTierSettings
 
 __all__ = ["LayoutValue", "ObjTierConfig", "StoreKind"]
 
@@ -17,7 +17,7 @@ StoreKind = Literal["memory", "local", "s3", "gcs", "azure"]
 """Which obstore store the tier builds: in-memory, a local directory, S3 (and compatibles), GCS, Azure Blob."""
 
 
-class ObjTierConfig(SharedStoreTierSettings):
+class ObjTierConfig(RemoteStoreTierSettings):
     """Where and how the object-store tier keeps its blocks (OBJ-1).
 
     * ``kind``: ``"memory"`` (obstore's in-process MemoryStore: tests and the
@@ -90,9 +90,6 @@ class ObjTierConfig(SharedStoreTierSettings):
     conditional_put: bool = True
     max_retries: int = Field(default=2, ge=0, le=10)
     retry_timeout_s: float = Field(default=3.0, gt=0, le=300)
-    init_backoff_s: float = Field(default=0.05, gt=0, le=60)
-    max_backoff_s: float = Field(default=0.5, gt=0, le=60)
-    connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
     request_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     max_concurrency: int = Field(default=16, ge=1, le=1024)
     probe_concurrency: int = Field(default=64, ge=1, le=1024)
@@ -101,12 +98,10 @@ class ObjTierConfig(SharedStoreTierSettings):
 
     prefix_names = re.compile(r"(?:[^/]+(?:/[^/]+)*)?")  # "": the bucket's top level
     prefix_rule = "empty, or parts joined by single '/', none leading or trailing"
+    text_fields = {"root": Path, "secret_access_key": SecretStr}  # text from a command line or TOML (OBJ-1)
 
     def __init__(self, **data: Any) -> None:
-        """Text for a typed field (a path, a secret) becomes one; then validated (OBJ-1)."""
-        for field, kind in (("root", Path), ("secret_access_key", SecretStr)):
-            if isinstance(data.get(field), str):
-                data[field] = kind(data[field])
+        """Validate ``data``, a path or a secret given as text too (OBJ-1; hence any value's type here)."""
         super().__init__(**data)
 
     @field_validator("endpoint")
@@ -131,7 +126,6 @@ class ObjTierConfig(SharedStoreTierSettings):
             raise ValueError(f"endpoint {self.endpoint!r} is plain http: set allow_http=True (loopback or test servers)")
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("access_key_id and secret_access_key go together (or leave both to the environment)")
-        if self.init_backoff_s > self.max_backoff_s:
-            raise ValueError("init_backoff_s must not exceed max_backoff_s")
-        # Every duration is bounded above (``le``), which refuses inf and NaN as well.
+        # Every duration is bounded above (``le``), which refuses inf and NaN as well; RemoteStoreTierSettings
+        # checks the backoffs.
         return self

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
-from kvproto.tierkit import BlobBackend, BlobTier
+from kvproto.tierkit import BlobBackend, SharedStoreTier
 
 from kvproto_obj._backend import ObstoreBackend
 from kvproto_obj._config import ObjTierConfig
@@ -40,7 +40,7 @@ __all__ = ["ObjTier"]
 _T = TypeVar("_T")
 
 
-class ObjTier(BlobTier):
+class ObjTier(SharedStoreTier):
     """A secondary tier keeping one verified envelope object per block in an object store (OBJ-1..OBJ-10).
 
     ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous
@@ -62,8 +62,6 @@ class ObjTier(BlobTier):
     removes the other instances' blocks too (their loads fail, then MISS).
     """
 
-    reset_needs_storage = True  # reset_cache answers False when the store did not answer (OBJ-9)
-
     def __init__(self, buffer: memoryview, config: ObjTierConfig, *, name: str = "obj",
                  store: ObjectStore | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: StoreOps | None = None) -> None:
@@ -71,32 +69,19 @@ class ObjTier(BlobTier):
         self.store: ObjectStore = make_store(config) if store is None else store
         stats = ObjTierStats()
         self._io = ObstoreBackend(self.store, config, stats, tier_name=name, ops=ops)
-        if config.check_on_start:
-            self._check_store(buffer, name)
         persistent = config.kind != "memory" or store is not None
-        super().__init__(
-            self._io,
-            buffer,
-            # Other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7); a key stored or
-            # loaded here is not uploaded again (OBJ-4); an operation's bound lies above the backend's own.
-            tierkit.shared_store_config(config, read_threads=config.max_concurrency, write_threads=config.max_concurrency,
-                                op_timeout_s=config.job_timeout_s + 1.0, persistent=persistent),
-            name=name,
-            stats=stats,
-            wrap=wrap,
-        )
+        # Other engines write the same bucket: unknown keys are checked by HEAD (OBJ-7); a key stored or loaded
+        # here is not uploaded again (OBJ-4); an operation's bound lies above the backend's own.
+        super().__init__(self._io, buffer, config, name=name, stats=stats, wrap=wrap,
+                         read_threads=config.max_concurrency, write_threads=config.max_concurrency,
+                         op_timeout_s=config.job_timeout_s + 1.0, persistent=persistent, reasons={
+                             "async_lookup": "RETRY while a HEAD request checks a key this instance does not know",
+                             "eviction": "never deletes blocks on its own: use the bucket's lifecycle rules",
+                             **({} if persistent else {"persistence": "a MemoryStore built by the tier lives and dies with it"}),
+                         }, check=lambda: self._check_store(buffer, name))
         self.stats: ObjTierStats = stats
         self.ops: StoreOps = self._io.ops
         self.base = self._io.path(self.namespace.hex())
-        self.capabilities = tierkit.shared_store_capabilities(
-            config,
-            persistent=persistent,
-            reasons={
-                "async_lookup": "RETRY while a HEAD request checks a key this instance does not know",
-                "eviction": "never deletes blocks on its own: use the bucket's lifecycle rules",
-                **({} if persistent else {"persistence": "a MemoryStore built by the tier lives and dies with it"}),
-            },
-        )
 
     def _check_store(self, buffer: memoryview, name: str) -> None:
         """Write the layout manifest now, so an unreachable store or a missing bucket fails at once (OBJ-1).
@@ -118,9 +103,13 @@ class ObjTier(BlobTier):
 
     # -- operator surface --------------------------------------------------------------------
 
+    def storage_name(self, name: str) -> str:
+        """The object name of the engine's blob ``name``: ``<prefix>/<name>`` (OBJ-2)."""
+        return self._io.path(name)
+
     def path_of(self, key: OffloadKey) -> str:
         """The object name that holds ``key``'s block (the filesystem tier's path under its root)."""
-        return self._io.path(self.name_of(key))
+        return self.key_of(key)
 
     def known_keys(self) -> frozenset[OffloadKey]:
         """The keys this instance remembers as present right now (stored or loaded by it, and not

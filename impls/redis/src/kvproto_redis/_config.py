@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from kvproto.tierkit import LayoutValue, SharedStoreTierSettings
+from kvproto.tierkit import LayoutValue, RemoteStoreTierSettings
 
 __all__ = ["LayoutValue", "RedisTierConfig"]
 
@@ -19,7 +19,7 @@ __all__ = ["LayoutValue", "RedisTierConfig"]
 _URL_SCHEMES = ("redis", "rediss")
 
 
-class RedisTierConfig(SharedStoreTierSettings):
+class RedisTierConfig(RemoteStoreTierSettings):
     """Where and how the Redis/Valkey tier keeps its blocks (REDIS-1).
 
     * Where: ``url`` (``redis://[[user]:password@]host:port/db`` or ``rediss://...`` for TLS), or
@@ -68,29 +68,19 @@ class RedisTierConfig(SharedStoreTierSettings):
     tls_key_file: Path | None = None
     tls_verify: bool = True
     ttl_s: float | None = Field(default=None, gt=0)
-    connect_timeout_s: float = Field(default=1.0, gt=0, le=300)
     socket_timeout_s: float = Field(default=5.0, gt=0, le=3600)
     retries: int = Field(default=1, ge=0, le=10)
-    init_backoff_s: float = Field(default=0.05, gt=0, le=60)
-    max_backoff_s: float = Field(default=0.5, gt=0, le=60)
     read_threads: int = Field(default=8, ge=1, le=256)
     write_threads: int = Field(default=8, ge=1, le=256)
     probe_min_interval_s: float = Field(default=0.005, ge=0, le=1.0)
 
     prefix_names = re.compile(r"[A-Za-z0-9_.:\-/]+")
     prefix_rule = "letters, digits, '_', '.', ':', '-' or '/' (no glob characters)"
+    # Text from a command line or TOML (REDIS-1); a strict float takes a whole number of seconds as it is.
+    text_fields = {"tls_ca_file": Path, "tls_cert_file": Path, "tls_key_file": Path, "password": SecretStr}
 
     def __init__(self, **data: Any) -> None:
-        """Text for a typed field (a path, a secret) becomes one; then validated (REDIS-1)."""
-        for field in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
-            if isinstance(data.get(field), str):
-                data[field] = Path(data[field])
-        if isinstance(data.get("password"), str):
-            data["password"] = SecretStr(data["password"])
-        for field in ("ttl_s", "connect_timeout_s", "socket_timeout_s", "init_backoff_s", "max_backoff_s",
-                      "job_timeout_s", "probe_min_interval_s"):
-            if type(data.get(field)) is int:  # strict floats: a whole number of seconds is one too
-                data[field] = float(data[field])
+        """Validate ``data``, a path or a secret given as text too (REDIS-1; hence any value's type here)."""
         super().__init__(**data)
 
     @field_validator("url")
@@ -120,9 +110,8 @@ class RedisTierConfig(SharedStoreTierSettings):
             path: Path | None = getattr(self, name)
             if path is not None and not path.is_file():
                 raise ValueError(f"{name} {str(path)!r} is not a file")
-        if self.init_backoff_s > self.max_backoff_s:
-            raise ValueError("init_backoff_s must not exceed max_backoff_s")
-        # The other durations are bounded above (``le``), which refuses inf and NaN as well.
+        # RemoteStoreTierSettings checks the backoffs; the other durations are bounded above (``le``), which
+        # refuses inf and NaN as well.
         if self.ttl_s is not None and not math.isfinite(self.ttl_s):
             raise ValueError("ttl_s must be None or a finite number of seconds")
         return self

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvproto import BatchLookup, OffloadKey, SecondaryTier, tierkit
-from kvproto.tierkit import BlobBackend, BlobTier
+from kvproto import BatchLookup, SecondaryTier, tierkit
+from kvproto.tierkit import BlobBackend, SharedStoreTier
 
 from kvproto_redis._backend import RedisBackend
 from kvproto_redis._client import make_client
@@ -26,7 +26,7 @@ from kvproto_redis._stats import RedisTierStats
 __all__ = ["RedisTier"]
 
 
-class RedisTier(BlobTier):
+class RedisTier(SharedStoreTier):
     """A secondary tier keeping one verified envelope per block as a Redis string key (REDIS-1..REDIS-11).
 
     ``buffer`` is the primary tier's slot buffer (a writable, C-contiguous 2-D ``memoryview`` of
@@ -43,8 +43,6 @@ class RedisTier(BlobTier):
     the other instances' blocks of this namespace too (their loads fail, then MISS).
     """
 
-    reset_needs_storage = True  # reset_cache answers False when the server did not answer (REDIS-10)
-
     def __init__(self, buffer: memoryview, config: RedisTierConfig, *, name: str = "redis",
                  client: Client | None = None, wrap: Callable[[BlobBackend], BlobBackend] | None = None,
                  ops: RedisOps | None = None) -> None:
@@ -52,36 +50,18 @@ class RedisTier(BlobTier):
         self.client: Client = make_client(config) if client is None else client
         stats = RedisTierStats()
         self._io = RedisBackend(self.client, config, stats, tier_name=name, ops=ops, owns_client=client is None)
-        try:
-            if config.check_on_start:
-                self._check_server(buffer, name)
-            super().__init__(
-                self._io,
-                buffer,
-                # Other engines use the same server: unknown keys are checked by a pipeline (REDIS-6); a key
-                # stored or loaded here is not sent again (REDIS-4); one command's bound, retries included (REDIS-8).
-                tierkit.shared_store_config(config, read_threads=config.read_threads, write_threads=config.write_threads,
-                                    op_timeout_s=config.op_bound_s),
-                name=name,
-                stats=stats,
-                wrap=wrap,
-            )
-        except BaseException:
-            self._io.close()
-            raise
+        # Other engines use the same server: unknown keys are checked by a pipeline (REDIS-6); a key stored or
+        # loaded here is not sent again (REDIS-4); one command's bound, retries included (REDIS-8).
+        super().__init__(self._io, buffer, config, name=name, stats=stats, wrap=wrap, read_threads=config.read_threads,
+                         write_threads=config.write_threads, op_timeout_s=config.op_bound_s, reasons={
+                             "async_lookup": "RETRY while a pipelined existence check asks the server about a key this "
+                                             "instance does not know",
+                             "eviction": "never deletes blocks on its own: the server's maxmemory-policy (or ttl_s) "
+                                         "does, and a key it evicted fails its load and answers MISS",
+                             "holds_hits": "a Redis value has no read handle that outlives its deletion",
+                         }, check=lambda: self._check_server(buffer, name), release=self._io.close)
         self.stats: RedisTierStats = stats
         self.ops: RedisOps = self._io.ops
-        self.capabilities = tierkit.shared_store_capabilities(
-            config,
-            persistent=True,
-            reasons={
-                "async_lookup": "RETRY while a pipelined existence check asks the server about a key this instance "
-                                "does not know",
-                "eviction": "never deletes blocks on its own: the server's maxmemory-policy (or ttl_s) does, and a "
-                            "key it evicted fails its load and answers MISS",
-                "holds_hits": "a Redis value has no read handle that outlives its deletion",
-            },
-        )
 
     def _check_server(self, buffer: memoryview, name: str) -> None:
         """PING, then write the layout manifest now, so a server that is down, refuses the credentials or
@@ -98,18 +78,9 @@ class RedisTier(BlobTier):
 
     # -- operator surface --------------------------------------------------------------------
 
-    def key_of(self, key: OffloadKey) -> str:
-        """The Redis key that holds ``key``'s block."""
-        return self._io.key(self.name_of(key))
-
-    @property
-    def namespace_prefix(self) -> str:
-        """What every key this instance writes starts with: ``<prefix>:<namespace>/``."""
-        return self._io.key(self.namespace.hex()) + "/"
-
-    def known_keys(self) -> frozenset[OffloadKey]:
-        """The keys this instance remembers as present right now (stored or loaded by it)."""
-        return self.indexed_keys()
+    def storage_name(self, name: str) -> str:
+        """The Redis key of the engine's blob ``name``: ``<prefix>:<name>`` (REDIS-2)."""
+        return self._io.key(name)
 
 
 def _conforms(tier: RedisTier) -> tuple[SecondaryTier, BatchLookup]:
