@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from cachetools import LRUCache
 from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
 from kvproto.tierkit import Published
@@ -74,7 +74,7 @@ class ObstoreBackend:
         ranged = config.kind in _RANGED if self.ops.ranged is None else self.ops.ranged
         self.planner = ListPlanner(config.list_page_cost, ordered=ranged)
         self.batches = OpenBatches()
-        self._etags: OrderedDict[str, str] = OrderedDict()  # blob name -> ETag its last HEAD saw (OBJ-12)
+        self._etags: LRUCache[str, str] = LRUCache(_SEEN_ETAGS)  # blob name -> ETag its last HEAD saw (OBJ-12)
 
     def path(self, name: str) -> str:
         """The object path of blob ``name``."""
@@ -285,11 +285,8 @@ class ObstoreBackend:
         """Remember the ETag a HEAD saw for ``name``, for the next load's conditional GET (OBJ-12)."""
         if etag is None:
             self._etags.pop(name, None)
-            return
-        self._etags[name] = etag
-        self._etags.move_to_end(name)
-        if len(self._etags) > _SEEN_ETAGS:
-            self._etags.popitem(last=False)
+        else:
+            self._etags[name] = etag  # the least recently seen goes past _SEEN_ETAGS
 
     async def delete(self, name: str) -> None:
         """DELETE the object; a missing one is not an error."""

@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+
+from cachetools import LRUCache
 
 from kvproto.tierkit import MemoryBackend, Published
 
@@ -61,7 +62,7 @@ class RedisBackend:
         self._tier = tier_name
         self._owns_client = owns_client
         self._lock = threading.Lock()  # the counters above and the checksums seen
-        self._seen: OrderedDict[str, bytes] = OrderedDict()  # blob name -> checksum field its last probe read
+        self._seen: LRUCache[str, bytes] = LRUCache(_SEEN_CHECKSUMS)  # blob name -> checksum field its last probe read
 
     def key(self, name: str) -> str:
         """The Redis key of blob ``name``."""
@@ -188,11 +189,8 @@ class RedisBackend:
         """Keep the checksum field a probe read for ``name`` (None: forget it); the oldest go past the bound."""
         if field is None:
             self._seen.pop(name, None)
-            return
-        self._seen[name] = field
-        self._seen.move_to_end(name)
-        if len(self._seen) > _SEEN_CHECKSUMS:
-            self._seen.popitem(last=False)
+        else:
+            self._seen[name] = field  # the least recently seen goes past _SEEN_CHECKSUMS
 
     def delete(self, name: str) -> None:
         """``UNLINK`` the key; an absent key is not an error."""

@@ -70,9 +70,18 @@ class KitRedisOps(RequestFaults, RedisOps):
         self.request(f"SET {key} NX")
         return super().set_if_absent(client, key, value, ttl_ms)
 
+    def set_if_absent_many(self, client: Client, items: Sequence[tuple[str, bytes]], ttl_ms: int | None
+                           ) -> list[bool | Exception]:
+        self.request(f"a pipeline of {len(items)} SET NX")
+        return super().set_if_absent_many(client, items, ttl_ms)
+
     def get(self, client: Client, key: str) -> bytes | None:
         self.request(f"GET {key}")
         return super().get(client, key)
+
+    def get_many(self, client: Client, keys: Sequence[str]) -> list[bytes | None | Exception]:
+        self.request(f"a pipeline of {len(keys)} GET")
+        return super().get_many(client, keys)
 
     def probe(self, client: Client, keys: Sequence[str]) -> list[Probe]:
         self.request(f"a pipeline of {len(keys)} existence checks")

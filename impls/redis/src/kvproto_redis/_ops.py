@@ -53,8 +53,9 @@ class RedisOps:
         the key, False if the key existed, or the error the server answered that command (the others
         stand). Raises when the pipeline itself failed (the connection): any of its SETs may have run."""
         pipe = client.pipeline(transaction=False)
-        for key, value in items:
-            pipe.set(key, value, nx=True, px=ttl_ms)
+        flags: tuple[str | int, ...] = ("NX",) if ttl_ms is None else ("NX", "PX", ttl_ms)
+        for key, value in items:  # the command itself: ``pipe.set``'s option checks cost ~1/10 of a 64 KiB store's CPU
+            pipe.execute_command("SET", key, value, *flags)
         replies: list[object] = pipe.execute(raise_on_error=False)
         return [reply if isinstance(reply, Exception) else bool(reply) for reply in replies]
 
