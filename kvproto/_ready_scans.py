@@ -143,11 +143,9 @@ def batched_prefix(
             case lr.RETRY:
                 if cause is None:
                     cause = result
-            case lr.HIT:
+            case lr.HIT | lr.HIT_PENDING:
                 count += 1
-            case lr.HIT_PENDING:
-                count += 1
-                if cause is None:
+                if cause is None and result is lr.HIT_PENDING:  # the first HIT_PENDING or RETRY defers
                     cause = result
             case _:
                 unreachable(result, where=f"TieringManager.scan_prefix: lookup of key #{pos}")
@@ -210,13 +208,9 @@ def batched_window(
                 pending = False
                 required = window
                 retried = True
-            case lr.HIT:
+            case lr.HIT | lr.HIT_PENDING:
                 streak += 1
-                if streak == required:
-                    break
-            case lr.HIT_PENDING:
-                streak += 1
-                pending = True
+                pending = pending or result is lr.HIT_PENDING  # the streak holds a HIT_PENDING
                 if streak == required:
                     break
             case _:

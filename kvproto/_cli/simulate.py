@@ -456,7 +456,7 @@ def _run(
             progress.update(task, completed=round(1000 * p.fraction), figures=figures)
 
         try:
-            runner = run_simulation if trace is None else trace.run  # a replay of --trace (MGR-22)
+            runner = run_simulation if trace is None else trace.replay()  # a replay of --trace (MGR-22)
             report = runner(primary, secondaries, config, on_progress=show, metrics=metrics)
         except ConfigurationError as exc:
             primary.shutdown()

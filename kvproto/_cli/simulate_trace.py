@@ -12,7 +12,7 @@ trace spans, and 10,000 more).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING
 from kvproto._cli.simulate import DEFAULT_PRIMARY, UsageError
 
 if TYPE_CHECKING:
-    from kvproto._protocols import PrimaryTier, SecondaryTier
-    from kvproto._simulation import SimConfig, SimProgress, SimReport
+    from kvproto._simulation import SimReport
     from kvproto._simulation._trace import TraceSummary
-    from kvproto.metrics import KvMetrics
 
 __all__ = ["TracePlan", "add_trace_arguments", "plan_trace"]
 
@@ -70,21 +68,13 @@ class TracePlan:
         return {**kwargs, "steps": steps, "store_failure_rate": 0.0, "late_store_rate": 0.0, "cancel_rate": 0.0,
                 "window_share": 0.0}
 
-    def run(
-        self,
-        primary: PrimaryTier,
-        secondaries: Sequence[SecondaryTier],
-        config: SimConfig,
-        *,
-        on_progress: Callable[[SimProgress], None] | None,
-        metrics: KvMetrics | None,
-    ) -> SimReport:
-        """The replay (:func:`kvproto._simulation.run_replay`)."""
+    def replay(self) -> functools.partial[SimReport]:
+        """The replay (:func:`kvproto._simulation.run_replay` of this trace), called as
+        :func:`~kvproto._simulation.run_simulation` is: ``(primary, secondaries, config, *, on_progress, metrics)``."""
         from kvproto._simulation import run_replay
 
-        return run_replay(primary, secondaries, config, self.path, requests_in_trace=self.summary.requests,
-                          duration_ms=self.summary.duration_ms, real_time=self.real_time,
-                          on_progress=on_progress, metrics=metrics)
+        return functools.partial(run_replay, trace=self.path, requests_in_trace=self.summary.requests,
+                                 duration_ms=self.summary.duration_ms, real_time=self.real_time)
 
 
 def plan_trace(args: argparse.Namespace) -> TracePlan | None:

@@ -197,9 +197,7 @@ class TieringManager:
                 case lr.MISS:
                     pass
                 case lr.RETRY:
-                    raise ContractViolation(
-                        f"primary tier {self._primary.name!r} answered RETRY for {key!r} (LR-4)"
-                    )
+                    raise _answered("primary", self._primary.name, result, key, "LR-4")
                 case _:
                     unreachable(result, where=f"primary tier {self._primary.name!r} lookup")
         except ContractViolation as exc:
@@ -246,9 +244,7 @@ class TieringManager:
                     case lr.RETRY:
                         retry = True
                     case lr.HIT_PENDING:
-                        raise ContractViolation(
-                            f"secondary tier {record.name!r} answered HIT_PENDING for {key!r} (LR-3)"
-                        )
+                        raise _answered("secondary", record.name, result, key, "LR-3")
                     case _:
                         unreachable(result, where=f"secondary tier {record.name!r} lookup")
             except ContractViolation as exc:
@@ -553,6 +549,11 @@ class TieringManager:
         transfers.end_unreported()
         transfers.release_held()
         call(self._primary.name, "shutdown", self._primary.shutdown)
+
+
+def _answered(role: str, tier: str, result: LookupResult, key: OffloadKey, clause: str) -> ContractViolation:
+    """The violation of a ``role`` tier that answered ``result``, which ``clause`` forbids it, for ``key``."""
+    return ContractViolation(f"{role} tier {tier!r} answered {result.name} for {key!r} ({clause})")
 
 
 def _check_context(method: str, req_context: object) -> None:

@@ -149,27 +149,13 @@ def adapt(
 
         return target_lookup, seen
 
-    if kind == "prefix":
-
-        def prefix(lookup: Callable[[int], LookupResult], keys: Iterable[int]) -> Decision:
-            target_lookup, seen = lookups(lookup)
-            value = fn(target_lookup, _keys(keys))
-            return _lift(value, kind, legacy_decisions, _legacy_seen(seen, legacy_answers), name)
-
-        return prefix
-
-    def window_scan(
-        lookup: Callable[[int], LookupResult],
-        keys: Sequence[int],
-        window: int,
-        *,
-        initial_window: int | None = None,
-    ) -> Decision:
+    def scan(lookup: Callable[[int], LookupResult], keys: Iterable[int], *window: int, **initial_window: int | None) -> Decision:
+        # A prefix scan takes (lookup, keys); a window scan adds window and initial_window=: passed on as given.
         target_lookup, seen = lookups(lookup)
-        value = fn(target_lookup, _keys(keys), window, initial_window=initial_window)
+        value = fn(target_lookup, _keys(keys), *window, **initial_window)
         return _lift(value, kind, legacy_decisions, _legacy_seen(seen, legacy_answers), name)
 
-    return window_scan
+    return scan
 
 
 def _legacy_seen(seen: list[LookupResult], legacy_answers: bool) -> list[LookupResult]:

@@ -125,12 +125,10 @@ class TierStateMachine(RuleBasedStateMachine):
 
     def _absorb(self) -> None:
         """Fold newly reported results into the model."""
-        driver = self.driver
-        done = list(driver.results.items())[self.seen_results :]
-        self.seen_results = len(driver.results)
-        for job_id, result in done:
-            job = driver.jobs[job_id]
-            ok = result.succeeded_keys(job)
+        done = self.driver.reported_since(self.seen_results)
+        self.seen_results += len(done)
+        for job, ok in done:
+            job_id = job.job_id
             if not job.promotion:
                 self.inflight.pop(job_id, None)
                 for key in job.keys:

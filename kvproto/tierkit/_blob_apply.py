@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from kvproto._async_probe import AsyncProbe
 from kvproto._events import EventKind
@@ -29,38 +30,28 @@ from kvproto.tierkit._blob_ops import KeyVerdict
 __all__ = ["Outcomes"]
 
 
+@dataclass(slots=True, eq=False)
 class Outcomes:
     """Applies finished jobs to the tier's ledger, probe, held HITs and ``stats`` (under ``stats_lock``)."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        probe: AsyncProbe,
-        holds: Holds | None,
-        stats: BlobTierStats,
-        stats_lock: threading.Lock,
-        *,
-        partial_jobs: bool,
-        tier_name: str,
-        distrust: Callable[[], None] | None = None,
-    ) -> None:
-        self._ledger = ledger
-        self._probe = probe
-        self._holds = holds
-        self.stats = stats
-        self._stats_lock = stats_lock
-        self._partial_jobs = partial_jobs
-        self._distrust = distrust  # shared mode, where the index is a memo: distrust it (TIERKIT-10)
-        self._tier = tier_name
+    ledger: Ledger
+    probe: AsyncProbe
+    holds: Holds | None
+    stats: BlobTierStats
+    stats_lock: threading.Lock
+    _: KW_ONLY
+    partial_jobs: bool
+    tier_name: str
+    distrust: Callable[[], None] | None = None  # shared mode, where the index is a memo: distrust it (TIERKIT-10)
 
     def apply(self, out: JobOutcome) -> JobResult:
         """Report ``out``: vouch, lose and mark keys by verdict, emit events, count (TIER-11, TIERKIT-2, TIERKIT-3)."""
         job = out.job
-        ledger = self._ledger
+        ledger = self.ledger
         if job.promotion:
             ledger.end_load(job.keys)
-            if self._holds is not None:
-                self._holds.load_reported(job.job_id, job.keys)
+            if self.holds is not None:
+                self.holds.load_reported(job.job_id, job.keys)
             loaded: list[tuple[OffloadKey, int]] = []
             missing: list[tuple[OffloadKey, int]] = []
             gone: list[tuple[OffloadKey, int]] = []
@@ -83,25 +74,25 @@ class Outcomes:
                     case KeyVerdict.REFUSED:
                         refused.append(key)  # no I/O was tried: what the index knows stands
                     case KeyVerdict.CREATED | KeyVerdict.EXISTED:
-                        raise InvalidArgumentError(f"BlobTier {self._tier!r}: a load ended with {verdict}")
+                        raise InvalidArgumentError(f"BlobTier {self.tier_name!r}: a load ended with {verdict}")
                     case _ as other:
                         unreachable(other, where="BlobTier: Outcomes.apply (load)")
             if loaded:
                 ledger.vouch(loaded)
             ledger.mark_unusable(unusable)
             removed = ledger.lose(missing, gone=True)
-            if removed and self._distrust is not None:  # the index vouched for a blob the storage lost (TIERKIT-10)
-                self._distrust()
+            if removed and self.distrust is not None:  # the index vouched for a blob the storage lost (TIERKIT-10)
+                self.distrust()
             removed += ledger.lose(gone, gone=True)
             gone += missing
             ledger.lose(transient, gone=False)
             ledger.emit(EventKind.REMOVED, removed)
             failed = [k for k, _ in gone] + [k for k, _ in transient]
             if failed:
-                self._probe.mark_miss(failed)
+                self.probe.mark_miss(failed)
             failed += refused
             ok = [k for k, _ in loaded]
-            with self._stats_lock:
+            with self.stats_lock:
                 self.stats.loaded_blocks += len(ok)
                 self.stats.failed_loads += len(failed)
                 self.stats.transient_load_errors += len(transient)
@@ -111,20 +102,20 @@ class Outcomes:
                 (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
                 for key, (verdict, tick) in zip(job.keys, out.verdicts, strict=True)
             ]
-            if not self._partial_jobs and any(tick is None for _, tick in results):
+            if not self.partial_jobs and any(tick is None for _, tick in results):
                 results = [(key, None) for key, _ in results]  # reported whole: no key of it vouches
             created = [key for key, (verdict, _) in zip(job.keys, out.verdicts, strict=True)
                        if verdict is KeyVerdict.CREATED]
             ok, lost = ledger.end_store(results, created)
             ledger.emit(EventKind.STORED, ok)
             if ok:
-                self._probe.mark_hit(ok)
-            with self._stats_lock:
+                self.probe.mark_hit(ok)
+            with self.stats_lock:
                 self.stats.stored_blocks += len(ok)
                 self.stats.failed_stores += len(job.keys) - len(ok)
                 self.stats.lost_races += lost
         if len(ok) == len(job.keys):
             return JobResult(job.job_id, True)
-        if not self._partial_jobs:
+        if not self.partial_jobs:
             return JobResult(job.job_id, False)
         return JobResult(job.job_id, False, frozenset(ok) if ok else None)

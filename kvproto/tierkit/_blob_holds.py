@@ -40,6 +40,7 @@ import resource
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Final, Protocol, runtime_checkable
 
 from kvproto._keys import OffloadKey
@@ -146,6 +147,7 @@ class _Closer:
                     self._cond.notify_all()
 
 
+@dataclass(eq=False)
 class Holds:
     """Read handles held from HIT to load, bounded in number and in steps (TIERKIT-6).
 
@@ -155,36 +157,39 @@ class Holds:
     or opening failed for another reason than "absent").
     """
 
-    def __init__(
-        self,
-        backend: HeldReads,
-        *,
-        name_of: Callable[[OffloadKey], str],
-        max_steps: int,
-        cap: int,
-        count: Callable[[str, int], None],
-        tier_name: str,
-    ) -> None:
-        self.backend = backend
-        self._name_of = name_of
-        self.max_steps = max_steps
-        self.cap = cap
-        self._count = count
-        self._tier = tier_name
-        self._held: OrderedDict[OffloadKey, object] = OrderedDict()  # key -> its handle, oldest first
-        self._held_at: dict[OffloadKey, int] = {}  # held key -> the end-of-step hook count when it was opened
-        self._refs: dict[OffloadKey, str | set[str]] = {}  # held key -> the request (or requests) it was HIT for
-        self._req_keys: dict[str, set[OffloadKey]] = {}
-        self._evicted: set[OffloadKey] = set()  # held keys this instance evicted: their bytes are still on disk
-        self._in_loads = 0  # handles handed to loads whose report has not come yet
-        self._claimed: dict[int, dict[OffloadKey, object]] = {}  # job id -> claimed handles its load has not read
-        self._claims: dict[int, int] = {}  # job id -> how many handles its load claimed
-        self._step = 0
-        self._lock = threading.Lock()  # guards _pre and _generation (the probe's worker deposits)
-        self._pre: OrderedDict[OffloadKey, object] = OrderedDict()  # key -> its handle (no refs yet), oldest first
-        self._pre_at: dict[OffloadKey, int] = {}  # pre-opened key -> the hook count when it was deposited
-        self._generation = 0  # bumped by close_all: a deposit started before it closes its own handles
-        self._closer = _Closer(self._close_many, name=tier_name)
+    backend: HeldReads
+    _: KW_ONLY
+    name_of: Callable[[OffloadKey], str]
+    max_steps: int
+    cap: int
+    count: Callable[[str, int], None]
+    tier_name: str
+    _held: OrderedDict[OffloadKey, object] = field(default_factory=OrderedDict, init=False)  # key -> its handle, oldest first
+    # Held key -> the end-of-step hook count when it was opened.
+    _held_at: dict[OffloadKey, int] = field(default_factory=dict, init=False)
+    # Held key -> the request (or requests) it was HIT for.
+    _refs: dict[OffloadKey, str | set[str]] = field(default_factory=dict, init=False)
+    _req_keys: dict[str, set[OffloadKey]] = field(default_factory=dict, init=False)
+    # Held keys this instance evicted: their bytes are still on disk.
+    _evicted: set[OffloadKey] = field(default_factory=set, init=False)
+    _in_loads: int = field(default=0, init=False)  # handles handed to loads whose report has not come yet
+    # Job id -> claimed handles its load has not read.
+    _claimed: dict[int, dict[OffloadKey, object]] = field(default_factory=dict, init=False)
+    _claims: dict[int, int] = field(default_factory=dict, init=False)  # job id -> how many handles its load claimed
+    _step: int = field(default=0, init=False)
+    # Guards _pre and _generation (the probe's worker deposits).
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # Key -> its handle (no refs yet), oldest first.
+    _pre: OrderedDict[OffloadKey, object] = field(default_factory=OrderedDict, init=False)
+    _pre_at: dict[OffloadKey, int] = field(default_factory=dict, init=False)  # pre-opened key -> the hook count when deposited
+    # Bumped by close_all: a deposit started before it closes its own handles.
+    _generation: int = field(default=0, init=False)
+    _closer: _Closer = field(init=False)
+    _close_held_many: Callable[[Sequence[object]], object] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._closer = _Closer(self._close_many, name=self.tier_name)
+        backend = self.backend
         self._close_held_many = backend.close_held_many if isinstance(backend, HeldCloses) else None
 
     @property
@@ -207,7 +212,7 @@ class Holds:
                 continue
             try:
                 name = names.get(key) if names is not None else None
-                handles.append(self.backend.open_held(name if name is not None else self._name_of(key)))
+                handles.append(self.backend.open_held(name if name is not None else self.name_of(key)))
             except Exception:  # absent again, EMFILE...: the lookup decides
                 continue
             opened.append(key)
@@ -233,8 +238,8 @@ class Holds:
         for handle in stale:
             self._close_quietly(handle)
         if taken:
-            self._count("held_taken", taken)
-            self._count("held_handles", taken)
+            self.count("held_taken", taken)
+            self.count("held_handles", taken)
 
     @property
     def evicted_held(self) -> int:
@@ -262,19 +267,19 @@ class Holds:
                 step = self._pre_at.pop(key, self._step)
             else:  # not opened by an existence check (the index, or past the cap there)
                 if self.room() <= 0:
-                    self._count("held_fallbacks", 1)
+                    self.count("held_fallbacks", 1)
                     return True
                 try:
-                    handle = self.backend.open_held(self._name_of(key))
+                    handle = self.backend.open_held(self.name_of(key))
                 except FileNotFoundError:
                     return False
                 except Exception as exc:  # EMFILE, EIO...: answer as without the feature
-                    self._count("held_fallbacks", 1)
-                    _log.debug("BlobTier %r: could not hold a HIT: %s", self._tier, exc)
+                    self.count("held_fallbacks", 1)
+                    _log.debug("BlobTier %r: could not hold a HIT: %s", self.tier_name, exc)
                     return True
                 step = self._step
-                self._count("held_taken", 1)
-                self._count("held_handles", 1)
+                self.count("held_taken", 1)
+                self.count("held_handles", 1)
             held_of[key] = handle
             self._held_at[key] = step
             self._refs[key] = req_id
@@ -331,7 +336,7 @@ class Holds:
     def release(self, handle: object) -> None:
         """Close a handle a load claimed (the load's worker, or the scheduler for handles a load left unused)."""
         self._close_quietly(handle)
-        self._count("held_handles", -1)
+        self.count("held_handles", -1)
 
     def request_finished(self, req_id: str) -> None:
         """Drop ``req_id``'s references; close handles nothing refers to any more."""
@@ -358,7 +363,7 @@ class Holds:
             if evicted:
                 evicted.discard(key)
         if len(gone) >= BACKGROUND_CLOSE_MIN and self._closer.hand(gone):
-            self._count("held_handles", -len(gone))  # no longer held for a HIT; closed on the closer thread
+            self.count("held_handles", -len(gone))  # no longer held for a HIT; closed on the closer thread
             return
         self._release_many(gone)
 
@@ -418,7 +423,7 @@ class Holds:
         if not handles:
             return
         self._close_many(handles)
-        self._count("held_handles", -len(handles))
+        self.count("held_handles", -len(handles))
 
     def _close_many(self, handles: list[object]) -> None:
         """Close each of ``handles``; never raises (the closer thread's work, or the scheduler's). A backend
@@ -429,20 +434,20 @@ class Holds:
             try:
                 many(handles)
             except Exception as exc:
-                _log.warning("BlobTier %r: closing %d held handles failed: %s", self._tier, len(handles), exc)
+                _log.warning("BlobTier %r: closing %d held handles failed: %s", self.tier_name, len(handles), exc)
             return
         close = self.backend.close_held  # inlined _close_quietly: it runs per handle
         for handle in handles:
             try:
                 close(handle)
             except Exception as exc:
-                _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+                _log.warning("BlobTier %r: closing a held handle failed: %s", self.tier_name, exc)
 
     def _close_quietly(self, handle: object) -> None:
         try:
             self.backend.close_held(handle)
         except Exception as exc:
-            _log.warning("BlobTier %r: closing a held handle failed: %s", self._tier, exc)
+            _log.warning("BlobTier %r: closing a held handle failed: %s", self.tier_name, exc)
 
     def _drop(self, key: OffloadKey) -> object:
         """Forget held ``key``; its handle, for the caller to close."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 
 from kvproto._events import MAX_PENDING_EVENTS, EventKind, OffloadingEvent
 from kvproto._keys import OffloadKey
@@ -28,6 +29,7 @@ from kvproto._keys import OffloadKey
 __all__ = ["Ledger"]
 
 
+@dataclass(eq=False)
 class Ledger:
     """Index, pins, stores in flight, deletions they must hear of, doomed blobs, bounded events.
 
@@ -35,39 +37,39 @@ class Ledger:
     only, everything else runs on the scheduler's thread.
     """
 
-    def __init__(self, tier_name: str, blob_bytes: int, *, recent_keys: int | None) -> None:
-        self.lock = threading.Lock()
-        self.index: OrderedDict[OffloadKey, int] = OrderedDict()
-        self.pins: dict[OffloadKey, int] = {}  # keys of loads in flight (never evicted)
-        self.storing: dict[OffloadKey, int] = {}  # keys of stores in flight (never evicted)
-        self.deleted: dict[OffloadKey, int] = {}  # last deletion seen while a store of the key was in flight
-        self.doomed: dict[OffloadKey, int] = {}  # evicted, blob not deleted yet -> ticket
-        self.events: deque[OffloadingEvent] = deque(maxlen=MAX_PENDING_EVENTS)  # TIERKIT-3: bounded
-        # Keys a load found unusable, oldest first, at most MAX_PENDING_EVENTS (TIER-4). Read without the
-        # lock on the scheduler's thread (lookup), changed on it only.
-        self.unusable: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._name = tier_name
-        self._blob_bytes = blob_bytes
-        self.blob_bytes = blob_bytes
-        self._recent = recent_keys
-        self._ticket = 0
-        # TIERKIT-10: a stamp at or below this tick no longer vouches for its key (a load found a blob the
-        # index vouched for missing: the storage may have lost everything from before). Written and read on
-        # the scheduler's thread (and read by stores deciding whether to skip); 0: every stamp vouches.
-        self.distrusted_to = 0
-        self.scanning = False  # while a restart scan runs, losses are remembered for it:
-        self.lost_at: dict[OffloadKey, int] = {}  # key -> last deletion or loss seen during the scan
+    tier_name: str
+    blob_bytes: int  # every blob is one envelope long
+    _: KW_ONLY
+    recent_keys: int | None  # the index's bound, None: unbounded
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    index: OrderedDict[OffloadKey, int] = field(default_factory=OrderedDict, init=False)  # key -> its stamp
+    pins: dict[OffloadKey, int] = field(default_factory=dict, init=False)  # keys of loads in flight (never evicted)
+    storing: dict[OffloadKey, int] = field(default_factory=dict, init=False)  # keys of stores in flight (never evicted)
+    # The last deletion seen while a store of the key was in flight.
+    deleted: dict[OffloadKey, int] = field(default_factory=dict, init=False)
+    doomed: dict[OffloadKey, int] = field(default_factory=dict, init=False)  # evicted, blob not deleted yet -> ticket
+    events: deque[OffloadingEvent] = field(default_factory=lambda: deque(maxlen=MAX_PENDING_EVENTS), init=False)  # TIERKIT-3
+    # Keys a load found unusable, oldest first, at most MAX_PENDING_EVENTS (TIER-4). Read without the
+    # lock on the scheduler's thread (lookup), changed on it only.
+    unusable: OrderedDict[OffloadKey, None] = field(default_factory=OrderedDict, init=False)
+    _ticket: int = field(default=0, init=False)
+    # TIERKIT-10: a stamp at or below this tick no longer vouches for its key (a load found a blob the
+    # index vouched for missing: the storage may have lost everything from before). Written and read on
+    # the scheduler's thread (and read by stores deciding whether to skip); 0: every stamp vouches.
+    distrusted_to: int = field(default=0, init=False)
+    scanning: bool = field(default=False, init=False)  # while a restart scan runs, losses are remembered for it:
+    lost_at: dict[OffloadKey, int] = field(default_factory=dict, init=False)  # key -> last deletion or loss seen during the scan
 
     @property
     def used_bytes(self) -> int:
         """Bytes of the indexed blobs (every blob is one envelope long)."""
-        return len(self.index) * self._blob_bytes
+        return len(self.index) * self.blob_bytes
 
     def emit(self, kind: EventKind, keys: Sequence[OffloadKey]) -> None:
         """Queue an event (the oldest untaken events are dropped beyond MAX_PENDING_EVENTS)."""
         if keys:
             with self.lock:
-                self.events.append(OffloadingEvent(kind, tuple(keys), self._name))
+                self.events.append(OffloadingEvent(kind, tuple(keys), self.tier_name))
 
     def take_events(self) -> list[OffloadingEvent]:
         """Every queued event, oldest first; the queue is emptied."""
@@ -193,8 +195,8 @@ class Ledger:
         index.move_to_end(key)
 
     def _trim(self) -> None:
-        if self._recent is not None:
-            while len(self.index) > self._recent:
+        if self.recent_keys is not None:
+            while len(self.index) > self.recent_keys:
                 self.index.popitem(last=False)
 
     # -- budget, scan, reset -----------------------------------------------------------------
@@ -214,7 +216,7 @@ class Ledger:
 
     def excess_blocks(self, budget: int) -> int:
         """How many blocks over ``budget`` bytes the index holds (0 if within it); under ``lock``."""
-        return max(0, -(-(self.used_bytes - budget) // self._blob_bytes))
+        return max(0, -(-(self.used_bytes - budget) // self.blob_bytes))
 
     def doom(self, keys: Sequence[OffloadKey]) -> list[tuple[OffloadKey, int]]:
         """Evict ``keys`` (indexed): drop them from the index, give each a ticket to delete its blob
@@ -227,7 +229,7 @@ class Ledger:
             del self.index[key]
             self.doomed[key] = self._ticket
         if victims:
-            self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(keys), self._name))
+            self.events.append(OffloadingEvent(EventKind.REMOVED, tuple(keys), self.tier_name))
         return victims
 
     def still_doomed(self, key: OffloadKey, ticket: int) -> bool:
@@ -266,5 +268,5 @@ class Ledger:
             self.deleted.clear()
             self.unusable.clear()
             if keys:
-                self.events.append(OffloadingEvent(EventKind.REMOVED, keys, self._name))
+                self.events.append(OffloadingEvent(EventKind.REMOVED, keys, self.tier_name))
         return keys

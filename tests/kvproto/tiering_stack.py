@@ -22,6 +22,8 @@ from kvproto import (
 from kvproto.testing.faults import LatencySecondary
 from kvproto.tierkit import ForwardingSecondary
 
+from tests.kvproto.quiet_hooks import QuietHooks
+
 BLOCK = 16
 R1 = ReqContext("r1")  # the request a test runs under when it needs only one
 
@@ -214,7 +216,7 @@ class RaisingTier:
         self._maybe_raise("shutdown")
 
 
-class ClaimsEverythingFailsLoads:
+class ClaimsEverythingFailsLoads(QuietHooks):
     """A third-party secondary without an AsyncProbe: answers HIT for every key and fails every load
     (one failed promotion per key); its stores succeed or fail as ``stores_succeed`` says. ``loads``
     counts the loads submitted."""
@@ -243,20 +245,8 @@ class ClaimsEverythingFailsLoads:
         done, self.finished = self.finished, []
         return done
 
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        pass
-
-    def on_step_end(self) -> None:
-        pass
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return []
-
     def has_pending_work(self) -> bool:
         return bool(self.finished)
 
     def reset_cache(self) -> bool:
         return True
-
-    def shutdown(self) -> None:
-        pass

@@ -109,9 +109,7 @@ class ExplorerMachine(RuleBasedStateMachine):
     def _retire(self, instance: _Instance, *, forget: bool = True) -> None:
         """Settle ``instance`` and shut it down; ``forget``: the model drops it too (a restart keeps it
         until the next instance joined after it)."""
-        instance.driver.settle()
-        self._absorb(instance)
-        instance.driver.shutdown()
+        self._settled(instance).driver.shutdown()
         self.live.remove(instance)
         if forget:
             self.model.leave(instance.index)
@@ -134,19 +132,28 @@ class ExplorerMachine(RuleBasedStateMachine):
     # ---- the model's view of results ---------------------------------------------------------
     def _absorb(self, instance: _Instance) -> None:
         """Fold the results ``instance`` reported since last time into the model."""
-        driver = instance.driver
-        fresh = list(driver.results.items())[instance.seen :]
-        instance.seen = len(driver.results)
-        for job_id, result in fresh:
-            job = driver.jobs[job_id]
-            done = result.succeeded_keys(job)
+        fresh = instance.driver.reported_since(instance.seen)
+        instance.seen += len(fresh)
+        for job, done in fresh:
             if job.promotion:
-                context = instance.contexts.pop(job_id, None)
+                context = instance.contexts.pop(job.job_id, None)
                 if context is not None:
-                    driver.tier.on_request_finished(context)
-                self.model.load_finished(instance.index, job_id, job.keys, done)
+                    instance.driver.tier.on_request_finished(context)
+                self.model.load_finished(instance.index, job.job_id, job.keys, done)
             else:
-                self.model.store_finished(instance.index, job_id, done)
+                self.model.store_finished(instance.index, job.job_id, done)
+
+    def _stepped(self, instance: _Instance) -> _Instance:
+        """``instance`` after one end-of-step hook, its results folded into the model."""
+        instance.driver.step()
+        self._absorb(instance)
+        return instance
+
+    def _settled(self, instance: _Instance) -> _Instance:
+        """``instance`` once its own jobs are all reported, their results folded into the model."""
+        instance.driver.settle()
+        self._absorb(instance)
+        return instance
 
     def _absorb_all(self) -> None:
         for instance in self.live:
@@ -162,8 +169,7 @@ class ExplorerMachine(RuleBasedStateMachine):
         free = [s for s in range(NUM_SLOTS) if s not in busy]
         if len(free) >= n:
             return free[:n]
-        driver.step()
-        self._absorb(instance)
+        self._stepped(instance)
         return None
 
     def _store(self, instance: _Instance, keys: list[OffloadKey]) -> None:
@@ -233,17 +239,13 @@ class ExplorerMachine(RuleBasedStateMachine):
     @rule(who=_WHO)
     def step(self, who: int) -> None:
         """One end-of-step hook in one instance."""
-        instance = self._pick(who)
-        instance.driver.step()
-        self._absorb(instance)
+        self._stepped(self._pick(who))
 
     @precondition(lambda self: "reset" in self.enabled)
     @rule(who=_WHO)
     def reset(self, who: int) -> None:
         """``reset_cache`` in one instance once its own jobs are reported (the others' may be in flight)."""
-        instance = self._pick(who)
-        instance.driver.settle()
-        self._absorb(instance)
+        instance = self._settled(self._pick(who))
         answer: object = instance.driver.tier.reset_cache()
         if answer is True:
             self.model.reset_succeeded(instance.index)

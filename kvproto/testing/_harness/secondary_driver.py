@@ -300,6 +300,11 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             return f"{head} was never written{moved}"
         return f"{head} holds bytes that were never stored under any key ({differing_bytes(want, got)}){moved}"
 
+    def reported_since(self, seen: int) -> list[tuple[TransferJob, frozenset[OffloadKey]]]:
+        """The jobs reported after the first ``seen`` reports, in report order, each with the keys it moved."""
+        fresh = list(self.results.items())[seen:]
+        return [(self.jobs[job_id], result.succeeded_keys(self.jobs[job_id])) for job_id, result in fresh]
+
     def pending(self) -> list[int]:
         """Ids of submitted jobs not reported yet, oldest first."""
         return [job_id for job_id in self.jobs if job_id not in self.results]

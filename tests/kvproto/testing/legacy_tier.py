@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kvproto import JobResult, OffloadingEvent, OffloadKey, ReqContext, TransferJob
+from kvproto import JobResult, OffloadKey, ReqContext, TransferJob
+
+from tests.kvproto.quiet_hooks import QuietHooks
 
 
-class LegacyTier:
+class LegacyTier(QuietHooks):
     """Answers ``bool | None``, forgot ``submit_load``, and takes an extra argument in ``submit_store``."""
 
     @property
@@ -26,20 +28,8 @@ class LegacyTier:
     def get_finished_jobs(self) -> Sequence[JobResult]:
         return []
 
-    def on_request_finished(self, req_context: ReqContext) -> None:
-        pass
-
-    def on_step_end(self) -> None:
-        pass
-
-    def take_events(self) -> Sequence[OffloadingEvent]:
-        return []
-
     def has_pending_work(self) -> bool:
         return False
 
     def reset_cache(self) -> bool:
         return True
-
-    def shutdown(self) -> None:
-        pass

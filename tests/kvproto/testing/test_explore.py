@@ -9,7 +9,7 @@ from itertools import combinations
 
 import pytest
 
-from kvproto import Capabilities
+from kvproto import Capabilities, OffloadKey
 from kvproto.testing import ConformanceFailure, key_pool
 from kvproto.testing.explore import KINDS, SIZES, SharedStorageModel, swarm_plan
 
@@ -22,11 +22,18 @@ def _model(*, sharing: bool = False, persistence: bool = False, eviction: bool =
     return model
 
 
-def test_a_hit_after_another_instances_reset_is_blamed() -> None:
+def _sharing_pair(stored_by: int | None, *keys: OffloadKey) -> SharedStorageModel:
+    """A sharing model with instances 0 and 1 live; ``keys`` stored successfully by ``stored_by`` (job 1), if any."""
     model = _model(sharing=True)
     model.join(1, after=None)
-    model.store_submitted(1, 1, [A])
-    model.store_finished(1, 1, frozenset({A}))
+    if stored_by is not None:
+        model.store_submitted(stored_by, 1, list(keys))
+        model.store_finished(stored_by, 1, frozenset(keys))
+    return model
+
+
+def test_a_hit_after_another_instances_reset_is_blamed() -> None:
+    model = _sharing_pair(1, A)
     model.judge_hit(0, A)  # stored by the other live instance: fine
     model.reset_succeeded(0)
     with pytest.raises(ConformanceFailure, match=r"TIER-4.*since the last successful reset_cache"):
@@ -37,8 +44,7 @@ def test_a_hit_after_another_instances_reset_is_blamed() -> None:
 
 
 def test_a_store_racing_a_reset_proves_nothing() -> None:
-    model = _model(sharing=True)
-    model.join(1, after=None)
+    model = _sharing_pair(None)
     model.store_submitted(1, 7, [A, B])
     model.reset_succeeded(0)  # instance 1's store is still in flight
     model.store_finished(1, 7, frozenset({A, B}))
@@ -48,10 +54,7 @@ def test_a_store_racing_a_reset_proves_nothing() -> None:
 
 
 def test_stored_blocks_bind_every_sharing_instance_and_a_persistent_successor() -> None:
-    shared = _model(sharing=True)
-    shared.join(1, after=None)
-    shared.store_submitted(0, 1, [A])
-    shared.store_finished(0, 1, frozenset({A}))
+    shared = _sharing_pair(0, A)
     with pytest.raises(ConformanceFailure, match=r"TIER-18.*stored successfully by instance 0 beside it"):
         shared.judge_miss(1, A, past_deadline=False)
     shared.judge_miss(1, A, past_deadline=True)  # AP-3: RETRY until its deadline, then MISS
@@ -78,10 +81,7 @@ def test_stored_blocks_bind_every_sharing_instance_and_a_persistent_successor() 
 
 
 def test_disturbed_loads_are_excused_and_undisturbed_ones_judged() -> None:
-    model = _model(sharing=True)
-    model.join(1, after=None)
-    model.store_submitted(0, 1, [A, B])
-    model.store_finished(0, 1, frozenset({A, B}))
+    model = _sharing_pair(0, A, B)
     model.load_submitted(1, 2, [A], after_hit=True)
     with pytest.raises(ConformanceFailure, match=r"TIER-4.*the HIT was not readable"):
         model.load_finished(1, 2, [A], frozenset())
@@ -112,10 +112,7 @@ def test_rows_respect_the_size_bound(bound: int) -> None:
 
 
 def test_a_sharing_instance_may_remember_a_removed_block_until_its_load_fails() -> None:
-    model = _model(sharing=True)
-    model.join(1, after=None)
-    model.store_submitted(1, 1, [A])
-    model.store_finished(1, 1, frozenset({A}))
+    model = _sharing_pair(1, A)
     model.reset_succeeded(0)
     model.judge_hit(1, A)  # instance 1's memo: allowed (TIERKIT-10)
     with pytest.raises(ConformanceFailure, match="TIER-4"):
@@ -127,10 +124,7 @@ def test_a_sharing_instance_may_remember_a_removed_block_until_its_load_fails() 
 
 
 def test_a_store_on_a_memos_word_proves_nothing() -> None:
-    model = _model(sharing=True)
-    model.join(1, after=None)
-    model.store_submitted(1, 1, [A])
-    model.store_finished(1, 1, frozenset({A}))
+    model = _sharing_pair(1, A)
     model.reset_succeeded(0)
     model.store_submitted(1, 2, [A, B])  # A: instance 1 remembers it; the tier may skip it (TIERKIT-10)
     model.store_finished(1, 2, frozenset({A, B}))
