@@ -11,6 +11,11 @@ A tier's options are one contract wherever it is named (:func:`parse_tier_arg` r
 each text value by the factory's annotation, a :class:`TierOptionError` naming the option otherwise):
 an engine adapter reading options from its own configuration uses the same two.
 
+An engine calls its storage from threads of its own, and a tier's methods are never entered
+concurrently (TIER-3): an adapter hands the engine's work to one :class:`HostingThread`, which alone
+builds and calls the tier (:class:`HostedTier`) over :class:`StagingRows` the adapter copies the
+engine's bytes through (kvproto-lmcache's L2 adapter and kvproto-sglang's backend both do).
+
 Importing this module imports neither the conformance kit (:mod:`kvproto.testing`) nor pytest nor
 Hypothesis. A registered name whose entry point is a distribution's conformance spec (``fs``:
 ``kvproto_fs._conformance:spec``) imports that spec's module, which imports the kit's package
@@ -22,6 +27,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Collection
 
+from kvproto._hosted_tier import HostedTier, HostingThread, StagingRows
 from kvproto._tier_names import (
     ENTRY_POINT_GROUP,
     SCHEME_GROUP,
@@ -36,6 +42,9 @@ from kvproto._tier_spec import TierSpec
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SCHEME_GROUP",
+    "HostedTier",
+    "HostingThread",
+    "StagingRows",
     "TierOptionError",
     "TierSpec",
     "TierUnavailable",
