@@ -4,7 +4,8 @@ An engine's configuration names a kvproto tier as text (kvproto-vllm's ``Kvproto
 kvproto-lmcache's ``KvprotoL2Adapter``); :func:`build_secondary_tier` turns that text, the
 engine's primary slot buffer and the configuration's options into the tier. The names are
 resolved as ``kvproto conform`` resolves them (:func:`resolve_target`): an entry point of the
-``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS``.
+``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS`` (whose
+engine's scheme reads its ``MODULE:CLASS`` with :func:`split_class_path`).
 
 A tier's options are one contract wherever it is named (:func:`parse_tier_arg` reads
 ``NAME:opt=value,...`` as written, ``:`` and ``=`` in values included; :func:`typed_options` converts
@@ -35,6 +36,7 @@ from kvproto._tier_names import (
     build_secondary_tier,
     installed_tiers,
     resolve_target,
+    split_class_path,
 )
 from kvproto._tier_options import TierOptionError, parse_tier_arg, typed_options
 from kvproto._tier_spec import TierSpec
@@ -53,6 +55,7 @@ __all__ = [
     "lazy_attributes",
     "parse_tier_arg",
     "resolve_target",
+    "split_class_path",
     "typed_options",
 ]
 
