@@ -46,6 +46,7 @@ __all__ = [
     "one_line",
     "resolve_target",
     "spec_from_object",
+    "split_class_path",
     "with_options",
 ]
 
@@ -212,6 +213,15 @@ def _engine_target(target: str) -> tuple[str, str] | None:
     """``(SCHEME, MODULE:CLASS)`` when ``target`` is ``SCHEME:MODULE:CLASS``, else None."""
     scheme, _, path = target.partition(":")
     return (scheme, path) if ":" in path else None
+
+
+def split_class_path(target: str, path: str) -> tuple[str, str]:
+    """``(MODULE, CLASS)`` of the ``MODULE:CLASS`` an engine's scheme is handed for ``target``
+    (``SCHEME:MODULE:CLASS``); a ConfigurationError naming ``target`` when either part is missing."""
+    module_name, sep, class_name = path.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ConfigurationError(f"{target}: expected {target.partition(':')[0]}:MODULE:CLASS")
+    return module_name, class_name
 
 
 def resolve_target(target: str, options: Mapping[str, object] | None = None) -> TierSpec:

@@ -4,12 +4,18 @@ An engine's configuration names a kvproto tier as text (kvproto-vllm's ``Kvproto
 kvproto-lmcache's ``KvprotoL2Adapter``); :func:`build_secondary_tier` turns that text, the
 engine's primary slot buffer and the configuration's options into the tier. The names are
 resolved as ``kvproto conform`` resolves them (:func:`resolve_target`): an entry point of the
-``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS``.
+``kvproto.tiers`` group, a ``package.module:attribute`` target, or ``SCHEME:MODULE:CLASS`` (whose
+engine's scheme reads its ``MODULE:CLASS`` with :func:`split_class_path`).
 
 A tier's options are one contract wherever it is named (:func:`parse_tier_arg` reads
 ``NAME:opt=value,...`` as written, ``:`` and ``=`` in values included; :func:`typed_options` converts
 each text value by the factory's annotation, a :class:`TierOptionError` naming the option otherwise):
 an engine adapter reading options from its own configuration uses the same two.
+
+An engine calls its storage from threads of its own, and a tier's methods are never entered
+concurrently (TIER-3): an adapter hands the engine's work to one :class:`HostingThread`, which alone
+builds and calls the tier (:class:`HostedTier`) over :class:`StagingRows` the adapter copies the
+engine's bytes through (kvproto-lmcache's L2 adapter and kvproto-sglang's backend both do).
 
 Importing this module imports neither the conformance kit (:mod:`kvproto.testing`) nor pytest nor
 Hypothesis. A registered name whose entry point is a distribution's conformance spec (``fs``:
@@ -22,6 +28,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Collection
 
+from kvproto._hosted_tier import HostedTier, HostingThread, StagingRows
 from kvproto._tier_names import (
     ENTRY_POINT_GROUP,
     SCHEME_GROUP,
@@ -29,6 +36,7 @@ from kvproto._tier_names import (
     build_secondary_tier,
     installed_tiers,
     resolve_target,
+    split_class_path,
 )
 from kvproto._tier_options import TierOptionError, parse_tier_arg, typed_options
 from kvproto._tier_spec import TierSpec
@@ -36,6 +44,9 @@ from kvproto._tier_spec import TierSpec
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SCHEME_GROUP",
+    "HostedTier",
+    "HostingThread",
+    "StagingRows",
     "TierOptionError",
     "TierSpec",
     "TierUnavailable",
@@ -44,6 +55,7 @@ __all__ = [
     "lazy_attributes",
     "parse_tier_arg",
     "resolve_target",
+    "split_class_path",
     "typed_options",
 ]
 

@@ -5,50 +5,21 @@ environment every LMCache test here runs in (issue 37: the docs' recipe lacked `
 from __future__ import annotations
 
 import importlib
-import re
-import shlex
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.adapters.install_recipes import dev_lines, docs_recipe, pip_requirements
 
-
-def _pip_requirements(script: str) -> list[str]:
-    """Every requirement a ``pip install`` line of ``script`` names (continuations joined; options,
-    and the cached wheel ``./dev`` installs as ``lmcache==0.5.6``, read as requirements)."""
-    joined = script.replace("\\\n", " ")
-    found: list[str] = []
-    for line in joined.splitlines():
-        words = shlex.split(line, comments=True)
-        if "install" not in words or "pip" not in words:
-            continue
-        for word in words[words.index("install") + 1 :]:
-            if word.startswith("-"):
-                continue
-            found.append("lmcache==0.5.6" if "lmcache-0.5.6" in word else word)
-    return found
-
-
-def _dev_lmcache_lines() -> str:
-    """``./dev``'s torch line and its LMCache block (from the LMCache comment to the stamp)."""
-    dev = (ROOT / "dev").read_text()
-    torch = next(line for line in dev.splitlines() if '"torch==' in line and "pip install" in line)
-    block = dev[dev.index("# The LMCache adapter's tests run") : dev.index('echo "$want"')]
-    return torch + "\n" + block
-
-
-def _docs_recipe() -> str:
-    docs = (ROOT / "docs" / "kvproto-and-lmcache.md").read_text()
-    section = docs[docs.index("## Installing on CPU") :]
-    found = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert found, "docs/kvproto-and-lmcache.md: no sh block under 'Installing on CPU'"
-    return found.group(1)
+#: ``./dev``'s cached LMCache wheel, and the requirement it stands for.
+WHEEL = {"wheel": "lmcache-0.5.6", "pinned": "lmcache==0.5.6"}
 
 
 def test_the_docs_recipe_installs_what_dev_installs_for_lmcache() -> None:
-    docs, dev = _pip_requirements(_docs_recipe()), _pip_requirements(_dev_lmcache_lines())
+    recipe = docs_recipe("kvproto-and-lmcache.md")
+    docs = pip_requirements(recipe, **WHEEL)
+    # ./dev's LMCache block runs from the LMCache comment to the stamp.
+    dev = pip_requirements(dev_lines("# The LMCache adapter's tests run", 'echo "$want"'), **WHEEL)
     assert sorted(docs) == sorted(dev), f"docs only: {set(docs) - set(dev)}; ./dev only: {set(dev) - set(docs)}"
     assert {"msgspec", "pyzmq", "lmcache==0.5.6"} <= set(docs)
-    assert "export LMCACHE_TRACK_USAGE=false" in _docs_recipe()
+    assert "export LMCACHE_TRACK_USAGE=false" in recipe
 
 
 def test_the_basic_check_mode_the_tests_run_imports_here() -> None:

@@ -26,18 +26,18 @@ import importlib.util
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, TypeVar
 
 import torch
 from sglang.srt.mem_cache import hicache_storage as hs
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
-__all__ = ["CONTROLLER_METHODS", "HostPool", "StorageController", "storage_config"]
+__all__ = ["CONTROLLER_METHODS", "HostPool", "StorageController", "closed_after", "storage_config"]
 
 _SGLANG = Path(importlib.util.find_spec("sglang").origin or "").parent  # type: ignore[union-attr]  # sglang is installed (.ci/run)
 
@@ -114,6 +114,21 @@ class HostPool:
     def page_bytes(self, page: int) -> bytes:
         """Page ``page``'s bytes, as SGLang's ``get_data_page`` flattens it."""
         return bytes(self.get_data_page(page * self.page_size, flat=True).contiguous().view(torch.uint8).numpy())
+
+
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closes)
+
+
+def closed_after(made: list[_C]) -> Iterator[list[_C]]:
+    """A fixture's body: hand ``made`` to the test, then close everything the test put in it
+    (controllers, backends), in the order built."""
+    yield made
+    for thing in made:
+        thing.close()
 
 
 def storage_config(extra_config: Mapping[str, Any], *, tp_rank: int = 0, tp_size: int = 1, mla: bool = False,

@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.hicache_storage import STORAGE_BATCH_SIZE, HiCacheStor
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from kvproto_sglang import KvprotoHiCacheStorage
-from tests.adapters.sglang.sglang_controller import HostPool, StorageController, storage_config
+from tests.adapters.sglang.sglang_controller import HostPool, StorageController, closed_after, storage_config
 from tests.adapters.sglang.sglang_tiers import HalfFailing
 
 TIERS = ["memory", "fs"]
@@ -34,10 +34,7 @@ def extra(tier: str, tmp_path: Path, *, v1: bool, **more: Any) -> dict[str, Any]
 
 @pytest.fixture
 def controllers() -> Iterator[list[StorageController]]:
-    made: list[StorageController] = []
-    yield made
-    for controller in made:
-        controller.close()
+    yield from closed_after([])
 
 
 def controller(made: list[StorageController], config: dict[str, Any], pool: HostPool, **kw: Any) -> StorageController:

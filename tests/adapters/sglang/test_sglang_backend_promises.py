@@ -17,7 +17,7 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 from kvproto.errors import ConfigurationError
 
 from kvproto_sglang import KvprotoHiCacheStorage
-from tests.adapters.sglang.sglang_controller import HostPool, storage_config
+from tests.adapters.sglang.sglang_controller import HostPool, closed_after, storage_config
 from tests.adapters.sglang.sglang_tiers import GatedLoads, Retrying
 
 BASE = {"backend_name": "kvproto", "module_path": "kvproto_sglang", "class_name": "KvprotoHiCacheStorage", "interface_v1": 1}
@@ -25,10 +25,7 @@ BASE = {"backend_name": "kvproto", "module_path": "kvproto_sglang", "class_name"
 
 @pytest.fixture
 def backends() -> Iterator[list[KvprotoHiCacheStorage]]:
-    made: list[KvprotoHiCacheStorage] = []
-    yield made
-    for backend in made:
-        backend.close()
+    yield from closed_after([])
 
 
 def backend(made: list[KvprotoHiCacheStorage], pool: HostPool, tier: str, options: dict[str, Any] | None = None,

@@ -15,9 +15,9 @@ construction and the first lookups already see a persistent tier's blocks).
 LMCache's two controller threads (store, prefetch) call the adapter from their event loops, which
 also serve every other adapter and request: a submit that waits stalls them all. So each call here
 only hands its task to the adapter's own thread, or takes a finished result, under a lock held for
-microseconds (LMC-3); that thread (:class:`~kvproto_lmcache._l2_worker.TierWorker`) builds the
-tier, makes every call into it and steps it while work is in flight. How LMCache's calls become
-kvproto's (TIER-3..TIER-16):
+microseconds (LMC-3); that thread (a :class:`kvproto.hosting.HostingThread` driving
+:class:`~kvproto_lmcache._l2_worker.TierWorker`) builds the tier, makes every call into it and
+steps it while work is in flight. How LMCache's calls become kvproto's (TIER-3..TIER-16):
 
 * a store task's objects are copied into free rows of the staging buffer and stored in jobs of up
   to ``slots`` keys; its ``L2StoreResult`` is a success when every key was stored, with the bytes
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +54,7 @@ from lmcache.v1.platform import create_event_notifier
 
 from kvproto import unreachable
 from kvproto.errors import ConfigurationError
+from kvproto.hosting import HostingThread
 
 from kvproto_lmcache._l2_worker import L2Task, TaskKind, TierWorker
 
@@ -64,8 +64,6 @@ log = logging.getLogger("kvproto_lmcache")
 
 #: Rows of the staging buffer when ``adapter_params`` names none.
 DEFAULT_SLOTS = 64
-#: Seconds the adapter's thread waits between steps while work is in flight (a new task wakes it at once).
-STEP_INTERVAL_S = 0.001
 
 
 def _params(params: Mapping[str, Any] | Any) -> tuple[str, Mapping[str, Any], int, int | None]:
@@ -94,19 +92,18 @@ class KvprotoL2Adapter(L2AdapterInterface):  # type: ignore[misc]  # LMCache shi
         super().__init__()
         tier, options, slots, block_bytes = _params(params)
         self._store_fd, self._lookup_fd, self._load_fd = (create_event_notifier() for _ in range(3))
-        # The mailbox between LMCache's threads and the adapter's: held only to hand tasks over and
-        # take results, never while the tier is called.
-        self._mailbox = threading.Condition()
         self._ids = itertools.count(1)
-        self._inbox: list[L2Task] = []
         self._stores_done: dict[int, Any] = {}
         self._lookups_done: dict[int, Any] = {}
         self._loads_done: dict[int, Any] = {}
         self._locks: Counter[Any] = Counter()
-        self._closed = False
         self._worker = TierWorker(tier, options, slots, block_bytes, self._publish)  # builds the tier if block_bytes
-        self._thread = threading.Thread(target=self._run, name="kvproto-l2-step", daemon=True)
-        self._thread.start()
+        self._thread: HostingThread[L2Task] = HostingThread(
+            "kvproto-l2-step", admit=self._admit, step=self._worker.step, busy=self._worker.busy,
+            who="kvproto L2 adapter", log=log)
+        # The mailbox between LMCache's threads and the adapter's: held only to hand tasks over and
+        # take results, never while the tier is called.
+        self._mailbox = self._thread.lock
 
     # ---- the event fds ------------------------------------------------------------------------------
     def get_store_event_fd(self) -> int:
@@ -122,11 +119,8 @@ class KvprotoL2Adapter(L2AdapterInterface):  # type: ignore[misc]  # LMCache shi
     def _submit(self, kind: TaskKind, keys: Sequence[Any], objects: Sequence[Any]) -> int:
         with self._mailbox:
             task = L2Task(next(self._ids), kind, list(keys), list(objects))
-            if self._closed:  # its event fd is closed: the result is there to query, unsignalled
+            if not self._thread.hand_over(task):  # closed, its event fd too: the result is there to query, unsignalled
                 self._publish_locked(task.failed(), self._failed_result(task), signal=False)
-            else:
-                self._inbox.append(task)
-                self._mailbox.notify_all()
             return task.task_id
 
     def submit_store_task(self, keys: list[Any], objects: list[Any]) -> int:
@@ -195,37 +189,17 @@ class KvprotoL2Adapter(L2AdapterInterface):  # type: ignore[misc]  # LMCache shi
         return L2StoreResult(False, 0) if task.kind == "store" else Bitmap(len(task.keys))
 
     # ---- the adapter's thread -------------------------------------------------------------------------
-    def _run(self) -> None:
-        """Take new tasks, step the tier while work is in flight (every ``STEP_INTERVAL_S``, or at once
-        when a task arrives), sleep when there is none."""
-        worker = self._worker
-        while True:
-            with self._mailbox:
-                while not self._closed and not self._inbox and not worker.busy():
-                    self._mailbox.wait()
-                if self._closed:
-                    return
-                arrived, self._inbox = self._inbox, []
-            try:
-                worker.admit(arrived)
-                worker.step()
-            except Exception:  # a tier failure must not end the thread that reports every task
-                log.exception("kvproto L2 adapter: driving the tier raised")
-            with self._mailbox:
-                if worker.busy() and not self._inbox and not self._closed:
-                    self._mailbox.wait(STEP_INTERVAL_S)
+    def _admit(self, tasks: list[L2Task]) -> None:
+        """New tasks, on the adapter's thread (:class:`~kvproto.hosting.HostingThread`), which steps the
+        tier after each batch and every millisecond while work is in flight."""
+        self._worker.admit(tasks)
 
     # ---- close -------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the adapter's thread, shut the tier down (TIER-16), fail what is unfinished, close the fds."""
-        with self._mailbox:
-            if self._closed:
-                return
-            self._closed = True
-            self._mailbox.notify_all()
-        self._thread.join()
-        with self._mailbox:
-            unadmitted, self._inbox = self._inbox, []
+        unadmitted = self._thread.stop()
+        if unadmitted is None:
+            return
         self._worker.shut_down(unadmitted)  # the thread is gone: this one may call the tier now
         for notifier in (self._store_fd, self._lookup_fd, self._load_fd):
             notifier.close()

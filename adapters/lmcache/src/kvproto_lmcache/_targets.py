@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 
 from kvproto import Capabilities
-from kvproto.errors import ConfigurationError
+from kvproto.hosting import split_class_path
 from kvproto.testing import TierSpec, split_kit_options
 
 from kvproto_lmcache._as_kvproto import LmcacheSecondaryTier
@@ -36,9 +36,7 @@ DEFAULT_CAPABILITIES = Capabilities(async_lookup=True, max_retry_steps=2, partia
 def lmcache_target(path: str, options: Mapping[str, object]) -> TierSpec:
     """The kit's :class:`TierSpec` for ``lmcache:PATH`` (``PATH`` = ``MODULE:CLASS``) with ``options``."""
     name = f"lmcache:{path}"
-    module_name, sep, class_name = path.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigurationError(f"{name}: expected lmcache:MODULE:CLASS")
+    module_name, class_name = split_class_path(name, path)
     params, capabilities = split_kit_options(name, options, defaults=DEFAULT_CAPABILITIES)
 
     def build(buffer: memoryview) -> LmcacheSecondaryTier:

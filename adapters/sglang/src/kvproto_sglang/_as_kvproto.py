@@ -105,18 +105,10 @@ class SglangSecondaryTier:
 
     def __init__(self, storage: Any, buffer: memoryview, *, name: str, capabilities: Capabilities,
                  v1: bool = False, dtype: torch.dtype = torch.uint8, layout: str = "page_first") -> None:
-        self.storage, self._buffer, self._name, self.capabilities, self.v1 = storage, buffer, name, capabilities, v1
+        self.storage, self.buffer, self.name, self.capabilities, self.v1 = storage, buffer, name, capabilities, v1
         self.pool = SlotHostPool(buffer, dtype, layout)
         storage.register_mem_pool_host(self.pool)
         self._finished: list[JobResult] = []
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def buffer(self) -> memoryview:
-        return self._buffer
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         try:

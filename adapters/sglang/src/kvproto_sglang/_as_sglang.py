@@ -64,7 +64,7 @@ class KvprotoHiCacheStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang shi
     @property
     def hosted_tier(self) -> SecondaryTier | None:
         """The kvproto tier hosted (None until the tier thread built it, or after close): for tests and status."""
-        return self._thread.tier
+        return self._thread.host.tier
 
     # ---- the host pool and the scope -------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:

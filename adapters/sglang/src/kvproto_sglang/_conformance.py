@@ -27,6 +27,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConf
 
 from kvproto import Capabilities, OffloadKey
 from kvproto.errors import ConfigurationError
+from kvproto.hosting import split_class_path
 from kvproto.testing import Rebuilds, TierSpec, fresh_directory, split_kit_options
 
 from kvproto_sglang._as_kvproto import SglangSecondaryTier, page_key
@@ -128,9 +129,7 @@ def _host_pool(name: str, params: dict[str, object]) -> tuple[torch.dtype, str]:
 def sglang_target(path: str, options: Mapping[str, object]) -> TierSpec:
     """The kit's :class:`TierSpec` for ``sglang:PATH`` (``PATH`` = ``MODULE:CLASS``) with ``options``."""
     name = f"sglang:{path}"
-    module_name, sep, class_name = path.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigurationError(f"{name}: expected sglang:MODULE:CLASS")
+    module_name, class_name = split_class_path(name, path)
     params, capabilities = split_kit_options(name, options, defaults=DEFAULT_CAPABILITIES)
     dtype, layout = _host_pool(name, params)
 

@@ -36,6 +36,7 @@ from dataclasses import fields
 
 from kvproto import Capabilities
 from kvproto.errors import ConfigurationError
+from kvproto.hosting import split_class_path
 from kvproto.testing import TierSpec, split_kit_options
 
 from kvproto_vllm._as_kvproto import VllmSecondaryTier
@@ -104,9 +105,7 @@ def _needs_root(cls: type, options: Mapping[str, object]) -> bool:
 
 
 def _load_class(name: str, path: str) -> type:
-    module_name, sep, class_name = path.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigurationError(f"{name}: expected vllm:MODULE:CLASS")
+    module_name, class_name = split_class_path(name, path)
     module = import_vllm(module_name, name) if module_name.startswith("vllm.") else importlib.import_module(module_name)
     found = getattr(module, class_name, None)
     if not isinstance(found, type):
@@ -116,7 +115,7 @@ def _load_class(name: str, path: str) -> type:
 
 def _secondary(name: str, path: str, cls: type, options: Mapping[str, object]) -> TierSpec:
     factory_module = import_vllm("vllm.v1.kv_offload.tiering.factory", name)
-    module_name, _, class_name = path.partition(":")
+    module_name, class_name = split_class_path(name, path)
     fs = _derives(cls, _FS)
     defaults = FS_CAPABILITIES if fs else EXAMPLE_CAPABILITIES if _derives(cls, _EXAMPLE) else SECONDARY_DEFAULTS
     given, capabilities = split_kit_options(name, options, defaults=defaults)
