@@ -11,12 +11,25 @@ hook; an author can run one row of its plan directly::
         run_state_machine_as_test(explorer_for(my_kit_tests, my_factory, kinds=kinds, block_size=size))
 
 where ``my_kit_tests`` is the author's ``SecondaryTierTests`` instance (its ``reopen`` hook, limits and
-capabilities).
+capabilities). A failure of the explorer carries a note (starting :data:`REPLAY_NOTE`) with a test
+method that replays it (:func:`replay_test`): pasted into that subclass, it fails until the tier is fixed.
 """
 
 from __future__ import annotations
 
 from kvproto.testing._explore.machine import KINDS, SIZES, ExplorerMachine, explorer_for, swarm_plan
 from kvproto.testing._explore.model import PendingLoad, SharedStorageModel
+from kvproto.testing._explore.replay import REPLAY_NOTE, replay_steps, replay_test
 
-__all__ = ["KINDS", "SIZES", "ExplorerMachine", "PendingLoad", "SharedStorageModel", "explorer_for", "swarm_plan"]
+__all__ = [
+    "KINDS",
+    "REPLAY_NOTE",
+    "SIZES",
+    "ExplorerMachine",
+    "PendingLoad",
+    "SharedStorageModel",
+    "explorer_for",
+    "replay_steps",
+    "replay_test",
+    "swarm_plan",
+]

@@ -73,6 +73,7 @@ def run_explorer(
     first Hypothesis draws is its simplest) of up to ``machine_steps`` steps, each row as
     :func:`run_recorded` runs a machine. A failure names its row's operation kinds and block size."""
     from kvproto.testing._explore.machine import explorer_for, swarm_plan
+    from kvproto.testing._explore.replay import REPLAY_NOTE, replay_test
 
     totals = [0, 0]
     per_row = max(2, -(-profile.explore_examples // 8))
@@ -85,6 +86,10 @@ def run_explorer(
             run_recorded(machine, machine.runs, profile, request, recorder, examples=per_row, record=False)
         except ConformanceFailure as failure:
             failure.add_note(f"explorer run: operations {sorted(kinds)}, rows of {size} bytes")
+            test = replay_test(getattr(failure, "__notes__", ()), kinds=kinds, block_size=size, why=str(failure))
+            if test is not None:
+                failure.add_note(f"{REPLAY_NOTE}: this test, pasted into the SecondaryTierTests subclass that runs "
+                                 f"the tier, fails until the tier is fixed (KIT-23):\n{test}")
             raise
         finally:
             untrace()

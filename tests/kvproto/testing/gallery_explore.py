@@ -1,5 +1,6 @@
 """Broken tiers only the explorer reaches (KIT-23, issue 40): each bug needs a story no named check
-tells: rows past 64 KiB read and loaded, a restart over blocks past 64 KiB. (The explorer also found
+tells: rows past 64 KiB read and loaded, a restart over blocks past 64 KiB, another instance's blocks
+past 64 KiB looked up. (The explorer also found
 BlobTier's own shared mode skipping a store on its index's word after another instance's reset,
 TIERKIT-10.) Built on BlobTiers over an in-memory backend that the ``reopen`` hook hands to the next
 instance.
@@ -96,3 +97,24 @@ class ScanSkipsLargeBlocks(_OverOneStorage):
 @EXPLORE_GALLERY.fails(_EXPLORE, "TIER-18", "answers MISS in a new request", profile="default")
 def scan_skips_large_blocks() -> TierSpec:
     return _spec(ScanSkipsLargeBlocks)
+
+
+class _ExistenceSkipsLargeBlobs(MemoryBackend):
+    """Answers an existence check for blobs up to ``_RANGE`` bytes only (a size filter meant for foreign
+    files, in the batched check this time)."""
+
+    def sizes(self, names: Sequence[str]) -> list[int | None]:
+        return [None if size is not None and size > _RANGE else size for size in super().sizes(names)]
+
+
+class ExistenceSkipsLargeBlocks(_OverOneStorage):
+    """Bug: a sharing tier whose existence check misses every blob past 64 KiB: another instance's large
+    blocks answer MISS for good, though they sit in the storage they share."""
+
+    tier_name = "existence-skips-large-blocks"
+    backend_class = _ExistenceSkipsLargeBlobs
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-18", "answers MISS in a new request", profile="default")
+def existence_skips_large_blocks() -> TierSpec:
+    return _spec(ExistenceSkipsLargeBlocks)
