@@ -24,6 +24,7 @@ from kvproto._jobs import JobResult, TransferJob
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
+from kvproto._results import unreachable
 from kvproto._tier_names import build_secondary_tier
 
 __all__ = ["HostedTier", "HostingThread", "StagingRows"]
@@ -100,17 +101,25 @@ class HostedTier(Generic[Work]):
 
     def lookup(self, key: OffloadKey, context: ReqContext) -> bool | None:
         """True for HIT, False for MISS, None for RETRY (ask again after the next step). No tier, a
-        raising lookup, and HIT_PENDING (which a secondary never answers, LR-3) are False."""
-        if self.tier is None:
+        raising lookup, HIT_PENDING (which a secondary never answers, LR-3) and an answer outside
+        LookupResult (a ContractViolation, logged) are False."""
+        tier = self.tier
+        if tier is None:
             return False  # nothing built yet: nothing stored through this tier
         try:
-            answer = self.tier.lookup(key, context)
+            answer = tier.lookup(key, context)
+            match answer:
+                case lr.HIT:
+                    return True
+                case lr.RETRY:
+                    return None
+                case lr.MISS | lr.HIT_PENDING:
+                    return False
+                case _:
+                    unreachable(answer, where=f"{self._who}: tier {self.tier_name!r} lookup")
         except Exception:
-            self._log.warning("%s: lookup raised; answering absent", self._who, exc_info=True)
+            self._log.warning("%s: lookup failed; answering absent", self._who, exc_info=True)
             return False
-        if answer is lr.HIT:
-            return True
-        return None if answer is lr.RETRY else False
 
     def end_request(self, context: ReqContext) -> None:
         """``on_request_finished(context)`` (TIER-12); a raise is logged. Nothing once shut down."""

@@ -46,13 +46,14 @@ def replay_test(notes: Iterable[str], *, kinds: Iterable[str], block_size: int, 
     steps = replay_steps(notes)
     if steps is None:
         return None
-    headline = why.splitlines()[0].replace('"""', "'''").replace("\\", "\\\\") if why else "the explorer's failure"
+    headline = why.splitlines()[0] if why else "the explorer's failure"
+    docstring = repr(f"Found by kvproto's explorer (KIT-23): {headline}")  # a literal whatever quotes it holds
     body = "\n".join(f"            {line}" for line in steps) or "            pass"
     return (
         "    # from kvproto.testing import SecondaryTierFactory\n"
         "    # from kvproto.testing.explore import explorer_for\n"
         "    def test_explorer_replay(self, tier_factory: SecondaryTierFactory) -> None:\n"
-        f'        """Found by kvproto\'s explorer (KIT-23): {headline}"""\n'
+        f"        {docstring}\n"
         f"        machine = explorer_for(self, tier_factory, kinds=frozenset({sorted(kinds)!r}), block_size={block_size})\n"
         "        state = machine()\n"
         "        try:\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kvproto.testing import SecondaryTierFactory
 from kvproto.testing.explore import REPLAY_NOTE, replay_steps, replay_test
 
 from tests.cli import kvproto_cli as main
@@ -101,10 +102,14 @@ def test_the_replay_is_the_steps_hypothesis_reported() -> None:
     assert replay_steps(notes) == ["state.start()", "state.store(keys=[b'\\x01',", " b'\\x02'], who=1)"]
     assert replay_steps(["no failing case here"]) is None
     assert replay_steps(["Failing test case: <state machine>", "state.start()"]) is None  # cut short
-    test = replay_test(notes, kinds={"store", "load"}, block_size=48, why='[TIER-4] a """quoted""" reason\nmore')
+    test = replay_test(notes, kinds={"store", "load"}, block_size=48, why='[TIER-4] a """quoted""" reason"\nmore')
     assert test is not None
-    compile(textwrap.dedent(test), "<replay>", "exec")  # it is Python, ready to paste
+    found: dict[str, object] = {}
+    # It is Python, ready to paste; its docstring is the failure's first line whatever quotes that holds.
+    exec(compile(textwrap.dedent(test), "<replay>", "exec"), {"SecondaryTierFactory": SecondaryTierFactory}, found)
+    method = found["test_explorer_replay"]
+    assert getattr(method, "__doc__", None) == "Found by kvproto's explorer (KIT-23): [TIER-4] a \"\"\"quoted\"\"\" reason\""
     assert "kinds=frozenset(['load', 'store']), block_size=48)" in test
-    assert "[TIER-4] a '''quoted''' reason" in test and "more" not in test
+    assert "more" not in test
     assert replay_test(["Failing test case: <state machine>", "state.teardown()"], kinds=(), block_size=48,
                        why="") is not None
