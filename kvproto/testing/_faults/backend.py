@@ -19,14 +19,17 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, NoReturn, Self, cast
 
 from kvproto import envelope as env
 from kvproto._job_faults import JobFaultHooks, JobFaults
 from kvproto._keys import OffloadKey
 from kvproto.errors import ConfigurationError, InvalidArgumentError
-from kvproto.tierkit import BlobBackend, HeldReads, Published
+from kvproto.testing._faults.paths import with_paths
+from kvproto.tierkit import BlobBackend, ExistenceBatches, HeldExistence, HeldReads, PublishBatches, Published, ReadBatches
+from kvproto.tierkit._blob_holds import HeldCloses
 from kvproto.tierkit._blob_ops import SUFFIX
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
@@ -38,8 +41,21 @@ class ForwardingBackend:
     """Forwards every :class:`BlobBackend` method (and :class:`~kvproto.tierkit.HeldReads`) to ``inner``;
     override what you change.
 
-    The base of backend wrappers: faults, latency, tracing, metrics.
+    The base of backend wrappers: faults, latency, tracing, metrics. Built over ``inner``, it offers
+    exactly the optional paths ``inner`` offers (:class:`~kvproto.tierkit.HeldExistence`,
+    ``close_held_many``, :class:`~kvproto.tierkit.ExistenceBatches`,
+    :class:`~kvproto.tierkit.PublishBatches`, :class:`~kvproto.tierkit.ReadBatches`), forwarded, so
+    the tier over it takes the paths it takes over ``inner`` alone (KIT-25); a subclass that changes
+    a per-blob call a path stands in for (``sizes``, ``open_held``, ``close_held``, ``publish``,
+    ``read_into``) gets that path only if its ``_path_mixins`` says how to run it. Handles it holds
+    are ``(name, inner handle)``.
     """
+
+    _path_mixins: ClassVar[Mapping[type, type]]  # set below the class: how it runs each optional path
+
+    def __new__(cls, inner: BlobBackend, *args: object, **kwargs: object) -> Self:
+        """An instance of ``cls`` offering exactly the optional paths ``inner`` offers (KIT-25)."""
+        return cast(Self, object.__new__(with_paths(cls, inner)))
 
     def __init__(self, inner: BlobBackend) -> None:
         self.inner = inner
@@ -101,24 +117,6 @@ class ForwardingBackend:
         inner = self.inner
         if isinstance(inner, HeldReads) and isinstance(handle, tuple):
             inner.close_held(handle[1])
-
-    def open_sizes(self, names: Sequence[str]) -> tuple[list[int | None], list[object | None]]:
-        """:class:`kvproto.tierkit.HeldExistence` through this wrapper's own methods: :meth:`sizes`, then
-        :meth:`open_held` on each blob found, so a subclass's faults and handles apply as they would
-        without it (TIERKIT-6). A found blob that cannot be opened keeps its size, without a handle."""
-        sizes = list(self.sizes(names))
-        handles: list[object | None] = []
-        for name, size in zip(names, sizes, strict=True):
-            handle: object | None = None
-            if size is not None:
-                try:
-                    handle = self.open_held(name)
-                except FileNotFoundError:
-                    sizes[len(handles)] = None  # gone since the size was read
-                except Exception:
-                    pass  # EMFILE...: the lookup tries (and counts) again
-            handles.append(handle)
-        return sizes, handles
 
 
 GATE_BOUND_S = 60.0
@@ -337,3 +335,179 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
         """Forwarded, after an armed ``close`` fault (the storage's connection fails to close, TIER-39)."""
         self._before("close", "")
         super().close()
+
+
+# -- the optional paths (KIT-25): offered per inner backend by ForwardingBackend.__new__ ---------------
+
+
+def _lacks(backend: ForwardingBackend, path: str) -> NoReturn:
+    """An inner backend swapped for one without a path the wrapper offers (``inner`` replaced by hand): a
+    :class:`~kvproto.errors.ConfigurationError` naming both."""
+    raise ConfigurationError(
+        f"{type(backend).__qualname__} offers {path}, but its inner backend {type(backend.inner).__qualname__} "
+        "does not (an inner backend replaced by one with fewer paths)"
+    )
+
+
+def _named(name: str, handle: object | None) -> object | None:
+    return None if handle is None else (name, handle)
+
+
+class _ForwardsHeldExistence(ForwardingBackend):
+    @property
+    def _held_existence(self) -> HeldExistence:
+        inner = self.inner
+        if not isinstance(inner, HeldExistence):
+            _lacks(self, "HeldExistence")
+        return inner
+
+    def open_sizes(self, names: Sequence[str]) -> tuple[Sequence[int | None], Sequence[object | None]]:
+        """Forwarded (:class:`~kvproto.tierkit.HeldExistence`); each handle carries its blob's name."""
+        sizes, handles = self._held_existence.open_sizes(names)
+        return sizes, [_named(n, h) for n, h in zip(names, handles, strict=True)]
+
+
+class _ForwardsHeldCloses(ForwardingBackend):
+    @property
+    def _held_closes(self) -> HeldCloses:
+        inner = self.inner
+        if not isinstance(inner, HeldCloses):
+            _lacks(self, "HeldCloses")
+        return inner
+
+    def close_held_many(self, handles: Sequence[object]) -> None:
+        """Forwarded (``close_held_many``, TIERKIT-6): the inner handles of this wrapper's handles."""
+        self._held_closes.close_held_many([h[1] for h in handles if isinstance(h, tuple)])
+
+
+class _ForwardsExistenceBatches(ForwardingBackend):
+    @property
+    def _existence_batches(self) -> ExistenceBatches:
+        inner = self.inner
+        if not isinstance(inner, ExistenceBatches):
+            _lacks(self, "ExistenceBatches")
+        return inner
+
+    def begin_sizes(self, names: Sequence[str]) -> object:
+        """Forwarded (:class:`~kvproto.tierkit.ExistenceBatches`)."""
+        return self._existence_batches.begin_sizes(names)
+
+    def batch_sizes(self, batch: object, names: Sequence[str]) -> Sequence[int | None]:
+        """Forwarded."""
+        return self._existence_batches.batch_sizes(batch, names)
+
+    def end_sizes(self, batch: object) -> None:
+        """Forwarded."""
+        self._existence_batches.end_sizes(batch)
+
+
+class _ForwardsPublishBatches(ForwardingBackend):
+    @property
+    def _publish_batches(self) -> PublishBatches:
+        inner = self.inner
+        if not isinstance(inner, PublishBatches):
+            _lacks(self, "PublishBatches")
+        return inner
+
+    def publish_batch_keys(self, blob_bytes: int) -> int:
+        """Forwarded (:class:`~kvproto.tierkit.PublishBatches`)."""
+        return self._publish_batches.publish_batch_keys(blob_bytes)
+
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> Sequence[Published | Exception]:
+        """Forwarded."""
+        return self._publish_batches.publish_many(blobs)
+
+
+class _ForwardsReadBatches(ForwardingBackend):
+    @property
+    def _read_batches(self) -> ReadBatches:
+        inner = self.inner
+        if not isinstance(inner, ReadBatches):
+            _lacks(self, "ReadBatches")
+        return inner
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        """Forwarded (:class:`~kvproto.tierkit.ReadBatches`)."""
+        return self._read_batches.read_batch_keys(blob_bytes)
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> Sequence[int | Exception]:
+        """Forwarded."""
+        return self._read_batches.read_many(reads)
+
+
+ForwardingBackend._path_mixins = {
+    HeldExistence: _ForwardsHeldExistence,
+    HeldCloses: _ForwardsHeldCloses,
+    ExistenceBatches: _ForwardsExistenceBatches,
+    PublishBatches: _ForwardsPublishBatches,
+    ReadBatches: _ForwardsReadBatches,
+}
+
+
+class _FaultyHeldExistence(_ForwardsHeldExistence, FaultyBackend):
+    def open_sizes(self, names: Sequence[str]) -> tuple[Sequence[int | None], Sequence[object | None]]:
+        """Forwarded after an armed ``sizes`` fault (matched against the first name), as :meth:`sizes`."""
+        self._before("sizes", names[0] if names else "")
+        return super().open_sizes(names)
+
+
+class _FaultyExistenceBatches(_ForwardsExistenceBatches, FaultyBackend):
+    def batch_sizes(self, batch: object, names: Sequence[str]) -> Sequence[int | None]:
+        """Forwarded after an armed ``sizes`` fault (matched against the chunk's first name), as :meth:`sizes`."""
+        self._before("sizes", names[0] if names else "")
+        return super().batch_sizes(batch, names)
+
+
+class _FaultyPublishBatches(_ForwardsPublishBatches, FaultyBackend):
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> Sequence[Published | Exception]:
+        """Each blob within its armed ``publish`` fault, as :meth:`publish`: a blob whose fault raises answers
+        that error and stays out of the inner batch; the others go in one inner ``publish_many``."""
+        answers: list[Published | Exception] = [OSError(errno.EIO, "not published")] * len(blobs)
+        passing: list[int] = []
+        faults: list[OpFault | None] = []
+        for i, (name, _parts, _size) in enumerate(blobs):
+            try:
+                faults.append(self._before("publish", name))
+            except OSError as error:
+                answers[i] = error
+                continue
+            passing.append(i)
+        if passing:
+            results = super().publish_many([blobs[i] for i in passing])
+            for i, result in zip(passing, results, strict=True):
+                answers[i] = result
+        for fault in faults:
+            self._after(fault)
+        return answers
+
+
+class _FaultyReadBatches(_ForwardsReadBatches, FaultyBackend):
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> Sequence[int | Exception]:
+        """Each read within its armed ``read_into`` fault, as :meth:`read_into` (a key :meth:`fail_keys`
+        named fails, a ``short`` fault reports a truncated blob); the rest in one inner ``read_many``."""
+        answers: list[int | Exception] = [OSError(errno.EIO, "not read")] * len(reads)
+        passing: list[int] = []
+        faults: list[OpFault | None] = []
+        for i, (name, _buffers) in enumerate(reads):
+            try:
+                self._fail_read(name)
+                faults.append(self._before("read_into", name))
+            except OSError as error:
+                answers[i] = error
+                continue
+            passing.append(i)
+        if passing:
+            results = super().read_many([reads[i] for i in passing])
+            for i, fault, result in zip(passing, faults, results, strict=True):
+                answers[i] = max(0, result - fault.short) if fault is not None and isinstance(result, int) else result
+        for fault in faults:
+            self._after(fault)
+        return answers
+
+
+FaultyBackend._path_mixins = {
+    HeldExistence: _FaultyHeldExistence,
+    ExistenceBatches: _FaultyExistenceBatches,
+    PublishBatches: _FaultyPublishBatches,
+    ReadBatches: _FaultyReadBatches,
+}

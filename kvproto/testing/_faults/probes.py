@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kvproto._protocols import SecondaryTier
-from kvproto.testing._faults.backend import FaultyBackend, ForwardingBackend
-from kvproto.tierkit import BlobBackend, Published
+from kvproto.testing._faults.backend import FaultyBackend, ForwardingBackend, _ForwardsPublishBatches, _ForwardsReadBatches
+from kvproto.tierkit import BlobBackend, PublishBatches, Published, ReadBatches
 
 __all__ = ["GATE_BOUND_S", "Gate", "KitBackend", "faulty_backend_of", "instrumented"]
 
@@ -128,6 +128,21 @@ class KitBackend(ForwardingBackend):
         """Forwarded between its gates; counted; raises after writing if armed with :meth:`land_then_fail`."""
         self._pass("publish", name, after=False)
         out = super().publish(name, parts, size)
+        fail = self._count_published(name, out)
+        self._pass("publish", name, after=True)
+        if fail:
+            raise _lost_reply(name)
+        return out
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        """Forwarded between its gates; damaged or truncated if armed."""
+        self._pass("read_into", name, after=False)
+        size = self._spoil(name, buffers, super().read_into(name, buffers))
+        self._pass("read_into", name, after=True)
+        return size
+
+    def _count_published(self, name: str, out: Published) -> bool:
+        """Count a publish's answer; whether it must now raise (armed with :meth:`land_then_fail`)."""
         with self._lock:
             if out is Published.CREATED:
                 self.created += 1
@@ -135,15 +150,10 @@ class KitBackend(ForwardingBackend):
                 self.existed += 1
             fail = name in self._lands_then_fails
             self._lands_then_fails.discard(name)
-        self._pass("publish", name, after=True)
-        if fail:
-            raise OSError(errno.ETIMEDOUT, f"injected by the kit: the reply to publish {name} was lost")
-        return out
+        return fail
 
-    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        """Forwarded between its gates; damaged or truncated if armed."""
-        self._pass("read_into", name, after=False)
-        size = super().read_into(name, buffers)
+    def _spoil(self, name: str, buffers: Sequence[memoryview], size: int) -> int:
+        """What a read of ``name`` into ``buffers`` that found ``size`` bytes reports, damaged or truncated if armed."""
         with self._lock:
             damage = self._take(self._damage, name)
             truncate = self._take(self._truncate, name)
@@ -160,7 +170,6 @@ class KitBackend(ForwardingBackend):
                     view[lo - offset : hi - offset] = bytes(hi - lo)
                 offset += len(view)
             size = max(0, size - 16)
-        self._pass("read_into", name, after=True)
         return size
 
     def delete(self, name: str) -> None:
@@ -170,6 +179,42 @@ class KitBackend(ForwardingBackend):
         with self._lock:
             self.deleted += 1
         self._pass("delete", name, after=True)
+
+
+def _lost_reply(name: str) -> OSError:
+    return OSError(errno.ETIMEDOUT, f"injected by the kit: the reply to publish {name} was lost")
+
+
+class _KitPublishBatches(_ForwardsPublishBatches, KitBackend):
+    def publish_many(self, blobs: Sequence[tuple[str, Sequence[memoryview], int]]) -> Sequence[Published | Exception]:
+        """As :meth:`publish` for each blob, in one inner ``publish_many`` (KIT-25): every blob's gates before
+        and after it, each counted, and a blob armed with :meth:`land_then_fail` answers the lost reply."""
+        for name, _parts, _size in blobs:
+            self._pass("publish", name, after=False)
+        answers = list(super().publish_many(blobs))
+        for i, ((name, _parts, _size), out) in enumerate(zip(blobs, answers, strict=True)):
+            if isinstance(out, Published) and self._count_published(name, out):
+                answers[i] = _lost_reply(name)
+        for name, _parts, _size in blobs:
+            self._pass("publish", name, after=True)
+        return answers
+
+
+class _KitReadBatches(_ForwardsReadBatches, KitBackend):
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> Sequence[int | Exception]:
+        """As :meth:`read_into` for each read, in one inner ``read_many`` (KIT-25)."""
+        for name, _buffers in reads:
+            self._pass("read_into", name, after=False)
+        answers = list(super().read_many(reads))
+        for i, ((name, buffers), size) in enumerate(zip(reads, answers, strict=True)):
+            if isinstance(size, int):
+                answers[i] = self._spoil(name, buffers, size)
+        for name, _buffers in reads:
+            self._pass("read_into", name, after=True)
+        return answers
+
+
+KitBackend._path_mixins = {PublishBatches: _KitPublishBatches, ReadBatches: _KitReadBatches}
 
 
 def faulty_backend_of(tier: SecondaryTier) -> FaultyBackend | None:

@@ -1,17 +1,17 @@
 """TIERKIT-11: a backend offering ``PublishBatches`` (``ReadBatches``) gets a store (load) job's keys in even runs
 of at most its batch size, one ``publish_many`` (``read_many``) per run; each blob answers for itself (partial
 stores and loads reported as they are), a batch that raises fails its run only, keys the index vouches for are
-not sent, and a backend that says 1 (or a ``wrap``per that does not offer batches) goes key by key."""
+not sent, and a backend that says 1 (or a ``wrap``per that changes ``publish`` alone, KIT-25) goes key by key."""
 
 from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from kvproto import OffloadKey
-from kvproto.testing import FaultyBackend
+from kvproto.testing import ForwardingBackend
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend, PublishBatches, Published, ReadBatches
 
 from tests.kvproto.tierkit.test_blob_cases import BLOCK, _fill, _Jobs, key
@@ -79,10 +79,12 @@ def _typed(backend: BatchingMemory) -> tuple[BlobBackend, PublishBatches, ReadBa
 
 
 @contextmanager
-def _tier(backend: BlobBackend, *, wrap: bool = False) -> Iterator[tuple[BlobTier, _Jobs]]:
+def _tier(
+    backend: BlobBackend, *, wrap: Callable[[BlobBackend], BlobBackend] | None = None
+) -> Iterator[tuple[BlobTier, _Jobs]]:
     buffer = memoryview(bytearray(SLOTS * BLOCK)).cast("B", (SLOTS, BLOCK))
     config = BlobTierConfig(shared=True, trust_index_on_store=True, write_threads=2)
-    tier = BlobTier(backend, buffer, config, name="publish-batches", wrap=FaultyBackend if wrap else None)
+    tier = BlobTier(backend, buffer, config, name="publish-batches", wrap=wrap)
     try:
         assert tier.wait_ready(10)
         for slot in range(SLOTS):
@@ -147,14 +149,31 @@ def test_keys_the_index_vouches_for_are_not_sent_again() -> None:
 
 
 def test_a_backend_saying_one_or_a_wrapper_without_batches_publishes_key_by_key() -> None:
-    """publish_batch_keys 1: no publish_many; a FaultyBackend wrap (it does not offer batches): none either."""
-    for most, wrap in ((1, False), (16, True)):
+    """publish_batch_keys 1: no publish_many; a wrapper that changes ``publish`` and says nothing of batches
+    (KIT-25: it does not offer them): none either, every blob goes through its ``publish``."""
+    for most, wrap in ((1, None), (16, ChangesPublish)):
         backend = BatchingMemory(most)
         with _tier(backend, wrap=wrap) as (tier, jobs):
-            backend.single.clear()
+            backend.single.clear()  # start-up published the manifest
+            before = len(tier.backend.published) if isinstance(tier.backend, ChangesPublish) else 0
             keys = _keys(6)
             assert jobs.run(keys, load=False).success
             assert not backend.batches and sorted(backend.single) == sorted(tier.name_of(k) for k in keys)
+            if wrap is not None:
+                assert isinstance(tier.backend, ChangesPublish)
+                assert sorted(tier.backend.published[before:]) == sorted(backend.single)
+
+
+class ChangesPublish(ForwardingBackend):
+    """A wrapper that counts publishes by changing ``publish`` alone."""
+
+    def __init__(self, inner: BlobBackend) -> None:
+        super().__init__(inner)
+        self.published: list[str] = []
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        self.published.append(name)
+        return super().publish(name, parts, size)
 
 
 def test_each_read_of_a_batch_answers_for_itself_and_a_failed_batch_fails_its_run_only() -> None:
