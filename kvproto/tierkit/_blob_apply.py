@@ -11,7 +11,6 @@ vouch for its keys as of their ticks (TIERKIT-2) and emit STORED.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 
@@ -32,13 +31,18 @@ __all__ = ["Outcomes"]
 
 @dataclass(slots=True, eq=False)
 class Outcomes:
-    """Applies finished jobs to the tier's ledger, probe, held HITs and ``stats`` (under ``stats_lock``)."""
+    """Applies finished jobs to the tier's ledger, probe, held HITs and ``stats``.
+
+    The job counters of ``stats`` it adds to (``loaded_blocks``, ``failed_loads``, ``transient_load_errors``,
+    ``hit_load_failures``, ``stored_blocks``, ``failed_stores``, ``lost_races``) are written by the
+    scheduler's thread only, here: it adds to them without the tier's stats lock, which the workers take
+    to count theirs (a worker that loses the GIL while holding it would hold the scheduler, TIERKIT-9).
+    """
 
     ledger: Ledger
     probe: AsyncProbe
     holds: Holds | None
     stats: BlobTierStats
-    stats_lock: threading.Lock
     _: KW_ONLY
     partial_jobs: bool
     tier_name: str
@@ -92,11 +96,11 @@ class Outcomes:
                 self.probe.mark_miss(failed)
             failed += refused
             ok = [k for k, _ in loaded]
-            with self.stats_lock:
-                self.stats.loaded_blocks += len(ok)
-                self.stats.failed_loads += len(failed)
-                self.stats.transient_load_errors += len(transient)
-                self.stats.hit_load_failures += len(failed) - len(refused)
+            stats = self.stats  # counters only this thread writes: no lock (the class docstring)
+            stats.loaded_blocks += len(ok)
+            stats.failed_loads += len(failed)
+            stats.transient_load_errors += len(transient)
+            stats.hit_load_failures += len(failed) - len(refused)
         else:
             results = [
                 (key, tick if verdict in (KeyVerdict.CREATED, KeyVerdict.EXISTED) else None)
@@ -110,10 +114,10 @@ class Outcomes:
             ledger.emit(EventKind.STORED, ok)
             if ok:
                 self.probe.mark_hit(ok)
-            with self.stats_lock:
-                self.stats.stored_blocks += len(ok)
-                self.stats.failed_stores += len(job.keys) - len(ok)
-                self.stats.lost_races += lost
+            stats = self.stats  # counters only this thread writes: no lock (the class docstring)
+            stats.stored_blocks += len(ok)
+            stats.failed_stores += len(job.keys) - len(ok)
+            stats.lost_races += lost
         if len(ok) == len(job.keys):
             return JobResult(job.job_id, True)
         if not self.partial_jobs:

@@ -136,7 +136,7 @@ class BlobTier:
             sync, tier_name=name, namespace=self.namespace, block_bytes=self._block_bytes, row=self._row,
             ticks=itertools.count(1), deleted=self._ledger.note_deleted, count=self._count,
         )
-        self._lock = threading.Lock()  # running jobs, closed, generation
+        self._lock = threading.Lock()  # adding running jobs, closed, generation (get_finished_jobs pops without it)
         self._running: dict[int, Future[JobOutcome]] = {}
         # Ids of running jobs whose futures completed, appended by the futures' callbacks (any thread; a
         # deque's append and popleft are atomic): a poll with nothing finished reads one length, no lock.
@@ -168,7 +168,7 @@ class BlobTier:
                                  batch_scope=None if batches is None else partial(self._existence.batch, batches))
         if config.shared:
             self._probe.start()  # now, not in the scheduler's first on_step_end (TIERKIT-9)
-        self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats, self._stats_lock,
+        self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats,
                                   partial_jobs=config.partial_jobs, tier_name=name,
                                   distrust=self._distrust if config.shared else None)
         self.capabilities = capabilities_of(config, holds_hits=self._holds is not None)
@@ -254,12 +254,12 @@ class BlobTier:
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
         """Report finished jobs once each, in the order they finished, applying their effects to the index
-        and verdicts (TIER-11). With nothing finished it returns at once, taking no lock."""
+        and verdicts (TIER-11). No lock (TIERKIT-9): each pop is atomic, only this thread pops, and ``_finished``
+        holds each id once, of a job in ``_running`` whose outcome is set: reported once, after its effect."""
         finished = self._finished
         if not finished:
             return []
-        with self._lock:
-            futures = [self._running.pop(finished.popleft()) for _ in range(len(finished))]
+        futures = [self._running.pop(finished.popleft()) for _ in range(len(finished))]
         results = [self._outcomes.apply(f.result()) for f in futures]
         if results:
             self._enforce_budget()
@@ -498,7 +498,7 @@ class BlobTier:
         """Scheduler's thread (a load's report): every index stamp until now stops vouching (TIERKIT-10)."""
         self._ledger.distrust(self._ops.tick())
         self._trusting = False
-        self._count("index_distrusted")
+        self.stats.index_distrusted += 1  # written on this thread only: not the workers' stats lock (TIERKIT-9)
 
     def _gone_at_hit(self, key: OffloadKey) -> LookupResult:
         """MISS: a HIT found ``key``'s blob gone when it opened the read handle (TIERKIT-6); forgotten."""
@@ -553,7 +553,7 @@ class BlobTier:
                 break
         if not victims:
             return
-        self._count("evicted_blocks", len(victims))
+        self.stats.evicted_blocks += len(victims)  # written on this thread only: not the workers' stats lock (TIERKIT-9)
         self._probe.mark_miss([k for k, _ in victims])
         with self._lock:
             if not self._closed:  # shut down: the blobs stay (a later instance may use or evict them)

@@ -5,8 +5,8 @@ yielding a :class:`~tests.impls.remote_faults.RemoteRig` (its tier, the network 
 server, the server killed and started empty) and a class ``Test<Tier>RemoteFaults(RemoteFaultTests)``;
 the two tests below then run the two faults of ``remote_faults`` over it, print each
 :class:`~tests.impls.remote_faults.FaultReport` (``-s`` shows it; ``record_property`` puts it in a JUnit
-report) and assert the same bounds for every tier: :data:`LONGEST_CALL_MS` and
-:attr:`RemoteFaultTests.hit_then_failed_share`.
+report) and assert the same bounds for every tier: no socket operation on the scheduler's thread, no
+call stalled :data:`STALLED_CALL_MS`, and :attr:`RemoteFaultTests.hit_then_failed_share`.
 
 The network fault is a :class:`~tests.impls.blackhole_proxy.BlackholeProxy` where the client talks to
 its server over one port, or :class:`FrozenProcesses` where it cannot be put on the path (a client that
@@ -24,15 +24,27 @@ from typing import ClassVar
 
 from tests.impls.remote_faults import FaultReport, RemoteRig, black_hole_run, empty_restart_run
 
-__all__ = ["HIT_THEN_FAILED_SHARE", "LONGEST_CALL_MS", "FrozenProcesses", "RemoteFaultTests"]
+__all__ = ["HIT_THEN_FAILED_SHARE", "STALLED_CALL_MS", "FrozenProcesses", "RemoteFaultTests"]
 
-LONGEST_CALL_MS = 5.0
-"""The longest a call on the scheduler's thread may take waiting for what the tier makes it wait for
-(a lock, I/O, the GIL after a system call), whatever the network or the server does: a step of a
-serving engine is ~10-50 ms, and a tier call is a dictionary look-up or a hand-off to the tier's own
-threads (tens of microseconds). One wait for the GIL while another thread runs Python is a whole
-switch interval (5 ms): the bound allows none. Calls the OS preempted are the machine's doing (this
-suite shares its CPUs): reported, not bounded (``remote_faults.CallTimes``)."""
+SHORTEST_NETWORK_WAIT_MS = 1000.0
+"""The least a call waits on a black-holed network: the shortest socket or request timeout any rig gives
+its tier (kvproto-obj's and kvproto-redis's 1 s; Mooncake's operations 2 s); a connection the proxy or
+a stopped server's kernel accepts answers nothing either. The hole lasts 3 s."""
+
+STALLED_CALL_MS = SHORTEST_NETWORK_WAIT_MS / 2
+"""No call on the scheduler's thread may take half of :data:`SHORTEST_NETWORK_WAIT_MS`, preempted or not:
+a call that waited on the black-holed storage (itself, or behind a lock a worker held through its I/O)
+stalls a whole timeout or more. Far above what the OS or the interpreter add to a call on a shared
+machine (a preemption, a GIL switch interval of 5 ms: tens of ms at worst), so it judges the tier, not
+the machine; milliseconds are reported, not bounded (``remote_faults.CallTimes``). With it, no socket
+operation on the scheduler's thread (``CallTimes.network_calls``: Python's ``socket.*`` audit events,
+so a connect after an empty restart counts even when loopback answers at once; a client in C++, as
+Mooncake's, shows only as a stall). How we know they catch the old fault, on kvproto-redis (a change
+to ``BlobTier._start`` made for the check, not kept): submits that ran their jobs' I/O on the scheduler's
+thread failed both tests (36 socket operations in the hole and a call stalled 1,038 ms; 3 after the
+empty restart: getaddrinfo, a new socket, connect); submits that only waited for the workers failed
+the black hole (a call stalled 1,044 ms) and passed the restart (longest call 81 ms: loopback answers
+at once)."""
 
 HIT_THEN_FAILED_SHARE = 0.05
 """After the server came back empty, at most this share of the keys asked may answer HIT and then fail
@@ -53,32 +65,33 @@ class RemoteFaultTests:
     def test_a_black_holed_network_never_holds_the_scheduler(
         self, rig: RemoteRig, record_property: Callable[[str, object], None]
     ) -> None:
-        """Loads and stores go on while the network is black-holed for 3 s: no scheduler call waits
-        :data:`LONGEST_CALL_MS` or more, something failed, nothing loaded wrong bytes, and the tier serves
-        again once the network is back (TIERKIT-9)."""
+        """Loads and stores go on while the network is black-holed for 3 s: no scheduler call does a socket
+        operation or stalls :data:`STALLED_CALL_MS`, something failed, nothing loaded wrong bytes, and the
+        tier serves again once the network is back (TIERKIT-9)."""
         report = _reported(black_hole_run(rig), record_property)
         assert report.after.failed_stores + report.after.hit_then_failed > 0, "the hole failed nothing: " + report.line()
-        assert report.longest_held_ms < LONGEST_CALL_MS, report.line()
 
     def test_a_server_restarted_empty_answers_miss_not_hit_then_failed(
         self, rig: RemoteRig, record_property: Callable[[str, object], None]
     ) -> None:
         """1,024 keys stored, the server killed and started empty: at most :attr:`hit_then_failed_share`
         of them answer HIT and fail their load, the rest MISS, are stored again and load right
-        (TIERKIT-10); no scheduler call waits :data:`LONGEST_CALL_MS` or more. (Before the restart and
+        (TIERKIT-10); no scheduler call does a socket operation or stalls :data:`STALLED_CALL_MS`. (Before the restart and
         after it, the keys are asked again while a store or load failed, at most 4 times: the tiers' short
         timeouts against a machine shared with other suites, ``remote_faults._settled``.)"""
         report = _reported(empty_restart_run(rig), record_property)
         assert report.hit_then_failed_share <= self.hit_then_failed_share, report.line()
-        assert report.longest_held_ms < LONGEST_CALL_MS, report.line()
 
 
 def _reported(report: FaultReport, record_property: Callable[[str, object], None]) -> FaultReport:
-    """Print and record ``report``; assert what every fault run must show: no wrong byte, and the
-    tier served again (every load after the fault right)."""
+    """Print and record ``report``; assert what every fault run must show: no wrong byte, no socket
+    operation on the scheduler's thread and no call stalled :data:`STALLED_CALL_MS` (TIERKIT-9), and
+    the tier served again (every load after the fault right)."""
     print(report.line())
     record_property("fault_report", report.line())
     assert report.wrong_bytes == 0, report.line()
+    assert report.times.network_calls == 0, "the scheduler's thread did network I/O: " + report.line()
+    assert report.longest.ms < STALLED_CALL_MS, "a scheduler call stalled as on the storage: " + report.line()
     assert report.again.hit_loads > 0 and report.again.loaded_right == report.again.hit_loads, report.line()
     return report
 
