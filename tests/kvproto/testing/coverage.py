@@ -1,6 +1,7 @@
 """The kit's coverage table: each MUST clause the kit claims -> the checks that verify it -> the
 gallery tiers that break it (KIT-13). ``python -m tests.kvproto.testing.coverage`` rewrites
-``docs/kit-coverage.md`` (with the mutation section from docs/mutation/*.json, mutation_report.py);
+``docs/kit-coverage.md`` (with the mutation section from docs/mutation/*.json, mutation_report.py,
+and the reference tiers' code run (KIT-24) from docs/code-run/*.json, code_run_report.py);
 test_coverage.py fails when a claimed MUST has no check or no gallery
 tier, or when the committed table is stale."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from kvproto.testing import PrimaryTierTests, SecondaryTierTests, checks_of
 
+from tests.kvproto.testing.code_run_report import render_section as code_run_section
 from tests.kvproto.testing.gallery_index import GALLERY
 from tests.kvproto.testing.mutation_report import render_section as mutation_section
 
@@ -115,7 +117,7 @@ def render() -> str:
     ]
     for part, generic in PRIMARY_PARTS.items():
         lines.append(f"| {part} | {generic} |")
-    lines += ["", *mutation_section()]
+    lines += ["", *mutation_section(), "", *code_run_section()]
     return "\n".join(lines) + "\n"
 
 

@@ -173,12 +173,13 @@ def render_section() -> list[str]:
         "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
         "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
         "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
-        f"{TARGET_SCORE:.0%}; the next column counts the out-of-scope survivors as survivors too.",
+        f"{TARGET_SCORE:.0%}. The strict score (issue 40) counts every out-of-scope survivor as a survivor too:",
+        "killed / (run - incompetent - equivalent), whatever each one's reason says.",
         "A blind spot is a real bug the kit passes, with the check it needs; the",
         "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
         "",
         "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
-        "| unclassified | score | score, out of scope counted | wall time (with reruns) |",
+        "| unclassified | score | strict score (out of scope counted as survivors) | wall time (with reruns) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     loaded = [load(p) for p in report_paths()]
