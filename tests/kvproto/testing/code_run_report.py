@@ -32,12 +32,11 @@ TARGET_SHARE = 0.95
 _FIGURES = ("lines", "lines_run", "branches", "branches_run")
 
 _REDIS = (
-    "the kit's FaultyBackend wrapper offers no PublishBatches or ReadBatches, so RedisBackend's pipelines (publish_many, "
-    "read_many, their *_batch_keys, _pipeline_keys, RedisOps.set_if_absent_many, get_many) never run; _local_server "
-    "(131 lines) is the loopback redis-server the spec starts, partly before the measurement, its stop, kill, restart "
-    "and context manager never during it; no check starts an instance that lists the keys (list_blobs); "
-    "hosted_redis_tier is the hosting helper for engines; the configuration's password-hiding repr and short_error "
-    "run only on a bad URL or a failed call's log line; _conforms is read only by mypy"
+    "_local_server (131 lines) is the loopback redis-server the spec starts, partly before the measurement, its stop, "
+    "kill, restart and context manager never during it; no check starts an instance that lists the keys (list_blobs): "
+    "the spec runs shared mode, whose index is a memo, never a restart scan; hosted_redis_tier is the hosting helper "
+    "for engines; the configuration's password-hiding repr and short_error run only on a bad URL or a failed call's "
+    "log line; _conforms is read only by mypy"
 )
 #: Each reference tier whose lines run fall below TARGET_SHARE -> why the default profile does not
 #: reach it (issue 40: "or the exception is named in the docs"), read off its not-checked functions.
@@ -47,11 +46,11 @@ BELOW_TARGET: dict[str, str] = {
     "its protocol code is kvproto's SlotTable, not its own; tensor, pinned, config, block_bytes, slot_view are an "
     "engine's accessors, from_mapping builds it by name, _unpin runs only pinned (the spec runs unpinned), "
     "_conforms is read only by mypy",
-    "fs": "the kit's FaultyBackend wrapper answers held existence through sizes and open_held, so FileBackend.open_sizes, "
-    "_stat_size, close_held_many and _close_run never run; no check starts an instance whose start-up lists the storage "
-    "(list_blobs, _subdirs, FileOps.scandir); the spec runs durability='none' (no fsync) and the kit's 64-byte rows "
-    "never take O_DIRECT (probe_direct, DirectIO.refuse); hosted_fs_tier is the hosting helper for engines, "
-    "direct_io_counts introspection, _conforms read only by mypy",
+    "fs": "no check starts an instance whose start-up lists the storage (list_blobs, _subdirs, FileOps.scandir): the "
+    "spec runs shared mode, whose index is a memo, never a restart scan; with held HITs on (the default) existence "
+    "checks open what they find (open_sizes, KIT-25), so sizes and _stat_size run only with them off; the spec runs "
+    "durability='none' (no fsync) and the kit's 64-byte rows never take O_DIRECT (probe_direct, DirectIO.refuse); "
+    "hosted_fs_tier is the hosting helper for engines, direct_io_counts introspection, _conforms read only by mypy",
     "memory": "no memory spec runs its non-default configurations: without capacity_blocks its eviction never runs and "
     "without latency_s its worker-thread jobs (_run_later) never do; the refusals of bad constructor options and "
     "malformed jobs and seeds never run (the kit passes good ones); step_driven is read by kvproto simulate --trace, "
@@ -65,15 +64,17 @@ BELOW_TARGET: dict[str, str] = {
     "memory-primary": "its protocol code is kvproto's SlotTable, not its own: of its 17 lines, the constructor's refusal "
     "of a bad block_bytes or an unallocatable buffer never runs (the kit passes good options), block_bytes and "
     "slot_view are an engine's data plane, step_driven is read by kvproto simulate --trace",
-    "obj": "the kit's FaultyBackend wrapper offers no existence batches, so ObstoreBackend.begin_sizes, batch_sizes, "
-    "end_sizes, ObjTier.open_existence_batches, existence_batches and _listing's OpenBatches and ListPlanner planning "
-    "never run; the spec hands the tier an in-memory store, so _store's make_store, client_options, retry_config and "
-    "ObjTierConfig's validators run only against S3 (obj-s3); no check starts an instance that lists the bucket "
-    "(list_blobs); known_keys, listed_objects, skipped_uploads are introspection, _conforms read only by mypy",
-    "obj-s3": "the kit's FaultyBackend wrapper offers no existence batches, so ObstoreBackend.begin_sizes, batch_sizes, "
-    "end_sizes, ObjTier.open_existence_batches, existence_batches and _listing's OpenBatches and ListPlanner planning "
-    "never run; no check starts an instance that lists the bucket (list_blobs); known_keys, listed_objects, "
-    "skipped_uploads are introspection, _conforms read only by mypy",
+    "obj": "the spec hands the tier an in-memory store, so _store's make_store, client_options, retry_config and "
+    "ObjTierConfig's validators run only against S3 (obj-s3); existence checks go in batches (KIT-25), so "
+    "ObstoreBackend.sizes runs only without them, and ListPlanner.estimate and outgrew only for a namespace whose "
+    "listing outgrows its page budget (the kit's namespaces hold at most a few hundred blobs); no check starts an "
+    "instance that lists the bucket (list_blobs); known_keys, listed_objects, open_existence_batches, "
+    "existence_batches, skipped_uploads and OpenBatches.__len__ are introspection, _conforms read only by mypy",
+    "obj-s3": "existence checks go in batches (KIT-25), so ObstoreBackend.sizes runs only without them, and "
+    "ListPlanner.estimate and outgrew only for a namespace whose listing outgrows its page budget (the kit's "
+    "namespaces hold at most a few hundred blobs); no check starts an instance that lists the bucket (list_blobs); "
+    "known_keys, listed_objects, open_existence_batches, existence_batches, skipped_uploads and OpenBatches.__len__ "
+    "are introspection, _conforms read only by mypy",
     "redis": _REDIS,
     "redis-cluster": _REDIS,
     "mooncake": "_local_server (109 lines) is the loopback Mooncake master and store the spec starts, partly before the "
