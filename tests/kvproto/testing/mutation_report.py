@@ -11,6 +11,12 @@ constructor option the kit's factory never passes; ``reason`` says what), ``blin
 (a real bug the kit passes; ``check_needed`` describes the check that would fail it), or ``new-check``
 (a kit check added since that fails it; ``check`` names it). The score is killed / (run - incompetent -
 equivalent - out-of-scope).
+
+Every out-of-scope survivor also carries a reviewer's judgement (issue 40, item 7): ``clause_can_observe``
+(a bool) and ``why`` (one line). False: no contract clause can observe the change, whatever configuration
+or input the tier is given (``why`` names the clause families checked); True: some clause could, even if
+the kit never runs what shows it (``why`` names the clause). The issue's strict score leaves out only the
+first kind: killed / (run - incompetent - equivalent - out-of-scope survivors no clause can observe).
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ KILLED_BY = ("verdict", "error", "timeout")
 CLASSIFICATIONS = {"equivalent": "reason", "out-of-scope": "reason", "blind-spot": "check_needed", "new-check": "check"}
 #: The score the issue asks for (issue 17, section 5): >= 90% of the non-equivalent mutants killed.
 TARGET_SCORE = 0.9
+#: Issue 40, item 7: the strict score (out-of-scope survivors some clause can observe counted as survivors)
+#: of each tier at least 85%.
+STRICT_TARGET_SCORE = 0.85
+#: The judgement every out-of-scope survivor carries: can a contract clause observe the change, and why.
+JUDGEMENT_KEYS = ("clause_can_observe", "why")
 
 
 class BadMutationReport(ValueError):
@@ -44,6 +55,8 @@ class Summary:
     incompetent: int
     equivalent: int
     out_of_scope: int
+    #: The out-of-scope survivors judged unobservable (``clause_can_observe`` False): no clause can see them.
+    unobservable: int
     blind_spot: int
     new_check: int
     unclassified: int
@@ -60,11 +73,22 @@ class Summary:
 
     @property
     def strict_score(self) -> float | None:
-        """The score with every out-of-scope survivor counted as a survivor (the stricter reading:
-        killed / (run - incompetent - equivalent)), reported beside the score so the out-of-scope
-        classification hides nothing."""
+        """Issue 40's strict score: killed / (run - incompetent - equivalent - out-of-scope survivors judged
+        unobservable), so an out-of-scope survivor some contract clause could observe counts as a survivor."""
+        counted = self.scored + self.out_of_scope - self.unobservable
+        return None if counted == 0 else self.killed / counted
+
+    @property
+    def all_counted_score(self) -> float | None:
+        """The score with every out-of-scope survivor counted as a survivor, whatever its judgement:
+        killed / (run - incompetent - equivalent), reported so the out-of-scope classification hides nothing."""
         counted = self.scored + self.out_of_scope
         return None if counted == 0 else self.killed / counted
+
+    @property
+    def strict_target_met(self) -> bool | None:
+        """Whether the strict score reaches STRICT_TARGET_SCORE (issue 40, item 7); None with nothing scored."""
+        return None if self.strict_score is None else self.strict_score >= STRICT_TARGET_SCORE
 
 
 def _need(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -76,10 +100,25 @@ def _need(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: 
     return value
 
 
+def _judged_observable(classification: dict[str, Any], kind: str, at: str) -> bool | None:
+    """The judgement of an out-of-scope survivor (issue 40, item 7): ``clause_can_observe`` a bool and ``why``
+    a non-empty line; None for the other kinds, which must not carry one. Raises BadMutationReport."""
+    if kind != "out-of-scope":
+        present = [k for k in JUDGEMENT_KEYS if k in classification]
+        if present:
+            raise BadMutationReport(f"{at}: a {kind} survivor carries {present}: only out-of-scope ones are judged")
+        return None
+    observable = _need(classification, "clause_can_observe", bool, at)
+    why = _need(classification, "why", str, at)
+    if not why.strip() or "\n" in why:
+        raise BadMutationReport(f"{at}: an out-of-scope survivor needs a one-line 'why' (the clause, or why none can see it)")
+    return bool(observable)
+
+
 def validate(data: Any, where: str) -> Summary:
     """The report's counts, after checking it is well formed: every field present, counts that add
-    up, every survivor classified with its reason, check needed or check name. Raises
-    BadMutationReport naming what is wrong."""
+    up, every survivor classified with its reason, check needed or check name, every out-of-scope
+    survivor judged (``clause_can_observe``, ``why``). Raises BadMutationReport naming what is wrong."""
     if not isinstance(data, dict):
         raise BadMutationReport(f"{where}: not a JSON object")
     tier = _need(data, "tier", str, where)
@@ -101,6 +140,7 @@ def validate(data: Any, where: str) -> Summary:
         raise BadMutationReport(f"{where}: {len(mutants)} mutants run but only {generated} generated")
     counts = {
         "killed": 0, "incompetent": 0, "equivalent": 0, "out-of-scope": 0, "blind-spot": 0, "new-check": 0, "unclassified": 0,
+        "unobservable": 0,
     }
     ids: set[str] = set()
     for i, m in enumerate(mutants):
@@ -141,10 +181,12 @@ def validate(data: Any, where: str) -> Summary:
             raise BadMutationReport(f"{at}: classification {kind!r} not one of {sorted(CLASSIFICATIONS)}")
         if not _need(classification, CLASSIFICATIONS[kind], str, at).strip():
             raise BadMutationReport(f"{at}: a {kind} survivor needs a non-empty {CLASSIFICATIONS[kind]!r}")
+        if _judged_observable(classification, kind, at) is False:
+            counts["unobservable"] += 1
         counts[kind] += 1
     return Summary(
         tier, generated, len(mutants), counts["killed"], counts["incompetent"], counts["equivalent"],
-        counts["out-of-scope"], counts["blind-spot"], counts["new-check"], counts["unclassified"], wall_s,
+        counts["out-of-scope"], counts["unobservable"], counts["blind-spot"], counts["new-check"], counts["unclassified"], wall_s,
     )
 
 
@@ -162,6 +204,31 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _summary_row(s: Summary) -> str:
+    """One tier's row of the table: counts, the three scores and issue 40's target met or missed."""
+    met = {None: "-", True: "met", False: "**missed**"}[s.strict_target_met]
+    return (
+        f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.incompetent} | {s.equivalent} "
+        f"| {s.out_of_scope} ({s.unobservable} unobservable) | {s.blind_spot} | {s.new_check} | {s.unclassified} "
+        f"| {_pct(s.score)} | {_pct(s.strict_score)} ({met}) | {_pct(s.all_counted_score)} | {s.wall_s / 60:.1f} min |"
+    )
+
+
+def _said(c: dict[str, Any] | None) -> str:
+    """A survivor's classification as the survivors' table says it, an out-of-scope one with its judgement."""
+    if c is None:
+        return "**unclassified**"
+    said = f"{c['kind']}: {c[CLASSIFICATIONS[c['kind']]]}"
+    if c["kind"] == "out-of-scope":
+        judged = "a clause can observe it" if c["clause_can_observe"] else "no clause can observe it"
+        said += f" **Judged: {judged}:** {c['why']}"
+    return said
+
+
 def render_section() -> list[str]:
     """The mutation section of docs/kit-coverage.md, from the committed reports."""
     lines = [
@@ -172,25 +239,24 @@ def render_section() -> list[str]:
         '"conforms" (a failed check, the kit could not run, or the run timed out). Mutants inside type',
         "annotations and `if TYPE_CHECKING:` blocks are left out (never executed). Where sampled, one",
         "mutant is drawn at each of N sampled source locations (`--sample N --seed S`). Data:",
-        "docs/mutation/TIER.json; score = killed / (run - incompetent - equivalent - out of scope); target "
-        f"{TARGET_SCORE:.0%}. The strict score (issue 40) counts every out-of-scope survivor as a survivor too:",
-        "killed / (run - incompetent - equivalent), whatever each one's reason says.",
+        "docs/mutation/TIER.json. Three scores, each killed / (run - incompetent - equivalent - what it leaves out):",
+        f"**score** leaves out every out-of-scope survivor (target {TARGET_SCORE:.0%}, issue 17);",
+        "**strict score** (issue 40, item 7) leaves out only the out-of-scope survivors judged unobservable, those",
+        "no contract clause can observe whatever configuration or input the tier is given, so an out-of-scope",
+        "survivor some clause could observe (a constructor check a clause requires, an option the kit never sets",
+        f"whose behaviour a clause promises) counts as a survivor: target {STRICT_TARGET_SCORE:.0%} per tier, met or",
+        "missed; **all counted** leaves out no out-of-scope survivor, whatever its judgement. Each out-of-scope",
+        "survivor's judgement (`clause_can_observe`, and `why`: the clause, or the clause families checked) is",
+        "in its JSON and in the survivors' tables below.",
         "A blind spot is a real bug the kit passes, with the check it needs; the",
         "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
         "",
         "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
-        "| unclassified | score | strict score (out of scope counted as survivors) | wall time (with reruns) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| unclassified | score | strict score (issue 40) | all counted | wall time (with reruns) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     loaded = [load(p) for p in report_paths()]
-    for _, s in loaded:
-        score = "-" if s.score is None else f"{s.score:.0%}"
-        strict = "-" if s.strict_score is None else f"{s.strict_score:.0%}"
-        lines.append(
-            f"| {s.tier} | {s.generated} | {s.run} | {s.killed} | {s.incompetent} | {s.equivalent} | {s.out_of_scope} "
-            f"| {s.blind_spot} | {s.new_check} "
-            f"| {s.unclassified} | {score} | {strict} | {s.wall_s / 60:.1f} min |"
-        )
+    lines += [_summary_row(s) for _, s in loaded]
     missing = [t for t in TIERS if t not in {s.tier for _, s in loaded}]
     if missing:
         lines += ["", f"Not measured yet: {', '.join(missing)}."]
@@ -208,10 +274,6 @@ def render_section() -> list[str]:
             "|---|---|---|",
         ]
         for m in survivors:
-            c = m.get("classification")
-            if c is None:
-                said = "**unclassified**"
-            else:
-                said = f"{c['kind']}: {c[CLASSIFICATIONS[c['kind']]]}"
+            said = _said(m.get("classification"))
             lines.append(f"| {m['file']}:{m['line']} ({m['operator']}) | `{_cell(m['change'])}` | {_cell(said)} |")
     return lines
