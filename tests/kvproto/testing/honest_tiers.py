@@ -250,21 +250,38 @@ def lazy_connections() -> TierSpec:
 BUDGET_BLOCKS = 20
 
 
+TIGHT_BUDGET_BLOCKS = 8
+"""Fewer blocks than several checks store at once (12 in TIER-10's concurrent jobs, a crash round of TIER-24):
+the declared eviction must excuse their MISSes (a held-out correct tier with such a budget was blamed)."""
+
+
 class BudgetedFiles(BlobTier):
+    budget_blocks = BUDGET_BLOCKS
+
     def __init__(self, buffer: memoryview, *, root: Path | None = None) -> None:
         self.root = fresh_directory("kvproto-honest-budget-") if root is None else root
         block = buffer.shape[1] if buffer.shape else 1
-        config = BlobTierConfig(persistent=True, max_bytes=BUDGET_BLOCKS * (env.HEADER_BYTES + block),
+        config = BlobTierConfig(persistent=True, max_bytes=self.budget_blocks * (env.HEADER_BYTES + block),
                                 start_in_background=False)
         # gallery_io's file backend, set up honestly: writes whole, a failed write closes its file.
         files = _Files(self.root, one_call=False, close_on_error=True)
         super().__init__(files, buffer, config, name="budgeted-files", wrap=FaultyBackend)
 
 
+class TightlyBudgetedFiles(BudgetedFiles):
+    budget_blocks = TIGHT_BUDGET_BLOCKS
+
+
 def _reopen_budgeted(tier: BudgetedFiles, buffer: memoryview) -> BudgetedFiles:
-    return BudgetedFiles(buffer, root=tier.root)
+    return type(tier)(buffer, root=tier.root)
 
 
 def budgeted_files() -> TierSpec:
     return TierSpec("budgeted-files", "secondary", BudgetedFiles, hooks={"reopen": _reopen_budgeted},
                     tier_class=BudgetedFiles)
+
+
+def tightly_budgeted_files() -> TierSpec:
+    """BudgetedFiles with an 8-block budget: declared eviction below what one check stores (issue 40, held out)."""
+    return TierSpec("tightly-budgeted-files", "secondary", TightlyBudgetedFiles, hooks={"reopen": _reopen_budgeted},
+                    tier_class=TightlyBudgetedFiles)

@@ -12,7 +12,8 @@ from tests.cli import kvproto_cli as main
 
 
 @pytest.mark.parametrize(
-    "factory", ["small_memory", "stops_at_first_bad_key", "clocked_primary", "lazy_connections", "budgeted_files"]
+    "factory", ["small_memory", "stops_at_first_bad_key", "clocked_primary", "lazy_connections", "budgeted_files",
+                "tightly_budgeted_files"]
 )
 def test_conform_passes_an_unusual_but_correct_tier(factory: str, tmp_path: Path) -> None:
     report = tmp_path / "report.json"

@@ -252,15 +252,22 @@ class SecondaryDataChecks(SecondaryRole):
 
     @check("TIER-10")
     def test_concurrent_jobs_on_distinct_keys_do_not_interfere(self, kit: SecondaryDriver) -> None:
-        """Several store jobs, then several load jobs, in flight at once each move their own bytes."""
+        """Several store jobs, then several load jobs, in flight at once each move their own bytes.
+
+        With eviction declared a stored key may answer MISS (a budget may hold fewer than the 12 blocks);
+        the keys that answer HIT are loaded, in jobs in flight at once, and must move their own bytes."""
         keys = key_pool("concurrent", 12)
         stores = [kit.submit_store(keys[i : i + 3], range(i, i + 3)) for i in range(0, 12, 3)]
         results = kit.wait(stores)
         for result in results.values():
             if not result.success:
                 raise ConformanceFailure("TIER-10", f"concurrent store job failed: {result}")
-        kit.expect(kit.resolve(keys), lr.HIT, "TIER-10", "after concurrent stores")
-        loads = [kit.submit_load(keys[i : i + 3][::-1], range(16 + i, 19 + i)) for i in range(0, 12, 3)]
+        answers = kit.resolve(keys)
+        if not self.declared_capabilities(kit.tier).eviction:
+            kit.expect(answers, lr.HIT, "TIER-10", "after concurrent stores")
+        held = [k for k in keys if answers[k] is lr.HIT]
+        loads = [kit.submit_load(held[i : i + 3][::-1], range(16 + i, 16 + i + len(held[i : i + 3])))
+                 for i in range(0, len(held), 3)]
         for result in kit.wait(loads).values():
             if not result.success:
                 raise ConformanceFailure("TIER-10", f"concurrent load job of stored keys failed: {result}")
