@@ -13,6 +13,13 @@ unlocked. The two controllers are two threads calling one adapter at once.
 each call waits for its own task, with a deadline (a task that never completes fails the test,
 nothing sleeps for luck), and records how long the submit call held the calling thread (the
 controller's loop thread: a slow submit stalls every other adapter and request it serves).
+
+Stricter, as the controllers are (issue 40): with ``signal_driven``, :class:`PrefetchSide` queries a task
+only after its fd was signalled (the prefetch controller queries an adapter only when its fd fired) and
+counts a query right after the signal that found nothing (the controller would wait for a signal that
+already came), and asks each result once more (``L2AdapterInterface``: a result is returned ONCE). A
+:class:`ReadWatch` given to :func:`object_of` and :class:`StoreSide` counts the store submits that read
+an object's data on the calling thread (the copy done inline, on the controller's loop thread).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
 from lmcache.v1.platform import consume_fd
 
-__all__ = ["PrefetchSide", "StoreSide", "TwoControllers", "key_of", "object_of", "read_back"]
+__all__ = ["PrefetchSide", "ReadWatch", "StoreSide", "TwoControllers", "key_of", "object_of", "read_back"]
 
 #: How long one task may take before the client gives up on it (a hang is a failure, not a wait).
 TASK_DEADLINE_S = 60.0
@@ -39,18 +46,67 @@ def key_of(i: int, salt: str = "") -> Any:
     return ObjectKey(chunk_hash=i.to_bytes(8, "big"), model_name="m", kv_rank=0, cache_salt=salt)
 
 
-def object_of(i: int, elements: int) -> Any:
-    """A CPU ``TensorMemoryObj`` of ``elements`` float32 values whose bytes name ``i`` (and each position)."""
+class ReadWatch:
+    """Whether an object's data was read on the thread now inside a submit (set by :class:`StoreSide`)."""
+
+    def __init__(self) -> None:
+        self.calling: int | None = None
+        self.read_on_caller = False
+
+    def note(self) -> None:
+        if threading.get_ident() == self.calling:
+            self.read_on_caller = True
+
+
+class _WatchedObj(TensorMemoryObj):  # type: ignore[misc]  # LMCache ships no type information
+    """A ``TensorMemoryObj`` telling its :class:`ReadWatch` when its data is reached."""
+
+    watch: ReadWatch
+
+    @property
+    def tensor(self) -> Any:
+        self.watch.note()
+        return super().tensor
+
+    @property
+    def raw_tensor(self) -> Any:
+        self.watch.note()
+        return super().raw_tensor
+
+    @property
+    def byte_array(self) -> Any:
+        self.watch.note()
+        return super().byte_array
+
+
+def object_of(i: int, elements: int, watch: ReadWatch | None = None) -> Any:
+    """A CPU ``TensorMemoryObj`` of ``elements`` float32 values whose bytes name ``i`` (and each position);
+    with ``watch``, one that tells it when its data is read."""
     raw = torch.arange(elements, dtype=torch.float32) + float(i) * elements
     meta = MemoryObjMetadata(shape=torch.Size([elements]), dtype=torch.float32, address=raw.data_ptr(),
                              phy_size=elements * 4, fmt=MemoryFormat.KV_2LTD, ref_count=1)
-    return TensorMemoryObj(raw, meta, parent_allocator=None)
+    if watch is None:
+        return TensorMemoryObj(raw, meta, parent_allocator=None)
+    made = _WatchedObj(raw, meta, parent_allocator=None)
+    made.watch = watch
+    return made
 
 
 def read_back(i: int, obj: Any) -> bool:
     """Whether ``obj`` holds exactly the bytes :func:`object_of` gave chunk ``i``."""
     elements = obj.tensor.numel()
     return bool(torch.equal(obj.tensor, torch.arange(elements, dtype=torch.float32) + float(i) * elements))
+
+
+def _signalled(fd: int, deadline: float) -> bool:
+    """Whether ``fd`` was signalled (then consumed) within 200 ms, or by ``deadline`` if sooner."""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+    if not poll.poll(min(left_ms, 200)):
+        return False
+    consume_fd(fd)
+    return True
 
 
 def _wait(fd: int, deadline: float) -> None:
@@ -72,13 +128,23 @@ class StoreSide:
 
     adapter: Any
     submit_s: list[float] = field(default_factory=list)
+    watch: ReadWatch | None = None
+    copied_on_caller: int = 0  # with ``watch``: store submits that read an object's data before returning
     _popped: dict[int, Any] = field(default_factory=dict)
 
     def store(self, keys: list[Any], objects: list[Any]) -> Any:
         """Submit one store task and return its ``L2StoreResult`` once popped."""
         started = time.perf_counter()
-        task = self.adapter.submit_store_task(keys, objects)
+        if self.watch is not None:
+            self.watch.calling, self.watch.read_on_caller = threading.get_ident(), False
+        try:
+            task = self.adapter.submit_store_task(keys, objects)
+        finally:
+            if self.watch is not None:
+                self.watch.calling = None
         self.submit_s.append(time.perf_counter() - started)
+        if self.watch is not None and self.watch.read_on_caller:
+            self.copied_on_caller += 1
         deadline = time.monotonic() + TASK_DEADLINE_S
         fd = self.adapter.get_store_event_fd()
         while task not in self._popped:
@@ -95,9 +161,22 @@ class PrefetchSide:
 
     adapter: Any
     submit_s: list[float] = field(default_factory=list)
+    signal_driven: bool = False
+    signalled_empty: int = 0  # signal_driven: a query right after the task's signal found no result
+    answered_again: int = 0  # signal_driven: a result answered again when asked once more
 
     def _result(self, query: Any, task: int, fd: int, what: str) -> Any:
         deadline = time.monotonic() + TASK_DEADLINE_S
+        if self.signal_driven:
+            # One task in flight per fd, each signal consumed before the next submit: the next signal is this task's.
+            while not _signalled(fd, deadline):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{what} task {task} never signalled its fd")
+            got = query(task)
+            if got is not None:
+                self.answered_again += query(task) is not None
+                return got
+            self.signalled_empty += 1  # LMCache's controller now waits for a signal that already came
         while True:
             got = query(task)
             if got is not None:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from kvproto import Capabilities
-from kvproto.testing import Rebuilds, TierSpec, fresh_directory
+from kvproto.testing import ConformanceFailure, Rebuilds, TierSpec, fresh_directory
 
 from kvproto_lmcache._as_kvproto import LmcacheSecondaryTier
 
 __all__ = [
-    "NO_RESET_FAILURES", "SHARED_NO_RESET_FAILURES", "build_adapter", "fresh_dir",
+    "NO_RESET_FAILURES", "SHARED_NO_RESET_FAILURES", "build_adapter", "fresh_dir", "kit_violation",
     "lmcache_fs", "lmcache_mock", "remember_rebuild",
 ]
 
@@ -68,6 +68,12 @@ def reopen(tier: LmcacheSecondaryTier, buffer: memoryview) -> LmcacheSecondaryTi
     return REBUILDS.reopen(tier, buffer)
 
 
+def kit_violation(clause: str, message: str) -> Exception:
+    """A promise of ``L2AdapterInterface`` the wrapper found broken, as the kit's failure of ``clause``
+    (LMC-2): the check running fails on that clause, naming the adapter."""
+    return ConformanceFailure(clause, message)
+
+
 def build_adapter(config: Mapping[str, Any]) -> Any:
     """An LMCache L2 adapter from its configuration ``{"type": ..., **fields}``, as LMCache builds
     one from ``--l2-adapter`` JSON (the config class's ``from_dict``, then the factory)."""
@@ -80,7 +86,9 @@ def build_adapter(config: Mapping[str, Any]) -> Any:
 
 
 def _tier(buffer: memoryview, config: Mapping[str, Any], name: str, capabilities: Capabilities) -> LmcacheSecondaryTier:
-    tier = LmcacheSecondaryTier(build_adapter(config), buffer, name=name, capabilities=capabilities)
+    tier = LmcacheSecondaryTier(
+        build_adapter(config), buffer, name=name, capabilities=capabilities, violation=kit_violation
+    )
     return remember_rebuild(tier, lambda again: _tier(again, config, name, capabilities))
 
 

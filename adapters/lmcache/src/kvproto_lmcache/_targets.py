@@ -21,7 +21,14 @@ from kvproto.hosting import split_class_path
 from kvproto.testing import TierSpec, split_kit_options
 
 from kvproto_lmcache._as_kvproto import LmcacheSecondaryTier
-from kvproto_lmcache._conformance import NO_RESET_FAILURES, build_adapter, fresh_dir, remember_rebuild, reopen
+from kvproto_lmcache._conformance import (
+    NO_RESET_FAILURES,
+    build_adapter,
+    fresh_dir,
+    kit_violation,
+    remember_rebuild,
+    reopen,
+)
 
 __all__ = ["lmcache_target"]
 
@@ -45,7 +52,9 @@ def lmcache_target(path: str, options: Mapping[str, object]) -> TierSpec:
 
     def over(buffer: memoryview, given: Mapping[str, object]) -> LmcacheSecondaryTier:
         config = {"type": "plugin", "module_path": module_name, "class_name": class_name, "adapter_params": dict(given)}
-        tier = LmcacheSecondaryTier(build_adapter(config), buffer, name=name, capabilities=capabilities)
+        tier = LmcacheSecondaryTier(
+            build_adapter(config), buffer, name=name, capabilities=capabilities, violation=kit_violation
+        )
         return remember_rebuild(tier, lambda again: over(again, given))
 
     return TierSpec(
