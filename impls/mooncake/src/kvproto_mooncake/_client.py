@@ -27,7 +27,7 @@ from kvproto.errors import ConfigurationError
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._ops import Client, MooncakeError
 
-__all__ = ["SharedClient", "advertised_host", "check_reachable", "open_client", "probe_reachable"]
+__all__ = ["SharedClient", "advertised_host", "check_reachable", "close_clients", "open_client", "probe_reachable"]
 
 _SETUP_BOUND_S = 30.0  # set-up after the TCP checks answered: a master that accepts but never replies
 
@@ -123,6 +123,22 @@ async def probe_reachable(config: MooncakeTierConfig) -> None:
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"the {what} at {host}:{port} does not answer: {exc!r}") from exc
         writer.close()
+
+
+def close_clients(config: MooncakeTierConfig) -> int:
+    """Close and forget this process's clients of ``config``'s cluster (its master and metadata server), before
+    the cluster itself is stopped: a client left to the interpreter's exit unregisters its segment from a
+    metadata server already gone, and Mooncake logs each refusal as an error. The number closed; a client
+    that fails to close is forgotten all the same (MC-10)."""
+    with _lock:
+        keys = [k for k in _clients if k[:2] == (config.master, config.metadata_server)]
+        closing = [_clients.pop(k) for k in keys]
+    for shared in closing:
+        try:
+            shared.client.close()
+        except Exception:  # noqa: BLE001  (closing at the end of a run: nothing is left to tell)
+            pass
+    return len(closing)
 
 
 def _key(config: MooncakeTierConfig) -> tuple[object, ...]:

@@ -37,7 +37,7 @@ from kvproto.testing import FaultyBackend, RequestFaults, TierSpec, faulty_jobs,
 from kvproto.tierkit import PROBE_CHUNK_KEYS
 
 from kvproto_mooncake._backend import regex_literal
-from kvproto_mooncake._client import check_reachable, open_client
+from kvproto_mooncake._client import check_reachable, close_clients, open_client
 from kvproto_mooncake._config import MooncakeTierConfig
 from kvproto_mooncake._hosting import hosted_mooncake_tier
 from kvproto_mooncake._local_server import LocalMooncake, mooncake_binary
@@ -207,6 +207,7 @@ class KitRun:
             if self._base is not None and self._remove(f"^{regex_literal(self.token)}/"):
                 self._swept.update(self._storages)
             if self.server is not None:
+                close_clients(self._base)  # before the cluster goes: its exit would log every refusal
                 self.server.stop()
                 self.server = None
 
