@@ -18,7 +18,8 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from kvproto._protocols import PrimaryTier, SecondaryTier
-from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.driver import searching
+from kvproto.testing._harness.failures import ConformanceFailure, SearchHalted
 from kvproto.testing._harness.settings import KitProfile, hypothesis_settings
 from kvproto.testing._harness.steps import StepRecorder, explain_flaky, with_steps
 from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
@@ -134,7 +135,16 @@ def run_recorded(
         chosen = hypothesis_settings(profile)
         if examples is not None:
             chosen = settings(chosen, max_examples=examples)
-        run_state_machine_as_test(_recording(machine, recorder), settings=chosen)
+        with searching():
+            run_state_machine_as_test(_recording(machine, recorder), settings=chosen)
+    except SearchHalted as halted:  # a hung call: neither shrunk nor replayed (KIT-27)
+        failure = halted.failure
+        log = recorder.log_of(failure) or recorder.current
+        if isinstance(failure, ConformanceFailure):
+            raise with_steps(failure, log, note=" (the search stopped at this example: a hung call is not replayed)") from failure
+        if log is not None:
+            failure.add_note(log.render())
+        raise failure from None
     except Flaky as flaky:
         raise explain_flaky(flaky, recorder) from flaky
     except ConformanceFailure as failure:

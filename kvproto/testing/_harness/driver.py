@@ -24,7 +24,7 @@ from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, SecondaryTier
 from kvproto._requests import ReqContext
 from kvproto._results import LookupResult
-from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.failures import ConformanceFailure, HungCall, SearchHalted
 from kvproto.testing._harness.settings import KitLimits
 
 _R = TypeVar("_R")
@@ -49,11 +49,32 @@ def bounded_call(call: Callable[[], _R], bound_s: float, clause: str, what: str,
     if errors:
         raise errors[0]
     if not results:
-        raise ConformanceFailure(clause, f"{what} did not return within {bound_s:g} s: {why}")
+        raise HungCall(clause, f"{what} did not return within {bound_s:g} s: {why}")
     return results[0]
 
 
+HUNG_AGAIN_S = 2.0
+"""How long the kit waits for the shutdown of a tier class whose shutdown already hung once in this
+process (KIT-27): the first hang is waited out in full (``shutdown_timeout_s``); each later check that
+meets the same hang fails on it without paying the full bound again."""
+
+_hung_classes: set[type] = set()
+_searching = [0]
+
+
+class searching:  # noqa: N801  (used as a statement: ``with searching():``)
+    """While entered, a tier call that hangs ends the Hypothesis search it is in (:class:`SearchHalted`),
+    instead of failing one example that Hypothesis would then shrink and replay (KIT-27)."""
+
+    def __enter__(self) -> None:
+        _searching[0] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _searching[0] -= 1
+
+
 __all__ = [
+    "HUNG_AGAIN_S",
     "SlowCalls",
     "bounded_call",
     "TierDriver",
@@ -61,6 +82,7 @@ __all__ = [
     "checked_lookup",
     "expect_answers",
     "resolve_capabilities",
+    "searching",
     "short_key",
     "voluntary_switches",
 ]
@@ -235,5 +257,15 @@ class TierDriver(Generic[_T]):
             self.closed = True
             if self._on_close is not None:
                 self._on_close()
-            bounded_call(self.tier.shutdown, self.limits.shutdown_timeout_s, "TIER-16", f"{self.tier.name}.shutdown()",
-                         "a tier's shutdown must end: it finishes or fails its jobs and joins its threads")
+            cls = type(self.tier)
+            bound = self.limits.shutdown_timeout_s
+            if cls in _hung_classes:
+                bound = min(bound, HUNG_AGAIN_S)
+            try:
+                bounded_call(self.tier.shutdown, bound, "TIER-16", f"{self.tier.name}.shutdown()",
+                             "a tier's shutdown must end: it finishes or fails its jobs and joins its threads")
+            except HungCall as hung:
+                _hung_classes.add(cls)
+                if _searching[0]:
+                    raise SearchHalted(hung) from hung
+                raise

@@ -6,7 +6,16 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["SEEN_AFTER_SET_UP", "ConformanceFailure", "HookRaised", "SetUpFailed", "answer_of", "clause_of"]
+__all__ = [
+    "SEEN_AFTER_SET_UP",
+    "ConformanceFailure",
+    "HookRaised",
+    "HungCall",
+    "SearchHalted",
+    "SetUpFailed",
+    "answer_of",
+    "clause_of",
+]
 
 _T = TypeVar("_T")
 
@@ -26,6 +35,22 @@ class ConformanceFailure(AssertionError):
         super().__init__(f"[{clause}] {detail}")
         self.clause = clause
         self.detail = detail
+
+
+class HungCall(ConformanceFailure):
+    """A tier call the kit bounds did not return within its bound (KIT-27): the call's thread is left
+    to end on its own, a daemon, and the check fails with the call's clause."""
+
+
+class SearchHalted(BaseException):
+    """Carries ``failure`` (a :class:`HungCall`, or the failure of the example it ended) out of a
+    Hypothesis search (KIT-27). It is not an :class:`Exception`, so Hypothesis neither shrinks nor
+    replays the example: each replay would wait out the bound again, and leave one more hung thread.
+    The machine runner turns it back into ``failure`` with the example's steps."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 def answer_of(call: Callable[[], _T], clause: str, what: str, rule: str) -> _T:
