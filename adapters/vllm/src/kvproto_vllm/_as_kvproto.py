@@ -24,10 +24,27 @@ differ in who does the work, the wrapper does it, and says so:
 * vLLM reports a misused ``prepare_load`` / ``complete_load`` with ``assert``; the primary wrapper
   turns that ``AssertionError`` into kvproto's :class:`~kvproto.errors.TierMisuseError`. Under
   ``python -O`` the asserts are gone and nothing is raised.
+
+Where the kit's calling pattern differs from the one vLLM's ``TieringOffloadingManager``
+(``vllm/v1/kv_offload/tiering/manager.py``) uses, :class:`VllmSecondaryTier` calls the tier as the
+manager does, so a bug that only shows under vLLM shows under the kit (VLLM-9):
+
+* every call into the tier is made under one lock (the manager's): never two at once;
+* a tier that sets ``tolerates_off_thread_polling`` is also polled on a thread of the wrapper's,
+  named as vLLM's tier-poll thread: each ``get_finished_jobs`` first runs a poll round there
+  (``get_finished_jobs``, then ``serve_external_requests``) and then polls on the caller's thread,
+  as the step's own poll does. A round that raises is the tier's fault (TIER-11: vLLM logs the
+  failed round and goes on, and the results the call had taken are lost);
+* each store job is the last cascade of a request that has finished, as vLLM's ``complete_store``
+  submits it (and ``_maybe_finalize_request`` then finishes the request in the same call): under a
+  request of its own, announced with ``on_new_request``, submitted, and finished with
+  ``on_request_finished`` at once, while the job is in flight (it must still be reported, TIER-11);
+* ``on_step_end`` is vLLM's step end: ``serve_external_requests`` then ``on_schedule_end``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -46,14 +63,24 @@ from kvproto import (
     ReqContext,
     TransferJob,
 )
-from kvproto.errors import TierMisuseError
+from kvproto.errors import ContractViolation, TierMisuseError
 
+from kvproto_vllm._tier_poll import POLL_THREAD_NAME, NoPeers, TierPollThread
 from kvproto_vllm._translate import from_vllm_event, from_vllm_keys, from_vllm_result, to_vllm_keys
 
 if TYPE_CHECKING:  # imported by whoever builds one: cpu/manager.py needs vLLM's full dependency set
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-__all__ = ["VllmPrimaryTier", "VllmSecondaryTier"]
+__all__ = ["Violation", "VllmPrimaryTier", "VllmSecondaryTier", "contract_violation"]
+
+#: How a broken promise of the tier is raised: ``violation(clause, message)``.
+Violation = Callable[[str, str], Exception]
+
+
+def contract_violation(clause: str, message: str) -> Exception:
+    """The default :data:`Violation`: a :class:`ContractViolation` naming ``clause``."""
+    return ContractViolation(f"[{clause}] {message}")
+
 
 _NO_SCHEDULE = vbase.ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
 
@@ -85,11 +112,14 @@ class _Requests:
 
 class _VllmTier:
     """What both wrappers translate the same way: ``name``, ``lookup``, ``touch``, the request
-    contexts and ``on_request_finished``, and ``take_events``. ``inner`` is the vLLM object."""
+    contexts and ``on_request_finished``, and ``take_events``. ``inner`` is the vLLM object; these
+    calls into it (and every call of the secondary wrapper) are made under ``_lock``, as vLLM's
+    manager makes them under its own."""
 
     def __init__(self, inner: vtier.SecondaryTierManager | CPUOffloadingManager, *, name: str) -> None:
         self._vllm = inner
         self._name = name
+        self._lock = threading.RLock()
         self._requests = _Requests(inner.on_new_request, "kvproto-vllm-adapter")
 
     @property
@@ -100,37 +130,47 @@ class _VllmTier:
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         """vLLM's answer, translated member for member (a HIT_PENDING or RETRY reaches the kit as
         such: the kit judges whether the role may answer it, LR-3, LR-4)."""
-        return from_vllm_result(self._vllm.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
+        with self._lock:
+            return from_vllm_result(self._vllm.lookup(vbase.OffloadKey(key), self._requests.of(req_context)))
 
     def touch(self, keys: Iterable[OffloadKey]) -> None:
         """vLLM's ``touch``, under the wrapper's own request context (TIER-5)."""
-        self._vllm.touch(to_vllm_keys(keys), self._requests.own)
+        with self._lock:
+            self._vllm.touch(to_vllm_keys(keys), self._requests.own)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         """vLLM's ``on_request_finished`` for a request it was announced (TIER-12)."""
-        found = self._requests.finish(req_context.req_id)
-        if found is not None:
-            self._vllm.on_request_finished(found)
+        with self._lock:
+            found = self._requests.finish(req_context.req_id)
+            if found is not None:
+                self._vllm.on_request_finished(found)
 
     def take_events(self) -> Sequence[OffloadingEvent]:
         """vLLM's events, translated; those kvproto has no kind for are left out (TIER-14)."""
-        events = (from_vllm_event(e, self._name) for e in self._vllm.take_events())
+        with self._lock:
+            events = [from_vllm_event(e, self._name) for e in self._vllm.take_events()]
         return [e for e in events if e is not None]
 
 
 class VllmSecondaryTier(_VllmTier):
     """A vLLM ``SecondaryTierManager`` as a :class:`kvproto.SecondaryTier` (the inner tier must be
-    built over the same primary buffer the kvproto jobs name slots of)."""
+    built over the same primary buffer the kvproto jobs name slots of), called as vLLM's
+    ``TieringOffloadingManager`` calls it (VLLM-9); ``violation`` raises what the tier broke."""
 
-    def __init__(self, inner: vtier.SecondaryTierManager, *, name: str, capabilities: Capabilities) -> None:
+    def __init__(
+        self, inner: vtier.SecondaryTierManager, *, name: str, capabilities: Capabilities,
+        violation: Violation = contract_violation,
+    ) -> None:
         super().__init__(inner, name=name)
         self.inner = inner
         self.capabilities = capabilities
+        self._violation = violation
         self._unreported: set[int] = set()
         self._closed = False
+        self._parent = NoPeers()
+        self._poller = TierPollThread() if inner.tolerates_off_thread_polling else None
 
-    def _job(self, job: TransferJob) -> vtier.TransferJob:
-        req = self._requests.own if job.req_id is None else self._requests.get(job.req_id, None)
+    def _job(self, job: TransferJob, req: vbase.ReqContext) -> vtier.TransferJob:
         self._unreported.add(job.job_id)
         return vtier.TransferJob(
             job_id=job.job_id,
@@ -140,16 +180,52 @@ class VllmSecondaryTier(_VllmTier):
             req_context=req,
         )
 
+    def _request_of(self, job: TransferJob) -> vbase.ReqContext:
+        return self._requests.own if job.req_id is None else self._requests.get(job.req_id, None)
+
     def submit_store(self, job: TransferJob) -> None:
-        self.inner.submit_store(self._job(job))
+        """vLLM's ``submit_store``, as the last cascade of a request that has finished: under a request
+        of its own (named after the job's, with its transfer parameters), announced before the job and
+        finished right after it, while the job is in flight (VLLM-9; the job's request lives on)."""
+        with self._lock:
+            of = self._request_of(job)
+            finished = vbase.ReqContext(
+                req_id=f"{of.req_id}/store-{job.job_id}", kv_transfer_params=of.kv_transfer_params
+            )
+            self.inner.on_new_request(finished)
+            self.inner.submit_store(self._job(job, finished))
+            self.inner.on_request_finished(finished)
 
     def submit_load(self, job: TransferJob) -> None:
-        self.inner.submit_load(self._job(job))
+        with self._lock:
+            self.inner.submit_load(self._job(job, self._request_of(job)))
+
+    def _poll_round(self) -> list[vtier.JobResult]:
+        """vLLM's ``poll_tiers`` for this tier, run on the poll thread; a raise is the tier's fault."""
+        try:
+            done = list(self.inner.get_finished_jobs())
+            self.inner.serve_external_requests(self._parent)
+        except Exception as exc:
+            raise self._violation(
+                "TIER-11",
+                f"{type(self.inner).__name__} sets tolerates_off_thread_polling, but on vLLM's tier-poll "
+                f"thread ({POLL_THREAD_NAME}) get_finished_jobs or serve_external_requests raised "
+                f"{type(exc).__name__}: {exc} -- vLLM's manager logs the failed round and goes on, and the "
+                "results the call had taken are lost (keep per-thread state out of a tier: vLLM calls it "
+                "from more than one thread, never two at once)",
+            ) from exc
+        return done
 
     def get_finished_jobs(self) -> Sequence[JobResult]:
-        """vLLM's results: ``successful_keys`` of a failed job become kvproto's ``succeeded``."""
+        """vLLM's results (a poll round on the poll thread first, for a tier that allows it; then the
+        caller's thread): ``successful_keys`` of a failed job become kvproto's ``succeeded``."""
+        with self._lock:
+            raw: list[vtier.JobResult] = []
+            if self._poller is not None and not self._closed:
+                raw.extend(self._poller.run(self._poll_round))
+            raw.extend(self.inner.get_finished_jobs())
         out: list[JobResult] = []
-        for result in self.inner.get_finished_jobs():
+        for result in raw:
             self._unreported.discard(result.job_id)
             succeeded = None
             if not result.success and result.successful_keys is not None:
@@ -158,21 +234,29 @@ class VllmSecondaryTier(_VllmTier):
         return out
 
     def on_step_end(self) -> None:
-        """vLLM's end-of-step hook, ``on_schedule_end``, with an empty schedule."""
-        self.inner.on_schedule_end(_NO_SCHEDULE)
+        """vLLM's step end: ``serve_external_requests``, then ``on_schedule_end`` with an empty schedule."""
+        with self._lock:
+            self.inner.serve_external_requests(self._parent)
+            self.inner.on_schedule_end(_NO_SCHEDULE)
 
     def has_pending_work(self) -> bool:
         """True while a submitted job is unreported (counted here: vLLM's manager counts for its tiers)."""
-        return bool(self._unreported) or self.inner.has_pending_work()
+        with self._lock:
+            return bool(self._unreported) or self.inner.has_pending_work()
 
     def reset_cache(self) -> bool:
         """False: vLLM's secondary tiers have no reset (vLLM's manager never resets them)."""
         return False
 
     def shutdown(self) -> None:
-        """vLLM's ``shutdown``, once; what it leaves unreported stays unreported."""
-        if not self._closed:
+        """Stop the poll thread, then vLLM's ``shutdown``, once (as vLLM's manager orders them); what it
+        leaves unreported stays unreported."""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
+            if self._poller is not None:
+                self._poller.close()
             self.inner.shutdown()
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from vllm.v1.kv_offload import base as vbase, config as vconfig
 
 from kvproto import Capabilities, OffloadKey
-from kvproto.testing import Rebuilds, TierSpec, fresh_directory
+from kvproto.testing import ConformanceFailure, Rebuilds, TierSpec, fresh_directory
 from kvproto.tierkit import HOST_PRIMARY_CAPABILITIES
 
 from kvproto_vllm._as_kvproto import VllmPrimaryTier, VllmSecondaryTier
@@ -43,6 +43,7 @@ __all__ = [
     "KitOffloadingSpec",
     "REBUILDS",
     "fresh_root",
+    "kit_violation",
     "primary_spec",
     "remember_rebuild",
     "vllm_cpu",
@@ -109,7 +110,7 @@ def vllm_example() -> TierSpec:
 
     def build(buffer: memoryview) -> VllmSecondaryTier:
         inner = manager.ExampleSecondaryTierManager(KitOffloadingSpec(), buffer, "example")
-        return VllmSecondaryTier(inner, name="vllm-example", capabilities=EXAMPLE_CAPABILITIES)
+        return VllmSecondaryTier(inner, name="vllm-example", capabilities=EXAMPLE_CAPABILITIES, violation=kit_violation)
 
     return TierSpec(
         "vllm-example",
@@ -141,6 +142,12 @@ def fresh_root() -> Path:
     return fresh_directory("kvproto-vllm-kit-")
 
 
+def kit_violation(clause: str, message: str) -> Exception:
+    """A promise the wrapper, driving a tier as vLLM's manager does, found broken, as the kit's failure
+    of ``clause`` (VLLM-9): the check running fails on that clause, naming the tier."""
+    return ConformanceFailure(clause, message)
+
+
 def remember_rebuild(tier: VllmSecondaryTier, rebuild: Callable[[memoryview], VllmSecondaryTier]) -> VllmSecondaryTier:
     """Record how ``tier`` is built again over its storage (for the kit's ``reopen`` hook); ``tier``."""
     return REBUILDS.remember(tier, rebuild)
@@ -155,7 +162,7 @@ def _fs_tier(buffer: memoryview, root: Path, direct: bool, name: str) -> VllmSec
     if not direct:
         # What vLLM's __init__ does itself when probe_o_direct fails (tiering/fs/manager.py).
         inner._use_o_direct = False
-    tier = VllmSecondaryTier(inner, name=name, capabilities=FS_CAPABILITIES)
+    tier = VllmSecondaryTier(inner, name=name, capabilities=FS_CAPABILITIES, violation=kit_violation)
     return remember_rebuild(tier, lambda again: _fs_tier(again, root, direct, name))
 
 

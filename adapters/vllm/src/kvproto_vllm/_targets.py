@@ -47,6 +47,7 @@ from kvproto_vllm._conformance import (
     NO_RESET_FAILURES,
     KitOffloadingSpec,
     fresh_root,
+    kit_violation,
     primary_spec,
     remember_rebuild,
 )
@@ -126,7 +127,7 @@ def _secondary(name: str, path: str, cls: type, options: Mapping[str, object]) -
     def over(buffer: memoryview, config: Mapping[str, object]) -> VllmSecondaryTier:
         tier_config = {"type": class_name, "module_path": module_name, **config}
         inner = factory_module.SecondaryTierFactory.create_secondary_tier(tier_config, buffer, KitOffloadingSpec())
-        tier = VllmSecondaryTier(inner, name=name, capabilities=capabilities)
+        tier = VllmSecondaryTier(inner, name=name, capabilities=capabilities, violation=kit_violation)
         return remember_rebuild(tier, lambda again: over(again, config))
 
     def build(buffer: memoryview) -> VllmSecondaryTier:
