@@ -4,6 +4,7 @@ LR-3): :class:`SecondaryDataChecks`, a base of :class:`~kvproto.testing.Secondar
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import fields
 
@@ -113,7 +114,7 @@ class SecondaryDataChecks(SecondaryRole):
             self.arm_fail_next_jobs(kit, 1)
         job = kit.submit_store(keys, [0, 1, 2, 3])
         seen: set[OffloadKey] = set()
-        spare = iter(range(8, kit.num_slots))
+        spare = itertools.cycle(range(8, kit.num_slots))  # each load is waited for: its slot is free again
         while job.job_id not in kit.results:
             for key in keys:
                 match kit.lookup(key):
