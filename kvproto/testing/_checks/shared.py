@@ -151,6 +151,29 @@ class TierChecks(KitBase, Generic[_D]):
         raise NotImplementedError
 
     # ---- steps the checks share -----------------------------------------------------------
+    def _held_before_eviction(self, kit: _D, tag: str, most: int = 16) -> int:
+        """How many blocks the tier holds before it evicts, learned from a clean round (KIT-26): one-block
+        stores of fresh keys, one at a time, each followed by lookups of all stored so far, until one of
+        them answers MISS or a REMOVED event names one; the answer is the most that answered HIT at once
+        (``most`` where ``most`` were stored and all held). Lookups, not events alone, so a tier that
+        evicts silently is still sized right and then judged (TIER-14). For a check whose set-up would
+        otherwise assume a tier holds one of its jobs: a tier declaring eviction may hold fewer (CAP-2).
+        Its blocks stay; the events are taken."""
+        tier = kit.tier
+        list(tier.take_events())
+        keys = self._role_keys(tag, most)
+        held = 0
+        for stored in range(1, most + 1):
+            if not self._role_store(kit, keys[stored - 1 : stored]):
+                return held
+            self._role_settle(kit)
+            removed = any(e.kind is EventKind.REMOVED for e in tier.take_events())
+            hits = sum(answer is lr.HIT for answer in kit.resolve(keys[:stored]).values())
+            held = max(held, hits)
+            if removed or hits < stored:
+                return held
+        return most
+
     def _look_up_through_a_store(self, kit: _D, keys: Sequence[OffloadKey], stored: int) -> None:
         """Look every key up before, during and after a store of the first ``stored`` of them."""
         _look_up(kit, keys)

@@ -196,17 +196,21 @@ class ClassChecks(TierChecks[_D]):
     @check("CAP-6", needs=("lru",))
     def test_touch_keeps_a_block_under_lru(self, kit: _D) -> None:
         """With ``lru`` declared (eviction of the least recently used block first), a block touched
-        after every store outlives the blocks stored with it: stores of 8 blocks, each followed by a
-        touch of the first block, until a REMOVED event shows an eviction; the touched block is then
-        still held (HIT), and no REMOVED event names it."""
+        after every store outlives the blocks stored with it: stores of 8 blocks (half the blocks the
+        tier holds, where it holds fewer than 16, KIT-26), each followed by a touch of the first block,
+        until a REMOVED event shows an eviction; the touched block is then still held (HIT), and no
+        REMOVED event names it."""
         tier = kit.tier
-        list(tier.take_events())
+        held = self._held_before_eviction(kit, "lru-calibrate")
+        if held < 2:
+            pytest.skip(f"vacuous: the tier holds {held} block(s) before it evicts, too few to show an LRU order")
+        size = min(8, held // 2)
         keys = self._role_keys("lru", 96)
         hot = keys[0]
         removed: set[OffloadKey] = set()
         stored: list[OffloadKey] = []
-        for i in range(0, len(keys), 8):
-            batch = keys[i : i + 8]
+        for i in range(0, len(keys), size):
+            batch = keys[i : i + size]
             if not self._role_store(kit, batch):
                 raise ConformanceFailure("TIER-10", f"a store of {len(batch)} blocks failed after {i} were stored")
             stored.extend(batch)

@@ -68,6 +68,8 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self.faults_injected = False
         # TIER-16: the threads the tier started and which were joined (set by the kit's fixture).
         self.threads: ThreadLedger | None = None
+        # KIT-26: builds another instance of the tier (set by the kit's fixture with the ledger above).
+        self.another_build: Callable[[memoryview], SecondaryTier] | None = None
         # The keys the last resolve saw answer MISS only once the declared max_retry_steps had passed.
         self.deadline_misses: set[OffloadKey] = set()
         # What each slot must hold; None while a load job targets it or after a failed load.

@@ -12,6 +12,11 @@ somebody joins it, or ``hold_s`` passes, or the ledger is left. So a tier's own
 ``if t.is_alive(): t.join()`` always finds it alive and joins it, while a thread the tier leaves to
 end on its own is still there when the kit looks, however early its work ended: the same tier gets
 the same verdict every run.
+
+The ledger also knows which threads come from the tier's build (KIT-26): those started before
+:meth:`ThreadLedger.mark_built` (while the spec's factory ran) that no join saw end, and every thread
+one of them started later (a loopback server's thread per connection); :meth:`ThreadLedger.from_build`
+says so.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class ThreadLedger:
         # id() of each recorded thread (kept alive by _started, so no id is reused) -> set once a join began
         self._joining: dict[int, threading.Event] = {}
         self._saved: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        # id() of each recorded thread -> id() of the recorded thread at the root of its line (itself
+        # where the entering thread started it)
+        self._root: dict[int, int] = {}
+        self._built: set[int] | None = None  # id() of the roots started before mark_built
 
     def __enter__(self) -> ThreadLedger:
         if self._saved is not None:
@@ -80,6 +89,7 @@ class ThreadLedger:
             if parent is not self._owner and id(parent) not in self._joining:
                 return
             self._started.append(thread)
+            self._root[id(thread)] = self._root.get(id(parent), id(thread))
             joining = self._joining[id(thread)] = threading.Event()
         run = thread.run
         hold_s, release = self._hold_s, self._release
@@ -114,3 +124,19 @@ class ThreadLedger:
         """The recorded threads no ``join()`` saw end (still running, or ended on their own)."""
         with self._lock:
             return [t for t in self._started if id(t) not in self._joined]
+
+    def mark_built(self) -> None:
+        """Note that the tier is built: the threads recorded so far (and every thread any of them starts
+        later) are the build's (:meth:`from_build`). Once only."""
+        with self._lock:
+            if self._built is not None:
+                raise RuntimeError("ThreadLedger.mark_built called twice")
+            self._built = {id(t) for t in self._started}
+
+    def from_build(self, thread: threading.Thread) -> bool:
+        """Whether ``thread`` (a recorded one) was started while the tier was built, before
+        :meth:`mark_built`, or by a thread that was (at any depth), where no join saw that first thread
+        of its line end: a thread started by one the tier joins (its dispatcher, say) is the tier's."""
+        with self._lock:
+            root = self._root.get(id(thread))
+            return self._built is not None and root in self._built and root not in self._joined

@@ -1,7 +1,7 @@
 """Correct tiers the kit must pass, though they look unusual (issue #9: no false blame).
 
-* ``small_memory``: a MemoryTier keeping 16 blocks, declaring eviction (the smallest capacity the
-  kit supports with eviction declared).
+* ``small_memory``: a MemoryTier keeping 16 blocks, declaring eviction (``eight_block_arena`` holds
+  fewer: KIT-26).
 * ``stops_at_first_bad_key``: a tier whose jobs stop at the first key that fails; the keys after
   it fail untried (a partial result naming only the keys before it).
 * ``clocked_primary``: a MemoryPrimaryTier with a pending deadline on a clock the kit moves (the
@@ -17,12 +17,28 @@
 * ``lazy_connections``: a BlobTier over SQLite whose worker threads each open their own connection
   on first use and keep it until the tier closes (sqlite3 connections belong to a thread): the
   descriptors they hold are the tier's, not leaks (issue 40: TIER-31 blamed it).
+* ``eight_block_arena``: an LRU tier holding 8 blocks (eviction and lru declared) that refuses, whole,
+  a store job of more blocks than it holds: the kit learns how many blocks it holds before sizing
+  CAP-6's and TIER-14's set-ups (KIT-26; issue 40: both blamed a held-out correct 8-block arena).
+* ``loopback_blobs``: a BlobTier whose blocks are read over a loopback socket from a blob server (a
+  stand-in for remote storage) the factory starts, with its serving thread, for each fresh storage; a
+  new instance over that storage (``reopen``) reuses the server, which outlives every instance: its
+  threads are the fixture's, not the tier's (KIT-26; issue 40: TIER-16 blamed a held-out correct tier
+  built so).
+* ``journaled_memory``: a MemoryTier whose factory starts one process-wide journal thread, the first
+  time only, which every instance shares and none stops: the fixture's thread, not a leak of the
+  instance (KIT-26; issue 40: TIER-16 blamed a held-out correct tier whose factory starts its storage's
+  server).
 """
 
 from __future__ import annotations
 
 import errno
+import queue
+import socket
+import socketserver
 import sqlite3
+import struct
 import threading
 from collections.abc import Collection, Container, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -285,3 +301,220 @@ def tightly_budgeted_files() -> TierSpec:
     """BudgetedFiles with an 8-block budget: declared eviction below what one check stores (issue 40, held out)."""
     return TierSpec("tightly-budgeted-files", "secondary", TightlyBudgetedFiles, hooks={"reopen": _reopen_budgeted},
                     tier_class=TightlyBudgetedFiles)
+
+
+ARENA_BLOCKS = 8
+"""What ``eight_block_arena`` holds: fewer blocks than CAP-6 and TIER-14 once stored in one job."""
+
+
+class EightBlockArena(MemoryTier):
+    """An LRU tier of 8 blocks (a fixed arena): a job never evicts its own blocks, so a store job of
+    more distinct blocks than the arena holds is refused whole (reported failed, nothing stored or
+    evicted); any other job evicts the least recently used blocks it needs room for (REMOVED)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="eight-block-arena", capacity_blocks=ARENA_BLOCKS)
+        self._refusals = threading.Lock()
+        self._refused: list[JobResult] = []
+
+    def submit_store(self, job: TransferJob) -> None:
+        if len(set(job.keys)) <= ARENA_BLOCKS:
+            super().submit_store(job)
+            return
+        with self._refusals:
+            self._refused.append(JobResult(job.job_id, False))
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        with self._refusals:
+            refused, self._refused = self._refused, []
+        return [*refused, *super().get_finished_jobs()]
+
+    def has_pending_work(self) -> bool:
+        with self._refusals:
+            if self._refused:
+                return True
+        return super().has_pending_work()
+
+
+def eight_block_arena() -> TierSpec:
+    return TierSpec("eight-block-arena", "secondary", EightBlockArena, hooks=MEMORY_HOOKS, tier_class=EightBlockArena)
+
+
+class _Journal:
+    """A process-wide journal: one thread, started the first time a ``journaled_memory`` tier is built,
+    appends each stored key to a bounded in-memory log that every instance shares. No instance stops it."""
+
+    def __init__(self) -> None:
+        self.entries: queue.Queue[OffloadKey | None] = queue.Queue(maxsize=4096)
+        self.log: list[OffloadKey] = []
+        self.thread = threading.Thread(target=self._run, name="honest-journal", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (key := self.entries.get()) is not None:
+            self.log = [*self.log[-1023:], key]
+            self.entries.task_done()
+        self.entries.task_done()
+
+    def stop(self) -> None:
+        """End the thread (a test's clean slate: the next build starts a new journal)."""
+        self.entries.put(None)
+        self.thread.join()
+
+
+_journal: _Journal | None = None
+_journal_lock = threading.Lock()
+
+
+def shared_journal() -> _Journal:
+    """The process's journal, started on first use."""
+    global _journal
+    with _journal_lock:
+        if _journal is None:
+            _journal = _Journal()
+        return _journal
+
+
+def stop_shared_journal() -> None:
+    """Stop the process's journal, so the next ``journaled_memory`` build starts it again."""
+    global _journal
+    with _journal_lock:
+        journal, _journal = _journal, None
+    if journal is not None:
+        journal.stop()
+
+
+class JournaledMemory(MemoryTier):
+    """A MemoryTier that journals each store request's keys to the shared journal; its shutdown waits until
+    the journal wrote every entry (nothing of this instance is left in flight) but leaves the journal
+    running for the other instances."""
+
+    def __init__(self, buffer: memoryview, journal: _Journal) -> None:
+        super().__init__(buffer, name="journaled-memory")
+        self._journal = journal
+
+    def submit_store(self, job: TransferJob) -> None:
+        super().submit_store(job)
+        for key in job.keys:
+            self._journal.entries.put(key)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._journal.entries.join()
+
+
+def journaled_memory() -> TierSpec:
+    return TierSpec("journaled-memory", "secondary", lambda buffer: JournaledMemory(buffer, shared_journal()),
+                    hooks=MEMORY_HOOKS, tier_class=JournaledMemory)
+
+
+class _SendBlob(socketserver.StreamRequestHandler):
+    """Answers one ``GET <name>`` line with the blob's size (8 bytes, -1 if absent) and its bytes."""
+
+    server: BlobServer
+
+    def handle(self) -> None:
+        name = self.rfile.readline().decode().removeprefix("GET ").strip()
+        data = self.server.blobs.blobs.get(name)
+        self.wfile.write(struct.pack("!q", -1 if data is None else len(data)) + (data or b""))
+
+
+class BlobServer(socketserver.ThreadingTCPServer):
+    """A blob store on a loopback port (a stand-in for remote storage): its thread serves reads, each
+    connection on a thread of its own; control calls go to ``blobs`` directly. It outlives the tiers."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _SendBlob)
+        self.blobs = MemoryBackend()
+        threading.Thread(target=self.serve_forever, name="honest-blob-server", daemon=True).start()
+
+
+class LoopbackBackend:
+    """A BlobBackend over a :class:`BlobServer`: reads stream over the socket (read to the end of each
+    buffer: a stream delivers what it has), everything else calls the server's store."""
+
+    def __init__(self, server: BlobServer) -> None:
+        self.server = server
+
+    def prepare(self, namespace: str) -> None:
+        self.server.blobs.prepare(namespace)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        return self.server.blobs.publish(name, parts, size)
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        host, port = self.server.server_address[:2]
+        with socket.create_connection((str(host), int(port))) as sock:
+            sock.sendall(f"GET {name}\n".encode())
+            head = bytearray(8)
+            self._fill(sock, memoryview(head))
+            (size,) = struct.unpack("!q", head)
+            if size < 0:
+                raise FileNotFoundError(name)
+            left = size
+            for buffer in buffers:
+                want = min(len(buffer), left)
+                self._fill(sock, buffer[:want])
+                left -= want
+            return int(size)
+
+    @staticmethod
+    def _fill(sock: socket.socket, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionError("the blob server closed the stream early")
+            got += n
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        return self.server.blobs.sizes(names)
+
+    def delete(self, name: str) -> None:
+        self.server.blobs.delete(name)
+
+    def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
+        return self.server.blobs.list_blobs(namespace)
+
+    def clear(self, namespace: str) -> None:
+        self.server.blobs.clear(namespace)
+
+    def close(self) -> None:
+        """Nothing of the instance's own: the server is the storage's."""
+
+
+class LoopbackBlobs(BlobTier):
+    def __init__(self, buffer: memoryview, server: BlobServer) -> None:
+        self.blob_server = server
+        super().__init__(LoopbackBackend(server), buffer, BlobTierConfig(), name="loopback-blobs", wrap=FaultyBackend)
+
+
+def _reopen_loopback(tier: LoopbackBlobs, buffer: memoryview) -> LoopbackBlobs:
+    return LoopbackBlobs(buffer, tier.blob_server)
+
+
+LIVE_SERVERS = 16
+"""The newest servers kept serving; an older one is stopped (no check's tiers reach that far back)."""
+_servers: list[BlobServer] = []
+_servers_lock = threading.Lock()
+
+
+def _fresh_server() -> BlobServer:
+    """A new, empty blob server; the oldest one stopped once more than :data:`LIVE_SERVERS` run."""
+    server = BlobServer()
+    with _servers_lock:
+        _servers.append(server)
+        retired = _servers[:-LIVE_SERVERS]
+        del _servers[:-LIVE_SERVERS]
+    for old in retired:
+        old.shutdown()
+        old.server_close()
+    return server
+
+
+def loopback_blobs() -> TierSpec:
+    """A fresh, empty storage per build: a new server (and its thread) each time; ``reopen`` shares it."""
+    return TierSpec("loopback-blobs", "secondary", lambda buffer: LoopbackBlobs(buffer, _fresh_server()),
+                    hooks={"reopen": _reopen_loopback}, tier_class=LoopbackBlobs)

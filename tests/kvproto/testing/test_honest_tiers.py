@@ -4,16 +4,25 @@ the first bad key (issue #9: no false blame; KIT-7, KIT-8)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+from kvproto import OffloadKey
+from kvproto.testing import MEMORY_HOOKS, TierSpec
+
 from tests.cli import kvproto_cli as main
+from tests.kvproto.testing.honest_tiers import EightBlockArena
 
 
 @pytest.mark.parametrize(
     "factory", ["small_memory", "stops_at_first_bad_key", "clocked_primary", "lazy_connections", "budgeted_files",
-                "tightly_budgeted_files"]
+                "tightly_budgeted_files", "eight_block_arena", "loopback_blobs", "journaled_memory"]
 )
 def test_conform_passes_an_unusual_but_correct_tier(factory: str, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
@@ -40,3 +49,80 @@ def test_a_check_that_missed_its_deadline_once_is_asked_again_not_blamed(tmp_pat
     outcomes = {c["check"]: c["outcome"] for t in data["tiers"] for c in t["checks"]}
     assert outcomes == {"test_sharing_between_instances": "passed"}
     assert code == 0
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+AUTHOR_MODULE = """
+import pytest
+from kvproto.testing import SecondaryTierTests
+from tests.kvproto.testing.honest_tiers import journaled_memory
+
+
+class TestJournaled(SecondaryTierTests):
+    kit_profile = "fast"
+
+    @pytest.fixture
+    def tier_factory(self):
+        return journaled_memory().factory
+"""
+
+
+def test_a_helper_thread_the_factory_starts_once_is_not_the_tiers(tmp_path: Path) -> None:
+    """An author's own pytest run of TIER-16's check alone, in a fresh process: the tier's first build
+    starts the process-wide journal inside the check's thread ledger, and shutdown leaves it running for
+    later instances. A second build starts no thread, so the journal is the fixture's, not a leak of the
+    instance (KIT-26; before, the check failed here: 'honest-journal' ... shutdown never joined it)."""
+    (tmp_path / "test_author.py").write_text(textwrap.dedent(AUTHOR_MODULE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "test_shutdown_reports_queued_work"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 passed" in done.stdout
+
+
+class TouchlessEightBlockArena(EightBlockArena):
+    """Bug: declares lru, but touch changes nothing (it evicts in the order blocks were stored)."""
+
+    def touch(self, keys: Iterable[OffloadKey]) -> None:
+        return None
+
+
+class SilentEightBlockArena(EightBlockArena):
+    """Bug: an eviction emits no REMOVED event (reset_cache still does)."""
+
+    def _put(self, key: OffloadKey, blob: bytes) -> None:
+        super()._put(key, blob)
+        self._events.clear()  # while a store runs this holds only its evictions' REMOVED events
+
+
+def touchless_eight_block_arena() -> TierSpec:
+    return TierSpec("touchless-arena", "secondary", TouchlessEightBlockArena, hooks=MEMORY_HOOKS)
+
+
+def silent_eight_block_arena() -> TierSpec:
+    return TierSpec("silent-arena", "secondary", SilentEightBlockArena, hooks=MEMORY_HOOKS)
+
+
+@pytest.mark.parametrize(
+    ("factory", "check", "clause", "words"),
+    [
+        ("touchless_eight_block_arena", "test_touch_keeps_a_block_under_lru", "CAP-6", "touch must make a block recently used"),
+        ("silent_eight_block_arena", "test_events_report_removals", "TIER-14", "without a REMOVED event"),
+    ],
+)
+def test_a_small_tier_is_still_judged_on_what_it_declares(
+    factory: str, check: str, clause: str, words: str, tmp_path: Path
+) -> None:
+    """The set-ups sized to what the tier holds (KIT-26) still catch an 8-block arena's bugs: a touch
+    that does nothing under a declared lru (CAP-6), evictions without REMOVED events (TIER-14)."""
+    report = tmp_path / "report.json"
+    code = main(["conform", f"{__name__}:{factory}", "--no-typecheck", "--check", check, "--json", str(report)])
+    (tier,) = json.loads(report.read_text())["tiers"]
+    (result,) = [c for c in tier["checks"] if c["outcome"] != "deselected"]
+    assert (result["outcome"], result["violated_clause"]) == ("failed", clause), result["reason"]
+    assert words in result["reason"]
+    assert code == 1

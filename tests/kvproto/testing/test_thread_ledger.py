@@ -7,6 +7,7 @@ t.join()``, as BlobTier joins its start-up thread) is never blamed. Through the 
 from __future__ import annotations
 
 import json
+import queue
 import tempfile
 import threading
 from pathlib import Path
@@ -74,3 +75,68 @@ def test_a_tier_that_joins_its_threads_passes_every_run(target: str) -> None:
     for _ in range(RUNS):
         outcome, clause, reason = _outcome(target)
         assert (outcome, clause) == ("passed", None), reason
+
+
+class WorkerPerInstance(MemoryTier):
+    """Bug: each instance starts a housekeeping worker in its constructor; shutdown tells it to stop but
+    never joins it (the kit holds its end until a join, so it is found however soon it stops)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="worker-per-instance")
+        self._stop = threading.Event()
+        threading.Thread(target=self._stop.wait, name="housekeeping", daemon=True).start()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._stop.set()  # the bug: the worker is never joined
+
+
+def worker_per_instance() -> TierSpec:
+    return TierSpec("WorkerPerInstance", "secondary", WorkerPerInstance, hooks=MEMORY_HOOKS)
+
+
+def test_a_thread_each_build_leaves_is_the_tiers_every_run() -> None:
+    """A thread started while the tier is built is the fixture's only if another build starts none
+    (KIT-26); a worker each instance starts in its constructor and never joins is found every run."""
+    for _ in range(RUNS):
+        outcome, clause, reason = _outcome(f"{__name__}:worker_per_instance")
+        assert (outcome, clause) == ("failed", "TIER-16"), reason
+        assert "'housekeeping'" in reason and "shutdown never joined it" in reason
+
+
+class DispatcherLeavesFlushThreads(MemoryTier):
+    """Bug: a dispatcher thread, started in the constructor and joined at shutdown, starts a short flush
+    thread per store that nobody joins. Those threads descend from a thread of the build, but one the
+    tier joins: they are the tier's, not the fixture's."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="dispatcher-leaves-flush-threads")
+        self._notes: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._dispatcher = threading.Thread(target=self._dispatch_notes, name="dispatcher", daemon=True)
+        self._dispatcher.start()
+
+    def _dispatch_notes(self) -> None:
+        while self._notes.get() is not None:
+            threading.Thread(target=lambda: None, name="flush-per-store", daemon=True).start()  # the bug: never joined
+
+    def submit_store(self, job: TransferJob) -> None:
+        super().submit_store(job)
+        self._notes.put(job.job_id)
+
+    def shutdown(self) -> None:
+        self._notes.put(None)
+        self._dispatcher.join()
+        super().shutdown()
+
+
+def dispatcher_leaves_flush_threads() -> TierSpec:
+    return TierSpec("DispatcherLeavesFlushThreads", "secondary", DispatcherLeavesFlushThreads, hooks=MEMORY_HOOKS)
+
+
+def test_a_thread_started_by_a_joined_thread_of_the_build_is_the_tiers() -> None:
+    """Only a line of threads whose first, started by the build, is never joined can be the fixture's
+    (KIT-26): the flush threads of a dispatcher the tier joins are found every run."""
+    for _ in range(RUNS):
+        outcome, clause, reason = _outcome(f"{__name__}:dispatcher_leaves_flush_threads")
+        assert (outcome, clause) == ("failed", "TIER-16"), reason
+        assert "'flush-per-store'" in reason and "shutdown never joined it" in reason

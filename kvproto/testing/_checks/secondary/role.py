@@ -37,6 +37,9 @@ THREADS = pytest.StashKey[ThreadLedger]()
 SecondaryTierFactory = Callable[[memoryview], SecondaryTier]
 """Builds an EMPTY secondary tier bound to the given primary buffer."""
 
+ANOTHER_BUILD = pytest.StashKey[SecondaryTierFactory]()
+"""Where the ``tier`` fixture keeps how to build another instance beside a recorded one (TIER-16, KIT-26)."""
+
 
 def load_right_after_hit(kit: SecondaryDriver, key: OffloadKey, slot: int, *, when: str = "") -> None:
     """Load ``key`` into ``slot`` right after it answered HIT ``when``; HIT means readable now,
@@ -136,6 +139,11 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         with ThreadLedger(hold_s=self.limits.job_timeout_s) as ledger:
             request.node.stash[THREADS] = ledger
             built = tier_factory(primary_buffer)
+            ledger.mark_built()
+            # KIT-26: another instance, over the same storage where the spec can reopen it, else a new build.
+            request.node.stash[ANOTHER_BUILD] = (
+                (lambda buffer: self.reopen(built, buffer)) if self.has_hook("reopen") else tier_factory
+            )
             yield built
             if not request.node.stash.get(CLOSED, False):
                 built.shutdown()
@@ -153,6 +161,7 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
             tier, primary_buffer, self.declared_capabilities(tier), self.limits, on_close=closed
         )
         driver.threads = request.node.stash.get(THREADS, None)
+        driver.another_build = request.node.stash.get(ANOTHER_BUILD, None)
         report_hooks(self, _HOOKS, self.has_hook, driver)  # a hook that raises says so (KIT-17)
         yield driver
         driver.shutdown()
