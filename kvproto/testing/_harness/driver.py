@@ -16,7 +16,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import ClassVar, Generic, TypeVar
 
 from kvproto._capabilities import Capabilities
@@ -62,14 +63,14 @@ _hung_classes: set[type] = set()
 _searching = [0]
 
 
-class searching:  # noqa: N801  (used as a statement: ``with searching():``)
+@contextmanager
+def searching() -> Iterator[None]:
     """While entered, a tier call that hangs ends the Hypothesis search it is in (:class:`SearchHalted`),
     instead of failing one example that Hypothesis would then shrink and replay (KIT-27)."""
-
-    def __enter__(self) -> None:
-        _searching[0] += 1
-
-    def __exit__(self, *exc: object) -> None:
+    _searching[0] += 1
+    try:
+        yield
+    finally:
         _searching[0] -= 1
 
 

@@ -136,7 +136,7 @@ def close_clients(config: MooncakeTierConfig) -> int:
     for shared in closing:
         try:
             shared.client.close()
-        except Exception:  # noqa: BLE001  (closing at the end of a run: nothing is left to tell)
+        except Exception:  # closing at the end of a run: nothing is left to tell
             pass
     return len(closing)
 

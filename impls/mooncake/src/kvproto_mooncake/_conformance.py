@@ -207,7 +207,8 @@ class KitRun:
             if self._base is not None and self._remove(f"^{regex_literal(self.token)}/"):
                 self._swept.update(self._storages)
             if self.server is not None:
-                close_clients(self._base)  # before the cluster goes: its exit would log every refusal
+                if self._base is not None:
+                    close_clients(self._base)  # before the cluster goes: its exit would log every refusal
                 self.server.stop()
                 self.server = None
 
