@@ -326,7 +326,7 @@ class ExplorerMachine(RuleBasedStateMachine):
         request can hold more HITs than a tier closes one by one (TIERKIT-6's batched closes)."""
         instance = self._pick(who)
         for start in range(0, len(_WIDE), NUM_SLOTS):
-            self._store(instance, list(_WIDE[start : start + NUM_SLOTS]))
+            self._store(self._settled(instance), list(_WIDE[start : start + NUM_SLOTS]))
         self._absorb_all()
 
     @precondition(lambda self: "lookup" in self.enabled)
