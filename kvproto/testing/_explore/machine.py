@@ -266,10 +266,14 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._absorb_all()
 
     @precondition(lambda self: "load" in self.enabled)
-    @rule(who=_WHO, keys=_KEYS)
-    def load(self, who: int, keys: list[OffloadKey]) -> None:
-        """Submit a load of ``keys`` (stored or not) in one instance."""
-        self._load(self._pick(who), keys, None)
+    @rule(who=_WHO, keys=_KEYS, damage=st.sampled_from((False, False, False, True)))
+    def load(self, who: int, keys: list[OffloadKey], damage: bool) -> None:
+        """Submit a load of ``keys`` (stored or not) in one instance; with ``damage`` (one load in four),
+        the first key's stored copy is damaged before (see :meth:`_damage`)."""
+        instance = self._pick(who)
+        if damage:
+            self._damage(instance, keys[0])
+        self._load(instance, keys, None)
         self._absorb_all()
 
     @precondition(lambda self: "lookup" in self.enabled)
@@ -319,24 +323,27 @@ class ExplorerMachine(RuleBasedStateMachine):
                     unreachable(other, where="ExplorerMachine._asked")
         return hits
 
-    @precondition(lambda self: "store" in self.enabled and self.block_size <= _CROWD_MAX_BYTES)
-    @rule(who=_WHO)
-    def crowd(self, who: int) -> None:
-        """Store every key of the wide pool in one instance, a slot-full per job: enough blocks that one
+    def _crowd(self, instance: _Instance) -> None:
+        """Store every key of the wide pool in ``instance``, a slot-full per job: enough blocks that one
         request can hold more HITs than a tier closes one by one (TIERKIT-6's batched closes)."""
-        instance = self._pick(who)
         for start in range(0, len(_WIDE), NUM_SLOTS):
             self._store(self._settled(instance), list(_WIDE[start : start + NUM_SLOTS]))
         self._absorb_all()
 
     @precondition(lambda self: "lookup" in self.enabled)
-    @rule(who=_WHO, order=st.permutations(_WIDE), cut=st.integers(1, len(_WIDE) - 1), width=st.integers(1, 3))
-    def hold(self, who: int, order: list[OffloadKey], cut: int, width: int) -> None:
+    @rule(
+        who=_WHO, order=st.permutations(_WIDE), cut=st.integers(1, len(_WIDE) - 1), width=st.integers(1, 3),
+        crowd=st.booleans(),
+    )
+    def hold(self, who: int, order: list[OffloadKey], cut: int, width: int, crowd: bool) -> None:
         """Ask for the keys of ``order`` in two requests of one instance that stay open (those already
         open, or new ones): the first ``cut`` in the first, the next ``width`` in the second, the rest
         in the first again, so each request's HITs are interleaved with the other's; HITs stay held
-        until their request loads them or finishes (TIER-26)."""
+        until their request loads them or finishes (TIER-26). With ``crowd`` (rows up to 64 KiB), the
+        whole wide pool is stored first (:meth:`_crowd`)."""
         instance = self._pick(who)
+        if crowd and self.block_size <= _CROWD_MAX_BYTES:
+            self._crowd(instance)
         while len(instance.open) < 2:
             instance.open.append(_Request(TrackedContext(f"kvproto-kit-explore-open-{self.opened}")))
             self.opened += 1
@@ -376,19 +383,19 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._stepped(self._pick(who))
 
     @precondition(lambda self: "reset" in self.enabled)
-    @rule(who=_WHO, rewarm=st.booleans())
-    def reset(self, who: int, rewarm: bool) -> None:
+    @rule(who=_WHO)
+    def reset(self, who: int) -> None:
         """``reset_cache`` in one instance once its own jobs are reported (the others' may be in flight);
-        with ``rewarm``, after a reset that succeeded the next live instance (another one where there
-        are several) stores again the blocks it remembers storing or loading: reported done, they must
-        be there for every instance, whatever it remembered (TIER-10, TIER-18, TIERKIT-10)."""
+        after a reset that succeeded, another live instance, where there is one, stores again the blocks
+        it remembers storing or loading: reported done, they must be there for every instance, whatever
+        it remembered (TIER-10, TIER-18, TIERKIT-10)."""
         instance = self._settled(self._pick(who))
         answer: object = instance.driver.tier.reset_cache()
         if answer is True:
             self.model.reset_succeeded(instance.index)
         elif answer is not False:
             raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
-        if answer is True and rewarm:
+        if answer is True and len(self.live) > 1:
             other = self._pick(self.live.index(instance) + 1)
             known = [key for key in _WIDE if key in self.model.remembered.get(other.index, ())][:NUM_SLOTS]
             if known:
@@ -445,15 +452,14 @@ class ExplorerMachine(RuleBasedStateMachine):
             "something still holds its blocks for requests that ended (a finished request's holds must be dropped)",
         )
 
-    @precondition(lambda self: "load" in self.enabled)
-    @rule(who=_WHO, key=st.sampled_from(_POOL))
-    def damage(self, who: int, key: OffloadKey) -> None:
-        """Damage the stored copy of ``key`` (a load of it must then fail, never serve its bytes; the
-        tier may delete it): through the ``corrupt_on_read`` hook, or, over a BlobTier, by replacing
-        its blob with a copy whose last byte is flipped. Its neighbours stay stored (TIER-10)."""
-        instance = self._settled(self._pick(who))
+    def _damage(self, instance: _Instance, key: OffloadKey) -> None:
+        """Damage the stored copy of ``key`` once ``instance``'s jobs are reported (a load of it must then
+        fail, never serve its bytes; the tier may delete it): through the ``corrupt_on_read`` hook, or,
+        over a BlobTier, by replacing its blob with a copy whose last byte is flipped. Its neighbours
+        stay stored (TIER-10)."""
+        self._settled(instance)
         if self.tests.has_hook("corrupt_on_read"):
-            self.model.damaged([key])
+            self.model.damaged([key], hook=True)
             getattr(self.tests, "corrupt_on_read")(instance.driver.tier, [key])  # noqa: B009 - the kit's hook
             return
         backend, name_of = getattr(instance.driver.tier, "backend", None), getattr(instance.driver.tier, "name_of", None)

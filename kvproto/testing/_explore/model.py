@@ -74,7 +74,8 @@ class SharedStorageModel:
         self.stores: dict[tuple[int, int], tuple[OffloadKey, ...]] = {}  # (instance, job) -> keys
         self.raced: set[tuple[int, int]] = set()  # stores in flight at a reset: their success proves nothing
         self.loads: dict[tuple[int, int], PendingLoad] = {}
-        self.broken: set[OffloadKey] = set()  # damaged by the explorer: excused for the rest of the example
+        self.broken: set[OffloadKey] = set()  # damaged in storage by the explorer: excused until a reset removes them
+        self.armed: set[OffloadKey] = set()  # damaged through a hook (its next read, whenever): excused for good
 
     # ---- instances ------------------------------------------------------------------------
     def join(self, instance: int, *, after: int | None) -> None:
@@ -126,7 +127,7 @@ class SharedStorageModel:
         self.remembered[instance].update(done)  # its index holds them, raced or not
         if raced:
             done = frozenset()
-        done = done - self.broken  # a store of a damaged block may be skipped as EXISTED
+        done = done - self.broken - self.armed  # a store of a damaged block may be skipped as EXISTED
         for key in self.stores.pop((instance, job_id), ()):
             for seen in self._seers(instance):
                 if key in done:
@@ -145,11 +146,14 @@ class SharedStorageModel:
             seen.clear()
         self.possible = {k for keys in self.stores.values() for k in keys}
         self.raced.update(self.stores)
+        self.broken &= self.possible  # a damaged block is gone unless a store in flight writes it again
 
-    def damaged(self, keys: Iterable[OffloadKey]) -> None:
-        """The explorer damaged the stored copy of ``keys``: none is certain anywhere any more, and a
-        load holding one may fail (the tier may delete it, or keep it and skip its re-store)."""
-        self.broken.update(keys)
+    def damaged(self, keys: Iterable[OffloadKey], *, hook: bool = False) -> None:
+        """The explorer damaged the stored copy of ``keys`` (through the ``corrupt_on_read`` hook where
+        ``hook``: excused for good, the hook may fire at any later read): none is certain anywhere any
+        more, and a load holding one may fail (the tier may delete it, or keep it and skip its re-store)."""
+        keys = list(keys)
+        (self.armed if hook else self.broken).update(keys)
         for seen in self.certain.values():
             seen.difference_update(keys)
 
@@ -189,7 +193,7 @@ class SharedStorageModel:
         """A load of ``keys`` was submitted in ``instance``; ``after_hit``: in the request told HIT for
         them, ``since``: the count of disturbances at the earliest of those HITs (None: now)."""
         sure = frozenset(k for k in keys if k in self.certain.get(instance, ()))
-        stale = any(k not in self.possible or k in self.broken for k in keys)  # a HIT of a removed or damaged block
+        stale = any(k not in self.possible or k in self.broken or k in self.armed for k in keys)  # removed or damaged
         at = self.disturbances if since is None else since
         self.loads[(instance, job_id)] = PendingLoad(sure, at, after_hit and not stale, since is not None)
 
