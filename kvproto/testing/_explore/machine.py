@@ -266,9 +266,9 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._absorb_all()
 
     @precondition(lambda self: "load" in self.enabled)
-    @rule(who=_WHO, keys=_KEYS, damage=st.sampled_from((False, False, False, True)))
+    @rule(who=_WHO, keys=_KEYS, damage=st.booleans())
     def load(self, who: int, keys: list[OffloadKey], damage: bool) -> None:
-        """Submit a load of ``keys`` (stored or not) in one instance; with ``damage`` (one load in four),
+        """Submit a load of ``keys`` (stored or not) in one instance; with ``damage`` (one load in two),
         the first key's stored copy is damaged before (see :meth:`_damage`)."""
         instance = self._pick(who)
         if damage:
