@@ -9,7 +9,19 @@ interleaves, over up to three instances built with the ``reopen`` hook:
 * ``reset_cache`` in one instance while the others have jobs in flight (a reset racing loads);
 * a restart: one instance shut down and reopened over the storage (``persistence`` then holds it to
   its blocks);
-* a settle-and-compare: every instance asked, in a new request, for every key of the pool.
+* requests that stay open across operations: up to three live requests per instance holding HITs at
+  once, one finished (``on_request_finished``), with or without loading its HITs, while the others go on
+  and load theirs later (TIER-26, TIERKIT-6);
+* a block damaged in storage (the ``corrupt_on_read`` hook, or a BlobTier's blob replaced by a damaged
+  copy through its backend), in a key pool of neighbouring blob names: pairs of keys whose digests share
+  their first byte (one ``<aa>/`` directory), one pair their first two (one ``<aa>/<bb>/``), so that a
+  delete of one block that takes its neighbour with it is seen (TIER-10);
+* a settle-and-compare: every instance asked, in a new request, for every key of the pool; then, where
+  the tier declares eviction and no request is live, a store of one new block, which must succeed
+  (every request finished: nothing may still hold a block, TIER-12).
+
+After the last instance is shut down, the process holds no file descriptor on a regular file that it
+did not hold before the first was built (TIER-16: shutdown closes what the tier opened).
 
 Every observation is judged by :class:`~kvproto.testing._explore.model.SharedStorageModel`; each
 load's bytes by the instance's driver. Only the tier the kit's factory built has its calls listed
@@ -19,22 +31,23 @@ when a failure is reported; the steps of the machine are listed for all.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from kvproto import members as lr
+from kvproto import envelope as env, members as lr
 from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
-from kvproto._results import unreachable
+from kvproto._results import LookupResult, unreachable
 from kvproto.testing._explore.model import SharedStorageModel
 from kvproto.testing._harness.data import key_pool, make_buffer
-from kvproto.testing._harness.driver import TrackedContext, resolve_capabilities
+from kvproto.testing._harness.descriptors import describe_fds, open_fds, settled_leaks
+from kvproto.testing._harness.driver import TrackedContext, resolve_capabilities, short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.testing._harness.settings import KitLimits
@@ -42,10 +55,11 @@ from kvproto.testing._harness.settings import KitLimits
 if TYPE_CHECKING:
     from kvproto.testing._harness.base import KitBase
 
-__all__ = ["KINDS", "SIZES", "ExplorerMachine", "explorer_for", "swarm_plan"]
+__all__ = ["KINDS", "SIZES", "ExplorerMachine", "explorer_for", "neighbour_pool", "swarm_plan"]
 
 KINDS = ("store", "load", "lookup", "step", "reset", "restart", "second_instance", "twin_store", "compare")
-"""The kinds of operation an example may enable (swarm testing)."""
+"""The kinds of operation an example may enable (swarm testing); ``lookup`` enables requests kept open
+too, ``load`` the damaging of a stored block."""
 
 SIZES = (48, 4096, 65_560, 1 << 20, 3 << 20)
 """Block sizes an example may draw, up to the profile's ``explore_max_block_bytes``: tiny rows, a page,
@@ -55,9 +69,42 @@ _ALWAYS = frozenset({"store", "compare"})
 _ROWS = 8
 NUM_SLOTS = 8
 MAX_INSTANCES = 3
-_POOL: tuple[OffloadKey, ...] = tuple(key_pool("explore", 10))
+def neighbour_pool(tag: str, pairs: int) -> list[OffloadKey]:
+    """``2 * pairs`` keys in pairs whose digests (ENV-5: the blob names of a file-per-blob store,
+    ``<aa>/<bb>/<digest>``) share their first byte and differ in the second, but the first pair, which
+    shares its first two bytes: every block of the pool has a neighbour in its directory or the one above."""
+    by_prefix: dict[str, OffloadKey] = {}
+    found: list[OffloadKey] = []
+    for key in key_pool(tag, 1 << 14):
+        digest = env.key_digest(key)
+        width = 2 if found else 4
+        other = by_prefix.get(digest[:width])
+        if other is not None and (width == 4 or env.key_digest(other)[2:4] != digest[2:4]):
+            found += [other, key]
+            if len(found) == 2 * pairs:
+                return found
+            by_prefix = {}
+        else:
+            by_prefix.setdefault(digest[:width], key)
+    raise AssertionError(f"neighbour_pool: no {pairs} pairs among 16384 keys")  # never: a pair comes every ~20 keys
+
+
+_WIDE: tuple[OffloadKey, ...] = tuple(neighbour_pool("explore", 12))
+_POOL: tuple[OffloadKey, ...] = _WIDE[:10]  # what single stores, loads, lookups and comparisons draw from
+_CROWD_MAX_BYTES = 65_560  # the crowd of the wide pool runs with rows up to this size (it stores 24 blocks)
+_PROBES: tuple[OffloadKey, ...] = tuple(key_pool("explore-probe", 16))
 _KEYS = st.lists(st.sampled_from(_POOL), min_size=1, max_size=3, unique=True)
 _WHO = st.integers(min_value=0, max_value=MAX_INSTANCES - 1)
+
+
+@dataclass(slots=True)
+class _Request:
+    """A request kept open across operations: the keys it asked, and each HIT's count of the model's
+    disturbances when it was answered (TIER-4: a HIT loads unless the storage was disturbed since)."""
+
+    context: ReqContext
+    asked: set[OffloadKey] = field(default_factory=set)
+    hits: dict[OffloadKey, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -69,6 +116,8 @@ class _Instance:
     driver: SecondaryDriver
     seen: int = 0
     contexts: dict[int, ReqContext] = field(default_factory=dict)
+    open: list[_Request] = field(default_factory=list)
+    stored: bool = False  # a store of it reported a block stored (it has room for one)
 
 
 class ExplorerMachine(RuleBasedStateMachine):
@@ -88,6 +137,9 @@ class ExplorerMachine(RuleBasedStateMachine):
         self.built = 0
         self.enabled: frozenset[str] = frozenset()
         self.model = SharedStorageModel(Capabilities())
+        self.fd_baseline: set[str] | None = None
+        self.probes = 0
+        self.opened = 0
         type(self).runs[0] += 1
 
     # ---- building and retiring instances -------------------------------------------------------
@@ -107,8 +159,10 @@ class ExplorerMachine(RuleBasedStateMachine):
         return instance
 
     def _retire(self, instance: _Instance, *, forget: bool = True) -> None:
-        """Settle ``instance`` and shut it down; ``forget``: the model drops it too (a restart keeps it
-        until the next instance joined after it)."""
+        """Finish its open requests, settle ``instance`` and shut it down; ``forget``: the model drops it
+        too (a restart keeps it until the next instance joined after it)."""
+        while instance.open:
+            instance.driver.tier.on_request_finished(instance.open.pop().context)
         self._settled(instance).driver.shutdown()
         self.live.remove(instance)
         if forget:
@@ -119,14 +173,15 @@ class ExplorerMachine(RuleBasedStateMachine):
         """Build the first instance (and a second beside it where the swarm enables that and the tier
         declares sharing), with the plan's block size."""
         self.enabled = self.kinds
+        self.fd_baseline = open_fds()  # before the first instance opens anything (TIER-16)
         buffer = make_buffer(NUM_SLOTS, self.block_size)
         tier = type(self).tier_factory(buffer)
         caps = resolve_capabilities(self.capabilities, tier)
-        self.model = SharedStorageModel(caps)
+        self.model = SharedStorageModel(caps, memo_stores=trusts_memo_on_store(tier))
         first = _Instance(0, self._new_driver(tier, buffer, caps))
         self.live.append(first)
         self.model.join(0, after=None)
-        if "second_instance" in self.enabled and caps.sharing:
+        if "second_instance" in self.enabled and caps.sharing and self.tests.has_hook("reopen"):
             self._reopen(tier, None)
 
     # ---- the model's view of results ---------------------------------------------------------
@@ -141,6 +196,7 @@ class ExplorerMachine(RuleBasedStateMachine):
                     instance.driver.tier.on_request_finished(context)
                 self.model.load_finished(instance.index, job.job_id, job.keys, done)
             else:
+                instance.stored = instance.stored or bool(done)
                 self.model.store_finished(instance.index, job.job_id, done)
 
     def _stepped(self, instance: _Instance) -> _Instance:
@@ -178,12 +234,16 @@ class ExplorerMachine(RuleBasedStateMachine):
             job = instance.driver.submit_store(keys, slots)
             self.model.store_submitted(instance.index, job.job_id, keys)
 
-    def _load(self, instance: _Instance, keys: list[OffloadKey], context: ReqContext | None) -> bool:
+    def _load(
+        self, instance: _Instance, keys: list[OffloadKey], context: ReqContext | None, *, since: int | None = None
+    ) -> bool:
+        """Submit a load of ``keys``; with ``context``, in the request that was told HIT for them
+        (``since``: the model's disturbances at the earliest HIT, or now)."""
         slots = self._free(instance, len(keys))
         if slots is None:
             return False
         job = instance.driver.submit_load(keys, slots, context=context)
-        self.model.load_submitted(instance.index, job.job_id, keys, after_hit=context is not None)
+        self.model.load_submitted(instance.index, job.job_id, keys, after_hit=context is not None, since=since)
         if context is not None:
             instance.contexts[job.job_id] = context
         return True
@@ -206,10 +266,14 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._absorb_all()
 
     @precondition(lambda self: "load" in self.enabled)
-    @rule(who=_WHO, keys=_KEYS)
-    def load(self, who: int, keys: list[OffloadKey]) -> None:
-        """Submit a load of ``keys`` (stored or not) in one instance."""
-        self._load(self._pick(who), keys, None)
+    @rule(who=_WHO, keys=_KEYS, damage=st.booleans())
+    def load(self, who: int, keys: list[OffloadKey], damage: bool) -> None:
+        """Submit a load of ``keys`` (stored or not) in one instance; with ``damage`` (one load in two),
+        the first key's stored copy is damaged before (see :meth:`_damage`)."""
+        instance = self._pick(who)
+        if damage:
+            self._damage(instance, keys[0])
+        self._load(instance, keys, None)
         self._absorb_all()
 
     @precondition(lambda self: "lookup" in self.enabled)
@@ -219,21 +283,98 @@ class ExplorerMachine(RuleBasedStateMachine):
         in that request."""
         instance = self._pick(who)
         context = TrackedContext("kvproto-kit-explore")
-        answer = instance.driver.resolve([key], context)[key]
-        self._absorb(instance)
-        loading = False
-        match answer:
-            case lr.HIT:
-                self.model.judge_hit(instance.index, key)
-                loading = then_load and self._load(instance, [key], context)
-            case lr.MISS:
-                self.model.judge_miss(instance.index, key, past_deadline=key in instance.driver.deadline_misses)
-            case lr.RETRY | lr.HIT_PENDING:
-                raise ConformanceFailure("TIER-18", f"a settled lookup answered {answer.name}")
-            case _ as other:
-                unreachable(other, where="ExplorerMachine.lookup")
-        if not loading:
+        hit = bool(self._asked(instance, [key], context))
+        if not (hit and then_load and self._load(instance, [key], context)):
             instance.driver.tier.on_request_finished(context)
+
+    @staticmethod
+    def _shared_verdict(instance: _Instance, key: OffloadKey) -> bool:
+        """Whether a request of ``instance`` still open was answered for ``key``: a verdict is shared by
+        every request that asked and kept until the last of them finishes (AP-4), so a new request may
+        be told that older answer, which the model does not judge."""
+        return any(key in request.asked for request in instance.open)
+
+    def _judged(self, instance: _Instance, key: OffloadKey, answer: LookupResult, *, shared: bool) -> None:
+        """Judge a settled answer for ``key`` in a new request of ``instance`` (an older verdict shared
+        with an open request, ``shared``, is not judged: AP-4)."""
+        if shared:
+            return
+        if answer is lr.HIT:
+            self.model.judge_hit(instance.index, key)
+        else:
+            self.model.judge_miss(instance.index, key, past_deadline=key in instance.driver.deadline_misses)
+
+    def _asked(self, instance: _Instance, keys: Sequence[OffloadKey], context: ReqContext) -> list[OffloadKey]:
+        """Ask ``instance`` for ``keys``, in order, in ``context``'s request until each settles, judge the
+        answers, and return the HITs the model vouches for (not older verdicts shared with an open request)."""
+        shared = {key for key in keys if self._shared_verdict(instance, key)}
+        answers = instance.driver.resolve(keys, context)
+        self._absorb(instance)
+        hits: list[OffloadKey] = []
+        for key, answer in answers.items():
+            match answer:
+                case lr.HIT | lr.MISS:
+                    self._judged(instance, key, answer, shared=key in shared)
+                    if answer is lr.HIT and key not in shared:
+                        hits.append(key)
+                case lr.RETRY | lr.HIT_PENDING:
+                    raise ConformanceFailure("TIER-18", f"a settled lookup answered {answer.name}")
+                case _ as other:
+                    unreachable(other, where="ExplorerMachine._asked")
+        return hits
+
+    def _crowd(self, instance: _Instance) -> None:
+        """Store every key of the wide pool in ``instance``, a slot-full per job: enough blocks that one
+        request can hold more HITs than a tier closes one by one (TIERKIT-6's batched closes)."""
+        for start in range(0, len(_WIDE), NUM_SLOTS):
+            self._store(self._settled(instance), list(_WIDE[start : start + NUM_SLOTS]))
+        self._absorb_all()
+
+    @precondition(lambda self: "lookup" in self.enabled)
+    @rule(
+        who=_WHO, order=st.permutations(_WIDE), cut=st.integers(1, len(_WIDE) - 1), width=st.integers(1, 3),
+        crowd=st.booleans(),
+    )
+    def hold(self, who: int, order: list[OffloadKey], cut: int, width: int, crowd: bool) -> None:
+        """Ask for the keys of ``order`` in two requests of one instance that stay open (those already
+        open, or new ones): the first ``cut`` in the first, the next ``width`` in the second, the rest
+        in the first again, so each request's HITs are interleaved with the other's; HITs stay held
+        until their request loads them or finishes (TIER-26). With ``crowd`` (rows up to 64 KiB), the
+        whole wide pool is stored first (:meth:`_crowd`)."""
+        instance = self._pick(who)
+        if crowd and self.block_size <= _CROWD_MAX_BYTES:
+            self._crowd(instance)
+        while len(instance.open) < 2:
+            instance.open.append(_Request(TrackedContext(f"kvproto-kit-explore-open-{self.opened}")))
+            self.opened += 1
+        first, second = instance.open[-2:]
+        for request, keys in ((first, order[:cut]), (second, order[cut : cut + width]), (first, order[cut + width :])):
+            fresh = [key for key in keys if key not in request.asked]
+            for key in self._asked(instance, fresh, request.context):
+                request.hits[key] = self.model.disturbances
+            request.asked.update(fresh)
+
+    @precondition(lambda self: "lookup" in self.enabled)
+    @rule(who=_WHO)
+    def release(self, who: int) -> None:
+        """Finish the open request of one instance holding the most HITs, without loading them; then
+        every other open request loads its HITs in itself (each finishes once its load is reported):
+        another request's end must not take their HITs (TIER-26, TIERKIT-6)."""
+        instance = self._pick(who)
+        if not instance.open:
+            return
+        biggest = max(instance.open, key=lambda r: len(r.hits))
+        instance.open.remove(biggest)
+        instance.driver.tier.on_request_finished(biggest.context)
+        instance.driver.quiet_steps(1)  # what its end hands to the tier's threads (closing handles) runs now
+        self._absorb(instance)
+        while instance.open:
+            request = instance.open.pop()
+            keys = list(request.hits)[:NUM_SLOTS]
+            since = min((request.hits[k] for k in keys), default=None)
+            if not (keys and self._load(instance, keys, request.context, since=since)):
+                instance.driver.tier.on_request_finished(request.context)
+        self._absorb_all()
 
     @precondition(lambda self: "step" in self.enabled)
     @rule(who=_WHO)
@@ -244,13 +385,22 @@ class ExplorerMachine(RuleBasedStateMachine):
     @precondition(lambda self: "reset" in self.enabled)
     @rule(who=_WHO)
     def reset(self, who: int) -> None:
-        """``reset_cache`` in one instance once its own jobs are reported (the others' may be in flight)."""
+        """``reset_cache`` in one instance once its own jobs are reported (the others' may be in flight);
+        after a reset that succeeded, another live instance, where there is one, stores again the blocks
+        it remembers storing or loading: reported done, they must be there for every instance, whatever
+        it remembered (TIER-10, TIER-18, TIERKIT-10)."""
         instance = self._settled(self._pick(who))
         answer: object = instance.driver.tier.reset_cache()
         if answer is True:
             self.model.reset_succeeded(instance.index)
         elif answer is not False:
             raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
+        if answer is True and len(self.live) > 1:
+            other = self._pick(self.live.index(instance) + 1)
+            known = [key for key in _WIDE if key in self.model.remembered.get(other.index, ())][:NUM_SLOTS]
+            if known:
+                self._store(other, known)
+            self._absorb_all()
 
     @precondition(lambda self: "restart" in self.enabled and self.tests.has_hook("reopen"))
     @rule(who=_WHO)
@@ -273,11 +423,58 @@ class ExplorerMachine(RuleBasedStateMachine):
             answers = instance.driver.resolve(list(_POOL), context, patient=True)
             self._absorb(instance)
             for key, answer in answers.items():
-                if answer is lr.HIT:
-                    self.model.judge_hit(instance.index, key)
-                else:
-                    self.model.judge_miss(instance.index, key, past_deadline=key in instance.driver.deadline_misses)
+                self._judged(instance, key, answer, shared=self._shared_verdict(instance, key))
             instance.driver.tier.on_request_finished(context)
+        if self.model.caps.eviction and not any(i.open for i in self.live):
+            for instance in self.live:
+                self._probe_store(instance)
+
+    def _probe_store(self, instance: _Instance) -> None:
+        """With no request live and nothing in flight, a store of one new block in ``instance``, a tier
+        declaring eviction that stored a block before, succeeds: nothing may hold a block once every
+        request that was told HIT has finished (TIER-12), so eviction can make room. A failed try gets
+        up to two more, each after a quiet step (a tier that evicts in the background)."""
+        if not instance.stored:
+            return
+        key = _PROBES[self.probes % len(_PROBES)]
+        self.probes += 1
+        for _ in range(3):
+            job = instance.driver.submit_store([key], [0])
+            self.model.store_submitted(instance.index, job.job_id, [key])
+            self._settled(instance)
+            if instance.driver.results[job.job_id].success:
+                return
+            self._stepped(instance)
+        raise ConformanceFailure(
+            "TIER-12",
+            f"instance {instance.index}: with every request finished and nothing in flight, 3 stores of one new "
+            f"block ({short_key(key)}) failed, though the tier declares eviction and stored blocks before: "
+            "something still holds its blocks for requests that ended (a finished request's holds must be dropped)",
+        )
+
+    def _damage(self, instance: _Instance, key: OffloadKey) -> None:
+        """Damage the stored copy of ``key`` once ``instance``'s jobs are reported (a load of it must then
+        fail, never serve its bytes; the tier may delete it): through the ``corrupt_on_read`` hook, or,
+        over a BlobTier, by replacing its blob with a copy whose last byte is flipped. Its neighbours
+        stay stored (TIER-10)."""
+        self._settled(instance)
+        if self.tests.has_hook("corrupt_on_read"):
+            self.model.damaged([key], hook=True)
+            getattr(self.tests, "corrupt_on_read")(instance.driver.tier, [key])  # noqa: B009 - the kit's hook
+            return
+        backend, name_of = getattr(instance.driver.tier, "backend", None), getattr(instance.driver.tier, "name_of", None)
+        if backend is None or not callable(name_of) or key not in self.model.possible:
+            return
+        self.model.damaged([key])
+        name = name_of(key)
+        size = next(iter(backend.sizes([name])), None)
+        if not isinstance(size, int) or size <= 0:
+            return
+        copy = bytearray(size)
+        backend.read_into(name, [memoryview(copy)])
+        copy[-1] ^= 0xFF
+        backend.delete(name)
+        backend.publish(name, [memoryview(copy)], size)
 
     def teardown(self) -> None:
         """Settle and shut down every instance; a failure here is reported only if no step failed."""
@@ -291,6 +488,24 @@ class ExplorerMachine(RuleBasedStateMachine):
                     raise
             finally:
                 instance.driver.shutdown()
+        if not failing and self.fd_baseline is not None:
+            leaked = settled_leaks(self.fd_baseline)
+            if leaked:
+                raise ConformanceFailure(
+                    "TIER-16",
+                    f"{len(leaked)} file descriptor(s) on regular files opened while the explorer ran are still open "
+                    f"after every instance was shut down ({describe_fds(leaked)}): shutdown must close what the "
+                    "tier opened, and a delete the file it deleted",
+                )
+
+
+def trusts_memo_on_store(tier: SecondaryTier) -> bool:
+    """Whether ``tier`` may report a store of a block it remembers done without sending it (TIERKIT-10):
+    True unless it says otherwise, as a :class:`~kvproto.tierkit.BlobTier` configured without
+    ``trust_index_on_store`` does (its stores then reach the storage, and a backend's own memo that
+    skips them is the backend's bug)."""
+    config = getattr(tier, "blob_config", None)
+    return getattr(config, "trust_index_on_store", True) is not False
 
 
 def swarm_plan(max_block_bytes: int) -> list[tuple[frozenset[str], int]]:

@@ -16,9 +16,13 @@ holds that instance to, and judges each observation as it is made:
   ``sharing`` (of an instance reopened after it, where it declares ``persistence``), until a reset by
   any instance removes it; declared ``eviction`` excuses a MISS, and so does AP-3's deadline (a RETRY
   until ``max_retry_steps``, then MISS).
-* **A HIT loads** (TIER-4): a load submitted right after a HIT, in the request that saw it, succeeds,
-  unless the storage was disturbed meanwhile: a reset by any instance, or, where the tier declares
-  eviction, a store by any instance (which may evict).
+* **A HIT loads** (TIER-4, TIER-26): a load submitted after a HIT, in the request that saw it, succeeds,
+  unless the storage was disturbed since the HIT: a reset by any instance, or, where the tier declares
+  eviction, a store by any instance (which may evict). Other requests, live beside it or finished
+  meanwhile (with or without loading their own HITs), disturb nothing.
+* **A damaged block excuses only itself** (TIER-10): a block the explorer damaged in storage is certain
+  nowhere, and a load holding it may fail (whole, or from it on); every other block keeps its
+  judgements: a delete of the damaged block that took its neighbour with it is a lost write.
 * **A certain block loads** (TIER-10): a load of keys stored for certain fails none of them unless the
   storage was disturbed meanwhile. A load holding a key not stored for certain may fail its others
   (a whole-job tier all of them; a partial-jobs tier those from that key on).
@@ -37,7 +41,12 @@ from kvproto._keys import OffloadKey
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 
-__all__ = ["PendingLoad", "SharedStorageModel"]
+__all__ = ["HELD_NOTE", "PendingLoad", "SharedStorageModel"]
+
+HELD_NOTE = (
+    " (a request kept open while other requests of the instance held HITs, and one of them finished without "
+    "loading its own)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +57,15 @@ class PendingLoad:
     sure: frozenset[OffloadKey]
     disturbances: int
     after_hit: bool
+    held: bool = False  # its request stayed open across other operations after the HIT
 
 
 class SharedStorageModel:
     """The explorer's model of one storage and the instances over it (see the module docstring)."""
 
-    def __init__(self, capabilities: Capabilities) -> None:
+    def __init__(self, capabilities: Capabilities, *, memo_stores: bool = True) -> None:
         self.caps = capabilities
+        self.memo_stores = memo_stores  # a store of a remembered key may be skipped on the memo's word
         self.possible: set[OffloadKey] = set()  # some store submitted since the last reset removed it
         self.certain: dict[int, set[OffloadKey]] = {}  # per instance: keys it must see
         self.remembered: dict[int, set[OffloadKey]] = {}  # per instance: what it stored or loaded itself
@@ -63,6 +74,8 @@ class SharedStorageModel:
         self.stores: dict[tuple[int, int], tuple[OffloadKey, ...]] = {}  # (instance, job) -> keys
         self.raced: set[tuple[int, int]] = set()  # stores in flight at a reset: their success proves nothing
         self.loads: dict[tuple[int, int], PendingLoad] = {}
+        self.broken: set[OffloadKey] = set()  # damaged in storage by the explorer: excused until a reset removes them
+        self.armed: set[OffloadKey] = set()  # damaged through a hook (its next read, whenever): excused for good
 
     # ---- instances ------------------------------------------------------------------------
     def join(self, instance: int, *, after: int | None) -> None:
@@ -93,10 +106,12 @@ class SharedStorageModel:
     def store_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey]) -> None:
         """A store of ``keys`` was submitted: they may exist from now on. With ``sharing``, a store of
         a key the instance remembers but is not held to (another instance's reset may have removed it)
-        proves nothing: the instance may skip it on its memo's word (TIERKIT-10)."""
+        proves nothing where the tier may skip it on its memo's word (``memo_stores``: TIERKIT-10's
+        ``trust_index_on_store``); a tier that says it does not is held to it like any store: reported
+        done, the block is there for every instance (TIER-10, TIER-18)."""
         flying = {k for (owner, _), ks in self.stores.items() if owner == instance for k in ks}
         memo, sure = self.remembered[instance] | flying, self.certain[instance]  # its index may hold those
-        if self.caps.sharing and any(k in memo and k not in sure for k in keys):
+        if self.caps.sharing and self.memo_stores and any(k in memo and k not in sure for k in keys):
             self.raced.add((instance, job_id))
         self.possible.update(keys)
         self.stores[(instance, job_id)] = tuple(keys)
@@ -112,6 +127,7 @@ class SharedStorageModel:
         self.remembered[instance].update(done)  # its index holds them, raced or not
         if raced:
             done = frozenset()
+        done = done - self.broken - self.armed  # a store of a damaged block may be skipped as EXISTED
         for key in self.stores.pop((instance, job_id), ()):
             for seen in self._seers(instance):
                 if key in done:
@@ -130,6 +146,16 @@ class SharedStorageModel:
             seen.clear()
         self.possible = {k for keys in self.stores.values() for k in keys}
         self.raced.update(self.stores)
+        self.broken &= self.possible  # a damaged block is gone unless a store in flight writes it again
+
+    def damaged(self, keys: Iterable[OffloadKey], *, hook: bool = False) -> None:
+        """The explorer damaged the stored copy of ``keys`` (through the ``corrupt_on_read`` hook where
+        ``hook``: excused for good, the hook may fire at any later read): none is certain anywhere any
+        more, and a load holding one may fail (the tier may delete it, or keep it and skip its re-store)."""
+        keys = list(keys)
+        (self.armed if hook else self.broken).update(keys)
+        for seen in self.certain.values():
+            seen.difference_update(keys)
 
     # ---- lookups ---------------------------------------------------------------------------
     def judge_hit(self, instance: int, key: OffloadKey) -> None:
@@ -161,11 +187,15 @@ class SharedStorageModel:
         )
 
     # ---- loads -----------------------------------------------------------------------------
-    def load_submitted(self, instance: int, job_id: int, keys: Sequence[OffloadKey], *, after_hit: bool) -> None:
-        """A load of ``keys`` was submitted in ``instance``."""
+    def load_submitted(
+        self, instance: int, job_id: int, keys: Sequence[OffloadKey], *, after_hit: bool, since: int | None = None
+    ) -> None:
+        """A load of ``keys`` was submitted in ``instance``; ``after_hit``: in the request told HIT for
+        them, ``since``: the count of disturbances at the earliest of those HITs (None: now)."""
         sure = frozenset(k for k in keys if k in self.certain.get(instance, ()))
-        stale = any(k not in self.possible for k in keys)  # a HIT from memory of a removed block
-        self.loads[(instance, job_id)] = PendingLoad(sure, self.disturbances, after_hit and not stale)
+        stale = any(k not in self.possible or k in self.broken or k in self.armed for k in keys)  # removed or damaged
+        at = self.disturbances if since is None else since
+        self.loads[(instance, job_id)] = PendingLoad(sure, at, after_hit and not stale, since is not None)
 
     def load_finished(
         self, instance: int, job_id: int, keys: Sequence[OffloadKey], done: frozenset[OffloadKey]
@@ -178,10 +208,12 @@ class SharedStorageModel:
         if pending is None or pending.disturbances != self.disturbances or done >= set(keys):
             return
         if pending.after_hit:
+            held = pending.held and self.caps.holds_hits  # a held HIT loads (TIER-26)
             raise ConformanceFailure(
-                "TIER-4",
-                f"instance {instance}: load job {job_id} of {short_key(keys[0])}, submitted right after its "
-                "HIT in the same request, failed while no instance reset the storage: the HIT was not readable",
+                "TIER-26" if held else "TIER-4",
+                f"instance {instance}: load job {job_id} of {short_key(keys[0])}, submitted after its HIT in the "
+                f"same request{HELD_NOTE if pending.held else ''}, failed while no instance disturbed the storage "
+                "since the HIT: the HIT was not readable",
             )
         first_unsure = next((i for i, k in enumerate(keys) if k not in pending.sure), len(keys))
         whole = first_unsure == len(keys)

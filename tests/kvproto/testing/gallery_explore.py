@@ -1,6 +1,8 @@
 """Broken tiers only the explorer reaches (KIT-23, issue 40): each bug needs a story no named check
 tells: rows past 64 KiB read and loaded, a restart over blocks past 64 KiB, another instance's blocks
-past 64 KiB looked up. (The explorer also found
+past 64 KiB looked up; a damaged block's delete taking its neighbours, a request's end closing another
+live request's held handle, descriptors a delete leaves open past shutdown, a store skipped on a
+client's memo after another instance's reset. (The explorer also found
 BlobTier's own shared mode skipping a store on its index's word after another instance's reset,
 TIERKIT-10.) Built on BlobTiers over an in-memory backend that the ``reopen`` hook hands to the next
 instance.
@@ -11,10 +13,14 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
+import errno
+import itertools
+import os
+import threading
 from collections.abc import Iterator, Sequence
 
 from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
-from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend
+from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_registry import Gallery
@@ -31,10 +37,11 @@ class _OverOneStorage(FaultyJobs):
 
     tier_name = "over-one-storage"
     shared = True
+    hold_hits_steps = 64  # BlobTierConfig's default: held HITs where the backend offers held reads
     backend_class: type[MemoryBackend] = MemoryBackend
 
     def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
-        config = BlobTierConfig(shared=self.shared, start_in_background=False)
+        config = BlobTierConfig(shared=self.shared, start_in_background=False, hold_hits_steps=self.hold_hits_steps)
         backend = self.backend_class() if storage is None else storage
         super().__init__(backend, buffer, config, name=self.tier_name, wrap=FaultyBackend)
 
@@ -118,3 +125,171 @@ class ExistenceSkipsLargeBlocks(_OverOneStorage):
 @EXPLORE_GALLERY.fails(_EXPLORE, "TIER-18", "answers MISS in a new request", profile="default")
 def existence_skips_large_blocks() -> TierSpec:
     return _spec(ExistenceSkipsLargeBlocks)
+
+
+class _DirectoryDeletes(MemoryBackend):
+    """Deletes a blob together with every blob of its ``<ns>/<aa>/`` directory (an empty-directory prune
+    one level too high)."""
+
+    def delete(self, name: str) -> None:
+        directory = name.rsplit("/", 2)[0] + "/"
+        with self._lock:
+            for other in [n for n in self.blobs if n.startswith(directory)]:
+                del self.blobs[other]
+
+
+class DeleteTakesItsDirectory(_OverOneStorage):
+    """Bug: a private tier whose backend's delete of one blob (a damaged block found by a load) removes
+    its neighbours too, blocks whose digests share its first byte: stored blocks lost, no eviction declared."""
+
+    tier_name = "delete-takes-its-directory"
+    shared = False
+    backend_class = _DirectoryDeletes
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-10", "a lost write", profile="default")
+def delete_takes_its_directory() -> TierSpec:
+    return _spec(DeleteTakesItsDirectory)
+
+
+class _DescriptorTable(MemoryBackend):
+    """Held reads through numbered handles, given out in increasing order (as a process's descriptors
+    are); ``close_held_many`` closes every number from the lowest handle to the highest, as if one
+    request's handles were always consecutive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handles: dict[int, bytes] = {}
+        self._numbers = itertools.count(3)
+
+    @property
+    def held_reads(self) -> bool:
+        return True
+
+    def open_held(self, name: str) -> object:
+        with self._lock:
+            data = self.blobs.get(name)
+            if data is None:
+                raise FileNotFoundError(name)
+            handle = next(self._numbers)
+            self._handles[handle] = data
+        return handle
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        with self._lock:
+            data = self._handles.get(handle) if isinstance(handle, int) else None
+        if data is None:
+            raise OSError(errno.EBADF, f"handle {handle!r} is closed")
+        return self.scatter(data, buffers)
+
+    def close_held(self, handle: object) -> None:
+        with self._lock:
+            self._handles.pop(handle, None) if isinstance(handle, int) else None
+
+    def close_held_many(self, handles: Sequence[object]) -> None:
+        numbers = sorted(h for h in handles if isinstance(h, int))
+        with self._lock:
+            for handle in range(numbers[0], numbers[-1] + 1) if numbers else ():  # the bug: the whole range
+                self._handles.pop(handle, None)
+
+
+class FinishClosesOthersHandles(_OverOneStorage):
+    """Bug: a tier holding a read handle per HIT (holds_hits) whose backend closes a finished request's
+    handles as one range: another live request's handle numbered in between is closed too, and its HIT
+    fails to load."""
+
+    tier_name = "finish-closes-others-handles"
+    shared = False
+    backend_class = _DescriptorTable
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-26", "the HIT was not readable", profile="default")
+def finish_closes_others_handles() -> TierSpec:
+    return _spec(FinishClosesOthersHandles)
+
+
+class _LeakyReadCache(MemoryBackend):
+    """Keeps a real file descriptor per blob it read (a read cache of open files); ``close`` closes
+    those still cached, but ``delete`` drops a blob's entry without closing its descriptor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cached: dict[str, int] = {}
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        size = super().read_into(name, buffers)
+        with self._lock:
+            if name not in self._cached:
+                self._cached[name] = os.open(__file__, os.O_RDONLY)
+        return size
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self._cached.pop(name, None)  # the bug: its descriptor is never closed
+        super().delete(name)
+
+    def close(self) -> None:
+        with self._lock:
+            cached, self._cached = list(self._cached.values()), {}
+        for fd in cached:
+            os.close(fd)
+
+
+class DeleteLeaksDescriptors(_OverOneStorage):
+    """Bug: every deleted block that had been read leaks one open file, past shutdown."""
+
+    tier_name = "delete-leaks-descriptors"
+    shared = False
+    backend_class = _LeakyReadCache
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-16", "still open after every instance was shut down", profile="default")
+def delete_leaks_descriptors() -> TierSpec:
+    return _spec(DeleteLeaksDescriptors)
+
+
+class _PublishMemo(MemoryBackend):
+    """A client of shared storage (``blobs``, one dict for every client over it) that remembers what it
+    published and answers EXISTED for it without asking; only its own deletes and clears forget."""
+
+    def __init__(self, blobs: dict[str, bytes] | None = None, lock: threading.Lock | None = None) -> None:
+        super().__init__()
+        self.blobs = {} if blobs is None else blobs
+        self._lock = threading.Lock() if lock is None else lock
+        self._published: set[str] = set()
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        if name in self._published:
+            return Published.EXISTED  # the bug: another client's clear is never seen
+        self._published.add(name)
+        return super().publish(name, parts, size)
+
+    def delete(self, name: str) -> None:
+        self._published.discard(name)
+        super().delete(name)
+
+    def clear(self, namespace: str) -> None:
+        self._published = {n for n in self._published if not n.startswith(namespace + "/")}
+        super().clear(namespace)
+
+    def client(self) -> _PublishMemo:
+        """Another client over the same storage, with a memo of its own."""
+        return _PublishMemo(self.blobs, self._lock)
+
+
+class StoreSkippedOnAStaleMemo(_OverOneStorage):
+    """Bug: a sharing tier (which does not trust its index on stores) over clients that each remember
+    what they published: after another instance's reset_cache, a store of the same blocks is reported
+    done with nothing stored, and the other instances answer MISS for them."""
+
+    tier_name = "store-skipped-on-a-stale-memo"
+    backend_class = _PublishMemo
+
+    def storage(self) -> BlobBackend:
+        inner = super().storage()
+        return inner.client() if isinstance(inner, _PublishMemo) else inner
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-18", "answers MISS in a new request", profile="default")
+def store_skipped_on_a_stale_memo() -> TierSpec:
+    return _spec(StoreSkippedOnAStaleMemo)

@@ -1,6 +1,6 @@
 """The explorer's model and swarm plan (KIT-23): what instances over one storage may observe, and which
-operation kinds and sizes each run of the search enables. The explorer itself runs on every tier with a
-``reopen`` hook in the kit (``test_explore_instances_sizes_and_interleavings``) and finds the broken tiers
+operation kinds and sizes each run of the search enables. The explorer itself runs on every secondary tier (several
+instances where it has a ``reopen`` hook) in the kit (``test_explore_instances_sizes_and_interleavings``) and finds the broken tiers
 of gallery_explore.py (test_gallery.py)."""
 
 from __future__ import annotations
@@ -130,3 +130,58 @@ def test_a_store_on_a_memos_word_proves_nothing() -> None:
     model.store_finished(1, 2, frozenset({A, B}))
     model.judge_miss(0, A, past_deadline=False)
     model.judge_hit(0, A)
+
+
+def test_a_held_hit_loads_unless_the_storage_was_disturbed_since_the_hit() -> None:
+    model = SharedStorageModel(Capabilities(eviction=True, holds_hits=True, max_hold_steps=64))
+    model.join(0, after=None)
+    model.store_submitted(0, 1, [A, B])  # a store under declared eviction disturbs the storage
+    model.store_finished(0, 1, frozenset({A, B}))
+    at_hit = model.disturbances
+    model.load_submitted(0, 2, [A], after_hit=True, since=at_hit)  # other requests came and went meanwhile
+    with pytest.raises(ConformanceFailure, match=r"TIER-26.*request kept open.*the HIT was not readable"):
+        model.load_finished(0, 2, [A], frozenset())
+    model.store_submitted(0, 3, [C])  # a store after the HIT may have evicted it
+    model.store_finished(0, 3, frozenset({C}))
+    model.load_submitted(0, 4, [B], after_hit=True, since=at_hit)
+    model.load_finished(0, 4, [B], frozenset())
+
+
+def test_a_damaged_block_excuses_only_itself() -> None:
+    model = _model()
+    model.store_submitted(0, 1, [A, B])
+    model.store_finished(0, 1, frozenset({A, B}))
+    model.damaged([A])
+    model.judge_miss(0, A, past_deadline=False)  # the tier may have deleted it
+    model.load_submitted(0, 2, [A], after_hit=True)
+    model.load_finished(0, 2, [A], frozenset())  # a damaged block's load fails
+    model.load_submitted(0, 3, [B], after_hit=False)
+    with pytest.raises(ConformanceFailure, match=r"TIER-10.*a lost write"):
+        model.load_finished(0, 3, [B], frozenset())  # its neighbour is not excused
+    with pytest.raises(ConformanceFailure, match=r"TIER-10.*a lost write"):
+        model.judge_miss(0, B, past_deadline=False)
+
+
+def test_a_store_binds_a_sharing_tier_that_does_not_trust_its_memo() -> None:
+    model = SharedStorageModel(Capabilities(sharing=True), memo_stores=False)
+    model.join(0, after=None)
+    model.join(1, after=None)
+    model.store_submitted(1, 1, [A])
+    model.store_finished(1, 1, frozenset({A}))
+    model.reset_succeeded(0)
+    model.store_submitted(1, 2, [A])  # instance 1 remembers A, but its stores reach the storage
+    model.store_finished(1, 2, frozenset({A}))
+    with pytest.raises(ConformanceFailure, match=r"TIER-18.*stored successfully by instance 1 beside it"):
+        model.judge_miss(0, A, past_deadline=False)
+
+
+def test_the_key_pool_holds_neighbouring_blob_names() -> None:
+    from kvproto import envelope as env
+    from kvproto.testing._explore.machine import neighbour_pool
+
+    pool = neighbour_pool("explore-test", 5)
+    digests = [env.key_digest(key) for key in pool]
+    assert len(set(pool)) == 10
+    assert digests[0][:4] == digests[1][:4]  # one <aa>/<bb>/ directory
+    for first, second in zip(digests[2::2], digests[3::2], strict=True):
+        assert first[:2] == second[:2] and first[2:4] != second[2:4]  # one <aa>/, two <bb>/

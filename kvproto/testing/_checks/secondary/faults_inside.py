@@ -27,10 +27,7 @@ faults are, never blamed. A tier without ``fail_io`` is "not checked" on TIER-38
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -41,6 +38,7 @@ from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, hit_and_loaded, load_exact, load_slots, store_again, store_slots
 from kvproto.testing._harness.data import key_pool
 from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.descriptors import FD_DIR, describe_fds, open_fds, settled_leaks, still_open
 from kvproto.testing._harness.driver import TrackedContext, short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
@@ -60,50 +58,6 @@ __all__ = [
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
 header, payload or page boundary falls on a call's end)."""
-
-_FD_DIR = "/proc/self/fd"
-_FD_SETTLE_S = 3.0  # how long the kit waits for files closed by the tier's threads (a condition)
-
-
-def open_fds() -> set[str] | None:
-    """The process's file descriptors open on regular files (Linux), or None where the kit cannot list
-    them. Directories, pipes and sockets are left out: a thread of the process walking a directory
-    (a background delete) or talking to a server is not a transfer's leak."""
-    try:
-        names = os.listdir(_FD_DIR)
-    except OSError:
-        return None
-    files = set()
-    for name in names:
-        try:
-            if stat.S_ISREG(os.stat(os.path.join(_FD_DIR, name)).st_mode):
-                files.add(name)
-        except OSError:
-            continue  # closed meanwhile
-    return files
-
-
-def settled_leaks(baseline: set[str]) -> set[str]:
-    """The regular-file descriptors open now that were not in ``baseline``, once the tier's threads had
-    up to ``_FD_SETTLE_S`` to close what finished jobs opened (a condition polled, never a verdict by time)."""
-    deadline = time.monotonic() + _FD_SETTLE_S
-    leaked = (open_fds() or set()) - baseline
-    while leaked and time.monotonic() < deadline:
-        time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
-        leaked = (open_fds() or set()) - baseline
-    return leaked
-
-
-def still_open(held: set[str]) -> set[str]:
-    """Those of ``held`` (regular-file descriptors) still open, once the tier's threads had up to
-    ``_FD_SETTLE_S`` to close them (a condition polled, never a verdict by time)."""
-    deadline = time.monotonic() + _FD_SETTLE_S
-    left = held & (open_fds() or set())
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        left = held & (open_fds() or set())
-    return left
-
 
 class SecondaryFaultsInsideChecks(SecondaryRole):
     """Short transfers and I/O errors inside the tier's transfer code, and what a storage fault must never
@@ -157,7 +111,7 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         it: a connection a worker thread opened on first use), never one a failed transfer left open;
         a reset_cache whose first read or write raises answers False (or True), never raises."""
         if open_fds() is None:
-            pytest.skip(f"needs {_FD_DIR} to count the process's open files (Linux)")
+            pytest.skip(f"needs {FD_DIR} to count the process's open files (Linux)")
         keys = key_pool("t31-io", 6)
         loaded, stored = keys[:3], keys[3:]
         if not kit.store(loaded, store_slots(kit, len(loaded))).success:
@@ -286,17 +240,6 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         self.fail_io(kit.tier, failing)
         kit.store(key_pool(f"t38-new-{failing}", 1), store_slots(kit, 1))
         self.fail_io(kit.tier, 0)
-
-
-def describe_fds(fds: set[str]) -> str:
-    """What a few leaked descriptors point at."""
-    shown = []
-    for fd in sorted(fds, key=int)[:3]:
-        try:
-            shown.append(f"{fd} -> {os.readlink(os.path.join(_FD_DIR, fd))}")
-        except OSError:
-            shown.append(fd)
-    return ", ".join(shown) + (", ..." if len(fds) > 3 else "")
 
 
 def first_setup_failure(kit: SecondaryDriver) -> str:

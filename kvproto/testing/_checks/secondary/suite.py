@@ -477,11 +477,12 @@ class SecondaryTierTests(
 
         run_machine(self, tier_factory, self.profile(request), request, differential=True)
 
-    @check("TIER-10", hooks=("reopen",), hypothesis=True)
+    @check("TIER-10", hypothesis=True)
     def test_explore_instances_sizes_and_interleavings(
         self, tier_factory: SecondaryTierFactory, request: pytest.FixtureRequest
     ) -> None:
-        """Instances over one storage (live beside each other where the tier shares, or restarted), rows
+        """Instances over one storage (live beside each other where the tier shares, or restarted, where
+        it has the ``reopen`` hook; one instance without it), rows
         from 48 bytes to MiB, and swarms of interleaved stores, loads, lookups and resets agree with one
         model of what each instance may see (KIT-23)."""
         from kvproto.testing._checks.machines import run_explorer
