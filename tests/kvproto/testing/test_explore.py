@@ -1,7 +1,8 @@
 """The explorer's model and swarm plan (KIT-23): what instances over one storage may observe, and which
-operation kinds and sizes each run of the search enables. The explorer itself runs on every secondary tier (several
-instances where it has a ``reopen`` hook) in the kit (``test_explore_instances_sizes_and_interleavings``) and finds the broken tiers
-of gallery_explore.py (test_gallery.py)."""
+operation kinds and sizes each run of the search enables. The explorer itself runs on every secondary
+tier (several instances where it has a ``reopen`` hook) in the kit
+(``test_explore_instances_sizes_and_interleavings``) and finds the broken tiers of gallery_explore.py
+(test_gallery.py)."""
 
 from __future__ import annotations
 
