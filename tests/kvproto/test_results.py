@@ -32,7 +32,8 @@ def test_from_legacy_maps_bool_and_none(pending: LookupResult) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [0, 1, 2, "hit", b"", 1.0, LookupResult.HIT, [], object()], ids=repr
+    "value", [0, 1, 2, "hit", b"", 1.0, LookupResult.HIT, [], object()],
+    ids=lambda v: "object()" if type(v) is object else repr(v),  # the same id in every process
 )
 def test_from_legacy_rejects_anything_else(value: object) -> None:
     """LR-5: ints are not bools; a LookupResult is not a legacy answer either."""
