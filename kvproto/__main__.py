@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from kvproto._cli import main
+from kvproto._cli import console
 
-raise SystemExit(main())
+console()

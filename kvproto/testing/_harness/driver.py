@@ -63,6 +63,11 @@ _hung_classes: set[type] = set()
 _searching = [0]
 
 
+def hung_tier_classes() -> list[str]:
+    """The tier classes whose shutdown hung in this process (KIT-27), by qualified name."""
+    return sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in _hung_classes)
+
+
 @contextmanager
 def searching() -> Iterator[None]:
     """While entered, a tier call that hangs ends the Hypothesis search it is in (:class:`SearchHalted`),
@@ -81,6 +86,7 @@ __all__ = [
     "TierDriver",
     "TrackedContext",
     "checked_lookup",
+    "hung_tier_classes",
     "expect_answers",
     "resolve_capabilities",
     "searching",

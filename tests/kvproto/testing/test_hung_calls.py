@@ -7,16 +7,23 @@ Through the command line (``kvproto conform --json``, in this process), as a tie
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvproto import MemoryTier
 from kvproto.testing import MEMORY_HOOKS, TierSpec
 from kvproto.testing._harness.driver import HUNG_AGAIN_S
 
 from tests.cli import kvproto_cli
 from tests.kvproto.testing.gallery import _QUICK, ShutdownDeadlocksAfterReset
+
+ROOT = Path(__file__).parents[3]
 
 FIRST_S = 3.0
 """The spec's shutdown bound: above HUNG_AGAIN_S, so the two waits are told apart in the reasons."""
@@ -54,3 +61,44 @@ def test_a_hung_shutdown_ends_the_search_and_later_checks_wait_less() -> None:
         assert machine["outcome"] == "failed" and machine["violated_clause"] == "TIER-16", machine["reason"][:300]
         assert f"did not return within {HUNG_AGAIN_S:g} s" in machine["reason"], machine["reason"][:300]
         assert "the search stopped at this example" in machine["reason"], machine["reason"][:300]
+
+
+class ScanThreadNeverEnds(MemoryTier):
+    """Bug: ``reset_cache`` starts a scan on a thread of its own (not a daemon) that never ends, and
+    ``shutdown`` joins it: once the kit gave its verdict, the interpreter's exit would wait for that
+    thread forever."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="scan-thread-never-ends")
+        self._scan: threading.Thread | None = None
+
+    def reset_cache(self) -> bool:
+        self._scan = threading.Thread(target=threading.Event().wait, name="scan-never-ends")  # the bug
+        self._scan.start()
+        return super().reset_cache()
+
+    def shutdown(self) -> None:
+        if self._scan is not None:
+            self._scan.join()
+        super().shutdown()
+
+
+def scan_thread_never_ends() -> TierSpec:
+    return TierSpec("scan-thread-never-ends", "secondary", ScanThreadNeverEnds, hooks=MEMORY_HOOKS,
+                    limits=replace(_QUICK, shutdown_timeout_s=1.0))
+
+
+def test_the_command_ends_after_its_verdict_though_the_tiers_thread_never_does(tmp_path: Path) -> None:
+    """``python -m kvproto conform`` (the console script's path) exits with the verdict's code, saying
+    whose threads it did not wait for; before KIT-27's exit it never ended (the subprocess timeout)."""
+    out = tmp_path / "report.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "kvproto", "conform", f"{__name__}:scan_thread_never_ends", "--no-typecheck",
+         "--no-coverage", "--check", "reset_cache_forgets_blocks", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert f"{__name__}.ScanThreadNeverEnds" in run.stderr and "not waiting for its threads" in run.stderr
+    (tier,) = json.loads(out.read_text())["tiers"]
+    (check,) = [c for c in tier["checks"] if c["outcome"] != "deselected"]
+    assert check["violated_clause"] == "TIER-16", check["reason"][:300]
