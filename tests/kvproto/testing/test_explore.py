@@ -178,7 +178,7 @@ def test_a_store_binds_a_sharing_tier_that_does_not_trust_its_memo() -> None:
 
 def test_the_key_pool_holds_neighbouring_blob_names() -> None:
     from kvproto import envelope as env
-    from kvproto.testing._explore.machine import neighbour_pool
+    from kvproto.testing.explore import neighbour_pool
 
     pool = neighbour_pool("explore-test", 5)
     digests = [env.key_digest(key) for key in pool]
