@@ -459,6 +459,8 @@ class ExplorerMachine(RuleBasedStateMachine):
         stay stored (TIER-10)."""
         self._settled(instance)
         if self.tests.has_hook("corrupt_on_read"):
+            if key not in self.model.certain.get(instance.index, ()):
+                return  # the hook damages a stored block: an author's hook may raise for one never stored
             self.model.damaged([key], hook=True)
             getattr(self.tests, "corrupt_on_read")(instance.driver.tier, [key])  # noqa: B009 - the kit's hook
             return
