@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,10 @@ __all__ = ["conform_report", "kvproto_cli", "tier_checks"]
 
 
 def kvproto_cli(argv: Sequence[str]) -> int:
-    """Run ``kvproto ARGV...`` in this process (the installed ``kvproto`` script's ``main``); its exit code."""
+    """Run ``kvproto ARGV...`` in this process: the ``main`` of the module the installed ``kvproto`` script
+    runs (the script itself, ``console``, exits the process with that code); its exit code."""
     (script,) = entry_points(group="console_scripts", name="kvproto")
-    main: Callable[[Sequence[str]], int] = script.load()
+    main: Callable[[Sequence[str]], int] = import_module(script.module).main
     return main(list(argv))
 
 
