@@ -110,12 +110,12 @@ class _Request:
 @dataclass(slots=True)
 class _Instance:
     """One live instance: its driver, how many of its results the model has seen, and the request of
-    each load that follows a HIT (finished once the load is reported)."""
+    each load that follows a HIT (finished once the load is reported: live in the tier until then)."""
 
     index: int
     driver: SecondaryDriver
     seen: int = 0
-    contexts: dict[int, ReqContext] = field(default_factory=dict)
+    loading: dict[int, _Request] = field(default_factory=dict)
     open: list[_Request] = field(default_factory=list)
     stored: bool = False  # a store of it reported a block stored (it has room for one)
 
@@ -191,9 +191,9 @@ class ExplorerMachine(RuleBasedStateMachine):
         instance.seen += len(fresh)
         for job, done in fresh:
             if job.promotion:
-                context = instance.contexts.pop(job.job_id, None)
-                if context is not None:
-                    instance.driver.tier.on_request_finished(context)
+                request = instance.loading.pop(job.job_id, None)
+                if request is not None:
+                    instance.driver.tier.on_request_finished(request.context)
                 self.model.load_finished(instance.index, job.job_id, job.keys, done)
             else:
                 instance.stored = instance.stored or bool(done)
@@ -235,17 +235,19 @@ class ExplorerMachine(RuleBasedStateMachine):
             self.model.store_submitted(instance.index, job.job_id, keys)
 
     def _load(
-        self, instance: _Instance, keys: list[OffloadKey], context: ReqContext | None, *, since: int | None = None
+        self, instance: _Instance, keys: list[OffloadKey], request: _Request | None, *, since: int | None = None
     ) -> bool:
-        """Submit a load of ``keys``; with ``context``, in the request that was told HIT for them
-        (``since``: the model's disturbances at the earliest HIT, or now)."""
+        """Submit a load of ``keys``; with ``request``, in the request that was told HIT for them
+        (``since``: the model's disturbances at the earliest HIT, or now), which stays live until the
+        load is reported."""
         slots = self._free(instance, len(keys))
         if slots is None:
             return False
+        context = None if request is None else request.context
         job = instance.driver.submit_load(keys, slots, context=context)
-        self.model.load_submitted(instance.index, job.job_id, keys, after_hit=context is not None, since=since)
-        if context is not None:
-            instance.contexts[job.job_id] = context
+        self.model.load_submitted(instance.index, job.job_id, keys, after_hit=request is not None, since=since)
+        if request is not None:
+            instance.loading[job.job_id] = request
         return True
 
     # ---- rules -------------------------------------------------------------------------------
@@ -282,17 +284,19 @@ class ExplorerMachine(RuleBasedStateMachine):
         """Ask for ``key`` in a new request of one instance until it settles; after a HIT, maybe load it
         in that request."""
         instance = self._pick(who)
-        context = TrackedContext("kvproto-kit-explore")
-        hit = bool(self._asked(instance, [key], context))
-        if not (hit and then_load and self._load(instance, [key], context)):
-            instance.driver.tier.on_request_finished(context)
+        request = _Request(TrackedContext("kvproto-kit-explore"), asked={key})
+        hit = bool(self._asked(instance, [key], request.context))
+        if not (hit and then_load and self._load(instance, [key], request)):
+            instance.driver.tier.on_request_finished(request.context)
 
     @staticmethod
     def _shared_verdict(instance: _Instance, key: OffloadKey) -> bool:
-        """Whether a request of ``instance`` still open was answered for ``key``: a verdict is shared by
-        every request that asked and kept until the last of them finishes (AP-4), so a new request may
-        be told that older answer, which the model does not judge."""
-        return any(key in request.asked for request in instance.open)
+        """Whether a request of ``instance`` still live in the tier was answered for ``key``: one kept
+        open, or one waiting for the load of its HITs (finished once that load is reported). A verdict is
+        shared by every request that asked and kept until the last of them finishes (AP-4), so a new
+        request may be told that older answer, MISS or HIT, which the model does not judge."""
+        live = (*instance.open, *instance.loading.values())
+        return any(key in request.asked for request in live)
 
     def _judged(self, instance: _Instance, key: OffloadKey, answer: LookupResult, *, shared: bool) -> None:
         """Judge a settled answer for ``key`` in a new request of ``instance`` (an older verdict shared
@@ -372,7 +376,7 @@ class ExplorerMachine(RuleBasedStateMachine):
             request = instance.open.pop()
             keys = list(request.hits)[:NUM_SLOTS]
             since = min((request.hits[k] for k in keys), default=None)
-            if not (keys and self._load(instance, keys, request.context, since=since)):
+            if not (keys and self._load(instance, keys, request, since=since)):
                 instance.driver.tier.on_request_finished(request.context)
         self._absorb_all()
 
