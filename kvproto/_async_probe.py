@@ -202,13 +202,24 @@ class AsyncProbe:
             if not entry.refs:
                 del entries[key]
 
-    def mark_miss(self, keys: Iterable[OffloadKey]) -> None:
+    def stamp(self) -> int:
+        """A mark on the probe's clock: every verdict asked so far is at or before it (AP-7).
+
+        Take it when the evidence for a later :meth:`mark_miss` starts being gathered (a load is
+        submitted), and pass it as ``asked_by``: a verdict first asked after it, whose own check may
+        have seen a newer storage, keeps its answer."""
+        return self._next_gen
+
+    def mark_miss(self, keys: Iterable[OffloadKey], *, asked_by: int | None = None) -> None:
         """Turn the current verdicts of ``keys`` into MISS (e.g. after a failed load) (AP-7).
 
         Keys with no verdict are ignored; a pending check's later answer does
-        not overwrite the mark.
+        not overwrite the mark. ``asked_by`` (a :meth:`stamp`): only verdicts
+        first asked at or before it are marked (a load that found a blob
+        missing says nothing of a block stored after its read, which a request
+        asking afterwards must be free to see: TIER-18).
         """
-        self._mark(keys, lr.MISS)
+        self._mark(keys, lr.MISS, asked_by)
 
     def mark_hit(self, keys: Iterable[OffloadKey]) -> None:
         """Turn the current verdicts of ``keys`` into HIT (e.g. after a completed store) (AP-7)."""
@@ -287,11 +298,11 @@ class AsyncProbe:
 
     # -- internals ------------------------------------------------------------------
 
-    def _mark(self, keys: Iterable[OffloadKey], result: LookupResult) -> None:
+    def _mark(self, keys: Iterable[OffloadKey], result: LookupResult, asked_by: int | None = None) -> None:
         entries = self._entries
         for key in keys:
             entry = entries.get(key)
-            if entry is not None:
+            if entry is not None and (asked_by is None or entry.gen <= asked_by):
                 entry.result = result
 
     def _post_queued(self) -> None:

@@ -48,8 +48,11 @@ class Outcomes:
     tier_name: str
     distrust: Callable[[], None] | None = None  # shared mode, where the index is a memo: distrust it (TIERKIT-10)
 
-    def apply(self, out: JobOutcome) -> JobResult:
-        """Report ``out``: vouch, lose and mark keys by verdict, emit events, count (TIER-11, TIERKIT-2, TIERKIT-3)."""
+    def apply(self, out: JobOutcome, *, asked_by: int | None = None) -> JobResult:
+        """Report ``out``: vouch, lose and mark keys by verdict, emit events, count (TIER-11, TIERKIT-2, TIERKIT-3).
+
+        ``asked_by``: the probe's stamp when the load was submitted; its failed keys are marked MISS only
+        in verdicts asked by then (a request asking later may see a block stored since its read, TIER-18)."""
         job = out.job
         ledger = self.ledger
         if job.promotion:
@@ -93,7 +96,7 @@ class Outcomes:
             ledger.emit(EventKind.REMOVED, removed)
             failed = [k for k, _ in gone] + [k for k, _ in transient]
             if failed:
-                self.probe.mark_miss(failed)
+                self.probe.mark_miss(failed, asked_by=asked_by)
             failed += refused
             ok = [k for k, _ in loaded]
             stats = self.stats  # counters only this thread writes: no lock (the class docstring)

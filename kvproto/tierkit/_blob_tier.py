@@ -168,6 +168,7 @@ class BlobTier:
                                  batch_scope=None if batches is None else partial(self._existence.batch, batches))
         if config.shared:
             self._probe.start()  # now, not in the scheduler's first on_step_end (TIERKIT-9)
+        self._load_stamps: dict[int, int] = {}  # loads in flight: the probe's stamp at their submit (scheduler's thread)
         self._outcomes = Outcomes(self._ledger, self._probe, self._holds, self.stats,
                                   partial_jobs=config.partial_jobs, tier_name=name,
                                   distrust=self._distrust if config.shared else None)
@@ -247,6 +248,7 @@ class BlobTier:
     def submit_load(self, job: TransferJob) -> None:
         """Start reading and verifying blobs into rows ``job.slots`` on the read pool or the loop (TIER-10)."""
         self._validate(job, promotion=True)
+        self._load_stamps[job.job_id] = self._probe.stamp()  # what its failure may mark MISS (AP-7)
         self._ledger.begin_load(job.keys)
         if self._holds is not None:
             self._holds.claim(job.job_id, job.keys)
@@ -260,7 +262,9 @@ class BlobTier:
         if not finished:
             return []
         futures = [self._running.pop(finished.popleft()) for _ in range(len(finished))]
-        results = [self._outcomes.apply(f.result()) for f in futures]
+        stamps = self._load_stamps
+        results = [self._outcomes.apply(out, asked_by=stamps.pop(out.job.job_id, None))
+                   for out in (f.result() for f in futures)]
         if results:
             self._enforce_budget()
         return results

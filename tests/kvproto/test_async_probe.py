@@ -161,6 +161,26 @@ def test_mark_miss_and_mark_hit_override_verdicts(probes: list[AsyncProbe]) -> N
     assert probe.verdict(key(3)) is None
 
 
+def test_mark_miss_as_of_a_stamp_spares_verdicts_asked_after_it(probes: list[AsyncProbe]) -> None:
+    """AP-7: with ``asked_by``, mark_miss marks only verdicts first asked at or before that stamp; one asked
+    later keeps what its own check finds (a load's failure says nothing of a block stored after its read)."""
+    checker = Checker({key(1), key(2)})
+    probe = make(probes, checker, background=False, resolve_after_steps=1, deadline_steps=1)
+    probe.lookup(key(1), R1)
+    stamp = probe.stamp()  # a load is submitted now
+    probe.lookup(key(2), R2)  # asked after it
+    probe.mark_miss([key(1), key(2)], asked_by=stamp)
+    probe.on_step_end()
+    assert probe.lookup(key(1), R1) is LookupResult.MISS  # asked before the stamp: marked
+    assert probe.lookup(key(2), R2) is LookupResult.HIT  # asked after: its check's answer stands
+    probe.on_request_finished(R1)
+    probe.lookup(key(1), R2)  # asked anew, after every stamp taken so far
+    probe.mark_miss([key(1)], asked_by=stamp)
+    probe.on_step_end()
+    assert probe.lookup(key(1), R2) is LookupResult.HIT
+    assert probe.stamp() > stamp
+
+
 def test_check_exception_makes_batch_miss_and_is_logged(
     probes: list[AsyncProbe], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -11,7 +11,7 @@ from types import FrameType
 
 import pytest
 
-from kvproto import members as lr
+from kvproto import ReqContext, members as lr
 from kvproto.tierkit import BlobBackend, BlobTier, BlobTierConfig, MemoryBackend
 
 from tests.impls._tier_runner import Runner, block_of, key, make_buffer
@@ -161,3 +161,28 @@ def test_private_mode_keeps_its_index_when_a_blob_is_missing() -> None:
     finally:
         tier.shutdown()
 
+
+
+def test_a_load_that_missed_a_block_does_not_hide_it_from_a_request_asking_after_another_instance_stored_it() -> None:
+    """AP-7, TIER-18: instance A's load finds no blob; instance B then stores it; a request A begins after
+    that store was reported is told HIT once its check finds the blob, though A's failed load is reported
+    meanwhile (its MISS marks only verdicts asked before the load). Found by the kit's explorer on the
+    Redis and Mooncake tiers (CI's slower machine) and on held-out round 2's sharded-directory tier."""
+    memory = MemoryBackend()
+    a, run_a = shared_tier(memory)
+    b, run_b = shared_tier(memory)
+    k = key(7)
+    try:
+        job = run_a.submit_load_job([k], [0])
+        assert a.wait_idle(10)  # its read found nothing; not reported yet
+        assert run_b.store([k]).success  # reported done by B: the block is there for every instance
+        late = ReqContext("asks-after-the-store")
+        assert a.lookup(k, late) is lr.RETRY  # a new verdict: A asks the storage
+        assert not run_a.wait(job).success  # the failed load is reported while that check is out
+        assert run_a.resolve([k], req=late) == {k: "HIT"}
+        a.on_request_finished(late)
+        result, right, _ = run_a.load([k], [1])
+        assert result.success and right == {k}
+    finally:
+        a.shutdown()
+        b.shutdown()
