@@ -18,7 +18,7 @@ holds that instance to, and judges each observation as it is made:
   until ``max_retry_steps``, then MISS).
 * **A HIT loads** (TIER-4, TIER-26): a load submitted after a HIT, in the request that saw it, succeeds,
   unless the storage was disturbed since the HIT: a reset by any instance, or, where the tier declares
-  eviction, a store by any instance (which may evict). Other requests, live beside it or finished
+  eviction, a store by any instance submitted or landing (either may evict). Other requests, live beside it or finished
   meanwhile (with or without loading their own HITs), disturb nothing.
 * **A damaged block excuses only itself** (TIER-10): a block the explorer damaged in storage is certain
   nowhere, and a load holding it may fail (whole, or from it on); every other block keeps its
@@ -70,7 +70,7 @@ class SharedStorageModel:
         self.certain: dict[int, set[OffloadKey]] = {}  # per instance: keys it must see
         self.remembered: dict[int, set[OffloadKey]] = {}  # per instance: what it stored or loaded itself
         self.stored_by: dict[OffloadKey, int] = {}  # the instance whose store made a key certain
-        self.disturbances = 0  # resets, and stores where the tier declares eviction
+        self.disturbances = 0  # resets, and stores submitted or landing where the tier declares eviction
         self.stores: dict[tuple[int, int], tuple[OffloadKey, ...]] = {}  # (instance, job) -> keys
         self.raced: set[tuple[int, int]] = set()  # stores in flight at a reset: their success proves nothing
         self.loads: dict[tuple[int, int], PendingLoad] = {}
@@ -124,6 +124,8 @@ class SharedStorageModel:
         removed it after it was written)."""
         raced = (instance, job_id) in self.raced
         self.raced.discard((instance, job_id))
+        if self.caps.eviction:
+            self.disturbances += 1  # an evicting tier may make room when a store lands, as at its submit
         self.remembered[instance].update(done)  # its index holds them, raced or not
         if raced:
             done = frozenset()
