@@ -74,10 +74,9 @@ class FileTier(BlobTier):
 
 
 def conformance_spec() -> TierSpec:
-    """How ``kvproto conform example-file`` builds this tier: a fresh directory per tier."""
-    import tempfile
-
-    from kvproto.testing import TierSpec
+    """How ``kvproto conform example-file`` builds this tier: a fresh empty directory per tier, each under
+    one temporary parent that the kit's process removes when it exits (``fresh_directory``)."""
+    from kvproto.testing import TierSpec, fresh_directory
 
     def read_block(tier: FileTier, key: OffloadKey) -> bytes | None:
         path = tier.root / tier.name_of(key)
@@ -97,7 +96,7 @@ def conformance_spec() -> TierSpec:
     return TierSpec(
         "example-file",
         "secondary",
-        lambda buffer: FileTier(buffer, Path(tempfile.mkdtemp(prefix="kvproto-example-"))),
+        lambda buffer: FileTier(buffer, fresh_directory("kvproto-example-")),
         hooks={
             "reopen": lambda tier, buffer: FileTier(buffer, tier.root),
             "read_block": read_block,
