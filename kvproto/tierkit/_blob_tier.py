@@ -248,10 +248,10 @@ class BlobTier:
     def submit_load(self, job: TransferJob) -> None:
         """Start reading and verifying blobs into rows ``job.slots`` on the read pool or the loop (TIER-10)."""
         self._validate(job, promotion=True)
-        self._load_stamps[job.job_id] = self._probe.stamp()  # what its failure may mark MISS (AP-7)
         self._ledger.begin_load(job.keys)
         if self._holds is not None:
             self._holds.claim(job.job_id, job.keys)
+        self._load_stamps[job.job_id] = self._probe.stamp()  # what its failure may mark MISS (AP-7); popped at its report
         self._start(job, store=False)
 
     def get_finished_jobs(self) -> Sequence[JobResult]:

@@ -18,8 +18,8 @@ holds that instance to, and judges each observation as it is made:
   until ``max_retry_steps``, then MISS).
 * **A HIT loads** (TIER-4, TIER-26): a load submitted after a HIT, in the request that saw it, succeeds,
   unless the storage was disturbed since the HIT: a reset by any instance, or, where the tier declares
-  eviction, a store by any instance submitted or landing (either may evict). Other requests, live beside it or finished
-  meanwhile (with or without loading their own HITs), disturb nothing.
+  eviction, a store by any instance submitted or landing (either may evict). Other requests, live
+  beside it or finished meanwhile (with or without loading their own HITs), disturb nothing.
 * **A damaged block excuses only itself** (TIER-10): a block the explorer damaged in storage is certain
   nowhere, and a load holding it may fail (whole, or from it on); every other block keeps its
   judgements: a delete of the damaged block that took its neighbour with it is a lost write.
