@@ -101,6 +101,10 @@ class TierSpec:
       ``fail_next_jobs``, ``fail_keys``, ``corrupt_on_read``, ``reopen``),
       each called with the tier first.
     * ``expected_failures``: ``{check name: reason}``.
+    * ``must_check``: names of checks (with or without ``test_``) that must reach a verdict on this
+      tier: one that would end "not checked" (skipped: a capability or hook missing, or the tier never
+      took the path it needs, such as direct I/O over page-aligned rows) fails on KIT-28 instead. For a
+      spec whose author knows the tier takes that path, so a change that stops taking it is caught.
     * ``tier_class``: the class ``kvproto typecheck`` checks; ``None`` takes
       the class of a built tier.
     * ``block_bytes``: the row length of a secondary tier's primary buffer (default 64); a multiple
@@ -118,6 +122,7 @@ class TierSpec:
     capabilities: Capabilities | None = None
     hooks: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+    must_check: frozenset[str] = frozenset()
     limits: KitLimits = field(default_factory=KitLimits)
     tier_class: type | None = None
     description: str = ""

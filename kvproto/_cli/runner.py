@@ -403,9 +403,11 @@ def _hypothesis_in(folder: Path, seed: int | None) -> Iterator[None]:
 
 
 def expected_failures_problem(spec: TierSpec) -> str | None:
-    """Why ``spec``'s ``expected_failures`` cannot be used: a name that is no kit check, with the
-    closest one suggested (KIT-6, KIT-18); None when each names a check (with or without ``test_``)."""
-    problems = unknown_names(spec.expected_failures, {o.check for o in planned_checks(spec)})
+    """Why ``spec``'s ``expected_failures`` or ``must_check`` cannot be used: a name that is no kit check,
+    with the closest one suggested (KIT-6, KIT-18, KIT-28); None when each names a check (with or
+    without ``test_``)."""
+    known = {o.check for o in planned_checks(spec)}
+    problems = [*unknown_names(spec.expected_failures, known), *unknown_names(spec.must_check, known, field="must_check")]
     return f"{spec.name}: {'; '.join(problems)}" if problems else None
 
 

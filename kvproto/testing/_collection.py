@@ -58,6 +58,7 @@ def tier_test_class(spec: TierSpec, *, profile: str | None = None, name: str | N
         "tier_factory": pytest.fixture(tier_factory),
         "capabilities": spec.capabilities,
         "expected_failures": dict(spec.expected_failures),
+        "must_check": frozenset(spec.must_check),
         "limits": spec.limits,
         "kit_profile": profile,
         "_hook_owner": f"the TierSpec of {spec.name!r} (TierSpec.hooks)",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import pytest
@@ -10,13 +11,17 @@ import pytest
 from kvproto._capabilities import Capabilities
 from kvproto.testing._harness.decorator import NEEDS, VACUOUS, CheckInfo, check, checks_of
 from kvproto.testing._harness.driver import resolve_capabilities
-from kvproto.testing._harness.expected import canonical, expected_reason, unknown_names
+from kvproto.testing._harness.expected import canonical, expected_reason, not_checked, required, unknown_names
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.settings import KitLimits, KitProfile, profile_named
 
 __all__ = ["GUARD_CHECK", "KitBase"]
 
 GUARD_CHECK = "test_kit_checks_not_overridden"
+
+
+class _Required(Exception):
+    """A check the gate would skip, which ``must_check`` lists (KIT-28): why, as the failure says it."""
 
 
 class KitBase:
@@ -29,6 +34,8 @@ class KitBase:
       none when it has none.
     * ``expected_failures``: ``{check name: reason}``. Each becomes a strict
       xfail (a non-strict one for Hypothesis-driven checks) (KIT-6).
+    * ``must_check``: names of checks that must reach a verdict: one that would skip (end "not
+      checked") fails on KIT-28 instead.
     * ``limits``: :class:`~kvproto.testing.KitLimits` (how long a job or a
       RETRY may take before the kit calls it lost).
     * ``kit_profile``: ``"fast"``, ``"default"`` or ``"thorough"``; ``None``
@@ -37,6 +44,9 @@ class KitBase:
 
     capabilities: ClassVar[Capabilities | None] = None
     expected_failures: ClassVar[Mapping[str, str]] = {}
+    must_check: ClassVar[frozenset[str]] = frozenset()
+    # Set by the gate for a check must_check lists that it would have skipped: the check fails on KIT-28.
+    _not_checked: str | None = None
     limits: ClassVar[KitLimits] = KitLimits()
     kit_profile: ClassVar[str | None] = None
     # The kit base class whose checks the guard protects; set by each base.
@@ -88,21 +98,37 @@ class KitBase:
         reason = expected_reason(self.expected_failures, name)  # with or without test_ (KIT-6)
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=not info.hypothesis, reason=reason))
+        skip = functools.partial(self._skip, name)
+        try:
+            self._gate_skips(info, request, skip)
+        except _Required as required_check:
+            # Not skipped: the check fails on KIT-28 as its body would begin (a failed check, not a set-up error).
+            self._not_checked = str(required_check)
+
+    def _gate_skips(self, info: CheckInfo, request: pytest.FixtureRequest, skip: Callable[[str], None]) -> None:
+        """Skip ``info``'s check for a capability the tier lacks (or has, where it is vacuous) or a hook
+        its test class lacks (KIT-4, KIT-5, CAP-1)."""
         if info.needs or info.unless:
             caps = self.capabilities
             if caps is None:
                 caps = self.declared_capabilities(request.getfixturevalue("tier"))
             for ability in info.unless:
                 if caps.has(ability):
-                    pytest.skip(VACUOUS.format(ability=ability) + f" ({info.clause} binds only a tier without it)")
+                    skip(VACUOUS.format(ability=ability) + f" ({info.clause} binds only a tier without it)")
             for ability in info.needs:
                 if not caps.has(ability):
                     why = caps.reasons.get(ability)
-                    pytest.skip(NEEDS.format(ability=ability) + (f" ({why})" if why else ""))
+                    skip(NEEDS.format(ability=ability) + (f" ({why})" if why else ""))
         for hook in info.hooks:
             if not self.has_hook(hook):
                 owner = getattr(self, "_hook_owner", None) or type(self).__name__
-                pytest.skip(f"needs the backdoor hook {hook}(), which {owner} does not define")
+                skip(f"needs the backdoor hook {hook}(), which {owner} does not define")
+
+    def _skip(self, check: str, reason: str) -> None:
+        """Skip ``check`` for ``reason``, unless ``must_check`` lists it: then it fails on KIT-28."""
+        if required(self.must_check, check):
+            raise _Required(not_checked(check, reason))
+        pytest.skip(reason)
 
     # ---- KIT-1: the guard ----------------------------------------------------------------
     @check("KIT-1")

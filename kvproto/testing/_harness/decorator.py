@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -9,6 +10,8 @@ from typing import Any, TypeVar
 import pytest
 
 from kvproto.testing._harness.attribution import attributed
+from kvproto.testing._harness.expected import not_checked, required
+from kvproto.testing._harness.failures import ConformanceFailure
 
 __all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of"]
 
@@ -61,7 +64,7 @@ def check(
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
         info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis, unless)
         # What the check raises is reported against whom it belongs to: the tier, a hook, a set-up step.
-        run = attributed(clause, fn)
+        run = _required(fn.__name__, attributed(clause, fn))
         setattr(run, _ATTR, info)
         marked: _F = pytest.mark.kvproto(run)
         if hypothesis:
@@ -69,6 +72,27 @@ def check(
         return marked
 
     return mark
+
+
+def _required(name: str, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` (a check's body), whose skip fails on KIT-28 where the test class's ``must_check`` lists
+    the check: the tier never took the path it needs (a hook that refused nothing, rows it never
+    reads with direct I/O)."""
+
+    @functools.wraps(run)
+    def check_run(*args: Any, **kwargs: Any) -> Any:
+        gated: object = getattr(args[0], "_not_checked", None) if args else None
+        if isinstance(gated, str):  # the gate would have skipped it (a capability or a hook missing)
+            raise ConformanceFailure("KIT-28", gated)
+        try:
+            return run(*args, **kwargs)
+        except pytest.skip.Exception as skipped:
+            must: object = getattr(args[0], "must_check", ()) if args else ()
+            if isinstance(must, frozenset) and required(must, name):
+                raise ConformanceFailure("KIT-28", not_checked(name, skipped.msg or "skipped")) from None
+            raise
+
+    return check_run
 
 
 def info_of(obj: object) -> CheckInfo | None:

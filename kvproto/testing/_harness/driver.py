@@ -276,3 +276,18 @@ class TierDriver(Generic[_T]):
                 if _searching[0]:
                     raise SearchHalted(hung) from hung
                 raise
+            self._idle_once_shut_down()
+
+    def _idle_once_shut_down(self) -> None:
+        """A tier that can say whether its background work is back (``wait_idle(timeout) -> bool``, KIT-19)
+        says so once its ``shutdown()`` returned: nothing it started may still be running (TIER-16)."""
+        idle = getattr(self.tier, "wait_idle", None)
+        if not callable(idle):
+            return
+        answer = idle(self.limits.job_timeout_s)
+        if answer is not True:
+            raise ConformanceFailure(
+                "TIER-16",
+                f"{self.tier.name}.shutdown() returned, but its wait_idle({self.limits.job_timeout_s}) then answered "
+                f"{answer!r}: by the tier's own account its background work is not over, and a shutdown must end it",
+            )

@@ -12,6 +12,7 @@ Killed: the verdict is not "conforms" (a failed check; the kit could not run; no
 per-mutant timeout). A rerun keeps the classification of each survivor whose id and changed line
 are unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
 committed report's survivors (after a kit change, or with more ``kvproto conform`` targets);
+A rerun finds each of them by its operator and changed line, so code added above it since does not lose it;
 ``--timeouts`` reruns the mutants a timeout killed, with a longer ``--timeout`` (a loaded machine can
 time out a mutant that would conform, which would count it killed wrongly).
 
@@ -83,9 +84,11 @@ TARGETS: dict[str, Target] = {
         tuple(f"{_FS}/{name}.py" for name in ("_tier", "_backend", "_io", "_config")),
         ("fs", f"{_SPECS}:fs_private", f"{_SPECS}:fs_direct"),
     ),
+    # ObjTier over the in-memory store (the reference spec), with every existence check a HEAD (the largest
+    # list_page_cost), and over moto's S3 server on loopback (an endpoint and a region, as production's).
     "obj": Target(
         tuple(f"{_OBJ}/{name}.py" for name in ("_tier", "_backend", "_listing", "_store", "_config", "_stats", "_ops")),
-        ("obj",)
+        ("obj", f"{_SPECS}:obj_heads_only", "tests.kvproto.testing.code_run:obj_on_s3"),
     ),
 }
 assert tuple(TARGETS) == TIERS
@@ -217,6 +220,39 @@ def _from_id(mutant_id: str) -> Mutant:
     return Mutant(file, operator, int(occurrence), int(line), int(col))
 
 
+def _located(wanted: list[dict[str, Any]], target: Target) -> list[Mutant]:
+    """The current mutant of each report entry in ``wanted``: the one of the same file and operator
+    whose diff, its context lines included, is the entry's (else whose changed line is; the nearest
+    to its old line where several are), so a line added above a survivor since the report was written
+    does not lose it; its old id where none matches."""
+    found: list[Mutant] = []
+    current, _ = enumerate_mutants(target)
+    sources = {file: (ROOT / file).read_text() for file in target.files}
+    changes: dict[tuple[str, str], list[tuple[tuple[str, str], Mutant]]] = {}
+    for entry in wanted:
+        old = _from_id(entry["id"])
+        key = (old.file, old.operator)
+        if key not in changes:
+            operator = cosmic_ray.plugins.get_operator(old.operator)()
+            listed: list[tuple[tuple[str, str], Mutant]] = []
+            for m in current:
+                if (m.file, m.operator) == key:
+                    after = mutate_code(sources[m.file], operator, m.occurrence)
+                    if after is not None and after != sources[m.file]:
+                        diff, change = _diff(m.file, sources[m.file], after)
+                        listed.append(((_body(diff), change), m))
+            changes[key] = listed
+        same = [m for (body, _), m in changes[key] if body == _body(str(entry.get("diff", "")))]
+        same = same or [m for (_, change), m in changes[key] if change == entry.get("change")]
+        found.append(min(same, key=lambda m: abs(m.line - old.line)) if same else old)
+    return found
+
+
+def _body(diff: str) -> str:
+    """A unified diff's changed and context lines, without its file and hunk headers (which hold line numbers)."""
+    return "\n".join(line for line in diff.splitlines()[2:] if not line.startswith("@@"))
+
+
 def _run_mutants(
     chosen: list[Mutant], target: Target, profile: str, timeout_s: float, previous: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -293,12 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         if not previous:
             print(f"--survivors/--timeouts: no report at {out_path}", file=sys.stderr)
             return 2
-        chosen = [
-            _from_id(m["id"]) for m in previous["mutants"]
+        wanted = [
+            m for m in previous["mutants"]
             if (args.survivors and m["outcome"] == "survived") or (args.timeouts and m.get("killed_by") == "timeout")
         ]
+        chosen = _located(wanted, target)
+        moved: dict[str, str] = {m["id"]: c.id for m, c in zip(wanted, chosen, strict=True) if m["id"] != c.id}
     else:
         chosen = sample(mutants, args.sample, args.seed)
+        moved = {}  # a fresh sample: every id is current
     if args.list:
         for m in chosen:
             print(m.id)
@@ -316,14 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     timeout_s = args.timeout or 3 * baseline["seconds"] + 45
     print(f"{args.tier}: {len(mutants)} mutants, {len(chosen)} to run; unmutated kit run {baseline['seconds']} s, "
           f"timeout {timeout_s:.0f} s", flush=True)
-    by_id = {m["id"]: m for m in previous.get("mutants", [])}
+    by_id = {moved.get(m["id"], m["id"]): m for m in previous.get("mutants", [])}
     results = _run_mutants(chosen, target, args.profile, timeout_s, by_id)
     command = ["kvproto", "conform", *target.conform, "--no-typecheck", "--profile", args.profile]
     wall_s = round(time.monotonic() - started, 1)
     if rerun_only:
         rerun = {r["id"]: r for r in results}
         data = dict(previous)
-        data["mutants"] = [rerun.get(m["id"], m) for m in previous["mutants"]]
+        data["mutants"] = [rerun.get(moved.get(m["id"], m["id"]), m) for m in previous["mutants"]]
         data["test_command"] = command
         data["wall_s"] = round(previous["wall_s"] + wall_s, 1)
         data["reruns"] = [

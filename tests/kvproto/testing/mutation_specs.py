@@ -26,7 +26,7 @@ from tests.kvproto.tierkit.test_blob_async import AsyncMemory, _memory as _async
 
 __all__ = [
     "AsyncBytes", "HeldMemory", "blob_async", "blob_held", "blob_loop", "blob_loop_bytes", "blob_private", "blob_shared",
-    "fs_direct", "fs_private",
+    "fs_direct", "fs_private", "obj_heads_only",
 ]
 
 
@@ -132,8 +132,9 @@ def blob_private() -> TierSpec:
 
 
 def blob_async() -> TierSpec:
-    """BlobTier over an AsyncBlobBackend (MemoryBackend behind coroutines), shared mode with a 48-block byte budget."""
-    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64))
+    """BlobTier over an AsyncBlobBackend (MemoryBackend behind coroutines), shared mode with a 48-block byte
+    budget, its operations and jobs timed out as a remote tier's are (so it declares ``job_time_bound_s``)."""
+    config = BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64), op_timeout_s=5.0, job_timeout_s=10.0)
 
     def build(buffer: memoryview) -> SecondaryTier:
         return FaultyJobs(AsyncMemory(MemoryBackend()), buffer, config, name="blob-async", wrap=FaultyBackend)
@@ -231,8 +232,11 @@ def blob_loop_bytes() -> TierSpec:
 
 
 def blob_shared() -> TierSpec:
-    """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared)."""
-    return _spec("blob-shared", BlobTierConfig(shared=True, max_bytes=48 * (env.HEADER_BYTES + 64)))
+    """BlobTier over a MemoryBackend, shared mode with a 48-block byte budget (every capability declared), its
+    jobs timed out on the worker pools (``job_time_bound_s`` from both timeouts)."""
+    return _spec("blob-shared", BlobTierConfig(
+        shared=True, max_bytes=48 * (env.HEADER_BYTES + 64), op_timeout_s=5.0, job_timeout_s=10.0,
+    ))
 
 
 class HeldMemory(MemoryBackend):
@@ -293,31 +297,52 @@ def fs_private() -> TierSpec:
     """``kvproto_fs``'s kit spec in private mode (the index answers, the restart scan, no eviction): the mode
     tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``, over 4 KiB
     page-aligned rows and with HITs not held (``hold_hits_steps=0``), so loads read by name with O_DIRECT
-    (``FileBackend.read_into``; fs_direct's held HITs switch O_DIRECT on a held descriptor instead)."""
+    (``FileBackend.read_into``; fs_direct's held HITs switch O_DIRECT on a held descriptor instead), and
+    one writer thread (``write_threads=1``, the smallest pool FS-1 allows)."""
     from kvproto_fs import FsTierConfig
     from kvproto_fs._conformance import fresh_root, fs_spec, kit_tier
 
     base = fs_spec("fs-private", shared=False, eviction=False)
 
     def build(buffer: memoryview) -> SecondaryTier:
-        config = FsTierConfig(root=fresh_root(), shared=False, read_threads=2, write_threads=2, hold_hits_steps=0)
+        config = FsTierConfig(root=fresh_root(), shared=False, read_threads=2, write_threads=1, hold_hits_steps=0)
         return kit_tier(buffer, config, "fs-private")
 
     return replace(
         base, factory=build, block_bytes=4096,
-        description=f"{base.description}, 4 KiB rows, hold_hits_steps=0",
+        description=f"{base.description}, 4 KiB rows, hold_hits_steps=0, write_threads=1",
     )
 
 
 def fs_direct() -> TierSpec:
     """``kvproto_fs``'s kit spec over 4 KiB page-aligned slot rows, so FileBackend takes its O_DIRECT
-    path (the kit's 64-byte rows never do), with a 48-block budget, for ``./dev mutate fs``."""
-    from kvproto_fs._conformance import fs_spec
+    path (the kit's 64-byte rows never do), with a 48-block budget and existence checks at most every
+    10 ms (``probe_min_interval_s``, FS-5), for ``./dev mutate fs``. It requires TIER-35's direct-I/O
+    check (KIT-28): over these rows FsTier makes direct-I/O calls, so a tier that stops trying O_DIRECT
+    fails rather than leaving the check not checked."""
+    from kvproto_fs import FsTierConfig
+    from kvproto_fs._conformance import fresh_root, fs_spec, kit_tier
 
     base = fs_spec("fs-direct")
 
     def build(buffer: memoryview) -> SecondaryTier:
-        tier: SecondaryTier = base.factory(buffer, capacity_blocks=48)
-        return tier
+        config = FsTierConfig(
+            root=fresh_root(), shared=True, max_bytes=48 * (env.HEADER_BYTES + 4096),
+            read_threads=2, write_threads=2, probe_min_interval_s=0.01,
+        )
+        return kit_tier(buffer, config, "fs-direct")
 
-    return replace(base, factory=build, block_bytes=4096, description=f"{base.description}, 4 KiB rows")
+    return replace(
+        base, factory=build, block_bytes=4096, must_check=frozenset({"test_refused_direct_io_still_moves_the_bytes"}),
+        description=f"{base.description}, 4 KiB rows, probe_min_interval_s=0.01",
+    )
+
+
+def obj_heads_only() -> TierSpec:
+    """``kvproto_obj``'s kit spec with ``list_page_cost`` at its largest (1,000,000: OBJ-11's exchange rate
+    never buys a page, so every existence check is a HEAD per name), for ``./dev mutate obj``."""
+    from kvproto_obj import ObjTierConfig
+    from kvproto_obj._conformance import obj_spec
+
+    config = ObjTierConfig(max_concurrency=8, probe_concurrency=16, prefix="kvproto-kit/obj", list_page_cost=1_000_000)
+    return obj_spec("obj-heads-only", config=config, description=f"kvproto_obj.ObjTier over a MemoryStore, {config!r}")

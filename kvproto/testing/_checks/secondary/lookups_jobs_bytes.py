@@ -15,6 +15,8 @@ from kvproto._capabilities import Capabilities
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._results import unreachable
+from kvproto._tiering._records import job_time_bound
+from kvproto.errors import ConfigurationError
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, store_slots
 from kvproto.testing._harness.data import block_for, key_pool, tricky_keys
 from kvproto.testing._harness.decorator import check
@@ -36,7 +38,8 @@ class SecondaryDataChecks(SecondaryRole):
 
     @check("TIER-18")
     def test_capabilities_are_consistent(self, tier: SecondaryTier) -> None:
-        """Declared capabilities make sense: async lookups bound their RETRYs; reasons name real abilities."""
+        """Declared capabilities make sense: async lookups bound their RETRYs; reasons name real abilities;
+        a declared ``job_time_bound_s`` is None or a finite number > 0, as the manager reads it (MGR-17)."""
         caps = self.declared_capabilities(tier)
         if caps.async_lookup and caps.max_retry_steps < 1:
             raise ConformanceFailure(
@@ -46,6 +49,10 @@ class SecondaryDataChecks(SecondaryRole):
         unknown = sorted(set(caps.reasons) - known)
         if unknown:
             raise ConformanceFailure("TIER-18", f"capability reasons name unknown abilities: {unknown}")
+        try:
+            job_time_bound(tier)  # what TieringManager reads at construction; a property that raises is the tier's
+        except ConfigurationError as error:
+            raise ConformanceFailure("MGR-17", f"{error}: TieringManager refuses to build over this tier") from None
 
     @check("LR-3")
     def test_never_answers_hit_pending(self, kit: SecondaryDriver) -> None:
