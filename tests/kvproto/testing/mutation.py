@@ -3,18 +3,25 @@ the test command (issue 17, section 5). Writes docs/mutation/TIER.json (mutation
 it holds); ``python -m tests.kvproto.testing.coverage`` then renders it into docs/kit-coverage.md.
 
 cosmic-ray's operators (its ``core`` provider, the ones that take no arguments) make the mutants:
-each mutant is written over the tier's source file in place (the reference tiers are installed
-editable, so ``kvproto conform`` in a child process imports it), the kit runs on the tier, and the
-original is put back. Mutants inside type annotations and ``if TYPE_CHECKING:`` blocks are left out:
-they never run. ``--sample N`` draws N source locations (seeded) and one mutant at each.
+each mutant is written into a copy of its package in a temporary folder, put first on the
+``PYTHONPATH`` of a child process running ``kvproto conform`` (ahead of the editable installs), so the
+checkout is never written: a commit made during a run cannot take a mutant in. Mutants inside type
+annotations and ``if TYPE_CHECKING:`` blocks are left out: they never run. ``--sample N`` draws N
+source locations (seeded) and one mutant at each.
 
 Killed: the verdict is not "conforms" (a failed check; the kit could not run; no verdict within the
 per-mutant timeout). A rerun keeps the classification of each survivor whose id and changed line
 are unchanged, so classifying is done once, by hand, in the JSON. ``--survivors`` reruns only the
 committed report's survivors (after a kit change, or with more ``kvproto conform`` targets);
-A rerun finds each of them by its operator and changed line, so code added above it since does not lose it;
 ``--timeouts`` reruns the mutants a timeout killed, with a longer ``--timeout`` (a loaded machine can
-time out a mutant that would conform, which would count it killed wrongly).
+time out a mutant that would conform, which would count it killed wrongly); ``--operator NAME`` reruns
+one operator's mutants (after a change to how the tool applies it). A rerun finds each mutant by its
+diff (its operator and changed line), so code added above it since does not lose it.
+
+ExceptionReplacer's mutants name ``CosmicRayTestingException`` in an except clause: every process of a
+kit run has it as a builtin (a ``sitecustomize`` on its path), so the mutant is a handler that no longer
+catches, as cosmic-ray means it. Before 2026-12-06 it was undefined there, and a mutant whose handler
+was reached died of a NameError (counted killed): the reports were rerun with ``--operator``.
 
 Not part of ``./dev test``: one kit run per mutant takes seconds to minutes.
 """
@@ -27,6 +34,7 @@ import difflib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,12 +187,25 @@ def _diff(file: str, before: str, after: str) -> tuple[str, str]:
     return "\n".join(lines), f"{old} -> {new}" if new else f"{old} -> (removed)"
 
 
-def run_kit(target: Target, profile: str, timeout_s: float) -> dict[str, Any]:
-    """``kvproto conform`` on the target in a child process: its verdict, the failed checks, its time."""
+_DEFINE_TESTING_EXCEPTION = (
+    "import builtins\n"
+    "from cosmic_ray.exceptions import CosmicRayTestingException\n"
+    "builtins.CosmicRayTestingException = CosmicRayTestingException\n"
+)
+
+
+def run_kit(target: Target, profile: str, timeout_s: float, *, overlay: Path | None = None) -> dict[str, Any]:
+    """``kvproto conform`` on the target in a child process: its verdict, the failed checks, its time.
+    ``overlay``: a folder whose packages take the place of the installed ones (a mutant's)."""
     with tempfile.TemporaryDirectory(prefix="kvproto-mutate-") as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "kvproto", "conform", *target.conform, "--no-typecheck", "--profile", profile]
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", COLUMNS="200")
+        # ExceptionReplacer's mutants name CosmicRayTestingException in an except clause: defined here as a
+        # builtin in every Python process of the run (the kit's children too), so the mutant means what
+        # cosmic-ray means, a handler that no longer catches, not a NameError once an exception reaches it.
+        (Path(tmp) / "sitecustomize.py").write_text(_DEFINE_TESTING_EXCEPTION)
+        path = (tmp, *(() if overlay is None else (str(overlay),)), str(ROOT))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), PYTHONDONTWRITEBYTECODE="1", COLUMNS="200")
         started = time.monotonic()
         child = subprocess.Popen(
             [*cmd, "--json", str(report)], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -253,55 +274,55 @@ def _body(diff: str) -> str:
     return "\n".join(line for line in diff.splitlines()[2:] if not line.startswith("@@"))
 
 
+def _package_of(file: str) -> tuple[Path, str]:
+    """The source folder and top-level package holding ``file`` (``kvproto/tierkit/_x.py``: ROOT and
+    ``kvproto``; ``impls/fs/src/kvproto_fs/_io.py``: ROOT/impls/fs/src and ``kvproto_fs``)."""
+    parts = Path(file).parts
+    for i in range(1, len(parts)):
+        if (ROOT.joinpath(*parts[:i]) / "__init__.py").is_file():
+            return ROOT.joinpath(*parts[: i - 1]), parts[i - 1]
+    raise SystemExit(f"{file} is in no package")
+
+
 def _run_mutants(
     chosen: list[Mutant], target: Target, profile: str, timeout_s: float, previous: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Each mutant written over its file, the kit run on it, the original put back (also on SIGTERM)."""
+    """Each mutant written into a copy of its package, first on the kit's ``PYTHONPATH``, and the kit run
+    on it: the checkout itself is never written (a commit made meanwhile cannot take a mutant in)."""
     results: list[dict[str, Any]] = []
     originals = {file: (ROOT / file).read_text() for file in target.files}
-
-    def restore() -> None:
-        for file, text in originals.items():
-            if (ROOT / file).read_text() != text:
-                (ROOT / file).write_text(text)
-
-    def stop(*_: object) -> None:
-        restore()
-        sys.exit(143)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        for i, m in enumerate(chosen, 1):
-            operator = cosmic_ray.plugins.get_operator(m.operator)()
-            before = originals[m.file]
-            after = mutate_code(before, operator, m.occurrence)
-            if after is None or after == before:
-                continue
-            entry: dict[str, Any] = {"id": m.id, "file": m.file, "line": m.line, "col": m.col, "operator": m.operator}
-            entry["diff"], entry["change"] = _diff(m.file, before, after)
-            try:
-                compile(after, m.file, "exec")
-            except SyntaxError:
-                entry.update(outcome="incompetent", killed_by=None, failed_checks=[], seconds=0.0)
-            else:
-                (ROOT / m.file).write_text(after)
-                try:
-                    verdict = run_kit(target, profile, timeout_s)
-                finally:
-                    restore()
-                entry["outcome"] = "survived" if verdict["passed"] else "killed"
-                entry.update((k, v) for k, v in verdict.items() if k != "passed")
-            old = previous.get(m.id)
-            if entry["outcome"] == "survived":
-                # The changed line, not the diff: a line added above shifts the diff's hunk header only.
-                same = old is not None and old.get("change") == entry["change"]
-                entry["classification"] = old.get("classification") if same and old is not None else None
-            results.append(entry)
-            how = f"{entry['outcome']}" + (f" ({entry['killed_by']})" if entry.get("killed_by") else "")
-            shown = f"{how:<20} {entry['seconds']:>6} s  {m.id}  {entry['change'][:90]}"
-            print(f"[{i}/{len(chosen)}] {shown}", flush=True)
-    finally:
-        restore()
+    for i, m in enumerate(chosen, 1):
+        operator = cosmic_ray.plugins.get_operator(m.operator)()
+        before = originals[m.file]
+        after = mutate_code(before, operator, m.occurrence)
+        if after is None or after == before:
+            continue
+        entry: dict[str, Any] = {"id": m.id, "file": m.file, "line": m.line, "col": m.col, "operator": m.operator}
+        entry["diff"], entry["change"] = _diff(m.file, before, after)
+        try:
+            compile(after, m.file, "exec")
+        except SyntaxError:
+            entry.update(outcome="incompetent", killed_by=None, failed_checks=[], seconds=0.0)
+        else:
+            source, package = _package_of(m.file)
+            with tempfile.TemporaryDirectory(prefix="kvproto-mutant-") as overlay:
+                shutil.copytree(source / package, Path(overlay) / package,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+                for built in (source / package).rglob("*.so"):  # compiled extensions, linked as they are
+                    (Path(overlay) / built.relative_to(source)).symlink_to(built)
+                (Path(overlay) / Path(m.file).relative_to(source.relative_to(ROOT))).write_text(after)
+                verdict = run_kit(target, profile, timeout_s, overlay=Path(overlay))
+            entry["outcome"] = "survived" if verdict["passed"] else "killed"
+            entry.update((k, v) for k, v in verdict.items() if k != "passed")
+        old = previous.get(m.id)
+        if entry["outcome"] == "survived":
+            # The changed line, not the diff: a line added above shifts the diff's hunk header only.
+            same = old is not None and old.get("change") == entry["change"]
+            entry["classification"] = old.get("classification") if same and old is not None else None
+        results.append(entry)
+        how = f"{entry['outcome']}" + (f" ({entry['killed_by']})" if entry.get("killed_by") else "")
+        shown = f"{how:<20} {entry['seconds']:>6} s  {m.id}  {entry['change'][:90]}"
+        print(f"[{i}/{len(chosen)}] {shown}", flush=True)
     return results
 
 
@@ -317,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rerun only the survivors of the committed report (after a kit change), keep the rest")
     parser.add_argument("--timeouts", action="store_true",
                         help="rerun only the committed report's mutants killed by a timeout (give a longer --timeout)")
+    parser.add_argument("--operator", metavar="NAME",
+                        help="rerun only the committed report's mutants of this cosmic-ray operator (after a change "
+                             "to how the tool applies it), keep the rest")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--out", type=Path, help="where to write the report (default docs/mutation/TIER.json)")
     args = parser.parse_args(argv)
@@ -324,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     out_path = args.out or MUTATION_DIR / f"{args.tier}.json"
     previous = _previous(out_path)
     mutants, left_out = enumerate_mutants(target)
-    rerun_only = args.survivors or args.timeouts
+    rerun_only = args.survivors or args.timeouts or args.operator is not None
     if rerun_only:
         if not previous:
             print(f"--survivors/--timeouts: no report at {out_path}", file=sys.stderr)
@@ -332,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [
             m for m in previous["mutants"]
             if (args.survivors and m["outcome"] == "survived") or (args.timeouts and m.get("killed_by") == "timeout")
+            or m["operator"] == args.operator
         ]
         chosen = _located(wanted, target)
         moved: dict[str, str] = {m["id"]: c.id for m, c in zip(wanted, chosen, strict=True) if m["id"] != c.id}
@@ -367,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         data["wall_s"] = round(previous["wall_s"] + wall_s, 1)
         data["reruns"] = [
             *previous.get("reruns", []),
-            {"rerun": "survivors" if args.survivors else "timeouts", "mutants": len(chosen),
+            {"rerun": "survivors" if args.survivors else "timeouts" if args.timeouts else f"operator {args.operator}",
+             "mutants": len(chosen),
              "killed": sum(r["outcome"] == "killed" for r in results), "test_command": command,
              "timeout_s": round(timeout_s, 1), "wall_s": wall_s},
         ]

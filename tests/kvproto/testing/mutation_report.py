@@ -249,7 +249,12 @@ def render_section() -> list[str]:
         "survivor's judgement (`clause_can_observe`, and `why`: the clause, or the clause families checked) is",
         "in its JSON and in the survivors' tables below.",
         "A blind spot is a real bug the kit passes, with the check it needs; the",
-        "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout) are listed in each JSON.",
+        "reruns (`--survivors` after a kit change, `--timeouts` with a longer timeout, `--operator` after a change",
+        "to how the tool applies one) are listed in each JSON. Until 2026-12-06 an ExceptionReplacer mutant whose",
+        "handler a run reached died of a NameError (its `CosmicRayTestingException` was undefined in the kit's",
+        "process) and counted killed; the tool now defines it, and those mutants were rerun: three counted",
+        "killed survived (blobtier 1, fs 2: one of fs's had been killed so only in the same day's survivors",
+        "rerun), now classified below.",
         "",
         "| tier | generated | run | killed | incompetent | equivalent | out of scope | blind spot | new check "
         "| unclassified | score | strict score (issue 40) | all counted | wall time (with reruns) |",
