@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -303,6 +304,30 @@ class EvictsButNeverDeletes(FaultyJobs):
 @FAULTS_GALLERY.fails("test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept")
 def evicts_but_never_deletes() -> TierSpec:
     return class_spec(EvictsButNeverDeletes, name="evicts-but-never-deletes", hooks={"read_block": _read_stored})
+
+
+class IdleBeforeItsChecks(FaultyJobs):
+    """Bug: its ``wait_idle`` waits for its jobs only, not for the existence checks still out below it, so a
+    tool (or the kit, counting storage requests) told it is idle reads a count its checks are still adding to."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        config = BlobTierConfig(shared=True, start_in_background=False)
+        super().__init__(MemoryBackend(), buffer, config, name="idle-before-its-checks", wrap=FaultyBackend)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                running = list(self._running.values())
+            if all(f.done() for f in running):
+                return True  # the bug: the probe's existence checks are not waited for
+            time.sleep(0.001)
+        return False
+
+
+@FAULTS_GALLERY.fails("test_wait_idle_waits_for_an_existence_check_held_below", "KIT-19", "was held below it")
+def idle_before_its_checks() -> TierSpec:
+    return class_spec(IdleBeforeItsChecks)
 
 
 def _read_stored(tier: object, key: OffloadKey) -> bytes | None:

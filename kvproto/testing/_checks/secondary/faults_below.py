@@ -30,6 +30,7 @@ tier's storage code, as ``short_io`` and ``fail_io`` do
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -234,6 +235,45 @@ class SecondaryFaultsBelowChecks(SecondaryRole):
             )
             load_right_after_hit(kit, key, target, when=f" after {what}")
 
+
+    # ---- what the tier says of its own background work ---------------------------------------
+    @check("KIT-19", needs=("async_lookup",))
+    def test_wait_idle_waits_for_an_existence_check_held_below(self, kit: SecondaryDriver) -> None:
+        """A tier that offers ``wait_idle(timeout) -> bool`` (KIT-19: the kit paces its request counts on it)
+        says it is not idle while its existence check of a fresh key is held below it by a gate, and says it
+        is, within the kit's ``job_timeout_s``, once the check is let go."""
+        backend, name_of = self._below(kit)
+        idle: object = getattr(kit.tier, "wait_idle", None)
+        if not callable(idle):
+            pytest.skip("needs wait_idle(timeout) -> bool (KIT-19), which the tier does not offer")
+        key = key_pool("idle-held", 1)[0]
+        release = threading.Event()
+        before = backend.injected
+        backend.arm(OpFault("sizes", match=name_of(key), error=None, wait_before=release))
+        try:
+            deadline = time.monotonic() + GATE_BOUND_S
+            while backend.injected == before:  # until the tier's existence check of the key reached the gate
+                if kit.lookup(key) is not lr.RETRY or time.monotonic() > deadline:
+                    pytest.skip("vacuous: the key was answered without an existence check through the backend's sizes")
+                kit.step()
+                time.sleep(0.001)
+            answer = idle(0.05)
+            if answer is not False:
+                raise ConformanceFailure(
+                    "KIT-19",
+                    f"wait_idle(0.05) answered {answer!r} while the tier's existence check of {short_key(key)} was held "
+                    "below it: a tier that says its background work is back must wait for its existence checks too",
+                )
+        finally:
+            release.set()
+            backend.disarm()
+        answer = idle(kit.limits.job_timeout_s)
+        if answer is not True:
+            raise ConformanceFailure(
+                "KIT-19",
+                f"wait_idle({kit.limits.job_timeout_s}) answered {answer!r} once the held existence check was let go",
+            )
+        kit.resolve([key])
 
     @check("TIER-4", needs=("eviction",))
     def test_eviction_racing_a_load(self, kit: SecondaryDriver) -> None:
