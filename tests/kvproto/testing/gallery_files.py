@@ -10,6 +10,7 @@ check and clause it must fail on (gallery_registry.py); gallery_index.py gathers
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -135,6 +136,23 @@ class AssumesHardLinks(FaultyJobs, FsTier):
     file_backend = _LinksOnly
 
 
+class _ConflictIsAnError(FileBackend):
+    def _link(self, tmp: str, final: str) -> Published:
+        published = super()._link(tmp, final)
+        if published is Published.EXISTED:  # the bug: another writer's block under the name fails this store
+            raise FileExistsError(errno.EEXIST, "the block is already there", final)
+        return published
+
+
+class ConflictIsAnError(FaultyJobs, FsTier):
+    """Bug: a store whose link finds the block already published by another writer (both past their
+    check that it was absent) fails, though the first writer won with the same bytes (FS-3: "already
+    exists" is success). Mutation testing found the kit passed the reference code with that case removed
+    (docs/mutation/fs.json, ``_backend.py:345``)."""
+
+    file_backend = _ConflictIsAnError
+
+
 def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
         config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
@@ -150,6 +168,11 @@ def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSp
 def assumes_direct_io() -> TierSpec:
     """:class:`AssumesDirectIo` over 4 KiB page-aligned rows (its O_DIRECT path)."""
     return _spec(AssumesDirectIo, block_bytes=4096)
+
+
+@FILES_GALLERY.fails("test_a_writer_held_inside_its_publish_finds_the_block_there", "TIER-10", "was reported failed")
+def conflict_is_an_error() -> TierSpec:
+    return _spec(ConflictIsAnError, block_bytes=64)
 
 
 @FILES_GALLERY.fails("test_refused_hard_links_still_store", "TIER-35", "with the storage refusing hard links (EPERM)")

@@ -90,6 +90,9 @@ class KitFileOps(FileOps):
     def __init__(self, root: Path | None = None) -> None:
         self.max_bytes = 0
         self.fail = 0
+        self._publishing = threading.Condition()
+        self._hold = False
+        self._held = 0  # links waiting at the hold (hold_publish)
         self._vanish = _Armed(0)
         self._no_links = _Armed(False)
         self._lock = threading.Lock()
@@ -109,6 +112,24 @@ class KitFileOps(FileOps):
     def refuse_links(self, on: bool) -> int:
         """Arm or disarm ``no_links``; the links refused since the previous call."""
         return self._no_links.rearm(on)
+
+    def hold_publish(self, on: bool) -> int:
+        """While ``on``, every ``link`` (a finished block about to appear under its name) waits before it is
+        made, until this is called with False (bounded: 30 s); how many links wait there now."""
+        with self._publishing:
+            self._hold = on
+            self._publishing.notify_all()
+            return self._held
+
+    def _wait_if_held(self) -> None:
+        with self._publishing:
+            if not self._hold:
+                return
+            self._held += 1
+            try:
+                self._publishing.wait_for(lambda: not self._hold, timeout=_HOLD_BOUND_S)
+            finally:
+                self._held -= 1
 
     def _fault(self, call: str) -> None:
         with self._lock:
@@ -187,6 +208,7 @@ class KitFileOps(FileOps):
         return super().scandir(path)
 
     def link(self, src: str, dst: str) -> None:
+        self._wait_if_held()
         vanish, no_links = self._vanish, self._no_links
         with vanish.lock:
             lose = vanish.armed > 0
@@ -201,6 +223,9 @@ class KitFileOps(FileOps):
             raise OSError(errno.EPERM, "injected by the kit's refuse_links hook: hard links refused", dst)
         super().link(src, dst)
 
+
+_HOLD_BOUND_S = 30.0
+"""The longest a link waits at the kit's hold: only the bound of a hang (a check that never lets it go)."""
 
 _KIT_OPS: weakref.WeakKeyDictionary[FsTier, KitFileOps] = weakref.WeakKeyDictionary()
 
@@ -242,6 +267,12 @@ def _lose_directories(tier: FsTier, n: int) -> int:
     """The next ``n`` links of a finished block into its directory find the directory removed
     (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
     return _kit_ops(tier).lose_directories(n)
+
+
+def _hold_publish(tier: FsTier, on: bool) -> int:
+    """While ``on``, each block ``tier`` finishes waits before its link to its final name (FS-3), until called
+    with False; how many wait there now (the kit's writer held inside its publish)."""
+    return _kit_ops(tier).hold_publish(on)
 
 
 def _refuse_links(tier: FsTier, on: bool) -> int:
@@ -360,6 +391,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "refuse_direct": _refuse_direct,
     "lose_directories": _lose_directories,
     "refuse_links": _refuse_links,
+    "hold_publish": _hold_publish,
     "plant_leftovers": _plant_leftovers,
     "leftovers": _leftovers,
     "storage_names": _storage_names,

@@ -11,13 +11,17 @@ load; the request is not told HIT again unless a load right after succeeds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import pytest
 
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
+from kvproto.testing._faults.probes import GATE_BOUND_S
 from kvproto.testing._harness.data import block_for, key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext, short_key
@@ -36,6 +40,12 @@ class SecondarySharingChecks(SecondaryRole):
         declaring it promises TIER-34 (KIT-5)."""
         raise NotImplementedError
 
+    def hold_publish(self, tier: SecondaryTier, on: bool) -> int:
+        """While ``on``, make each block ``tier`` finishes storing wait right where it would become visible
+        under its name (kvproto-fs: before its link), until called with False; return how many wait there
+        now: the backdoor hook of :meth:`test_a_writer_held_inside_its_publish_finds_the_block_there` (KIT-5)."""
+        raise NotImplementedError
+
     @contextmanager
     def _second_instance(self, kit: SecondaryDriver, first_job_id: int) -> Iterator[SecondaryDriver]:
         buffer = make_buffer(self.num_slots, self.block_bytes)
@@ -44,6 +54,43 @@ class SecondarySharingChecks(SecondaryRole):
             yield other
         finally:
             other.shutdown()
+
+    @check("TIER-10", needs=("sharing",), hooks=("reopen", "hold_publish"))
+    def test_a_writer_held_inside_its_publish_finds_the_block_there(self, kit: SecondaryDriver) -> None:
+        """Two instances store one fresh key. The first instance's store is held inside its publish, right
+        where the block would become visible under its name (the ``hold_publish`` hook), while the second
+        instance stores the same key; then the first goes on and finds the block there. No fault was
+        injected: both stores are reported succeeded (the first writer won with the same bytes: "already
+        exists" is success, TIER-23), and the block answers HIT in the first instance and loads its bytes."""
+        key = key_pool("held-publish", 1)[0]
+        with self._second_instance(kit, 9951) as other:
+            other.wait_started()
+            self.hold_publish(kit.tier, True)
+            try:
+                first = kit.submit_store([key], store_slots(kit, 1))
+                deadline = time.monotonic() + GATE_BOUND_S
+                while self.hold_publish(kit.tier, True) < 1:  # until the first store waits inside its publish
+                    if first.job_id in kit.results or time.monotonic() > deadline:
+                        pytest.skip("vacuous: the store was reported without reaching the point hold_publish holds")
+                    kit.wait_step([first])
+                    time.sleep(0.001)
+                second = other.store([key], store_slots(other, 1))
+            finally:
+                self.hold_publish(kit.tier, False)
+            done = kit.wait([first])[first.job_id]
+            if not second.success:
+                raise SetUpFailed("TIER-10", "the second instance's store of a fresh key failed with no fault injected",
+                                  "TIER-10")
+            if key not in done.succeeded_keys(kit.jobs[done.job_id]):
+                raise ConformanceFailure(
+                    "TIER-10",
+                    f"the store of {short_key(key)}, held inside its publish while another instance over the same "
+                    "storage stored the same block, was reported failed when it went on and found the block there: "
+                    "the first writer won with the same bytes, and \"already exists\" is success (TIER-23)",
+                )
+        kit.quiet_steps(2)
+        kit.expect(kit.resolve([key]), lr.HIT, "TIER-10", "after both instances' stores of it were reported succeeded")
+        kit.load([key], load_slots(kit, 1))
 
     @check("TIER-18", needs=("sharing",), hooks=("reopen",))
     def test_verdicts_never_outlive_their_request(self, kit: SecondaryDriver) -> None:
