@@ -4,12 +4,15 @@ reads it (MGR-17)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from pathlib import Path
 
 from kvproto import MemoryTier
-from kvproto._cli.runner import run_kit
-from kvproto.testing import TierSpec
-from kvproto.testing._reference import memory
+from kvproto.testing import MEMORY_HOOKS, TierSpec
+
+from tests.cli import kvproto_cli as main
+
+_HERE = "tests.kvproto.testing.test_declarations_after_shutdown"
 
 
 class _IdleAnswer(MemoryTier):
@@ -56,26 +59,45 @@ class _GoodBound(_BoundOf):
 
 
 def _spec(cls: type[MemoryTier]) -> TierSpec:
-    return replace(memory(), name=cls.__name__, factory=cls, tier_class=cls)
+    return TierSpec(cls.__name__, "secondary", cls, hooks=MEMORY_HOOKS, tier_class=cls)
 
 
-def _one(spec: TierSpec, check: str) -> tuple[str, str | None, str]:
-    report = run_kit(spec, checks=[check], profile="fast")
-    (found,) = [o for o in report.outcomes if o.check == check]
-    return found.outcome, found.violated, found.reason
+def idle_answer() -> TierSpec:
+    return _spec(_IdleAnswer)
 
 
-def test_a_tier_still_busy_by_its_own_account_after_shutdown_fails_tier_16() -> None:
-    check = "test_hit_after_successful_store"
-    assert _one(_spec(_IdleAnswer), check)[:2] == ("passed", None)
-    outcome, violated, reason = _one(_spec(_StillBusy), check)
+def still_busy() -> TierSpec:
+    return _spec(_StillBusy)
+
+
+def zero_bound() -> TierSpec:
+    return _spec(_ZeroBound)
+
+
+def good_bound() -> TierSpec:
+    return _spec(_GoodBound)
+
+
+def _one(target: str, check: str, tmp_path: Path) -> tuple[str, str | None, str]:
+    report = tmp_path / f"{target}.json"
+    main(["conform", f"{_HERE}:{target}", "--profile", "fast", "--no-typecheck", "--no-coverage", "-k", check,
+          "--json", str(report)])
+    (checks,) = [t["checks"] for t in json.loads(report.read_text())["tiers"]]
+    (found,) = [c for c in checks if c["check"] == f"test_{check}"]
+    return found["outcome"], found["violated_clause"], found["reason"]
+
+
+def test_a_tier_still_busy_by_its_own_account_after_shutdown_fails_tier_16(tmp_path: Path) -> None:
+    check = "hit_after_successful_store"
+    assert _one("idle_answer", check, tmp_path)[:2] == ("passed", None)
+    outcome, violated, reason = _one("still_busy", check, tmp_path)
     assert (outcome, violated) == ("failed", "TIER-16")
     assert "wait_idle" in reason and "answered False" in reason
 
 
-def test_a_job_bound_the_manager_refuses_fails_mgr_17() -> None:
-    check = "test_capabilities_are_consistent"
-    assert _one(_spec(_GoodBound), check)[:2] == ("passed", None)
-    outcome, violated, reason = _one(_spec(_ZeroBound), check)
+def test_a_job_bound_the_manager_refuses_fails_mgr_17(tmp_path: Path) -> None:
+    check = "capabilities_are_consistent"
+    assert _one("good_bound", check, tmp_path)[:2] == ("passed", None)
+    outcome, violated, reason = _one("zero_bound", check, tmp_path)
     assert (outcome, violated) == ("failed", "MGR-17")
     assert "job_time_bound_s" in reason
