@@ -112,7 +112,7 @@ def report_hooks(test: object, names: tuple[str, ...], has_hook: Callable[[str],
     tell ``kit`` a fault was injected once a fault hook ran (its later failed stores are no set-up
     failure). The wrappers live on the instance, one check long."""
     faults = {"fail_next_jobs", "fail_keys", "corrupt_on_read", "short_io", "fail_io", "refuse_direct", "lose_directories",
-              "refuse_links"}
+              "refuse_links", "fail_sync"}
     for name in names:
         if not has_hook(name) or name in vars(test):
             continue

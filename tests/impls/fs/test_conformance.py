@@ -65,6 +65,9 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
         # The kit's fs spec keeps 48 blocks (its byte budget, for the eviction checks): too few for the
         # many-block persistence check (the mutation spec fs_private, without a budget, runs it).
         "test_persistence_of_many_blocks",
+        # The kit's fs spec runs durability='none' (no fsync): TIER-31's failed-sync check says it was not
+        # checked (`--option durability=data` and the mutation spec fs_private run it).
+        "test_a_store_whose_sync_fails_is_reported_failed",
     }
     assert {o for name, o in outcomes.items() if name not in vacuous | needs} == {"passed"}, outcomes
     assert outcomes["test_a_store_outlives_its_directory_vanishing"] == "passed"  # TIER-36, through KitFileOps
@@ -77,3 +80,19 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
     for check in ("test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly",
                   "test_a_large_batch_sees_the_other_instances_blocks"):  # TIER-30..32, through KitFileOps
         assert outcomes[check] == "passed", check
+
+
+def test_conform_fs_with_durability_data_checks_a_failed_sync(tmp_path: Path) -> None:
+    """`kvproto conform fs --option durability=data`: FsTier fsyncs before each link (FS-4), so TIER-31's
+    failed-sync check runs (the kit's hook fails its fsync calls) and passes; with the spec's default
+    (durability='none') the same check says it was not checked."""
+    outcomes: dict[str, tuple[str, str]] = {}
+    for durability in ("data", "none"):
+        report = tmp_path / f"{durability}.json"
+        argv = ["conform", "fs", "--option", f"durability={durability}", "--no-typecheck", "--no-coverage",
+                "--check", "a_store_whose_sync_fails_is_reported_failed", "--json", str(report)]
+        assert main(argv) == 0
+        ((check,),) = [tier["checks"] for tier in json.loads(report.read_text())["tiers"]]
+        outcomes[durability] = (check["outcome"], check["reason"] or "")
+    assert outcomes["data"][0] == "passed", outcomes
+    assert outcomes["none"][0] == "skipped" and "fail_sync failed no call" in outcomes["none"][1], outcomes

@@ -107,7 +107,9 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
              "test_a_store_outlives_its_directory_vanishing",
              "test_leftovers_never_hide_stored_blocks", "test_start_up_sweeps_leftovers",
              # nor hold_publish (TIER-10's writer held inside its publish): an object PUT has no inner point to hold
-             "test_a_writer_held_inside_its_publish_finds_the_block_there"}
+             "test_a_writer_held_inside_its_publish_finds_the_block_there",
+             # nor fail_sync (TIER-31: a store whose sync fails): ObjTier makes no sync call of its own
+             "test_a_store_whose_sync_fails_is_reported_failed"}
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
         "test_a_byte_budget_is_kept",  # TIER-29: obj sets no max_bytes (no eviction declared)

@@ -11,10 +11,13 @@ check and clause it must fail on (gallery_registry.py); gallery_index.py gathers
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
 
 from kvproto import SecondaryTier
 from kvproto.testing import FaultyJobs, TierSpec
@@ -26,6 +29,8 @@ from kvproto_fs._conformance import FS_HOOKS, fresh_root, kit_tier
 from kvproto_fs._io import DirectIO, FileOps
 from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_registry import Gallery
+
+_log = logging.getLogger(__name__)
 
 FILES_GALLERY = Gallery()
 """This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
@@ -153,9 +158,42 @@ class ConflictIsAnError(FaultyJobs, FsTier):
     file_backend = _ConflictIsAnError
 
 
-def _spec(cls: type[FsTier], *, block_bytes: int, shared: bool = True) -> TierSpec:
+class _SyncsAfterPublishing(FileBackend):
+    def __init__(self, root: Path, *, durability: Literal["none", "data", "full"], **kwargs: Any) -> None:
+        super().__init__(root, durability="none", **kwargs)
+        self._syncs = durability != "none"
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        published = super().publish(name, parts, size)
+        if self._syncs:
+            try:
+                fd = self._ops.open(self.path(name), os.O_RDONLY)
+                try:
+                    self._ops.fsync(fd)
+                finally:
+                    self._ops.close(fd)
+            except OSError as exc:  # the bug: the block is already published, so the error is only logged
+                _log.warning("fsync of %s failed: %s", name, exc)
+        return published
+
+
+class SyncErrorsOnlyLogged(FaultyJobs, FsTier):
+    """Bug: with ``durability="data"`` each block is synced after its link, from the published file, and a
+    failed fsync is logged: the store is reported done and the block served, though the kernel said its
+    bytes may never reach the disk (PostgreSQL's "fsyncgate": the error is reported once, then the pages
+    count as clean). Mutation testing found the kit passed the reference code with its fsync dropped
+    (docs/mutation/fs.json, ``_backend.py:112``)."""
+
+    file_backend = _SyncsAfterPublishing
+
+
+def _spec(
+    cls: type[FsTier], *, block_bytes: int, shared: bool = True, durability: Literal["none", "data", "full"] = "none",
+) -> TierSpec:
     def build(buffer: memoryview) -> SecondaryTier:
-        config = FsTierConfig(root=fresh_root(), shared=shared, read_threads=2, write_threads=2)
+        config = FsTierConfig(
+            root=fresh_root(), shared=shared, read_threads=2, write_threads=2, durability=durability,
+        )
         tier: SecondaryTier = kit_tier(buffer, config, cls.__name__, cls=cls)
         return tier
 
@@ -196,3 +234,10 @@ def leaves_crashed_writers_temps() -> TierSpec:
 def stops_at_a_stuck_trash() -> TierSpec:
     """:class:`StopsAtAStuckTrash` in private mode (where the restart scan finds the stored blocks)."""
     return _spec(StopsAtAStuckTrash, block_bytes=64, shared=False)
+
+
+@FILES_GALLERY.fails("test_a_store_whose_sync_fails_is_reported_failed", "TIER-31", "was reported stored although")
+def sync_errors_only_logged() -> TierSpec:
+    """:class:`SyncErrorsOnlyLogged` with ``durability="data"`` (with none it syncs nothing, and the check is not
+    checked)."""
+    return _spec(SyncErrorsOnlyLogged, block_bytes=64, durability="data")

@@ -297,20 +297,24 @@ def fs_private() -> TierSpec:
     """``kvproto_fs``'s kit spec in private mode (the index answers, the restart scan, no eviction): the mode
     tests/impls/fs/test_conformance.py's TestPrivateFsTier runs, for ``./dev mutate fs``, over 4 KiB
     page-aligned rows and with HITs not held (``hold_hits_steps=0``), so loads read by name with O_DIRECT
-    (``FileBackend.read_into``; fs_direct's held HITs switch O_DIRECT on a held descriptor instead), and
-    one writer thread (``write_threads=1``, the smallest pool FS-1 allows)."""
+    (``FileBackend.read_into``; fs_direct's held HITs switch O_DIRECT on a held descriptor instead), one
+    writer thread (``write_threads=1``, the smallest pool FS-1 allows) and ``durability="data"`` (an fsync
+    before each link, FS-4). It requires TIER-31's failed-sync check (KIT-28): a tier that stops syncing
+    fails rather than leaving the check not checked."""
     from kvproto_fs import FsTierConfig
     from kvproto_fs._conformance import fresh_root, fs_spec, kit_tier
 
     base = fs_spec("fs-private", shared=False, eviction=False)
 
     def build(buffer: memoryview) -> SecondaryTier:
-        config = FsTierConfig(root=fresh_root(), shared=False, read_threads=2, write_threads=1, hold_hits_steps=0)
+        config = FsTierConfig(
+            root=fresh_root(), shared=False, read_threads=2, write_threads=1, hold_hits_steps=0, durability="data",
+        )
         return kit_tier(buffer, config, "fs-private")
 
     return replace(
-        base, factory=build, block_bytes=4096,
-        description=f"{base.description}, 4 KiB rows, hold_hits_steps=0, write_threads=1",
+        base, factory=build, block_bytes=4096, must_check=frozenset({"test_a_store_whose_sync_fails_is_reported_failed"}),
+        description=f"{base.description}, 4 KiB rows, hold_hits_steps=0, write_threads=1, durability='data'",
     )
 
 

@@ -14,7 +14,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kvproto import OffloadKey, envelope as env
 from kvproto.errors import ConfigurationError
@@ -84,7 +84,10 @@ class KitFileOps(FileOps):
       ``lose_directories`` (TIER-36);
     * ``no_links`` (every ``link`` raises ``EPERM`` once its path walk found the destination's directory,
       as filesystems without hard links answer; a missing directory is ``ENOENT`` first, as the kernel
-      walks the path before the filesystem refuses): the hook ``refuse_links`` (TIER-35).
+      walks the path before the filesystem refuses): the hook ``refuse_links`` (TIER-35);
+    * ``sync_faults`` (the next that many ``fsync`` calls raise ``OSError(EIO)``, as the kernel answers
+      when a file's write-back to the disk failed): the hook ``fail_sync`` (TIER-31; FS-4: with
+      ``durability`` ``data`` or ``full`` the error fails the key).
     """
 
     def __init__(self, root: Path | None = None) -> None:
@@ -95,6 +98,7 @@ class KitFileOps(FileOps):
         self._held = 0  # links waiting at the hold (hold_publish)
         self._vanish = _Armed(0)
         self._no_links = _Armed(False)
+        self._sync_faults = _Armed(0)
         self._lock = threading.Lock()
         # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
         # over one root shares it (so a new instance's construction meets it too).
@@ -112,6 +116,10 @@ class KitFileOps(FileOps):
     def refuse_links(self, on: bool) -> int:
         """Arm or disarm ``no_links``; the links refused since the previous call."""
         return self._no_links.rearm(on)
+
+    def fail_sync(self, n: int) -> int:
+        """Arm ``sync_faults``; the ``fsync`` calls it failed since the previous arming."""
+        return self._sync_faults.rearm(n)
 
     def hold_publish(self, on: bool) -> int:
         """While ``on``, every ``link`` (a finished block about to appear under its name) waits before it is
@@ -197,6 +205,17 @@ class KitFileOps(FileOps):
         self._transfer("preadv", fd)
         return super().preadv(fd, self._cut(buffers), offset)
 
+    def fsync(self, fd: int) -> None:
+        faults = self._sync_faults
+        with faults.lock:
+            fail = faults.armed > 0
+            if fail:
+                faults.armed -= 1
+                faults.struck += 1
+        if fail:
+            raise OSError(errno.EIO, "injected by the kit's fail_sync hook: the write-back failed (fsync)")
+        super().fsync(fd)
+
     def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
         """A directory the ``plant_leftovers`` hook planted is removed as it is listed (ENOENT)."""
         with _VANISH_LOCK:
@@ -273,6 +292,12 @@ def _hold_publish(tier: FsTier, on: bool) -> int:
     """While ``on``, each block ``tier`` finishes waits before its link to its final name (FS-3), until called
     with False; how many wait there now (the kit's writer held inside its publish)."""
     return _kit_ops(tier).hold_publish(on)
+
+
+def _fail_sync(tier: FsTier, n: int) -> int:
+    """The next ``n`` ``fsync`` calls of ``tier`` raise ``OSError(EIO)`` (0 disarms); how many it failed since
+    the previous call of this hook (TIER-31; with ``durability="none"``, the kit's default, it syncs nothing)."""
+    return _kit_ops(tier).fail_sync(n)
 
 
 def _refuse_links(tier: FsTier, on: bool) -> int:
@@ -388,6 +413,7 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "corrupt_on_read": _corrupt_on_read,
     "short_io": _short_io,
     "fail_io": _fail_io,
+    "fail_sync": _fail_sync,
     "refuse_direct": _refuse_direct,
     "lose_directories": _lose_directories,
     "refuse_links": _refuse_links,
@@ -413,10 +439,13 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
         capacity_blocks: int | None = None,
         read_threads: int = 2,
         write_threads: int = 2,
+        durability: Literal["none", "data", "full"] = "none",
     ) -> FsTier:
         """The kit's tier; the options (``kvproto simulate --secondary fs:root=DIR,capacity_bytes=200GiB``)
-        set its root directory, its byte budget (``max_bytes``; or ``capacity_blocks`` whole blocks)
-        and its I/O threads. Without them: a fresh temporary directory and the kit's 48-block budget."""
+        set its root directory, its byte budget (``max_bytes``; or ``capacity_blocks`` whole blocks),
+        its I/O threads and its ``durability`` (``kvproto conform fs --option durability=data`` checks that a
+        failed fsync fails its key, TIER-31). Without them: a fresh temporary directory, the kit's
+        48-block budget and no fsync."""
         if capacity_bytes is not None and capacity_blocks is not None:
             raise ConfigurationError("fs: give capacity_bytes or capacity_blocks, not both")
         budget = KIT_BLOCKS_BUDGET * file_bytes if eviction else None
@@ -426,7 +455,7 @@ def fs_spec(name: str = "fs", *, shared: bool = True, eviction: bool = True) -> 
             budget = capacity_blocks * (env.HEADER_BYTES + buffer.shape[1] if buffer.shape else file_bytes)
         config = FsTierConfig(
             root=fresh_root() if root is None else Path(root), shared=shared, max_bytes=budget,
-            read_threads=read_threads, write_threads=write_threads,
+            read_threads=read_threads, write_threads=write_threads, durability=durability,
         )
         return kit_tier(buffer, config, name)
 

@@ -55,6 +55,9 @@ __all__ = [
     "settled_leaks",
 ]
 
+_EVERY_SYNC = 1_000_000
+"""``fail_sync``'s count for "every sync of the store fails" (a retried sync fails again)."""
+
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
 header, payload or page boundary falls on a call's end)."""
@@ -75,6 +78,11 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         backdoor hook of :meth:`test_io_errors_inside_transfers_fail_cleanly` (KIT-5)."""
         raise NotImplementedError
 
+    def fail_sync(self, tier: SecondaryTier, n: int) -> int:
+        """Make the next ``n`` calls by which the tier's stores make their data durable (``fsync``, a
+        flush it waits for) raise ``OSError(EIO)`` (0 disarms); how many such calls it failed since the
+        previous call: the backdoor hook of :meth:`test_a_store_whose_sync_fails_is_reported_failed` (KIT-5)."""
+        raise NotImplementedError
 
     @check("TIER-30", hooks=("short_io",))
     def test_short_transfers_move_every_byte(self, kit: SecondaryDriver) -> None:
@@ -149,6 +157,39 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
             raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
         if held:
             self._closed_by_shutdown(kit, held, f"{len(stored)} stores and {len(loaded)} loads")
+
+    @check("TIER-31", hooks=("fail_sync",))
+    def test_a_store_whose_sync_fails_is_reported_failed(self, kit: SecondaryDriver) -> None:
+        """A store of 2 fresh blocks while every call that makes a store durable raises EIO (``fail_sync``):
+        neither key is reported stored, for a store reported succeeded is as durable as the tier says (a
+        write-back error the kernel reports once is the last word on those bytes: logging it and reporting the
+        store done loses the block at the next power cut); with no fault armed, both then store and load their
+        bytes. Not checked when the tier made none of these stores durable (the hook failed no call: its
+        configuration syncs nothing, as kvproto-fs with ``durability="none"``)."""
+        keys = key_pool("t31-sync", 2)
+        self.fail_sync(kit.tier, 0)  # count afresh from here
+        self.fail_sync(kit.tier, _EVERY_SYNC)
+        try:
+            result = kit.store(keys, store_slots(kit, len(keys)))
+        finally:
+            failed = self.fail_sync(kit.tier, 0)
+        if failed == 0:
+            pytest.skip(
+                "needs stores the tier makes durable: fail_sync failed no call (its configuration syncs nothing, "
+                "as kvproto-fs with durability='none'), so what it reports after a failed sync was not checked"
+            )
+        stored = [k for k in keys if k in result.succeeded_keys(kit.jobs[result.job_id])]
+        if stored:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"{short_key(stored[0])} was reported stored although every call making it durable raised EIO "
+                f"({failed} failed by fail_sync): a store whose sync failed must fail its key, not report bytes "
+                "the disk may not hold",
+            )
+        kit.quiet_steps(2)
+        store_again(kit, keys, "TIER-31", "with no fault armed", " after a store of them whose sync raised EIO: a "
+                    "failed sync must not keep a key from being stored later")
+        hit_and_loaded(kit, keys, "TIER-31", "stored again after a store whose sync raised EIO")
 
     @staticmethod
     def _closed_by_shutdown(kit: SecondaryDriver, held: set[str], transfers: str) -> None:
