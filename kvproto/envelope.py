@@ -1,4 +1,4 @@
-"""The block envelope: how a tier stores one block as a self-checking header + payload (ENV-1..ENV-6).
+"""The block envelope: how a tier stores one block as a self-checking header + payload (ENV-1..ENV-7).
 
 Every byte-storing tier (the reference filesystem tier ``kvproto-fs``, the
 object-store tier, a third-party tier) may store a block as one
@@ -56,6 +56,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "NAMESPACE_BYTES",
     "Algorithm",
+    "EnvelopeCodec",
     "EnvelopeError",
     "EnvelopeField",
     "Header",
@@ -377,6 +378,71 @@ def copy_verified(header: Header, payload: Buffer, into: memoryview) -> None:
             digest = running(chunk, digest)
     if digest & 0xFFFF_FFFF_FFFF_FFFF != header.checksum:
         raise EnvelopeError("checksum", f"payload {header.algorithm} checksum does not match")
+
+
+_ZEROS: Final = memoryview(bytes(HEADER_BYTES))  # a header's padding, sliced without a copy
+
+
+class EnvelopeCodec:
+    """The envelopes of one namespace and payload length, with the algorithm chosen once (ENV-7).
+
+    What a tier does per block, without :func:`encode_header`'s and :func:`verify_header`'s per-call
+    checks of the namespace and algorithm: :meth:`header` gives exactly :func:`encode_header`'s bytes, and
+    :meth:`verify` accepts and refuses exactly what :func:`verify_header` (with ``payload_len``) and then
+    :func:`verify_payload` accept and refuse, raising the same :class:`EnvelopeError`. Its fast path
+    compares the stored header with the one this codec would write for the payload read (one checksum
+    of the payload, one small ``struct`` pack); any difference falls back to the field-by-field checks,
+    which name what differs. Immutable and thread-safe.
+    """
+
+    __slots__ = ("algorithm", "namespace", "payload_len", "_checksum", "_id")
+
+    def __init__(self, namespace: bytes, payload_len: int, *, algorithm: Algorithm | None = None) -> None:
+        """For blocks of ``payload_len`` bytes under ``namespace`` (:func:`namespace_id`), checksummed with
+        ``algorithm`` (default: :func:`default_algorithm`); InvalidArgumentError for a bad namespace, length
+        or algorithm (ENV-6)."""
+        self.namespace: bytes = _check_namespace("EnvelopeCodec", namespace)
+        if type(payload_len) is not int or payload_len < 0:
+            raise InvalidArgumentError(f"EnvelopeCodec: payload_len must be an int >= 0, got {payload_len!r}")
+        algo = default_algorithm() if algorithm is None else algorithm
+        fn = _impl(algo) if algo in _IDS else None
+        if fn is None:
+            raise InvalidArgumentError(
+                f"EnvelopeCodec: algorithm {algo!r} is unknown or needs a package that is not installed"
+            )
+        self.payload_len = payload_len
+        self.algorithm: Algorithm = algo
+        self._checksum: Callable[[Buffer], int] = fn
+        self._id = _IDS[algo]
+
+    def _head(self, key: bytes, digest: int) -> bytes:
+        """The header's bytes up to and including its own CRC (the rest is zeros)."""
+        if not isinstance(key, bytes) or not key or len(key) > MAX_KEY_BYTES:
+            _check_key("EnvelopeCodec", key)  # raises, naming what is wrong with it
+        head = _FIXED.pack(MAGIC, FORMAT_VERSION, 0, HEADER_BYTES, self.payload_len, self._id, len(key),
+                           digest & 0xFFFF_FFFF_FFFF_FFFF, self.namespace) + key
+        return head + _CRC.pack(zlib.crc32(head))
+
+    def header(self, key: bytes, payload: Buffer) -> bytes:
+        """``encode_header(key, payload, namespace, algorithm=algorithm)``: the same :data:`HEADER_BYTES` bytes
+        (ENV-1, ENV-2); InvalidArgumentError if ``payload`` is not ``payload_len`` bytes."""
+        size = memoryview(payload).nbytes
+        if size != self.payload_len:
+            raise InvalidArgumentError(f"EnvelopeCodec.header: payload is {size} bytes, expected {self.payload_len}")
+        head = self._head(key, self._checksum(payload))
+        return head + _ZEROS[len(head) :]
+
+    def verify(self, key: bytes, head: Buffer, payload: Buffer) -> None:
+        """Check a stored envelope's ``head`` (its first bytes, at least up to the header's own checksum) and
+        ``payload`` for ``key``: as :func:`verify_header` with this codec's namespace and ``payload_len``, then
+        :func:`verify_payload` (ENV-3): returns if both would, else raises the :class:`EnvelopeError` they
+        would raise. A header written with another algorithm verifies as it would there."""
+        view = memoryview(head).cast("B")
+        if memoryview(payload).nbytes == self.payload_len:
+            expected = self._head(key, self._checksum(payload))
+            if view[: len(expected)] == expected:
+                return  # byte for byte the header this codec writes for this payload: every check holds
+        verify_payload(verify_header(view, key=key, namespace=self.namespace, payload_len=self.payload_len), payload)
 
 
 def _running(algorithm: Algorithm) -> Callable[[Buffer, int], int]:

@@ -73,6 +73,7 @@ class BlobOps:
         self.namespace_hex = namespace.hex()
         self.block_bytes = block_bytes
         self.blob_bytes = env.HEADER_BYTES + block_bytes
+        self._codec = env.EnvelopeCodec(namespace, block_bytes)  # ENV-7: the per-block work of the envelope
         self._tier = tier_name
         self._row = row
         self._ticks = ticks
@@ -140,7 +141,7 @@ class BlobOps:
     def _store_args(self, key: OffloadKey, slot: int) -> tuple[int, str, tuple[memoryview, memoryview]]:
         before = next(self._ticks)
         row = self._row(slot)
-        header = env.encode_header(key, row, self.namespace)
+        header = self._codec.header(key, row)
         return before, self.name_of(key), (memoryview(header), row)
 
     def _store_failed(self, key: OffloadKey, exc: Exception, before: int) -> tuple[KeyVerdict, int]:
@@ -256,7 +257,10 @@ class BlobOps:
     def _verify(self, key: OffloadKey, name: str, head: memoryview, row: memoryview, size: int) -> KeyVerdict:
         """LOADED, FOREIGN (left alone), or DAMAGED (the caller deletes it)."""
         try:
-            env.verify_payload(self._header(key, head, size), row)
+            if size == self.blob_bytes:
+                self._codec.verify(key, head, row)  # verify_header (payload_len) + verify_payload, ENV-7
+            else:
+                env.verify_payload(self._header(key, head, size), row)  # raises: the length is wrong
         except env.EnvelopeError as exc:
             return self._rejected(name, exc)
         return KeyVerdict.LOADED

@@ -1,4 +1,4 @@
-"""kvproto.envelope: the block envelope every byte-storing tier may use (ENV-1..ENV-6)."""
+"""kvproto.envelope: the block envelope every byte-storing tier may use (ENV-1..ENV-7)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import struct
 import subprocess
 import sys
 import zlib
+from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvproto import envelope as env
 from kvproto.envelope import HEADER_BYTES, EnvelopeError, Header
@@ -206,3 +209,67 @@ def test_copy_verified_copies_and_checks_in_one_pass(algorithm: env.Algorithm) -
                 memoryview(bytearray(len(payload))).cast("H")):
         with pytest.raises(InvalidArgumentError):
             env.copy_verified(header, payload, bad)
+
+
+def _verdict(check: Callable[[], object]) -> str | None:
+    """The field of the EnvelopeError ``check`` raises, or None if it returns."""
+    try:
+        check()
+    except EnvelopeError as exc:
+        return exc.field
+    return None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    key=st.binary(min_size=1, max_size=80),
+    payload=st.binary(max_size=300),
+    algorithm=st.sampled_from([a for a in env.ALGORITHMS if env.algorithm_available(a)]),
+    written_with=st.sampled_from([a for a in env.ALGORITHMS if env.algorithm_available(a)]),
+    other_ns=st.booleans(),
+    other_key=st.booleans(),
+    flip=st.one_of(st.none(), st.integers(min_value=0, max_value=HEADER_BYTES + 299)),
+    cut=st.integers(min_value=-2, max_value=2),
+)
+def test_the_codec_writes_and_judges_as_the_functions_do(
+    key: bytes, payload: bytes, algorithm: env.Algorithm, written_with: env.Algorithm, other_ns: bool,
+    other_key: bool, flip: int | None, cut: int,
+) -> None:
+    """ENV-7: ``EnvelopeCodec.header`` is ``encode_header``'s bytes; ``EnvelopeCodec.verify`` of any stored
+    envelope (written with any algorithm, under another namespace or key, a byte flipped anywhere in its
+    header or payload, its payload cut or grown) returns or raises exactly as ``verify_header`` (with the
+    codec's ``payload_len``) then ``verify_payload`` do, naming the same field."""
+    codec = env.EnvelopeCodec(NS, len(payload), algorithm=algorithm)
+    assert codec.header(key, payload) == env.encode_header(key, payload, NS, algorithm=algorithm)
+    stored_key = key + b"x" if other_key else key
+    blob = bytearray(env.encode(stored_key, payload, OTHER_NS if other_ns else NS, algorithm=written_with))
+    if flip is not None and flip < len(blob):
+        blob[flip] ^= 0x01
+    if cut < 0:
+        blob = blob[: max(HEADER_BYTES, len(blob) + cut)]
+    else:
+        blob += bytes(cut)
+    head, body = memoryview(blob)[:HEADER_BYTES], memoryview(blob)[HEADER_BYTES:]
+
+    def by_functions() -> None:
+        env.verify_payload(env.verify_header(head, key=key, namespace=NS, payload_len=len(payload)), body)
+
+    assert _verdict(lambda: codec.verify(key, head, body)) == _verdict(by_functions)
+
+
+def test_the_codec_refuses_bad_arguments_by_name() -> None:
+    """ENV-7 (ENV-6's typed errors): a bad namespace, payload length, algorithm, key or payload size."""
+    with pytest.raises(InvalidArgumentError, match="namespace"):
+        env.EnvelopeCodec(b"short", 16)
+    with pytest.raises(InvalidArgumentError, match="payload_len"):
+        env.EnvelopeCodec(NS, -1)
+    with pytest.raises(InvalidArgumentError, match="md5"):
+        env.EnvelopeCodec(NS, 16, algorithm="md5")  # type: ignore[arg-type]  # deliberately unknown
+    codec = env.EnvelopeCodec(NS, len(PAYLOAD))
+    with pytest.raises(InvalidKeyError):
+        codec.header(b"", PAYLOAD)
+    with pytest.raises(InvalidKeyError, match="4036"):
+        codec.header(b"k" * (env.MAX_KEY_BYTES + 1), PAYLOAD)
+    with pytest.raises(InvalidArgumentError, match="expected"):
+        codec.header(KEY, PAYLOAD[:-1])
+    assert codec.algorithm == env.default_algorithm()
