@@ -417,8 +417,9 @@ class EnvelopeCodec:
 
     def _head(self, key: bytes, digest: int) -> bytes:
         """The header's bytes up to and including its own CRC (the rest is zeros)."""
-        if not isinstance(key, bytes) or not key or len(key) > MAX_KEY_BYTES:
-            _check_key("EnvelopeCodec", key)  # raises, naming what is wrong with it
+        given: object = key  # typed bytes, but a caller may pass anything: checked without a call per block
+        if not isinstance(given, bytes) or not given or len(given) > MAX_KEY_BYTES:
+            _check_key("EnvelopeCodec", given)  # raises, naming what is wrong with it
         head = _FIXED.pack(MAGIC, FORMAT_VERSION, 0, HEADER_BYTES, self.payload_len, self._id, len(key),
                            digest & 0xFFFF_FFFF_FFFF_FFFF, self.namespace) + key
         return head + _CRC.pack(zlib.crc32(head))

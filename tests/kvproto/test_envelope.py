@@ -9,8 +9,7 @@ import zlib
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvproto import envelope as env
 from kvproto.envelope import HEADER_BYTES, EnvelopeError, Header
