@@ -267,6 +267,8 @@ def test_the_codec_refuses_bad_arguments_by_name() -> None:
     codec = env.EnvelopeCodec(NS, len(PAYLOAD))
     with pytest.raises(InvalidKeyError):
         codec.header(b"", PAYLOAD)
+    with pytest.raises(InvalidKeyError, match="str"):
+        codec.verify("text", env.encode_header(KEY, PAYLOAD, NS), PAYLOAD)  # type: ignore[arg-type]  # deliberately wrong type
     with pytest.raises(InvalidKeyError, match="4036"):
         codec.header(b"k" * (env.MAX_KEY_BYTES + 1), PAYLOAD)
     with pytest.raises(InvalidArgumentError, match="expected"):
