@@ -1,7 +1,8 @@
 """Faults below a secondary tier: what its storage may fail, refuse or lose under it (TIER-4,
 TIER-10, TIER-35, TIER-36): :class:`SecondaryFaultsBelowChecks` (backend writes and reads that fail, land
 without a reply, come back short or damaged, or are slow, and a race between a re-store, a load that
-finds the block damaged and the deletion that follows, made to happen in one order by gates) and
+finds the block damaged and the deletion that follows, made to happen in one order by gates; and
+``wait_idle`` held to its answer while an existence check of a fresh key is held below the tier, KIT-19) and
 :class:`SecondaryFaultsBelowChecks` (direct I/O refused, directories lost, hard links refused), bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 

@@ -9,7 +9,8 @@ clean-up paths (a read or write that moves fewer bytes than asked, an error afte
 opened) never run. Here a tier's spec reaches further down with two backdoor hooks: ``short_io``
 (every read and write call moves at most a few bytes, as POSIX ``read``/``write`` and network
 streams may) and ``fail_io`` (the next read or write calls raise ``OSError(EIO)``, after the tier
-opened what it transfers).
+opened what it transfers); and ``fail_sync`` (the next calls that make a store durable, ``fsync`` or
+a flush the tier waits for, raise ``OSError(EIO)``: a store whose sync failed must fail its key, TIER-31).
 
 TIER-38 and TIER-39 (:class:`SecondaryFaultsInsideChecks`): a tier's fault paths (a failed listing,
 read or write below it) are where its code runs least: a

@@ -6,7 +6,10 @@ Two live instances over the same storage (the ``reopen`` hook). An existence ver
 long as a request that refers to it: a request asked before the other instance stored, and once it
 finished a new request sees the block. One request finishing never disturbs another's pending
 lookups. And a block another instance removed while a request held its HIT fails that request's
-load; the request is not told HIT again unless a load right after succeeds.
+load; the request is not told HIT again unless a load right after succeeds. With the
+``hold_publish(tier, on) -> int`` hook, two writers of one fresh key race inside a publish: instance A
+is held where its block would become visible under its name while instance B stores the same key,
+then let go; both stores must be reported succeeded and the block must load (TIER-10, TIER-23).
 """
 
 from __future__ import annotations
