@@ -34,7 +34,7 @@ from kvproto.tierkit._blob_ops import SUFFIX
 
 __all__ = ["FaultyBackend", "ForwardingBackend", "OpFault"]
 
-_OPS = ("publish", "read_into", "sizes", "delete", "list_blobs", "clear", "close")
+_OPS = ("prepare", "publish", "read_into", "sizes", "delete", "list_blobs", "clear", "close")
 
 
 class ForwardingBackend:
@@ -285,6 +285,11 @@ class FaultyBackend(JobFaultHooks, ForwardingBackend):
             fault.wait_after.wait(GATE_BOUND_S)
         if fault.delay_after_s:
             time.sleep(fault.delay_after_s)
+
+    def prepare(self, namespace: str) -> None:
+        """Forwarded, after an armed ``prepare`` fault (the preparation at start-up and after a reset)."""
+        self._before("prepare", namespace)
+        super().prepare(namespace)
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
         """Forwarded, within an armed ``publish`` fault."""

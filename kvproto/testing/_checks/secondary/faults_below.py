@@ -276,6 +276,55 @@ class SecondaryFaultsBelowChecks(SecondaryRole):
             )
         kit.resolve([key])
 
+    @check("KIT-19")
+    def test_wait_idle_answers_while_a_reset_still_prepares(self, kit: SecondaryDriver) -> None:
+        """A tier that offers ``wait_idle(timeout) -> bool`` (KIT-19) answers it, never raises: False while the
+        preparation that follows its ``reset_cache()`` (the backend's ``prepare``, background work) is held
+        below it by a gate, so its wait ran out; True, within the kit's ``job_timeout_s``, once it is let go."""
+        backend, _ = self._below(kit)
+        idle: object = getattr(kit.tier, "wait_idle", None)
+        if not callable(idle):
+            pytest.skip("needs wait_idle(timeout) -> bool (KIT-19), which the tier does not offer")
+        kit.quiet_steps(2)
+        if not idle(kit.limits.job_timeout_s):
+            raise SetUpFailed("KIT-19", "the tier was not idle before its reset, with no work given", "KIT-19")
+        release = threading.Event()
+        before = backend.injected
+        backend.arm(OpFault("prepare", error=None, wait_before=release))
+        try:
+            if kit.tier.reset_cache() is not True:
+                raise SetUpFailed("TIER-16", "reset_cache() with no job in flight did not answer True", "KIT-19")
+            deadline = time.monotonic() + GATE_BOUND_S
+            while backend.injected == before:  # until the tier's preparation reached the gate
+                if time.monotonic() > deadline:
+                    pytest.skip("vacuous: the tier's reset_cache did not prepare its storage through the backend's "
+                                "prepare")
+                time.sleep(0.001)
+            try:
+                answer = idle(0.05)
+            except Exception as error:
+                raised = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+                raise ConformanceFailure(
+                    "KIT-19",
+                    f"wait_idle(0.05) raised {raised} while the preparation after its reset_cache() was held below it: "
+                    "it answers False when its background work is not back in time",
+                ) from error
+            if answer is not False:
+                raise ConformanceFailure(
+                    "KIT-19",
+                    f"wait_idle(0.05) answered {answer!r} while the preparation after its reset_cache() was held "
+                    "below it: a tier that says its background work is back must wait for it",
+                )
+        finally:
+            release.set()
+            backend.disarm()
+        answer = idle(kit.limits.job_timeout_s)
+        if answer is not True:
+            raise ConformanceFailure(
+                "KIT-19",
+                f"wait_idle({kit.limits.job_timeout_s}) answered {answer!r} once the held preparation was let go",
+            )
+
     @check("TIER-4", needs=("eviction",))
     def test_eviction_racing_a_load(self, kit: SecondaryDriver) -> None:
         """A race made to happen in one order by a gate below the tier: a load of the least recently
