@@ -4,6 +4,7 @@ theirs, and what a few of them point at."""
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import time
@@ -32,25 +33,36 @@ def open_fds() -> set[str] | None:
     return files
 
 
+def _reachable_fds() -> set[str]:
+    """:func:`open_fds` once unreachable objects were collected: a descriptor that only an object in a
+    reference cycle holds (a closed database connection whose statements sit in a traceback) closes at
+    the next collection, whenever the interpreter runs it. Collecting first makes what is counted the
+    descriptors something still holds, the same every run (KIT-19), never the collector's timing."""
+    gc.collect()
+    return open_fds() or set()
+
+
 def settled_leaks(baseline: set[str]) -> set[str]:
     """The regular-file descriptors open now that were not in ``baseline``, once the tier's threads had
-    up to ``_FD_SETTLE_S`` to close what finished jobs opened (a condition polled, never a verdict by time)."""
+    up to ``_FD_SETTLE_S`` to close what finished jobs opened (a condition polled, never a verdict by time)
+    and unreachable objects were collected."""
     deadline = time.monotonic() + _FD_SETTLE_S
     leaked = (open_fds() or set()) - baseline
     while leaked and time.monotonic() < deadline:
         time.sleep(0.01)  # a tier thread may still be closing what a finished job opened
-        leaked = (open_fds() or set()) - baseline
+        leaked = _reachable_fds() - baseline
     return leaked
 
 
 def still_open(held: set[str]) -> set[str]:
     """Those of ``held`` (regular-file descriptors) still open, once the tier's threads had up to
-    ``_FD_SETTLE_S`` to close them (a condition polled, never a verdict by time)."""
+    ``_FD_SETTLE_S`` to close them (a condition polled, never a verdict by time) and unreachable objects
+    were collected."""
     deadline = time.monotonic() + _FD_SETTLE_S
     left = held & (open_fds() or set())
     while left and time.monotonic() < deadline:
         time.sleep(0.01)
-        left = held & (open_fds() or set())
+        left = held & _reachable_fds()
     return left
 
 

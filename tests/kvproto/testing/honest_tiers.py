@@ -518,3 +518,45 @@ def loopback_blobs() -> TierSpec:
     """A fresh, empty storage per build: a new server (and its thread) each time; ``reopen`` shares it."""
     return TierSpec("loopback-blobs", "secondary", lambda buffer: LoopbackBlobs(buffer, _fresh_server()),
                     hooks={"reopen": _reopen_loopback}, tier_class=LoopbackBlobs)
+
+
+class _Held:
+    """An open file in a reference cycle (``self.me``): dropped, it is closed only when the collector runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "rb")  # noqa: SIM115  # closed by the collector: the point of this tier
+        self.me = self
+
+
+class FilesClosedByCollection(MemoryBackend):
+    """A MemoryBackend that opens its journal file at each publish and keeps the last 8 of them (each in a
+    reference cycle, so they age into the collector's oldest generation); it never closes one: a file it
+    drops, or all of them at :meth:`close`, is closed when the interpreter collects it. Nothing reachable
+    holds a descriptor after shutdown, so it leaks none; a kit counting descriptors before collecting blamed
+    such a tier on TIER-16 (a held-out SQLite backend whose failed statements sat in tracebacks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.journal = fresh_directory("kvproto-honest-collected-") / "journal"
+        self.journal.write_bytes(b"kvproto")
+        self._held: list[_Held] = []
+        self._holding = threading.Lock()
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        with self._holding:
+            self._held.append(_Held(self.journal))
+            del self._held[:-8]
+        return super().publish(name, parts, size)
+
+    def close(self) -> None:
+        with self._holding:
+            self._held.clear()
+        super().close()
+
+
+def files_closed_by_collection() -> TierSpec:
+    config = BlobTierConfig(shared=True, start_in_background=False)
+    return TierSpec(
+        "files-closed-by-collection", "secondary",
+        lambda buffer: BlobTier(FilesClosedByCollection(), buffer, config, name="files-closed-by-collection"),
+    )

@@ -22,7 +22,8 @@ from tests.kvproto.testing.honest_tiers import EightBlockArena
 
 @pytest.mark.parametrize(
     "factory", ["small_memory", "stops_at_first_bad_key", "clocked_primary", "lazy_connections", "budgeted_files",
-                "tightly_budgeted_files", "eight_block_arena", "loopback_blobs", "journaled_memory"]
+                "tightly_budgeted_files", "eight_block_arena", "loopback_blobs", "journaled_memory",
+                "files_closed_by_collection"]
 )
 def test_conform_passes_an_unusual_but_correct_tier(factory: str, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
