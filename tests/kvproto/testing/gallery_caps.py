@@ -114,3 +114,33 @@ class PartialUndeclared(MemoryTier):
 @CAPS_GALLERY.fails("test_jobs_are_whole_without_partial_jobs", "CAP-4", "does not declare partial_jobs")
 def partial_undeclared() -> TierSpec:
     return _secondary(PartialUndeclared)
+
+
+class StoredAfterItsEvictions(MemoryTier):
+    """Bug: a store job's STORED event is emitted when the job ends, after the REMOVED events of the evictions
+    its own puts caused, so a block the job stored and then evicted is named REMOVED, then STORED: a consumer
+    applying the events in order (a KV-aware router, a manager skipping write-throughs) believes the tier
+    holds blocks it dropped (found by a held-out from-scratch LRU tier, round 3)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="stored-after-its-evictions", capacity_blocks=16)
+
+    def _run_store(self, job: kvproto.TransferJob) -> list[OffloadKey]:
+        ok: list[OffloadKey] = []
+        size = self._block_bytes
+        for key, slot in zip(job.keys, job.slots, strict=True):
+            if key in self._job_faults.keys:
+                continue
+            self._put(key, bytes(self._flat[slot * size : (slot + 1) * size]))  # evictions' REMOVED go out now
+            self._corrupt.discard(key)
+            ok.append(key)
+        if ok:  # the bug: STORED after the REMOVED events its own puts appended
+            self._events.append(kvproto.OffloadingEvent(kvproto.EventKind.STORED, tuple(ok), self.name))
+        return ok
+
+
+@CAPS_GALLERY.fails(
+    "test_a_job_larger_than_the_tier_keeps_its_events_in_order", "TIER-14", "came after the REMOVED of its eviction"
+)
+def stored_after_its_evictions() -> TierSpec:
+    return _secondary(StoredAfterItsEvictions)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import pytest
 
-from kvproto import OffloadKey, members as lr
-from kvproto._events import EventKind
+from kvproto import LookupResult, OffloadKey, members as lr
+from kvproto._events import EventKind, OffloadingEvent
 from kvproto.testing._checks.secondary.budgets import SecondaryBudgetChecks
 from kvproto.testing._checks.secondary.crash import SecondaryCrashChecks
 from kvproto.testing._checks.secondary.faults_below import SecondaryFaultsBelowChecks
@@ -37,6 +38,11 @@ __all__ = ["PERSIST_MANY", "SecondaryTierFactory", "SecondaryTierTests"]
 PERSIST_MANY: Final = 300
 """Blocks ``test_persistence_of_many_blocks`` stores before it reopens: more than a restart scan or a
 listing takes in its first batch or page (BlobTier's restart scan indexes 256 at a time)."""
+
+
+OVERSIZED_JOB: Final = 128
+"""The blocks of :meth:`SecondaryTierTests.test_a_job_larger_than_the_tier_keeps_its_events_in_order`'s one
+store job: more than the kit's 48-block budgets hold, and 4 times its primary buffer's rows."""
 
 
 class SecondaryTierTests(
@@ -395,7 +401,8 @@ class SecondaryTierTests(
     @check("TIER-14")
     def test_events_report_removals(self, kit: SecondaryDriver) -> None:
         """reset_cache (and, with eviction, an eviction) emits REMOVED for the blocks it drops; no
-        event names a key the tier never held; STORED names only keys whose store succeeded."""
+        event names a key the tier never held; STORED names only keys whose store succeeded; applied in
+        order, the events leave no evicted block held (its STORED before the REMOVED of its eviction)."""
         tier = kit.tier
         list(tier.take_events())
         keys = key_pool("removed", 4)
@@ -431,12 +438,59 @@ class SecondaryTierTests(
             kit.quiet_steps(2)
             answers = kit.resolve(many)
             gone = {k for k in many if answers[k] is lr.MISS}
-            removed = {k for e in tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+            events = list(tier.take_events())
+            removed = {k for e in events if e.kind is EventKind.REMOVED for k in e.keys}
             if gone - removed:
                 raise ConformanceFailure(
                     "TIER-14",
                     f"{len(gone - removed)} stored blocks were evicted (they answer MISS) without a REMOVED event",
                 )
+            self._events_in_order(events, many, answers)
+
+
+    @check("TIER-14", needs=("eviction",))
+    def test_a_job_larger_than_the_tier_keeps_its_events_in_order(
+        self, kit: SecondaryDriver, tier_factory: SecondaryTierFactory
+    ) -> None:
+        """One store job of ``OVERSIZED_JOB`` (128) fresh blocks, into a fresh instance over a primary buffer of
+        as many rows: a tier that holds fewer evicts blocks of that very job. Applied in order, its events
+        leave none of the evicted blocks held (each block's STORED before the REMOVED of its eviction). A tier
+        holding all 128 evicts none of them: nothing to judge, it passes."""
+        buffer = make_buffer(OVERSIZED_JOB, self.block_bytes)
+        big = SecondaryDriver(tier_factory(buffer), buffer, kit.capabilities, kit.limits, first_job_id=9701)
+        try:
+            big.wait_started()
+            list(big.tier.take_events())
+            keys = key_pool("oversized-job", OVERSIZED_JOB)
+            big.store(keys, range(OVERSIZED_JOB))
+            big.quiet_steps(2)
+            answers = big.resolve(keys)
+            self._events_in_order(list(big.tier.take_events()), keys, answers)
+        finally:
+            big.shutdown()
+
+    @staticmethod
+    def _events_in_order(
+        events: Sequence[OffloadingEvent], keys: Sequence[OffloadKey], answers: Mapping[OffloadKey, LookupResult]
+    ) -> None:
+        """TIER-14: ``events`` (every event since ``keys`` were first stored, fresh after a reset), applied in
+        order to an empty set, leave none of the keys that answer MISS: a block's STORED comes before the
+        REMOVED of its eviction. (A block answering HIT after its REMOVED is not judged: a shared tier's file
+        deleted in the background may still be found by an existence check.)"""
+        held: set[OffloadKey] = set()
+        for event in events:
+            if event.kind is EventKind.STORED:
+                held.update(event.keys)
+            elif event.kind is EventKind.REMOVED:
+                held.difference_update(event.keys)
+        ghosts = sorted(k for k in keys if answers[k] is lr.MISS and k in held)
+        if ghosts:
+            raise ConformanceFailure(
+                "TIER-14",
+                f"{len(ghosts)} evicted block(s) answer MISS, but applied in order the tier's events say they are held "
+                f"(first {short_key(ghosts[0])}): a STORED event naming each came after the REMOVED of its eviction; a "
+                "block's STORED must come before the REMOVED that takes it away",
+            )
 
     @check("TIER-5")
     def test_touch_of_unknown_keys_is_a_no_op(self, kit: SecondaryDriver) -> None:
