@@ -56,6 +56,15 @@ class _Armed:
         self.armed = armed
         self.struck = 0
 
+    def strike(self) -> bool:
+        """Whether the fault strikes now: it takes one of its ``armed`` strikes (counted in ``struck``) if any are left."""
+        with self.lock:
+            if self.armed <= 0:
+                return False
+            self.armed -= 1
+            self.struck += 1
+        return True
+
     def rearm(self, armed: int) -> int:
         """Set ``armed``; how often the fault struck since the previous arming (counted afresh from now)."""
         with self.lock:
@@ -206,13 +215,7 @@ class KitFileOps(FileOps):
         return super().preadv(fd, self._cut(buffers), offset)
 
     def fsync(self, fd: int) -> None:
-        faults = self._sync_faults
-        with faults.lock:
-            fail = faults.armed > 0
-            if fail:
-                faults.armed -= 1
-                faults.struck += 1
-        if fail:
+        if self._sync_faults.strike():
             raise OSError(errno.EIO, "injected by the kit's fail_sync hook: the write-back failed (fsync)")
         super().fsync(fd)
 
@@ -228,13 +231,8 @@ class KitFileOps(FileOps):
 
     def link(self, src: str, dst: str) -> None:
         self._wait_if_held()
-        vanish, no_links = self._vanish, self._no_links
-        with vanish.lock:
-            lose = vanish.armed > 0
-            if lose:
-                vanish.armed -= 1
-                vanish.struck += 1
-        if lose:
+        no_links = self._no_links
+        if self._vanish.strike():
             raise FileNotFoundError(errno.ENOENT, "injected by the kit's lose_directories hook: the directory was removed", dst)
         if no_links.armed and os.path.isdir(os.path.dirname(dst)):
             with no_links.lock:

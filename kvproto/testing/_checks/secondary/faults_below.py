@@ -268,12 +268,7 @@ class SecondaryFaultsBelowChecks(SecondaryRole):
         finally:
             release.set()
             backend.disarm()
-        answer = idle(kit.limits.job_timeout_s)
-        if answer is not True:
-            raise ConformanceFailure(
-                "KIT-19",
-                f"wait_idle({kit.limits.job_timeout_s}) answered {answer!r} once the held existence check was let go",
-            )
+        self._idle_once_let_go(kit, idle, "existence check")
         kit.resolve([key])
 
     @check("KIT-19")
@@ -318,11 +313,16 @@ class SecondaryFaultsBelowChecks(SecondaryRole):
         finally:
             release.set()
             backend.disarm()
+        self._idle_once_let_go(kit, idle, "preparation")
+
+    @staticmethod
+    def _idle_once_let_go(kit: SecondaryDriver, idle: Callable[[float], object], held: str) -> None:
+        """KIT-19: ``idle`` (the tier's ``wait_idle``) answers True within the kit's ``job_timeout_s`` once the
+        ``held`` call below the tier was let go."""
         answer = idle(kit.limits.job_timeout_s)
         if answer is not True:
             raise ConformanceFailure(
-                "KIT-19",
-                f"wait_idle({kit.limits.job_timeout_s}) answered {answer!r} once the held preparation was let go",
+                "KIT-19", f"wait_idle({kit.limits.job_timeout_s}) answered {answer!r} once the held {held} was let go"
             )
 
     @check("TIER-4", needs=("eviction",))
