@@ -524,7 +524,7 @@ class _Held:
     """An open file in a reference cycle (``self.me``): dropped, it is closed only when the collector runs."""
 
     def __init__(self, path: Path) -> None:
-        self.file = open(path, "rb")  # noqa: SIM115  # closed by the collector: the point of this tier
+        self.file = open(path, "rb")  # never closed here: the collector closes it, the point of this tier
         self.me = self
 
 
