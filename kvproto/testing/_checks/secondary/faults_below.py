@@ -2,7 +2,8 @@
 TIER-10, TIER-35, TIER-36): :class:`SecondaryFaultsBelowChecks` (backend writes and reads that fail, land
 without a reply, come back short or damaged, or are slow, and a race between a re-store, a load that
 finds the block damaged and the deletion that follows, made to happen in one order by gates; and
-``wait_idle`` held to its answer while an existence check of a fresh key is held below the tier, KIT-19) and
+``wait_idle`` held to its answer, KIT-19, while an existence check of a fresh key, or the preparation
+after a ``reset_cache()``, is held below the tier) and
 :class:`SecondaryFaultsBelowChecks` (direct I/O refused, directories lost, hard links refused), bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 

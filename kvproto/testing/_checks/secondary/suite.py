@@ -15,6 +15,7 @@ import pytest
 
 from kvproto import LookupResult, OffloadKey, members as lr
 from kvproto._events import EventKind, OffloadingEvent
+from kvproto._results import unreachable
 from kvproto.testing._checks.secondary.budgets import SecondaryBudgetChecks
 from kvproto.testing._checks.secondary.crash import SecondaryCrashChecks
 from kvproto.testing._checks.secondary.faults_below import SecondaryFaultsBelowChecks
@@ -447,7 +448,6 @@ class SecondaryTierTests(
                 )
             self._events_in_order(events, many, answers)
 
-
     @check("TIER-14", needs=("eviction",))
     def test_a_job_larger_than_the_tier_keeps_its_events_in_order(
         self, kit: SecondaryDriver, tier_factory: SecondaryTierFactory
@@ -479,10 +479,13 @@ class SecondaryTierTests(
         deleted in the background may still be found by an existence check.)"""
         held: set[OffloadKey] = set()
         for event in events:
-            if event.kind is EventKind.STORED:
-                held.update(event.keys)
-            elif event.kind is EventKind.REMOVED:
-                held.difference_update(event.keys)
+            match event.kind:
+                case EventKind.STORED:
+                    held.update(event.keys)
+                case EventKind.REMOVED:
+                    held.difference_update(event.keys)
+                case _ as other:
+                    unreachable(other, where="test_events_report_removals: an event's kind")
         ghosts = sorted(k for k in keys if answers[k] is lr.MISS and k in held)
         if ghosts:
             raise ConformanceFailure(
