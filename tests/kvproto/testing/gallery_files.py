@@ -82,7 +82,7 @@ class LosesBlocksToAReset(FaultyJobs, FsTier):
 
 class _SweepsStrictly(FileBackend):
     def _sweep(self, namespace: str) -> None:
-        for entry in os.scandir(self.root):
+        for entry in self._ops.scandir(self.root):
             if entry.name.startswith(f".trash-{namespace}-"):
                 shutil.rmtree(entry.path)  # the bug: no ignore_errors, so the error ends prepare()
 
@@ -98,7 +98,7 @@ class StopsAtAStuckTrash(FaultyJobs, FsTier):
 class _SweepStopsAtAFailure(FileBackend):
     def _sweep(self, namespace: str) -> None:
         now = time.time()
-        for entry in os.scandir(self.root / namespace / "tmp"):
+        for entry in self._ops.scandir(self.root / namespace / "tmp"):
             if not entry.name.endswith(TMP_SUFFIX):
                 continue
             try:
@@ -106,7 +106,7 @@ class _SweepStopsAtAFailure(FileBackend):
                     os.unlink(entry.path)
             except OSError:
                 break  # the bug: one temp it cannot remove ends the sweep of the others
-        for entry in os.scandir(self.root):
+        for entry in self._ops.scandir(self.root):
             if entry.name.startswith(f".trash-{namespace}-"):
                 shutil.rmtree(entry.path, ignore_errors=True)
 

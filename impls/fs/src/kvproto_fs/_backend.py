@@ -367,7 +367,7 @@ class FileBackend:
         now = time.time()
         swept = 0
         try:
-            entries = list(os.scandir(self.root / namespace / "tmp"))
+            entries = list(self._ops.scandir(self.root / namespace / "tmp"))
         except FileNotFoundError:
             entries = []
         for entry in entries:
@@ -379,7 +379,7 @@ class FileBackend:
                     swept += 1
             except OSError:
                 continue
-        for entry in os.scandir(self.root):
+        for entry in self._ops.scandir(self.root):
             if entry.name.startswith(f".trash-{namespace}-"):
                 shutil.rmtree(entry.path, ignore_errors=True)
         if swept:

@@ -36,6 +36,7 @@ _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _VANISH_ON_SCAN: set[str] = set()  # directories removed as KitFileOps.scandir lists them (plant_leftovers)
 _VANISH_LOCK = threading.Lock()
 _DOOMED: dict[str, list[Path]] = {}  # root -> the planted leftovers its next start-up must remove (FS-14)
+_DOOMED_LAST: dict[str, frozenset[str]] = {}  # directory -> its doomed leftovers' names, listed after the rest
 
 
 def fresh_root() -> Path:
@@ -220,14 +221,22 @@ class KitFileOps(FileOps):
         super().fsync(fd)
 
     def scandir(self, path: str | os.PathLike[str]) -> Iterator[os.DirEntry[str]]:
-        """A directory the ``plant_leftovers`` hook planted is removed as it is listed (ENOENT)."""
+        """A directory the ``plant_leftovers`` hook planted is removed as it is listed (ENOENT); one holding
+        planted leftovers lists every other entry (those the sweep cannot remove, files not the tier's) before
+        the leftovers, each group by name: the worst order for a sweep that stops at its first failure, on
+        every filesystem and every run (the filesystem's own order is its hash order, KIT-22)."""
+        key = os.fspath(path)
         with _VANISH_LOCK:
-            vanish = os.fspath(path) in _VANISH_ON_SCAN
-            _VANISH_ON_SCAN.discard(os.fspath(path))
+            vanish = key in _VANISH_ON_SCAN
+            _VANISH_ON_SCAN.discard(key)
+            doomed = _DOOMED_LAST.get(key)
         if vanish:
             shutil.rmtree(path, ignore_errors=True)
-            raise FileNotFoundError(errno.ENOENT, "removed by the kit's plant_leftovers hook as it was listed", os.fspath(path))
-        return super().scandir(path)
+            raise FileNotFoundError(errno.ENOENT, "removed by the kit's plant_leftovers hook as it was listed", key)
+        if doomed is None:
+            return super().scandir(path)
+        entries = list(super().scandir(path))  # read to its end: the listing closes itself
+        return iter(sorted(entries, key=lambda entry: (entry.name in doomed, entry.name)))
 
     def link(self, src: str, dst: str) -> None:
         self._wait_if_held()
@@ -314,8 +323,8 @@ def _plant_leftovers(tier: FsTier) -> None:
     old = time.time() - tier.config.temp_grace_s - 3600
     doomed: list[Path] = []
     for n in range(12):  # crashed writers' temps past the grace (the start-up removes them, FS-14),
-        # among "temps" unlink fails on (directories: EISDIR) and files not the tier's, interleaved:
-        # in any listing order some temp comes after one of each
+        # among "temps" unlink fails on (directories: EISDIR) and files not the tier's, which the
+        # kit's listing (KitFileOps.scandir) puts before the temps
         temp = tier.tmp_dir / f"{os.getpid()}-0-{n}-kit-crashed-writer{TMP_SUFFIX}"
         if n % 3 == 1:
             temp.mkdir(exist_ok=True)
@@ -334,6 +343,8 @@ def _plant_leftovers(tier: FsTier) -> None:
     (root / f".trash-{ns}-kitstuck0000").write_bytes(b"not a directory")
     with _VANISH_LOCK:
         _DOOMED[os.fspath(root)] = doomed
+        for folder in (tier.tmp_dir, root):
+            _DOOMED_LAST[os.fspath(folder)] = frozenset(path.name for path in doomed if path.parent == folder)
     vanishing = ns_dir / "--"
     vanishing.mkdir(exist_ok=True)
     with _VANISH_LOCK:
@@ -345,6 +356,8 @@ def _leftovers(tier: FsTier) -> int:
     must remove (the temporary files past the grace, the trash directory), are still there (KIT-22; kvproto-fs: FS-14)."""
     with _VANISH_LOCK:
         doomed = list(_DOOMED.get(os.fspath(tier.root), []))
+        for folder in (tier.tmp_dir, tier.root):
+            _DOOMED_LAST.pop(os.fspath(folder), None)
     return sum(1 for path in doomed if path.exists())
 
 
