@@ -16,6 +16,11 @@ interleaves, over up to three instances built with the ``reopen`` hook:
   copy through its backend), in a key pool of neighbouring blob names: pairs of keys whose digests share
   their first byte (one ``<aa>/`` directory), one pair their first two (one ``<aa>/<bb>/``), so that a
   delete of one block that takes its neighbour with it is seen (TIER-10);
+* at the run's first comparison, a hot block kept in use while fresh blocks flow past the tier's
+  capacity (a tier declaring eviction, rows up to 64 KiB): after each job of the flood the hot block
+  is asked for and loaded, until the tier has evicted two jobs' worth; the storage is then full, and
+  every store after makes room (what the tier evicts and what its storage drops must agree: a storage
+  that drops blocks the tier still indexes answers HIT, then fails the load, TIER-4);
 * a settle-and-compare: every instance asked, in a new request, for every key of the pool; then, where
   the tier declares eviction and no request is live, a store of one new block, which must succeed
   (every request finished: nothing may still hold a block, TIER-12).
@@ -40,6 +45,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from kvproto import envelope as env, members as lr
 from kvproto._capabilities import Capabilities
+from kvproto._events import EventKind
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
@@ -93,6 +99,8 @@ _WIDE: tuple[OffloadKey, ...] = tuple(neighbour_pool("explore", 12))
 _POOL: tuple[OffloadKey, ...] = _WIDE[:10]  # what single stores, loads, lookups and comparisons draw from
 _CROWD_MAX_BYTES = 65_560  # the crowd of the wide pool runs with rows up to this size (it stores 24 blocks)
 _PROBES: tuple[OffloadKey, ...] = tuple(key_pool("explore-probe", 16))
+FLOOD_MOST = 512
+"""The most fresh blocks a flood stores (a tier that reports no eviction before: its capacity is larger)."""
 _KEYS = st.lists(st.sampled_from(_POOL), min_size=1, max_size=3, unique=True)
 _WHO = st.integers(min_value=0, max_value=MAX_INSTANCES - 1)
 
@@ -139,6 +147,7 @@ class ExplorerMachine(RuleBasedStateMachine):
         self.model = SharedStorageModel(Capabilities())
         self.fd_baseline: set[str] | None = None
         self.probes = 0
+        self.flooded = False
         self.opened = 0
         type(self).runs[0] += 1
 
@@ -228,11 +237,14 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._stepped(instance)
         return None
 
-    def _store(self, instance: _Instance, keys: list[OffloadKey]) -> None:
+    def _store(self, instance: _Instance, keys: list[OffloadKey]) -> int | None:
+        """Submit a store of ``keys`` in ``instance``; its job id (None: no free slots, a step instead)."""
         slots = self._free(instance, len(keys))
-        if slots is not None:
-            job = instance.driver.submit_store(keys, slots)
-            self.model.store_submitted(instance.index, job.job_id, keys)
+        if slots is None:
+            return None
+        job = instance.driver.submit_store(keys, slots)
+        self.model.store_submitted(instance.index, job.job_id, keys)
+        return job.job_id
 
     def _load(
         self, instance: _Instance, keys: list[OffloadKey], request: _Request | None, *, since: int | None = None
@@ -418,10 +430,18 @@ class ExplorerMachine(RuleBasedStateMachine):
     @precondition(lambda self: "compare" in self.enabled)
     @rule()
     def compare(self) -> None:
-        """With nothing in flight, every instance is asked for every key of the pool in a new request."""
+        """With nothing in flight, every instance is asked for every key of the pool in a new request;
+        the run's first comparison, where the tier declares eviction and rows are up to 64 KiB, floods
+        the first instance first (:meth:`_flood`; the rule draws nothing, so the search over the other
+        rules is the same with or without it)."""
         for instance in self.live:
             instance.driver.settle()
         self._absorb_all()
+        if not self.flooded and self.model.caps.eviction and self.block_size <= _CROWD_MAX_BYTES:
+            self.flooded = True
+            first = self.live[0]
+            hot = next((k for k in _POOL if k in self.model.certain.get(first.index, ())), _POOL[0])
+            self._flood(first, hot)
         for instance in self.live:
             context = TrackedContext("kvproto-kit-explore-compare")
             answers = instance.driver.resolve(list(_POOL), context, patient=True)
@@ -432,6 +452,28 @@ class ExplorerMachine(RuleBasedStateMachine):
         if self.model.caps.eviction and not any(i.open for i in self.live):
             for instance in self.live:
                 self._probe_store(instance)
+
+    def _flood(self, instance: _Instance, hot: OffloadKey) -> None:
+        """Store ``hot`` in ``instance``, then fresh blocks a slot-full per job, asking for ``hot`` in a new
+        request after each job and loading it on a HIT (an engine's hot prefix), until REMOVED events
+        named two jobs' worth of evictions, a job failed, or :data:`FLOOD_MOST` blocks: the storage at
+        its capacity, where every later store makes room. A HIT loads (TIER-4); a MISS is the tier's
+        eviction (the model excuses it)."""
+        tier = instance.driver.tier
+        list(tier.take_events())
+        evicted = 0
+        for start in range(-1, FLOOD_MOST, NUM_SLOTS):
+            keys = [hot] if start < 0 else list(_flood_keys()[start : start + NUM_SLOTS])
+            job_id = self._store(self._settled(instance), keys)
+            self._settled(instance)
+            request = _Request(TrackedContext("kvproto-kit-explore-hot"), asked={hot})
+            hit = bool(self._asked(instance, [hot], request.context))
+            if not (hit and self._load(instance, [hot], request)):
+                tier.on_request_finished(request.context)
+            self._settled(instance)
+            evicted += sum(len(e.keys) for e in tier.take_events() if e.kind is EventKind.REMOVED)
+            if job_id is None or not instance.driver.results[job_id].success or evicted >= 2 * NUM_SLOTS:
+                break
 
     def _probe_store(self, instance: _Instance) -> None:
         """With no request live and nothing in flight, a store of one new block in ``instance``, a tier
@@ -503,6 +545,16 @@ class ExplorerMachine(RuleBasedStateMachine):
                     f"after every instance was shut down ({describe_fds(leaked)}): shutdown must close what the "
                     "tier opened, and a delete the file it deleted",
                 )
+
+
+_FLOOD: list[OffloadKey] = []
+
+
+def _flood_keys() -> list[OffloadKey]:
+    """The :data:`FLOOD_MOST` fresh keys a flood stores (made at its first use)."""
+    if not _FLOOD:
+        _FLOOD.extend(key_pool("explore-flood", FLOOD_MOST))
+    return _FLOOD
 
 
 def trusts_memo_on_store(tier: SecondaryTier) -> bool:

@@ -2,7 +2,8 @@
 tells: rows past 64 KiB read and loaded, a restart over blocks past 64 KiB, another instance's blocks
 past 64 KiB looked up; a damaged block's delete taking its neighbours, a request's end closing another
 live request's held handle, descriptors a delete leaves open past shutdown, a store skipped on a
-client's memo after another instance's reset. (The explorer also found
+client's memo after another instance's reset, a storage with a cap of its own that drops the blocks it
+took first. (The explorer also found
 BlobTier's own shared mode skipping a store on its index's word after another instance's reset,
 TIERKIT-10.) Built on BlobTiers over an in-memory backend that the ``reopen`` hook hands to the next
 instance.
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from kvproto import envelope as env
 from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
 from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend, Published
 
@@ -40,10 +42,16 @@ class _OverOneStorage(FaultyJobs):
     shared = True
     hold_hits_steps = 64  # BlobTierConfig's default: held HITs where the backend offers held reads
     backend_class: type[MemoryBackend] = MemoryBackend
+    capacity_blobs: int | None = None  # a byte budget (max_bytes) of this many blobs of the buffer's rows
+    persistent = True
 
     def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
-        config = BlobTierConfig(shared=self.shared, start_in_background=False, hold_hits_steps=self.hold_hits_steps)
+        budget = None if self.capacity_blobs is None else self.capacity_blobs * (env.HEADER_BYTES + buffer.shape[1])
+        config = BlobTierConfig(shared=self.shared, start_in_background=False, hold_hits_steps=self.hold_hits_steps,
+                                max_bytes=budget, persistent=self.persistent)
         backend = self.backend_class() if storage is None else storage
+        if isinstance(backend, _CappedPool) and backend.cap_bytes is None:
+            backend.cap_bytes = budget
         super().__init__(backend, buffer, config, name=self.tier_name, wrap=FaultyBackend)
 
     def storage(self) -> BlobBackend:
@@ -297,3 +305,37 @@ class StoreSkippedOnAStaleMemo(_OverOneStorage):
 @EXPLORE_GALLERY.fails(_EXPLORE, "TIER-18", "answers MISS in a new request", profile="default")
 def store_skipped_on_a_stale_memo() -> TierSpec:
     return _spec(StoreSkippedOnAStaleMemo)
+
+
+class _CappedPool(MemoryBackend):
+    """An arena with a hard byte cap of its own that never refuses a write: past the cap it drops the
+    blobs it took first (FIFO), telling no one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cap_bytes: int | None = None  # set by the tier over it: its max_bytes
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        with self._lock:
+            while self.cap_bytes is not None and self.blobs and sum(map(len, self.blobs.values())) + size > self.cap_bytes:
+                del self.blobs[next(iter(self.blobs))]  # the bug: the oldest goes, though the tier's LRU kept it in use
+        return super().publish(name, parts, size)
+
+
+class DropsBlocksAtItsCap(_OverOneStorage):
+    """Bug: a private tier whose byte budget (max_bytes) is its storage's own hard cap, over a storage that
+    makes room by dropping the blobs it took first: BlobTier enforces the budget once a job reports, so the
+    blobs of a job past it go in first and the storage drops a block the tier's LRU kept (in use since),
+    which answers HIT and fails its load (the correct setting keeps max_bytes below the cap by the jobs in
+    flight, or a storage that refuses past its cap, TIER-29)."""
+
+    tier_name = "drops-blocks-at-its-cap"
+    shared = False
+    persistent = False  # an arena in the process's memory
+    backend_class = _CappedPool
+    capacity_blobs = 256  # past what the named checks store (at 24, two of them catch it)
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-4", "the HIT was not readable", profile="default")
+def drops_blocks_at_its_cap() -> TierSpec:
+    return _spec(DropsBlocksAtItsCap)
