@@ -46,7 +46,8 @@ class _OverOneStorage(FaultyJobs):
     persistent = True
 
     def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
-        budget = None if self.capacity_blobs is None else self.capacity_blobs * (env.HEADER_BYTES + buffer.shape[1])
+        row = buffer.nbytes // len(buffer)  # a 2-D buffer: one row per slot
+        budget = None if self.capacity_blobs is None else self.capacity_blobs * (env.HEADER_BYTES + row)
         config = BlobTierConfig(shared=self.shared, start_in_background=False, hold_hits_steps=self.hold_hits_steps,
                                 max_bytes=budget, persistent=self.persistent)
         backend = self.backend_class() if storage is None else storage
