@@ -202,6 +202,32 @@ def _other_layout(tier: LayoutBlind, buffer: memoryview) -> LayoutBlind:
     return LayoutBlind(buffer, layout="another layout", over=tier)
 
 
+class _ClearsEveryNamespace(MemoryBackend):
+    def clear(self, namespace: str) -> None:
+        with self._lock:
+            self.blobs.clear()  # the bug: one layout's reset empties the whole store (every namespace)
+
+
+class ResetClearsEveryLayout(FaultyJobs):
+    """Bug: a private BlobTier over one store that models share (an append-only log, one bucket), whose
+    backend's ``clear`` empties the store rather than the namespace: one layout's ``reset_cache`` takes
+    every other layout's blocks with it, and their HITs fail to load."""
+
+    def __init__(self, buffer: memoryview, *, layout: str = "default", over: ResetClearsEveryLayout | None = None) -> None:
+        config = BlobTierConfig(start_in_background=False, layout={"kvproto-gallery": layout})
+        backend = _ClearsEveryNamespace() if over is None else over.storage
+        self.storage = backend
+        super().__init__(backend, buffer, config, name="reset-clears-every-layout", wrap=FaultyBackend)
+
+
+@CLASSES_GALLERY.fails("test_another_layouts_blocks_never_load", "TIER-22", "reset its cache, but its load failed")
+def reset_clears_every_layout() -> TierSpec:
+    def other_layout(tier: ResetClearsEveryLayout, buffer: memoryview) -> ResetClearsEveryLayout:
+        return ResetClearsEveryLayout(buffer, layout="another layout", over=tier)
+
+    return class_spec(ResetClearsEveryLayout, hooks={"reopen_other_layout": other_layout})
+
+
 class ExistsCallInLookup(FaultyJobs):
     """Bug: a shared BlobTier whose lookup of a key it has no verdict for asks the backend at once
     (a synchronous existence call, as a Redis tier's EXISTS in ``lookup``), instead of answering

@@ -17,7 +17,13 @@ from kvproto._events import EventKind
 from kvproto._jobs import JobResult
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
-from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
+from kvproto.testing._checks.secondary.role import (
+    SecondaryRole,
+    hit_and_loaded,
+    load_right_after_hit,
+    load_slots,
+    store_slots,
+)
 from kvproto.testing._checks.threads_and_order import ClassChecks
 from kvproto.testing._faults.backend import _OPS, FaultyBackend, OpFault
 from kvproto.testing._faults.probes import KitBackend, faulty_backend_of, instrumented
@@ -219,7 +225,8 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
     def test_another_layouts_blocks_never_load(self, kit: SecondaryDriver) -> None:
         """A block stored under one namespace never loads in an instance over the same storage for
         another layout (the reopen_other_layout hook): there it answers MISS, and a load of it fails;
-        the first instance still serves it."""
+        that instance then stores blocks of its own and resets its cache (its namespace only), and the
+        first instance still serves every block it stored, with its bytes."""
         keys = key_pool("t22", 3)
         kit.store(keys)
         kit.quiet_steps(2)
@@ -244,9 +251,15 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
                     f"a load of {short_key(loaded[0])} in an instance for another layout succeeded: it read a "
                     "block stored under another namespace (model layout)",
                 )
+            theirs = key_pool("t22-theirs", 2)
+            other.store(theirs, store_slots(other, len(theirs)))
+            other.quiet_steps(2)
+            other.tier.reset_cache()  # its own namespace only, whatever it answers
+            other.quiet_steps(2)
         finally:
             other.shutdown()
-        kit.expect(kit.resolve(keys), lr.HIT, "TIER-22", "in the first instance after another layout's instance asked")
+        what = "in the first instance after another layout's instance asked, stored blocks of its own and reset its cache"
+        hit_and_loaded(kit, keys, "TIER-22", what)
 
     @check("TIER-21")
     def test_stored_events_only_once_readable(self, kit: SecondaryDriver) -> None:
