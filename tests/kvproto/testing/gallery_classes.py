@@ -213,6 +213,8 @@ class ResetClearsEveryLayout(FaultyJobs):
     backend's ``clear`` empties the store rather than the namespace: one layout's ``reset_cache`` takes
     every other layout's blocks with it, and their HITs fail to load."""
 
+    storage: MemoryBackend  # the store every layout's instance shares
+
     def __init__(self, buffer: memoryview, *, layout: str = "default", over: ResetClearsEveryLayout | None = None) -> None:
         config = BlobTierConfig(start_in_background=False, layout={"kvproto-gallery": layout})
         backend = _ClearsEveryNamespace() if over is None else over.storage
