@@ -3,6 +3,7 @@ configured by the options, not the tier the kit checks (KIT-9, FS-1)."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,22 @@ def test_hosting_fs_with_default_options_has_no_budget_and_a_temporary_root() ->
         assert type(kit) is not FsTier and kit.config.max_bytes is not None and kit.config.shared
     finally:
         kit.shutdown()
+
+
+def test_a_temporary_root_is_removed_once_its_tier_is_gone() -> None:
+    """Without a ``root``, the fresh temporary directory goes with the tier (shut down and dropped), not
+    only at exit: a process that ends by ``os._exit`` (pytest-xdist's workers) runs no exit handlers, and
+    every run left its blocks behind."""
+    buffer = make_buffer()
+    tier = build_secondary_tier("fs", buffer)
+    assert isinstance(tier, FsTier)
+    root = tier.root
+    with shut_down_after((tier, Runner(tier, buffer))) as (built, runner):
+        assert runner.store([key(7)]).success
+    assert any(root.rglob("*.kvb"))
+    del tier, built, runner
+    gc.collect()
+    assert not root.exists()
 
 
 def test_hosting_fs_with_a_bad_option_names_it(tmp_path: Path) -> None:

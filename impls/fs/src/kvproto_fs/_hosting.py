@@ -8,15 +8,16 @@ budget holds two or three blocks of a real KV chunk, and every store beyond them
 lookup was about to ask for (issue 37: 2 of 64 keys found right after their store task completed).
 So the spec names this function as its ``hosting_factory`` (KIT-9): the options are
 :class:`FsTierConfig`'s fields (FS-1); without a ``root``, the blocks go to a fresh temporary
-directory, removed when the process exits, and a warning says where.
+directory, removed once the tier is gone (collected, or at exit: a process that ends by ``os._exit``,
+as pytest-xdist's workers and forked children do, runs no exit handlers), and a warning says where.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,9 +62,18 @@ def hosted_fs_tier(
         config["max_bytes"] = capacity_blocks * (env.HEADER_BYTES + (buffer.shape[1] if buffer.shape else buffer.nbytes))
     elif capacity_bytes is not None:
         config["max_bytes"] = capacity_bytes
+    temporary = root is None
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="kvproto-fs-hosted-"))
-        atexit.register(shutil.rmtree, root, True)
-        log.warning("kvproto fs tier: no root given; blocks are kept in %s, removed when this process exits", root)
-    return FsTier(buffer, FsTierConfig(root=root, shared=shared, read_threads=read_threads, write_threads=write_threads,
-                                       durability=durability, o_direct=o_direct, **config))
+        log.warning("kvproto fs tier: no root given; blocks are kept in %s, removed once the tier is gone", root)
+    try:
+        tier = FsTier(buffer, FsTierConfig(root=root, shared=shared, read_threads=read_threads,
+                                           write_threads=write_threads, durability=durability, o_direct=o_direct,
+                                           **config))
+    except BaseException:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    if temporary:
+        weakref.finalize(tier, shutil.rmtree, root, True)  # once collected, or at exit (whichever comes first)
+    return tier
