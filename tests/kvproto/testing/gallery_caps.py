@@ -14,7 +14,7 @@ from dataclasses import replace
 import kvproto
 from kvproto import MemoryPrimaryTier, MemoryTier, OffloadKey, ReqContext, members as lr
 from kvproto.errors import TierMisuseError
-from kvproto.testing import TierSpec
+from kvproto.testing import MEMORY_HOOKS, TierSpec
 
 from tests.kvproto.testing.gallery import _QUICK, _secondary
 from tests.kvproto.testing.gallery_registry import Gallery
@@ -144,3 +144,21 @@ class StoredAfterItsEvictions(MemoryTier):
 )
 def stored_after_its_evictions() -> TierSpec:
     return _secondary(StoredAfterItsEvictions)
+
+
+class KeepsTwiceItsBudget(MemoryTier):
+    """Bug: a tier whose configured budget (``budget_blocks``) reaches its eviction doubled (a unit
+    mix-up: the budget taken for half-blocks), so its storage holds twice what the operator allowed. It
+    declares the budget to the kit through the ``capacity_blocks`` hook (TIER-29)."""
+
+    budget_blocks = 16
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="keeps-twice-its-budget", capacity_blocks=2 * self.budget_blocks)  # the bug
+
+
+@CAPS_GALLERY.fails("test_a_byte_budget_is_kept", "TIER-29", "the budget is not kept")
+def keeps_twice_its_budget() -> TierSpec:
+    hooks = {**MEMORY_HOOKS, "capacity_blocks": lambda tier: KeepsTwiceItsBudget.budget_blocks}
+    return TierSpec("KeepsTwiceItsBudget", "secondary", KeepsTwiceItsBudget, hooks=hooks, limits=_QUICK,
+                    tier_class=KeepsTwiceItsBudget)

@@ -52,9 +52,11 @@ from tests.kvproto.testing.gallery_sharing import AlwaysLateForOthersBlocks, _sp
 
 
 def small_memory() -> TierSpec:
+    """A MemoryTier of 16 blocks, declared to the kit's budget check through the ``capacity_blocks`` hook
+    (TIER-29: a budget kept to the block passes it)."""
     return TierSpec(
         "small-memory", "secondary", lambda buffer: MemoryTier(buffer, name="small-memory", capacity_blocks=16),
-        hooks=MEMORY_HOOKS,
+        hooks={**MEMORY_HOOKS, "capacity_blocks": lambda tier: 16},
     )
 
 

@@ -2,7 +2,8 @@
 HITs: :class:`SecondaryBudgetChecks` and :class:`SecondaryBudgetChecks`, bases of
 :class:`~kvproto.testing.SecondaryTierTests`.
 
-A BlobTier configured with ``max_bytes`` declares how much storage it may hold; the kit stores past
+A BlobTier configured with ``max_bytes`` (another tier: through the ``capacity_blocks`` hook) declares
+how much storage it may hold; the kit stores past
 it and counts, through the ``read_block`` hook (the storage itself, not the tier's own accounting),
 the blobs left once the jobs are reported and the background deletions had time to run. Any other
 tier skips, naming what it needs. Found by mutation testing (docs/mutation/blobtier.json: a budget
@@ -26,6 +27,7 @@ import pytest
 
 from kvproto import envelope as env, members as lr
 from kvproto._events import EventKind
+from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
 from kvproto.testing._checks.secondary.role import SecondaryRole, store_slots
 from kvproto.testing._harness.data import key_pool
@@ -41,17 +43,32 @@ __all__ = ["SecondaryBudgetChecks", "SecondaryBudgetChecks"]
 class SecondaryBudgetChecks(SecondaryRole):
     """The byte budget, with no HIT held and with HITs held (TIER-29, TIERKIT-6)."""
 
+    def capacity_blocks(self, tier: SecondaryTier) -> int:
+        """The most of the kit's blocks (rows of the tier's buffer) that ``tier``'s storage may hold at once
+        by its configured budget (a tier that counts compressed or variable sizes: the most it could ever
+        hold): the backdoor hook of :meth:`test_a_byte_budget_is_kept` for a tier that is not a
+        :class:`~kvproto.tierkit.BlobTier` (whose ``max_bytes`` the kit reads itself) (KIT-5)."""
+        raise NotImplementedError
+
     @check("TIER-29", needs=("eviction",), hooks=("read_block",))
     def test_a_byte_budget_is_kept(self, kit: SecondaryDriver) -> None:
-        """A BlobTier with ``max_bytes``: after storing 16 blocks more than the budget holds (8 per
-        job, a step after each), at most the budget's worth of the stored blocks are left in the
-        storage (read_block) once the jobs are reported and its deletions ran (waited for within the
-        kit's job bound), and a REMOVED event named the evicted ones."""
+        """A BlobTier with ``max_bytes``, or a tier whose ``capacity_blocks`` hook says its budget: after
+        storing 16 blocks more than the budget holds (8 per job, a step after each), at most the
+        budget's worth of the stored blocks are left in the storage (read_block) once the jobs are
+        reported and its deletions ran (waited for within the kit's job bound), and a REMOVED event
+        named the evicted ones."""
         tier = kit.tier
-        budget = tier.blob_config.max_bytes if isinstance(tier, BlobTier) else None
-        if budget is None:
-            pytest.skip("needs a BlobTier with a byte budget (BlobTierConfig.max_bytes)")
-        room = budget // (env.HEADER_BYTES + kit.block_bytes)
+        room: int | None = None
+        said = ""
+        if isinstance(tier, BlobTier):
+            budget = tier.blob_config.max_bytes
+            room = None if budget is None else budget // (env.HEADER_BYTES + kit.block_bytes)
+            said = f"whose max_bytes ({budget}) holds"
+        elif self.has_hook("capacity_blocks"):
+            room = self.capacity_blocks(tier)
+            said = "whose capacity_blocks hook says it holds"
+        if room is None:
+            pytest.skip("needs a byte budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
         keys = key_pool("budget", room + 16)
         removed: set[bytes] = set()
         stored: set[bytes] = set()
@@ -70,7 +87,7 @@ class SecondaryBudgetChecks(SecondaryRole):
         if len(left) > room:
             raise ConformanceFailure(
                 "TIER-29",
-                f"after storing {len(keys)} blocks into a BlobTier whose max_bytes ({budget}) holds {room}, the "
+                f"after storing {len(keys)} blocks into a tier {said} {room}, the "
                 f"storage still holds {len(left)} of them ({kit.limits.job_timeout_s:g} s after the last job was "
                 "reported): the budget is not kept (the least recently used blocks must be evicted and deleted)",
             )

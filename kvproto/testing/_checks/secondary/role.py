@@ -97,7 +97,7 @@ _HOOKS = (
     "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
     "storage_requests", "grow_storage", "request_plan", "replace_block", "refuse_direct", "lose_directories",
     "refuse_links", "plant_leftovers", "leftovers", "storage_names", "namespace_of", "hold_publish",
-    "fail_sync",
+    "fail_sync", "capacity_blocks",
 )
 
 
