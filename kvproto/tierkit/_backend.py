@@ -66,7 +66,8 @@ class BlobBackend(Protocol):
         ...
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        """Store the concatenation of ``parts`` (``size`` bytes in all) as blob ``name``, create-if-absent.
+        """Store the concatenation of ``parts`` (``size`` bytes in all: the sum of their lengths) as blob
+        ``name``, create-if-absent.
 
         Atomic: readers see either no blob or the complete one, never a
         prefix. If a blob ``name`` already exists (of any content) nothing is
@@ -84,7 +85,9 @@ class BlobBackend(Protocol):
 
         Reads ``min(size, sum of buffer lengths)`` bytes; a buffer the blob
         is too short to reach keeps its old contents (the engine compares the
-        returned size with the envelope's). Raise ``FileNotFoundError`` if
+        returned size with the envelope's: it must be the ``size`` the blob was
+        published with, never a stored or compressed size, or the blob is taken
+        for damaged, deleted, and its key answers MISS). Raise ``FileNotFoundError`` if
         there is no such blob; any other exception is transient. Buffers
         may be empty (read nothing, return the size: the restart scan reads
         a header only). The last buffer is usually a slot row: read straight
@@ -94,6 +97,9 @@ class BlobBackend(Protocol):
 
     def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
         """Each blob's size in bytes, or ``None`` if absent or unreadable; one answer per name, in order.
+
+        The size is the one the blob was published with (``publish``'s ``size``): a blob of any other
+        size is not taken for a block, and its key answers MISS.
 
         The existence check of shared mode (a batch per end-of-step hook, off
         the scheduler's thread). Raise only if the whole batch failed (every
@@ -121,7 +127,9 @@ class BlobBackend(Protocol):
         Called on the scheduler's thread with no job in flight: return
         quickly (rename aside, then delete in the background, as the
         filesystem backend does). Blobs published after the call returns are
-        kept.
+        kept. Only this namespace: another layout's blobs over the same
+        storage stay (TIER-22); its ``manifest.json`` may go or stay (after a
+        clear, BlobTier calls ``prepare`` again and publishes the manifest anew).
         """
         ...
 

@@ -177,11 +177,14 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         raise NotImplementedError
 
     def fail_next_jobs(self, tier: SecondaryTier, n: int) -> None:
-        """Make the next ``n`` jobs submitted to ``tier`` fail entirely."""
+        """Make the next ``n`` jobs submitted to ``tier`` (stores and loads) fail entirely; the call sets the
+        count, it does not add to it (0 disarms)."""
         raise NotImplementedError
 
     def fail_keys(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
-        """Make jobs fail for ``keys`` (and only them)."""
+        """Make every later job (store or load) of ``tier`` fail for ``keys``, added to those armed before:
+        a tier declaring ``partial_jobs`` reports the job's other keys done; any other fails the job
+        whole (CAP-4)."""
         raise NotImplementedError
 
     def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
