@@ -207,6 +207,12 @@ class ExplorerMachine(RuleBasedStateMachine):
             else:
                 instance.stored = instance.stored or bool(done)
                 self.model.store_finished(instance.index, job.job_id, done)
+        self._take_removals(instance)
+
+    def _take_removals(self, instance: _Instance) -> None:
+        """Tell the model the keys ``instance``'s REMOVED events named since last time (TIER-14)."""
+        events = instance.driver.tier.take_events()
+        self.model.removed_reported(k for e in events if e.kind is EventKind.REMOVED for k in e.keys)
 
     def _stepped(self, instance: _Instance) -> _Instance:
         """``instance`` after one end-of-step hook, its results folded into the model."""
@@ -318,6 +324,8 @@ class ExplorerMachine(RuleBasedStateMachine):
         if answer is lr.HIT:
             self.model.judge_hit(instance.index, key)
         else:
+            for other in self.live:  # another instance may have evicted it (and said so)
+                self._take_removals(other)
             self.model.judge_miss(instance.index, key, past_deadline=key in instance.driver.deadline_misses)
 
     def _asked(self, instance: _Instance, keys: Sequence[OffloadKey], context: ReqContext) -> list[OffloadKey]:
@@ -460,8 +468,8 @@ class ExplorerMachine(RuleBasedStateMachine):
         its capacity, where every later store makes room. A HIT loads (TIER-4); a MISS is the tier's
         eviction (the model excuses it)."""
         tier = instance.driver.tier
-        list(tier.take_events())
-        evicted = 0
+        self._take_removals(instance)
+        before = self.model.removals
         for start in range(-1, FLOOD_MOST, NUM_SLOTS):
             keys = [hot] if start < 0 else list(_flood_keys()[start : start + NUM_SLOTS])
             job_id = self._store(self._settled(instance), keys)
@@ -471,7 +479,7 @@ class ExplorerMachine(RuleBasedStateMachine):
             if not (hit and self._load(instance, [hot], request)):
                 tier.on_request_finished(request.context)
             self._settled(instance)
-            evicted += sum(len(e.keys) for e in tier.take_events() if e.kind is EventKind.REMOVED)
+            evicted = self.model.removals - before  # the REMOVED keys its events named (each absorb takes them)
             if job_id is None or not instance.driver.results[job_id].success or evicted >= 2 * NUM_SLOTS:
                 break
 

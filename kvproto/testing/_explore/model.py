@@ -14,8 +14,10 @@ holds that instance to, and judges each observation as it is made:
   (a store in flight during a reset proves nothing) answers HIT in a fresh request of that instance,
   and of every live instance where the tier declares
   ``sharing`` (of an instance reopened after it, where it declares ``persistence``), until a reset by
-  any instance removes it; declared ``eviction`` excuses a MISS, and so does AP-3's deadline (a RETRY
-  until ``max_retry_steps``, then MISS).
+  any instance removes it; declared ``eviction`` excuses a MISS of a block some instance's REMOVED
+  event named, unless a store of it submitted after that event has landed since (TIER-14: an evicting
+  tier names what it drops), and so
+  does AP-3's deadline (a RETRY until ``max_retry_steps``, then MISS).
 * **A HIT loads** (TIER-4, TIER-26): a load submitted after a HIT, in the request that saw it, succeeds,
   unless the storage was disturbed since the HIT: a reset by any instance, or, where the tier declares
   eviction, a store by any instance submitted or landing (either may evict). Other requests, live
@@ -76,6 +78,9 @@ class SharedStorageModel:
         self.loads: dict[tuple[int, int], PendingLoad] = {}
         self.broken: set[OffloadKey] = set()  # damaged in storage by the explorer: excused until a reset removes them
         self.armed: set[OffloadKey] = set()  # damaged through a hook (its next read, whenever): excused for good
+        self.removed: dict[OffloadKey, int] = {}  # named by some instance's REMOVED event: -> the count then
+        self.removals = 0  # REMOVED keys reported in all
+        self.submitted_at: dict[tuple[int, int], int] = {}  # (instance, store job) -> removals when submitted
 
     # ---- instances ------------------------------------------------------------------------
     def join(self, instance: int, *, after: int | None) -> None:
@@ -95,6 +100,7 @@ class SharedStorageModel:
         self.certain.pop(instance, None)
         self.remembered.pop(instance, None)
         self.stores = {k: v for k, v in self.stores.items() if k[0] != instance}
+        self.submitted_at = {k: v for k, v in self.submitted_at.items() if k[0] != instance}
         self.raced = {k for k in self.raced if k[0] != instance}
         self.loads = {k: v for k, v in self.loads.items() if k[0] != instance}
 
@@ -114,6 +120,7 @@ class SharedStorageModel:
         if self.caps.sharing and self.memo_stores and any(k in memo and k not in sure for k in keys):
             self.raced.add((instance, job_id))
         self.possible.update(keys)
+        self.submitted_at[(instance, job_id)] = self.removals
         self.stores[(instance, job_id)] = tuple(keys)
         if self.caps.eviction:
             self.disturbances += 1
@@ -124,6 +131,10 @@ class SharedStorageModel:
         removed it after it was written)."""
         raced = (instance, job_id) in self.raced
         self.raced.discard((instance, job_id))
+        since = self.submitted_at.pop((instance, job_id), self.removals)
+        for key in done:  # the copy it stored: a REMOVED taken before its submit named an older one
+            if self.removed.get(key, since + 1) <= since:
+                del self.removed[key]
         if self.caps.eviction:
             self.disturbances += 1  # an evicting tier may make room when a store lands, as at its submit
         self.remembered[instance].update(done)  # its index holds them, raced or not
@@ -150,6 +161,12 @@ class SharedStorageModel:
         self.raced.update(self.stores)
         self.broken &= self.possible  # a damaged block is gone unless a store in flight writes it again
 
+    def removed_reported(self, keys: Iterable[OffloadKey]) -> None:
+        """Some instance's REMOVED event named ``keys`` (TIER-14): a MISS of them is the tier's eviction."""
+        for key in keys:
+            self.removals += 1
+            self.removed[key] = self.removals
+
     def damaged(self, keys: Iterable[OffloadKey], *, hook: bool = False) -> None:
         """The explorer damaged the stored copy of ``keys`` (through the ``corrupt_on_read`` hook where
         ``hook``: excused for good, the hook may fire at any later read): none is certain anywhere any
@@ -171,10 +188,18 @@ class SharedStorageModel:
             )
 
     def judge_miss(self, instance: int, key: OffloadKey, *, past_deadline: bool) -> None:
-        """A settled MISS in a fresh request of ``instance``: fine unless the key is certain there."""
-        if key not in self.certain.get(instance, ()) or past_deadline or self.caps.eviction:
+        """A settled MISS in a fresh request of ``instance``: fine unless the key is certain there; where the
+        tier declares eviction, a REMOVED event of some instance must have named it (TIER-14)."""
+        if key not in self.certain.get(instance, ()) or past_deadline or key in self.removed:
             return
         by = self.stored_by.get(key, instance)
+        if self.caps.eviction:
+            raise ConformanceFailure(
+                "TIER-14",
+                f"instance {instance}: key {short_key(key)}, stored successfully by instance {by}, answers MISS in a "
+                "new request, but no instance's REMOVED event named it: a tier that evicts names every block it "
+                "drops (a block gone without one is a lost write)",
+            )
         if by == instance:
             raise ConformanceFailure(
                 "TIER-10",

@@ -68,7 +68,7 @@ def test_stored_blocks_bind_every_sharing_instance_and_a_persistent_successor() 
     with pytest.raises(ConformanceFailure, match=r"TIER-18.*before it \(it declares persistence\)"):
         persistent.judge_miss(1, A, past_deadline=False)
 
-    forgetful = _model()  # neither: a new instance owes nothing, and evicting tiers may MISS
+    forgetful = _model()  # neither: a new instance owes nothing, and evicting tiers may MISS what they evicted
     forgetful.store_submitted(0, 1, [A])
     forgetful.store_finished(0, 1, frozenset({A}))
     forgetful.join(1, after=0)
@@ -78,6 +78,7 @@ def test_stored_blocks_bind_every_sharing_instance_and_a_persistent_successor() 
     evicting = _model(eviction=True)
     evicting.store_submitted(0, 1, [A])
     evicting.store_finished(0, 1, frozenset({A}))
+    evicting.removed_reported([A])  # its eviction, named (TIER-14)
     evicting.judge_miss(0, A, past_deadline=False)
 
 
@@ -112,6 +113,29 @@ def test_a_store_landing_between_a_hit_and_its_load_excuses_an_evicting_tier() -
     model.load_submitted(0, 4, [B], after_hit=True)  # nothing landed since this HIT: judged
     with pytest.raises(ConformanceFailure, match=r"TIER-4.*the HIT was not readable"):
         model.load_finished(0, 4, [B], frozenset())
+
+
+def test_an_evicting_tiers_miss_needs_a_removed_event() -> None:
+    """Declared eviction excuses a MISS of a block stored for certain only where some instance's REMOVED
+    event named it (TIER-14): a block lost without one fails. A REMOVED taken before a new store of the
+    key was submitted names the old copy, and the new copy, once landed, is bound again; one taken after
+    the submit may name the new copy (evicted within its own job), and still excuses its MISS."""
+    model = _model(eviction=True)
+    model.store_submitted(0, 1, [A, B])
+    model.store_finished(0, 1, frozenset({A, B}))
+    with pytest.raises(ConformanceFailure, match=r"TIER-14.*no instance's REMOVED event named it"):
+        model.judge_miss(0, A, past_deadline=False)
+    model.judge_miss(0, A, past_deadline=True)  # AP-3's deadline still excuses it
+    model.removed_reported([A])
+    model.judge_miss(0, A, past_deadline=False)
+    model.store_submitted(0, 2, [A])
+    model.store_finished(0, 2, frozenset({A}))  # a new copy, stored after the event
+    with pytest.raises(ConformanceFailure, match=r"TIER-14"):
+        model.judge_miss(0, A, past_deadline=False)
+    model.store_submitted(0, 3, [B])
+    model.removed_reported([B])  # evicted within its own store job
+    model.store_finished(0, 3, frozenset({B}))
+    model.judge_miss(0, B, past_deadline=False)
 
 
 def test_every_two_kinds_run_together_and_apart() -> None:
