@@ -35,6 +35,7 @@ when a failure is reported; the steps of the machine are listed for all.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,6 +215,11 @@ class ExplorerMachine(RuleBasedStateMachine):
         events = instance.driver.tier.take_events()
         self.model.removed_reported(k for e in events if e.kind is EventKind.REMOVED for k in e.keys)
 
+    def _removals_taken(self) -> None:
+        """Take every live instance's REMOVED events: a MISS in one may be another's eviction (TIER-14)."""
+        for instance in self.live:
+            self._take_removals(instance)
+
     def _stepped(self, instance: _Instance) -> _Instance:
         """``instance`` after one end-of-step hook, its results folded into the model."""
         instance.driver.step()
@@ -301,10 +307,14 @@ class ExplorerMachine(RuleBasedStateMachine):
     def lookup(self, who: int, key: OffloadKey, then_load: bool) -> None:
         """Ask for ``key`` in a new request of one instance until it settles; after a HIT, maybe load it
         in that request."""
-        instance = self._pick(who)
-        request = _Request(TrackedContext("kvproto-kit-explore"), asked={key})
+        self._ask_then_load(self._pick(who), key, load=then_load, name="kvproto-kit-explore")
+
+    def _ask_then_load(self, instance: _Instance, key: OffloadKey, *, load: bool, name: str) -> None:
+        """Ask ``instance`` for ``key`` in a new request named ``name`` until it settles; after a HIT the
+        model vouches for, load it in that request where ``load`` (a HIT must load: TIER-4)."""
+        request = _Request(TrackedContext(name), asked={key})
         hit = bool(self._asked(instance, [key], request.context))
-        if not (hit and then_load and self._load(instance, [key], request)):
+        if not (hit and load and self._load(instance, [key], request)):
             instance.driver.tier.on_request_finished(request.context)
 
     @staticmethod
@@ -318,14 +328,13 @@ class ExplorerMachine(RuleBasedStateMachine):
 
     def _judged(self, instance: _Instance, key: OffloadKey, answer: LookupResult, *, shared: bool) -> None:
         """Judge a settled answer for ``key`` in a new request of ``instance`` (an older verdict shared
-        with an open request, ``shared``, is not judged: AP-4)."""
+        with an open request, ``shared``, is not judged: AP-4); the caller has taken every live instance's
+        REMOVED events since (:meth:`_removals_taken`)."""
         if shared:
             return
         if answer is lr.HIT:
             self.model.judge_hit(instance.index, key)
         else:
-            for other in self.live:  # another instance may have evicted it (and said so)
-                self._take_removals(other)
             self.model.judge_miss(instance.index, key, past_deadline=key in instance.driver.deadline_misses)
 
     def _asked(self, instance: _Instance, keys: Sequence[OffloadKey], context: ReqContext) -> list[OffloadKey]:
@@ -334,6 +343,7 @@ class ExplorerMachine(RuleBasedStateMachine):
         shared = {key for key in keys if self._shared_verdict(instance, key)}
         answers = instance.driver.resolve(keys, context)
         self._absorb(instance)
+        self._removals_taken()
         hits: list[OffloadKey] = []
         for key, answer in answers.items():
             match answer:
@@ -454,6 +464,7 @@ class ExplorerMachine(RuleBasedStateMachine):
             context = TrackedContext("kvproto-kit-explore-compare")
             answers = instance.driver.resolve(list(_POOL), context, patient=True)
             self._absorb(instance)
+            self._removals_taken()
             for key, answer in answers.items():
                 self._judged(instance, key, answer, shared=self._shared_verdict(instance, key))
             instance.driver.tier.on_request_finished(context)
@@ -466,18 +477,14 @@ class ExplorerMachine(RuleBasedStateMachine):
         request after each job and loading it on a HIT (an engine's hot prefix), until REMOVED events
         named two jobs' worth of evictions, a job failed, or :data:`FLOOD_MOST` blocks: the storage at
         its capacity, where every later store makes room. A HIT loads (TIER-4); a MISS is the tier's
-        eviction (the model excuses it)."""
-        tier = instance.driver.tier
+        eviction only where a REMOVED event named ``hot`` (TIER-14), or a lost write."""
         self._take_removals(instance)
         before = self.model.removals
         for start in range(-1, FLOOD_MOST, NUM_SLOTS):
             keys = [hot] if start < 0 else list(_flood_keys()[start : start + NUM_SLOTS])
             job_id = self._store(self._settled(instance), keys)
             self._settled(instance)
-            request = _Request(TrackedContext("kvproto-kit-explore-hot"), asked={hot})
-            hit = bool(self._asked(instance, [hot], request.context))
-            if not (hit and self._load(instance, [hot], request)):
-                tier.on_request_finished(request.context)
+            self._ask_then_load(instance, hot, load=True, name="kvproto-kit-explore-hot")
             self._settled(instance)
             evicted = self.model.removals - before  # the REMOVED keys its events named (each absorb takes them)
             if job_id is None or not instance.driver.results[job_id].success or evicted >= 2 * NUM_SLOTS:
@@ -555,14 +562,10 @@ class ExplorerMachine(RuleBasedStateMachine):
                 )
 
 
-_FLOOD: list[OffloadKey] = []
-
-
-def _flood_keys() -> list[OffloadKey]:
+@functools.cache
+def _flood_keys() -> tuple[OffloadKey, ...]:
     """The :data:`FLOOD_MOST` fresh keys a flood stores (made at its first use)."""
-    if not _FLOOD:
-        _FLOOD.extend(key_pool("explore-flood", FLOOD_MOST))
-    return _FLOOD
+    return tuple(key_pool("explore-flood", FLOOD_MOST))
 
 
 def trusts_memo_on_store(tier: SecondaryTier) -> bool:

@@ -190,7 +190,9 @@ class SharedStorageModel:
     def judge_miss(self, instance: int, key: OffloadKey, *, past_deadline: bool) -> None:
         """A settled MISS in a fresh request of ``instance``: fine unless the key is certain there; where the
         tier declares eviction, a REMOVED event of some instance must have named it (TIER-14)."""
-        if key not in self.certain.get(instance, ()) or past_deadline or key in self.removed:
+        if key not in self.certain.get(instance, ()) or past_deadline:
+            return
+        if self.caps.eviction and key in self.removed:  # only a tier that declares eviction may drop a block
             return
         by = self.stored_by.get(key, instance)
         if self.caps.eviction:

@@ -138,6 +138,17 @@ def test_an_evicting_tiers_miss_needs_a_removed_event() -> None:
     model.judge_miss(0, B, past_deadline=False)
 
 
+def test_a_removed_event_excuses_no_miss_of_a_tier_that_does_not_evict() -> None:
+    """Only declared eviction lets a block go (TIER-14): a tier without it that names a block in a REMOVED
+    event and then answers MISS for it has lost a write all the same."""
+    model = _model()
+    model.store_submitted(0, 1, [A])
+    model.store_finished(0, 1, frozenset({A}))
+    model.removed_reported([A])
+    with pytest.raises(ConformanceFailure, match=r"TIER-10.*a lost write"):
+        model.judge_miss(0, A, past_deadline=False)
+
+
 def test_every_two_kinds_run_together_and_apart() -> None:
     plan = swarm_plan(1 << 20)
     assert len(plan) == 8
