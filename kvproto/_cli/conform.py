@@ -48,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an argument for an ENGINE:MODULE:CLASS target (vllm:..., lmcache:...); VALUE is JSON, else a string",
+        help="an argument for each target's factory, repeatable: for a kvproto tier VALUE is text converted by the "
+        "factory's annotations (values may contain ':' and '='); for an ENGINE:MODULE:CLASS target (vllm:..., "
+        "lmcache:...) VALUE is JSON, else a string",
     )
     parser.add_argument("--list", action="store_true", help="list the installed tiers and exit")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report")
