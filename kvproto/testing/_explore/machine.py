@@ -307,14 +307,14 @@ class ExplorerMachine(RuleBasedStateMachine):
     def lookup(self, who: int, key: OffloadKey, then_load: bool) -> None:
         """Ask for ``key`` in a new request of one instance until it settles; after a HIT, maybe load it
         in that request."""
-        self._ask_then_load(self._pick(who), key, load=then_load, name="kvproto-kit-explore")
+        self._ask_then_load(self._pick(who), [key], load=then_load, name="kvproto-kit-explore")
 
-    def _ask_then_load(self, instance: _Instance, key: OffloadKey, *, load: bool, name: str) -> None:
-        """Ask ``instance`` for ``key`` in a new request named ``name`` until it settles; after a HIT the
-        model vouches for, load it in that request where ``load`` (a HIT must load: TIER-4)."""
-        request = _Request(TrackedContext(name), asked={key})
-        hit = bool(self._asked(instance, [key], request.context))
-        if not (hit and load and self._load(instance, [key], request)):
+    def _ask_then_load(self, instance: _Instance, keys: list[OffloadKey], *, load: bool, name: str) -> None:
+        """Ask ``instance`` for ``keys`` in a new request named ``name`` until each settles; where ``load``,
+        load the HITs the model vouches for in that request (a HIT must load: TIER-4)."""
+        request = _Request(TrackedContext(name), asked=set(keys))
+        hits = self._asked(instance, keys, request.context)
+        if not (hits and load and self._load(instance, hits, request)):
             instance.driver.tier.on_request_finished(request.context)
 
     @staticmethod
@@ -474,21 +474,29 @@ class ExplorerMachine(RuleBasedStateMachine):
 
     def _flood(self, instance: _Instance, hot: OffloadKey) -> None:
         """Store ``hot`` in ``instance``, then fresh blocks a slot-full per job, asking for ``hot`` in a new
-        request after each job and loading it on a HIT (an engine's hot prefix), until REMOVED events
-        named two jobs' worth of evictions, a job failed, or :data:`FLOOD_MOST` blocks: the storage at
-        its capacity, where every later store makes room. A HIT loads (TIER-4); a MISS is the tier's
-        eviction only where a REMOVED event named ``hot`` (TIER-14), or a lost write."""
+        request after each job and loading it on a HIT (an engine's hot prefix), and reading back the
+        previous job's blocks, until REMOVED events named two jobs' worth of evictions, a job failed, or
+        :data:`FLOOD_MOST` blocks: the storage at its capacity, where every later store makes room. Then
+        every flooded block is asked for in one new request. A HIT loads (TIER-4); a MISS is the tier's
+        eviction only where a REMOVED event named the block (TIER-14), or a lost write: a block read
+        before it was evicted must be named as any other."""
         self._take_removals(instance)
         before = self.model.removals
+        flooded: list[OffloadKey] = []
         for start in range(-1, FLOOD_MOST, NUM_SLOTS):
             keys = [hot] if start < 0 else list(_flood_keys()[start : start + NUM_SLOTS])
             job_id = self._store(self._settled(instance), keys)
             self._settled(instance)
-            self._ask_then_load(instance, hot, load=True, name="kvproto-kit-explore-hot")
+            self._ask_then_load(instance, [hot], load=True, name="kvproto-kit-explore-hot")
+            if start > 0:  # the previous job's blocks read back once (a request continuing their prefix)
+                self._settled(instance)
+                self._ask_then_load(instance, flooded[-NUM_SLOTS:], load=True, name="kvproto-kit-explore-read-back")
             self._settled(instance)
+            flooded.extend(keys if start >= 0 else ())
             evicted = self.model.removals - before  # the REMOVED keys its events named (each absorb takes them)
             if job_id is None or not instance.driver.results[job_id].success or evicted >= 2 * NUM_SLOTS:
                 break
+        self._ask_then_load(self._settled(instance), flooded, load=False, name="kvproto-kit-explore-after-flood")
 
     def _probe_store(self, instance: _Instance) -> None:
         """With no request live and nothing in flight, a store of one new block in ``instance``, a tier

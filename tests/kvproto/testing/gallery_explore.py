@@ -3,10 +3,10 @@ tells: rows past 64 KiB read and loaded, a restart over blocks past 64 KiB, anot
 past 64 KiB looked up; a damaged block's delete taking its neighbours, a request's end closing another
 live request's held handle, descriptors a delete leaves open past shutdown, a store skipped on a
 client's memo after another instance's reset, a storage with a cap of its own that drops the blocks it
-took first. (The explorer also found
+took first, an eviction that names only the blocks no load read. (The explorer also found
 BlobTier's own shared mode skipping a store on its index's word after another instance's reset,
 TIERKIT-10.) Built on BlobTiers over an in-memory backend that the ``reopen`` hook hands to the next
-instance.
+instance (the last, a MemoryTier).
 
 ``EXPLORE_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
 gallery_index.py gathers it into ``GALLERY``.
@@ -18,11 +18,12 @@ import errno
 import itertools
 import os
 import threading
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from kvproto import envelope as env
-from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
+from kvproto import EventKind, MemoryTier, OffloadingEvent, OffloadKey, TransferJob, envelope as env
+from kvproto.testing import MEMORY_HOOKS, FaultyBackend, FaultyJobs, TierSpec
 from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend, Published
 
 from tests.kvproto.testing.gallery import _QUICK
@@ -340,3 +341,38 @@ class DropsBlocksAtItsCap(_OverOneStorage):
 @EXPLORE_GALLERY.fails(_EXPLORE, "TIER-4", "the HIT was not readable", profile="default")
 def drops_blocks_at_its_cap() -> TierSpec:
     return _spec(DropsBlocksAtItsCap)
+
+
+class _ReadBlocksEvictedSilently(MemoryTier):
+    """Bug: an LRU tier (it declares eviction) that marks every block a load read as hot, and whose eviction
+    names in its REMOVED event only the blocks never read: a block a load read, evicted later, is gone with
+    no event (TIER-14), so a consumer of the events (a KV-aware router) still routes requests to it."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="read-blocks-evicted-silently", capacity_blocks=64)
+        self._hot: set[OffloadKey] = set()
+
+    def _run_load(self, job: TransferJob) -> list[OffloadKey]:
+        ok = super()._run_load(job)
+        self._hot.update(ok)
+        return ok
+
+    def _put(self, key: OffloadKey, blob: bytes) -> None:
+        store = self._store
+        store[key] = (blob, zlib.crc32(blob))
+        store.move_to_end(key)
+        evicted: list[OffloadKey] = []
+        while self._capacity is not None and len(store) > self._capacity:
+            old, _ = store.popitem(last=False)
+            if old in self._hot:
+                self._hot.discard(old)  # the bug: a hot block leaves without a REMOVED event
+            else:
+                evicted.append(old)
+        if evicted:
+            self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(evicted), self.name))
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-14", "no instance's REMOVED event named it", profile="default")
+def read_blocks_evicted_silently() -> TierSpec:
+    return TierSpec("ReadBlocksEvictedSilently", "secondary", _ReadBlocksEvictedSilently, hooks=MEMORY_HOOKS,
+                    limits=_QUICK, tier_class=_ReadBlocksEvictedSilently)
