@@ -162,7 +162,8 @@ class SharedStorageModel:
         self.broken &= self.possible  # a damaged block is gone unless a store in flight writes it again
 
     def removed_reported(self, keys: Iterable[OffloadKey]) -> None:
-        """Some instance's REMOVED event named ``keys`` (TIER-14): a MISS of them is the tier's eviction."""
+        """Some instance's REMOVED event named ``keys`` (TIER-14): where the tier declares eviction, a MISS of
+        them is that eviction (without it, still a lost write)."""
         for key in keys:
             self.removals += 1
             self.removed[key] = self.removals

@@ -18,7 +18,6 @@ import errno
 import itertools
 import os
 import threading
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -358,18 +357,14 @@ class _ReadBlocksEvictedSilently(MemoryTier):
         return ok
 
     def _put(self, key: OffloadKey, blob: bytes) -> None:
-        store = self._store
-        store[key] = (blob, zlib.crc32(blob))
-        store.move_to_end(key)
-        evicted: list[OffloadKey] = []
-        while self._capacity is not None and len(store) > self._capacity:
-            old, _ = store.popitem(last=False)
-            if old in self._hot:
-                self._hot.discard(old)  # the bug: a hot block leaves without a REMOVED event
-            else:
-                evicted.append(old)
-        if evicted:
-            self._events.append(OffloadingEvent(EventKind.REMOVED, tuple(evicted), self.name))
+        queued = len(self._events)
+        super()._put(key, blob)
+        if len(self._events) > queued:  # the REMOVED event of the blocks this put evicted
+            evicted = self._events.pop().keys
+            named = tuple(k for k in evicted if k not in self._hot)  # the bug: hot blocks leave unnamed
+            self._hot.difference_update(evicted)
+            if named:
+                self._events.append(OffloadingEvent(EventKind.REMOVED, named, self.name))
 
 
 @EXPLORE_GALLERY.fails(_EXPLORE, "TIER-14", "no instance's REMOVED event named it", profile="default")
