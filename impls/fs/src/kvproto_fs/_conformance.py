@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -26,7 +27,7 @@ from kvproto_fs._hosting import hosted_fs_tier
 from kvproto_fs._io import FileOps
 from kvproto_fs._tier import FsTier
 
-__all__ = ["FS_HOOKS", "KitFileOps", "conformance_spec", "fresh_root", "fs_spec", "kit_tier"]
+__all__ = ["CRASH_POINTS", "FS_HOOKS", "KitFileOps", "conformance_spec", "fresh_root", "fs_spec", "kit_tier"]
 
 KIT_BLOCKS_BUDGET = 48
 """The kit's tier keeps at most this many blocks (a budget that the state machines drive into eviction)."""
@@ -46,6 +47,15 @@ def fresh_root() -> Path:
         _parent = Path(tempfile.mkdtemp(prefix="kvproto-fs-kit-"))
         atexit.register(shutil.rmtree, _parent, True)
     return Path(tempfile.mkdtemp(dir=_parent))
+
+
+MID_WRITE = "inside a block's write: its first part written, the rest not"
+BEFORE_NAME = "after a block's write, before it appears under its name"
+AFTER_NAME = "after a block appears under its name, before its temporary file is removed"
+CRASH_POINTS: tuple[str, ...] = (MID_WRITE, BEFORE_NAME, AFTER_NAME)
+"""Where the kit's crash check (TIER-24, FS-3) kills a writer inside a store (the hooks ``crash_points`` and
+``arm_crash``): each a system call of the store's own I/O, reached by every store the kit's tier makes
+(``durability="none"`` makes no ``fsync``: no point waits for one)."""
 
 
 class _Armed:
@@ -109,6 +119,7 @@ class KitFileOps(FileOps):
         self._vanish = _Armed(0)
         self._no_links = _Armed(False)
         self._sync_faults = _Armed(0)
+        self.crash: str | None = None  # one of CRASH_POINTS: the process kills itself there (arm_crash, TIER-24)
         self._lock = threading.Lock()
         # A filesystem's refusal of O_DIRECT is the storage's, not one instance's: every KitFileOps
         # over one root shares it (so a new instance's construction meets it too).
@@ -170,17 +181,12 @@ class KitFileOps(FileOps):
 
     def _cut(self, buffers: Sequence[memoryview]) -> Sequence[memoryview]:
         """The first ``max_bytes`` bytes of ``buffers`` (all of them when ``max_bytes`` is 0)."""
-        left = self.max_bytes
-        if left <= 0:
-            return buffers
-        out: list[memoryview] = []
-        for buf in buffers:
-            if left <= 0:
-                break
-            view = buf.cast("B") if buf.ndim != 1 or buf.format != "B" else buf
-            out.append(view[:left])
-            left -= min(left, view.nbytes)
-        return out
+        return buffers if self.max_bytes <= 0 else _first_bytes(buffers, self.max_bytes)
+
+    def _crash_at(self, point: str) -> None:
+        """Kill this process (SIGKILL: no handler, no clean-up) if ``point`` is the armed crash point."""
+        if self.crash == point:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         direct = bool(_O_DIRECT and flags & _O_DIRECT)
@@ -209,6 +215,10 @@ class KitFileOps(FileOps):
 
     def pwritev(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
         self._transfer("pwritev", fd)
+        if self.crash == MID_WRITE:  # its first part (a block's header; half of a single buffer) reaches the file
+            first = buffers[:1] if len(buffers) > 1 else _first_bytes(buffers, max(1, buffers[0].nbytes // 2))
+            super().pwritev(fd, first, offset)
+            self._crash_at(MID_WRITE)
         return super().pwritev(fd, self._cut(buffers), offset)
 
     def preadv(self, fd: int, buffers: Sequence[memoryview], offset: int) -> int:
@@ -238,7 +248,17 @@ class KitFileOps(FileOps):
         entries = list(super().scandir(path))  # read to its end: the listing closes itself
         return iter(sorted(entries, key=lambda entry: (entry.name in doomed, entry.name)))
 
+    def replace(self, src: str, dst: str) -> None:
+        self._crash_at(BEFORE_NAME)
+        super().replace(src, dst)
+        self._crash_at(AFTER_NAME)
+
     def link(self, src: str, dst: str) -> None:
+        self._crash_at(BEFORE_NAME)
+        self._link(src, dst)
+        self._crash_at(AFTER_NAME)
+
+    def _link(self, src: str, dst: str) -> None:
         self._wait_if_held()
         no_links = self._no_links
         if self._vanish.strike():
@@ -248,6 +268,18 @@ class KitFileOps(FileOps):
                 no_links.struck += 1
             raise OSError(errno.EPERM, "injected by the kit's refuse_links hook: hard links refused", dst)
         super().link(src, dst)
+
+
+def _first_bytes(buffers: Sequence[memoryview], n: int) -> list[memoryview]:
+    """The first ``n`` bytes of ``buffers``, as views of them."""
+    out: list[memoryview] = []
+    for buf in buffers:
+        if n <= 0:
+            break
+        view = buf.cast("B") if buf.ndim != 1 or buf.format != "B" else buf
+        out.append(view[:n])
+        n -= min(n, view.nbytes)
+    return out
 
 
 _HOLD_BOUND_S = 30.0
@@ -293,6 +325,20 @@ def _lose_directories(tier: FsTier, n: int) -> int:
     """The next ``n`` links of a finished block into its directory find the directory removed
     (ENOENT; 0 disarms); how many links it hit since the previous call of this hook (TIER-36)."""
     return _kit_ops(tier).lose_directories(n)
+
+
+def _crash_points(tier: FsTier) -> Sequence[str]:
+    """Where a store of ``tier`` can be cut short by a crash, inside its publish (TIER-24, FS-3): mid-write, before
+    the block appears under its name, after it did (before its temporary file is removed)."""
+    return CRASH_POINTS
+
+
+def _arm_crash(tier: FsTier, point: str) -> None:
+    """``tier``'s process kills itself (SIGKILL) the next time a store reaches ``point`` (one of
+    :data:`CRASH_POINTS`; called by the kit in its writer's child process only)."""
+    if point not in CRASH_POINTS:
+        raise ConfigurationError(f"fs arm_crash: unknown crash point {point!r}; the points: {list(CRASH_POINTS)}")
+    _kit_ops(tier).crash = point
 
 
 def _hold_publish(tier: FsTier, on: bool) -> int:
@@ -429,6 +475,8 @@ FS_HOOKS: dict[str, Callable[..., Any]] = {
     "lose_directories": _lose_directories,
     "refuse_links": _refuse_links,
     "hold_publish": _hold_publish,
+    "crash_points": _crash_points,
+    "arm_crash": _arm_crash,
     "plant_leftovers": _plant_leftovers,
     "leftovers": _leftovers,
     "storage_names": _storage_names,
