@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from kvproto.testing._harness.driver import TrackedContext
     from kvproto.testing._harness.engine_targets import Rebuilds, fresh_directory, split_kit_options
     from kvproto.testing._harness.failures import ConformanceFailure
+    from kvproto.testing._harness.lock_order import Inversion, LockOrder
     from kvproto.testing._harness.primary_driver import PrimaryDriver
     from kvproto.testing._harness.secondary_driver import SecondaryDriver
     from kvproto.testing._harness.settings import PROFILES, KitLimits, KitProfile
@@ -70,8 +71,10 @@ __all__ = [
     "FaultyBackend",
     "FaultyJobs",
     "ForwardingBackend",
+    "Inversion",
     "KitLimits",
     "KitProfile",
+    "LockOrder",
     "OpFault",
     "PrimaryDriver",
     "PrimaryStateMachine",
@@ -136,6 +139,8 @@ _WHERE = {
     "SecondaryTierFactory": "_checks.secondary.suite",
     "SecondaryTierTests": "_checks.secondary.suite",
     "ThreadLedger": "_harness.thread_ledger",
+    "LockOrder": "_harness.lock_order",
+    "Inversion": "_harness.lock_order",
     "TierSpec": "_harness.tier_spec",
     "block_for": "_harness.data",
     "build_secondary_tier": "kvproto.hosting",

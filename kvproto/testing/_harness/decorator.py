@@ -12,6 +12,7 @@ import pytest
 from kvproto.testing._harness.attribution import attributed
 from kvproto.testing._harness.expected import not_checked, required
 from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.lock_order import LockOrder
 
 __all__ = ["NEEDS", "VACUOUS", "CheckInfo", "check", "checks_of", "info_of"]
 
@@ -85,12 +86,16 @@ def _required(name: str, run: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(gated, str):  # the gate would have skipped it (a capability or a hook missing)
             raise ConformanceFailure("KIT-28", gated)
         try:
-            return run(*args, **kwargs)
+            ran = run(*args, **kwargs)
         except pytest.skip.Exception as skipped:
             must: object = getattr(args[0], "must_check", ()) if args else ()
             if isinstance(must, frozenset) and required(must, name):
                 raise ConformanceFailure("KIT-28", not_checked(name, skipped.msg or "skipped")) from None
             raise
+        order: object = getattr(args[0], "_lock_order", None) if args else None
+        if isinstance(order, LockOrder) and order.inversion is not None:
+            raise ConformanceFailure("TIER-11", order.inversion.describe())
+        return ran
 
     return check_run
 

@@ -24,6 +24,7 @@ from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
 from tests.kvproto.testing.gallery_files import FILES_GALLERY
 from tests.kvproto.testing.gallery_hits import HITS_GALLERY
 from tests.kvproto.testing.gallery_io import IO_GALLERY
+from tests.kvproto.testing.gallery_locks import LOCKS_GALLERY
 from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
@@ -35,10 +36,12 @@ __all__ = ["GALLERY", "Expected"]
 GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
+    **LOCKS_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
 HITs (gallery_hits.py), the primaries' optional abilities (gallery_optional.py), storage refusing or losing
 what the fs tier's fallbacks handle (gallery_files.py), faults and request plans below an object-store
 tier's backend (gallery_store.py), where a tier writes and what its fault paths raise (gallery_namespace.py),
-bugs only the explorer's stories reach (gallery_explore.py)."""
+bugs only the explorer's stories reach (gallery_explore.py), threads that take two locks in both orders
+(gallery_locks.py)."""

@@ -23,6 +23,7 @@ from kvproto.testing._harness.data import block_for, key_pool, row, tricky_keys
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.lock_order import LockOrder
 from kvproto.testing._harness.primary_driver import PrimaryDriver
 
 __all__ = ["PrimaryTierFactory", "PrimaryTierTests"]
@@ -44,11 +45,13 @@ class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChec
 
     @pytest.fixture
     def tier(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> Iterator[PrimaryTier]:
-        """An empty primary tier, shut down after the check (once)."""
-        built = tier_factory()
-        yield built
-        if not request.node.stash.get(CLOSED, False):
-            built.shutdown()
+        """An empty primary tier, shut down after the check (once); the order it takes its locks in is
+        recorded (TIER-11, :class:`LockOrder`)."""
+        with LockOrder() as self._lock_order:
+            built = tier_factory()
+            yield built
+            if not request.node.stash.get(CLOSED, False):
+                built.shutdown()
 
     @pytest.fixture
     def kit(self, tier: PrimaryTier, request: pytest.FixtureRequest) -> Iterator[PrimaryDriver]:

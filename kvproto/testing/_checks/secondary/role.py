@@ -22,6 +22,7 @@ from kvproto.testing._harness.attribution import report_hooks
 from kvproto.testing._harness.data import make_buffer
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.lock_order import LockOrder
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.testing._harness.thread_ledger import ThreadLedger
 from kvproto.testing._harness.tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
@@ -130,7 +131,14 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
     ) -> Iterator[SecondaryTier]:
         """An empty tier bound to ``primary_buffer``, shut down after the check (once); the threads
         it starts are recorded from its construction on, for a check marked ``records_threads``
-        (TIER-16, :class:`ThreadLedger`)."""
+        (TIER-16, :class:`ThreadLedger`), and the order it takes its locks in, for every check
+        (TIER-11, :class:`LockOrder`)."""
+        with LockOrder() as self._lock_order:  # the order the tier takes its locks in (TIER-11: no deadlock)
+            yield from self._tier(tier_factory, primary_buffer, request)
+
+    def _tier(
+        self, tier_factory: SecondaryTierFactory, primary_buffer: memoryview, request: pytest.FixtureRequest
+    ) -> Iterator[SecondaryTier]:
         if not getattr(request.function, "records_threads", False):
             built = tier_factory(primary_buffer)
             yield built
