@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto import OffloadKey, envelope as env
+from kvproto import OffloadKey, PrepareStoreOutput, ReqContext, envelope as env
 from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
@@ -220,6 +220,27 @@ class ExpiryFreesItsSlot(ClockedPrimary):
 @FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived")
 def expiry_frees_its_slot() -> TierSpec:
     return clocked_spec(ExpiryFreesItsSlot)
+
+
+class ReservesAnExpiredKeyAgain(ClockedPrimary):
+    """Bug: ``prepare_store`` looks only at READY and WRITING keys (its fast path skips the quarantine), so a
+    key whose write expired is reserved again in a new slot while that write's late completion is still
+    outstanding: the late ``complete_store`` (it names keys only) marks the new slot stored before its own
+    transfer landed, a HIT on another block's bytes (held-out round 5, a regression of SlotTable's fast path)."""
+
+    tier_name = "reserves-an-expired-key-again"
+
+    def prepare_store(self, keys: Sequence[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+        hidden = {key: self._quarantine.pop(key) for key in keys if key in self._quarantine}  # the bug
+        try:
+            return super().prepare_store(keys, req_context)
+        finally:
+            self._quarantine.update(hidden)
+
+
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "was reserved again in slot")
+def reserves_an_expired_key_again() -> TierSpec:
+    return clocked_spec(ReservesAnExpiredKeyAgain)
 
 
 class ExpiresInMilliseconds(ClockedPrimary):

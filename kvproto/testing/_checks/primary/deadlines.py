@@ -14,6 +14,7 @@ import math
 import pytest
 
 from kvproto import members as lr
+from kvproto._jobs import PrepareStoreOutput
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier
 from kvproto.testing._checks.shared import TierChecks
@@ -46,6 +47,7 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
         deadline = self._declared_deadline(kit.tier)
         self._in_time_write_is_stored(kit, deadline)
         slots = self._late_writes_fail(kit, deadline)
+        self._late_key_is_not_reserved_elsewhere(kit, slots)
         placed = self._late_slots_stay_reserved(kit, slots)
         self._late_completions_are_accepted(kit, slots)
         held = [k for k in placed.values() if kit.lookup(k) is lr.HIT]
@@ -118,6 +120,26 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
                 f"answers {answer.name}: past the deadline it is failed and answers MISS",
             )
         return slots
+
+    @staticmethod
+    def _late_key_is_not_reserved_elsewhere(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> None:
+        """A key whose write passed its deadline, offered again before that write's late completion arrived,
+        is not reserved in another slot (TIER-25): ``complete_store`` names keys only, so the late completion
+        would mark the new reservation stored before its own transfer landed (a HIT on another block's
+        bytes). Declining it, or reserving its own quarantined slot again, is safe."""
+        slot, late = next(iter(slots.items()))
+        out: object = kit.tier.prepare_store([late], kit.context)
+        if not isinstance(out, PrepareStoreOutput) or late not in out.keys_to_store:
+            return
+        again = out.slots[list(out.keys_to_store).index(late)]
+        if again != slot:
+            raise ConformanceFailure(
+                "TIER-25",
+                f"{short_key(late)}, whose write into slot {slot} passed its pending deadline, was reserved again in "
+                f"slot {again} before that write's late completion arrived: complete_store names keys only, so the "
+                "late completion marks the new reservation stored before its own bytes land (a HIT serving the "
+                "slot's old bytes)",
+            )
 
     @staticmethod
     def _late_slots_stay_reserved(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> dict[int, OffloadKey]:
