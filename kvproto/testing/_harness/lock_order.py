@@ -35,7 +35,8 @@ _STDLIB = tuple(
     for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
 )
 _KIT = os.path.normcase(os.path.realpath(os.path.dirname(os.path.dirname(__file__)))) + os.sep  # kvproto/testing/
-_PLAIN: Callable[[], Any] = _thread.allocate_lock  # what threading.Lock is while no LockOrder is entered
+_PLAIN: Callable[[], Any] = _thread.allocate_lock  # an untraced lock
+_STANDARD = threading.Lock  # what threading.Lock is while no LockOrder is entered
 
 
 def _ours(filename: str) -> bool:
@@ -55,6 +56,21 @@ def _where(frame: FrameType | None) -> str:
     except ValueError:  # another drive (Windows)
         pass
     return f"{name}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+_ENTERED: list[LockOrder] = []  # the LockOrders entered now, oldest first
+_ENTERED_LOCK = _PLAIN()
+
+
+def _factory() -> Any:
+    """``threading.Lock`` while a LockOrder is entered: a plain lock for the standard library and the kit, else
+    a lock traced by the latest LockOrder entered."""
+    caller = sys._getframe(1)
+    with _ENTERED_LOCK:
+        monitor = _ENTERED[-1] if _ENTERED else None
+    if monitor is None or _ours(caller.f_code.co_filename):
+        return _PLAIN()
+    return monitor.make(_where(caller))
 
 
 def _caller() -> FrameType | None:
@@ -132,31 +148,30 @@ class _TracedLock:
 class LockOrder:
     """While entered, ``threading.Lock()`` called from code outside the standard library and the kit makes
     a traced lock; :attr:`inversion` is the first lock-order cycle no common lock guards (None: none seen).
-    Entries nest (each restores what it replaced)."""
+    Entries may nest or overlap on several threads: a new lock is recorded by the latest one entered, and
+    ``threading.Lock`` is the standard factory again once every entry has been left."""
 
     inversion: Inversion | None = field(default=None, init=False)
     _orders: dict[tuple[str, str], _Order] = field(default_factory=dict, init=False)
     _held: dict[int, list[_TracedLock]] = field(default_factory=dict, init=False)  # thread ident -> held, in order
     _holder: dict[int, int] = field(default_factory=dict, init=False)  # id(lock) -> ident of the thread holding it
     _mutex: Any = field(default_factory=_PLAIN, init=False)  # untraced: guards the three above
-    _saved: Any = field(default=None, init=False)
-
     def __enter__(self) -> LockOrder:
-        self._saved = threading.Lock
-        monitor = self
-
-        def lock() -> Any:
-            caller = sys._getframe(1)
-            if _ours(caller.f_code.co_filename):
-                return _PLAIN()
-            return _TracedLock(monitor, _where(caller))
-
-        threading.Lock = lock  # type: ignore[assignment]  # a factory of traced locks stands for threading.Lock while entered
+        with _ENTERED_LOCK:
+            _ENTERED.append(self)
+            threading.Lock = _factory  # type: ignore[assignment]  # a factory of traced locks stands for threading.Lock while entered
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
-        threading.Lock = self._saved  # put back what was there
-        self._saved = None
+        with _ENTERED_LOCK:
+            if self in _ENTERED:
+                _ENTERED.remove(self)
+            if not _ENTERED:
+                threading.Lock = _STANDARD  # the standard factory again once no LockOrder is entered
+
+    def make(self, site: str) -> _TracedLock:
+        """A traced lock of class ``site`` (where it was created), recorded by this monitor."""
+        return _TracedLock(self, site)
 
     def took(self, lock: _TracedLock) -> None:
         """``lock`` was acquired by the current thread: record its order after every lock the thread holds."""

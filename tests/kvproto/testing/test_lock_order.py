@@ -115,3 +115,14 @@ def test_a_lock_released_by_another_thread_leaves_no_order_behind() -> None:
         with locks.store:
             pass
     assert order.inversion is None
+
+
+def test_entries_left_out_of_order_put_the_standard_factory_back() -> None:
+    plain = threading.Lock
+    first, second = LockOrder(), LockOrder()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # left before the one entered after it (another thread's check)
+    assert "traced lock" in repr(threading.Lock())  # still traced: the second is entered
+    second.__exit__(None, None, None)
+    assert threading.Lock is plain
