@@ -62,6 +62,18 @@ _ENTERED: list[LockOrder] = []  # the LockOrders entered now, oldest first
 _ENTERED_LOCK = _PLAIN()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (the kit's crash check forks its writers) gets fresh untraced mutexes: another thread of
+    the parent may have held one at the fork, and it would stay held in the child for ever."""
+    global _ENTERED_LOCK
+    _ENTERED_LOCK = _PLAIN()
+    for monitor in _ENTERED:
+        monitor.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _factory() -> Any:
     """``threading.Lock`` while a LockOrder is entered: a plain lock for the standard library and the kit, else
     a lock traced by the latest LockOrder entered."""
@@ -168,6 +180,13 @@ class LockOrder:
                 _ENTERED.remove(self)
             if not _ENTERED:
                 threading.Lock = _STANDARD  # the standard factory again once no LockOrder is entered
+
+    def forked(self) -> None:
+        """In a forked child: a fresh mutex; only the forking thread lives on, so only its held locks stay held."""
+        self._mutex = _PLAIN()
+        me = threading.get_ident()
+        self._held = {me: self._held.get(me, [])}
+        self._holder = {key: ident for key, ident in self._holder.items() if ident == me}
 
     def make(self, site: str) -> _TracedLock:
         """A traced lock of class ``site`` (where it was created), recorded by this monitor."""

@@ -4,8 +4,11 @@ for orders a common gate lock guards, for two locks of one class, or for the sta
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import threading
+import time
 
 from kvproto.testing import Inversion, LockOrder
 
@@ -126,3 +129,30 @@ def test_entries_left_out_of_order_put_the_standard_factory_back() -> None:
     assert "traced lock" in repr(threading.Lock())  # still traced: the second is entered
     second.__exit__(None, None, None)
     assert threading.Lock is plain
+
+
+def test_a_forked_child_takes_traced_locks_though_a_parent_thread_was_recording() -> None:
+    """The kit's crash check forks writers while the tier's threads run: a recording in progress at the fork
+    (the monitor's own mutex held) must not hang the child's first lock."""
+    with LockOrder() as order:
+        locks = _TwoLocks()
+        order._mutex.acquire()  # as another thread of the parent, recording an order at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the child: take two traced locks and say it got through
+            code = 1
+            try:
+                with locks.cache, locks.store:
+                    code = 0
+            finally:
+                os._exit(code)
+        order._mutex.release()
+        deadline = time.monotonic() + 10.0
+        done, status = 0, 0
+        while done == 0 and time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.01)
+        if done == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert done == pid, "the child hung on its first traced lock"
+    assert os.waitstatus_to_exitcode(status) == 0
