@@ -65,7 +65,7 @@ def check(
         doc = (fn.__doc__ or fn.__name__).strip().splitlines()[0]
         info = CheckInfo(fn.__name__, clause, doc, needs, hooks, hypothesis, unless)
         # What the check raises is reported against whom it belongs to: the tier, a hook, a set-up step.
-        run = _required(fn.__name__, attributed(clause, fn))
+        run = _required(fn.__name__, _locks_in_order(attributed(clause, fn)))
         setattr(run, _ATTR, info)
         marked: _F = pytest.mark.kvproto(run)
         if hypothesis:
@@ -86,12 +86,23 @@ def _required(name: str, run: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(gated, str):  # the gate would have skipped it (a capability or a hook missing)
             raise ConformanceFailure("KIT-28", gated)
         try:
-            ran = run(*args, **kwargs)
+            return run(*args, **kwargs)
         except pytest.skip.Exception as skipped:
             must: object = getattr(args[0], "must_check", ()) if args else ()
             if isinstance(must, frozenset) and required(must, name):
                 raise ConformanceFailure("KIT-28", not_checked(name, skipped.msg or "skipped")) from None
             raise
+
+    return check_run
+
+
+def _locks_in_order(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` (a check's body), failing on TIER-11 once it returned if the tier's threads took two classes of
+    their locks in opposite orders meanwhile (the ``tier`` fixture's :class:`LockOrder`)."""
+
+    @functools.wraps(run)
+    def check_run(*args: Any, **kwargs: Any) -> Any:
+        ran = run(*args, **kwargs)
         order: object = getattr(args[0], "_lock_order", None) if args else None
         if isinstance(order, LockOrder) and order.inversion is not None:
             raise ConformanceFailure("TIER-11", order.inversion.describe())

@@ -168,6 +168,7 @@ class LockOrder:
     _held: dict[int, list[_TracedLock]] = field(default_factory=dict, init=False)  # thread ident -> held, in order
     _holder: dict[int, int] = field(default_factory=dict, init=False)  # id(lock) -> ident of the thread holding it
     _mutex: Any = field(default_factory=_PLAIN, init=False)  # untraced: guards the three above
+
     def __enter__(self) -> LockOrder:
         with _ENTERED_LOCK:
             _ENTERED.append(self)
@@ -205,12 +206,12 @@ class LockOrder:
                 order = self._orders.get((first, lock.site))
                 if order is None:
                     self._orders[(first, lock.site)] = _Order(threading.current_thread().name, _where(_caller()), guards)
-                    if self.inversion is None:
-                        self.inversion = self._cycle(first, lock.site)
-                elif not order.guards <= guards:  # taken with fewer guards than before: a gate no longer excuses it
+                elif order.guards <= guards:
+                    continue  # taken under every gate it was taken under before: nothing new
+                else:  # taken with fewer guards than before: a gate no longer excuses it
                     order.guards = order.guards & guards
-                    if self.inversion is None:
-                        self.inversion = self._cycle(first, lock.site)
+                if self.inversion is None:
+                    self.inversion = self._cycle(first, lock.site)
             held.append(lock)
             self._holder[id(lock)] = me
 
@@ -226,26 +227,25 @@ class LockOrder:
                         break
 
     def _cycle(self, first: str, later: str) -> Inversion | None:
-        """Under the mutex, the order ``first -> later`` just recorded: a path ``later -> ... -> first`` closing a
-        cycle whose orders share no guard, as an :class:`Inversion`; None if there is none."""
-        path = self._path(later, first, {later})
+        """Under the mutex, the order ``first -> later`` just recorded or weakened: a path ``later -> ... -> first``
+        closing a cycle whose orders share no guard, as an :class:`Inversion`; None if there is none."""
+        path = self._unguarded_path(later, first, [later], self._orders[(first, later)].guards)
         if path is None:
             return None
         cycle = [(first, later), *zip(path, path[1:], strict=False)]
         orders = [self._orders[step] for step in cycle]
-        common = frozenset.intersection(*(o.guards for o in orders))
-        if common:
-            return None  # every order of it was taken under one gate lock: the paths cannot interleave there
         return Inversion(tuple((a, b, f"thread {o.thread!r} at {o.at}") for (a, b), o in zip(cycle, orders, strict=True)))
 
-    def _path(self, start: str, goal: str, seen: set[str]) -> list[str] | None:
-        """Lock classes from ``start`` to ``goal`` along recorded orders (depth first), or None."""
-        if start == goal:
-            return [start]
-        for a, b in list(self._orders):
-            if a == start and b not in seen:
-                seen.add(b)
-                rest = self._path(b, goal, seen)
-                if rest is not None:
-                    return [start, *rest]
+    def _unguarded_path(self, at: str, goal: str, path: list[str], common: frozenset[str]) -> list[str] | None:
+        """A simple path of recorded orders from ``path[-1] == at`` to ``goal`` after which no guard is common to
+        every order of the cycle (``common``: the guards shared so far), or None. Every path is tried, not only
+        the first found: one cycle taken under a gate does not hide another through the same locks that is not
+        (a tier has a handful of lock classes)."""
+        if at == goal:
+            return None if common else path
+        for (a, b), order in self._orders.items():
+            if a == at and (b == goal or b not in path):
+                found = self._unguarded_path(b, goal, [*path, b], common & order.guards)
+                if found is not None:
+                    return found
         return None

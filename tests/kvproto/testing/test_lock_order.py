@@ -156,3 +156,22 @@ def test_a_forked_child_takes_traced_locks_though_a_parent_thread_was_recording(
             os.waitpid(pid, 0)
     assert done == pid, "the child hung on its first traced lock"
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_gated_cycle_does_not_hide_an_ungated_one_through_the_same_locks() -> None:
+    with LockOrder() as order:
+        gate = threading.Lock()
+        first = threading.Lock()
+        second = threading.Lock()
+        third = threading.Lock()
+        with gate, second, first:  # second -> first, under the gate
+            pass
+        with second, third:  # second -> third, no gate
+            pass
+        with third, first:  # third -> first, no gate
+            pass
+        assert _found(order) is None  # no order leaves first yet
+        with gate, first, second:  # first -> second under the gate: closes a gated 2-cycle and an ungated 3-cycle
+            pass
+    assert order.inversion is not None
+    assert len(order.inversion.orders) == 3  # first -> second -> third -> first
