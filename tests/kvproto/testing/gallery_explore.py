@@ -342,6 +342,49 @@ def drops_blocks_at_its_cap() -> TierSpec:
     return _spec(DropsBlocksAtItsCap)
 
 
+_BATCH_BYTES = 4 << 20  # the reply size one multi-key read of the next backend asks for at most
+
+
+class _MisalignedBatchReads(MemoryBackend):
+    """Reads a load's blobs in multi-key requests of at most 4 MiB of replies each (an MGET-style batch
+    read); the replies of every request after the first are filed from the start of the load's list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_request = 1
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        self.per_request = max(1, _BATCH_BYTES // max(1, blob_bytes))
+        return 64
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> list[int | Exception]:
+        values: list[bytes | None] = [None] * len(reads)
+        for start in range(0, len(reads), self.per_request):
+            with self._lock:
+                replies = [self.blobs.get(name) for name, _ in reads[start : start + self.per_request]]
+            for i, value in enumerate(replies):  # the bug: enumerate(replies, start)
+                values[i] = value
+        return [FileNotFoundError(name) if value is None else self.scatter(value, buffers)
+                for value, (name, buffers) in zip(values, reads, strict=True)]
+
+
+class MisalignsBatchesPast4MiB(_OverOneStorage):
+    """Bug: its backend reads a load in multi-key requests of at most 4 MiB each, and files each later
+    request's replies over the first ones: a load of more than 4 MiB (four blocks of a MiB with their
+    envelopes) puts one block's bytes under another's name, so the tier takes intact blobs for damaged,
+    fails the load of blocks it answered HIT for and deletes them for every instance. Rows of 64 KiB never
+    need a second request (a held-out Redis tier)."""
+
+    tier_name = "misaligns-batches-past-4mib"
+    hold_hits_steps = 0  # no held reads: loads go through read_many
+    backend_class = _MisalignedBatchReads
+
+
+@EXPLORE_GALLERY.fails(_EXPLORE, "TIER-4", "the HIT was not readable", profile="default")
+def misaligns_batches_past_4mib() -> TierSpec:
+    return _spec(MisalignsBatchesPast4MiB)
+
+
 class _ReadBlocksEvictedSilently(MemoryTier):
     """Bug: an LRU tier (it declares eviction) that marks every block a load read as hot, and whose eviction
     names in its REMOVED event only the blocks never read: a block a load read, evicted later, is gone with

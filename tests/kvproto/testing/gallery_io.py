@@ -9,19 +9,22 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec, fresh_directory
+from kvproto.testing import FaultyBackend, FaultyJobs, RequestFaults, TierSpec, fresh_directory, remote_fault_hooks
 from kvproto.tierkit import BlobTierConfig, Published
 
 from kvproto_fs._conformance import KitFileOps
-from kvproto_fs._io import read_full, write_full
+from kvproto_fs._io import FileOps, read_full, write_full
 from tests.kvproto.testing.file_blobs import FileBlobs
 from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_registry import Gallery
+
+_log = logging.getLogger(__name__)
 
 IO_GALLERY = Gallery()
 """This module's targets, each registered by its factory's ``fails`` decorator (gallery_registry.py)."""
@@ -127,3 +130,87 @@ def _short_io(tier: _FileTier, max_bytes: int) -> None:
 
 def _fail_io(tier: _FileTier, n: int) -> None:
     tier.files.ops.fail = n
+
+
+_OS = FileOps()
+"""Plain system calls, no faults (the requests are where this backend's faults are)."""
+
+
+class _Requests(RequestFaults):
+    """The remote-style request object of :class:`ResetSwallowsErrors`'s backend: every storage call
+    goes through :meth:`request`, so the kit's ``fail_io`` fails it."""
+
+    storage = "the file store"
+    below = "the gallery's file backend"
+
+
+class _SwallowingFiles(FileBlobs):
+    """Blobs as files (temp file + link, create-if-absent); every call makes one request through ``ops``
+    first. Its ``clear`` deletes blob by blob and logs a failed deletion instead of raising."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.ops = _Requests()
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        self.ops.request(f"STAT {len(names)} blobs")
+        return super().sizes(names)
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        self.ops.request(f"PUT {name}")
+        final = self.root / name
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_full(_OS, fd, parts, 0)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return Published.EXISTED
+        finally:
+            tmp.unlink()
+        return Published.CREATED
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        self.ops.request(f"GET {name}")
+        fd = os.open(self.root / name, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            got = read_full(_OS, fd, buffers, 0)
+            return size if got == min(size, sum(b.nbytes for b in buffers)) else got
+        finally:
+            os.close(fd)
+
+    def delete(self, name: str) -> None:
+        self.ops.request(f"DELETE {name}")
+        super().delete(name)
+
+    def clear(self, namespace: str) -> None:
+        for name, _ in list(self.list_blobs(namespace)):
+            try:
+                self.delete(name)
+            except OSError as error:  # the bug: "best effort", so reset_cache answers True with the blob still there
+                _log.warning("clear of %s: %s left behind: %s", namespace, name, error)
+
+
+class ResetSwallowsErrors(FaultyJobs):
+    """Bug: its backend's ``clear`` logs and drops a failed deletion ("best effort against a concurrent
+    reset"), so ``reset_cache()`` answers True while the storage is down, and the blocks it promised gone
+    answer HIT once the storage is back (stale KV served after, say, a weight update)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        self.files = _SwallowingFiles(fresh_directory("kvproto-gallery-io-"))
+        self.ops = self.files.ops
+        config = BlobTierConfig(shared=True, start_in_background=False)
+        super().__init__(self.files, buffer, config, name="reset-swallows-errors", wrap=FaultyBackend)
+
+
+@IO_GALLERY.fails("test_io_errors_inside_transfers_fail_cleanly", "TIER-16", "an error it swallowed left the blocks")
+def reset_swallows_errors() -> TierSpec:
+    return TierSpec(
+        "ResetSwallowsErrors", "secondary", ResetSwallowsErrors, limits=_QUICK, tier_class=ResetSwallowsErrors,
+        hooks={"fail_io": remote_fault_hooks(_Requests)["fail_io"]},
+    )

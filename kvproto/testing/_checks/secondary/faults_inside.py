@@ -34,6 +34,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, hit_and_loaded, load_exact, load_slots, store_again, store_slots
@@ -58,6 +59,8 @@ __all__ = [
 
 _EVERY_SYNC = 1_000_000
 """``fail_sync``'s count for "every sync of the store fails" (a retried sync fails again)."""
+_EVERY_CALL = 1_000_000
+"""``fail_io``'s count for storage that is down for as long as the call lasts."""
 
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
@@ -118,7 +121,8 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         fault armed, every key stores and loads its bytes, and every file descriptor on a regular
         file the process holds that it did not hold before is the tier's to keep (its shutdown closes
         it: a connection a worker thread opened on first use), never one a failed transfer left open;
-        a reset_cache whose first read or write raises answers False (or True), never raises."""
+        a reset_cache while the storage is down, and one whose first read or write raises, answers False,
+        or True with every block gone once the fault is disarmed (TIER-16), never raises."""
         if open_fds() is None:
             pytest.skip(f"needs {FD_DIR} to count the process's open files (Linux)")
         keys = key_pool("t31-io", 6)
@@ -143,19 +147,13 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         hit_and_loaded(kit, keys, "TIER-31", "stored again after I/O errors inside earlier transfers")
         kit.quiet_steps(2)
         held = settled_leaks(baseline)  # leaks, or what the tier keeps for reuse (a connection per thread)
-        self.fail_io(kit.tier, 1)
-        try:
-            answer = kit.tier.reset_cache()  # its first read or write raises: False (or done), never an error
-        except Exception as error:
-            raise ConformanceFailure(
-                "TIER-31",
-                f"reset_cache() whose first read or write call raised EIO raised {type(error).__name__}: {error} "
-                "(it answers False when it cannot now, TIER-16)",
-            ) from error
-        finally:
-            self.fail_io(kit.tier, 0)
-        if not isinstance(answer, bool):
-            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
+        # the storage down for the whole reset, then (refused) only its first call failing: an answer of True
+        # is a promise whatever failed inside, every block is gone (TIER-16)
+        for failing, how in ((_EVERY_CALL, "every read or write call"), (1, "its first read or write call")):
+            if self._reset_while_io_fails(kit, failing, how):
+                kit.expect(kit.resolve(keys), lr.MISS, "TIER-16", f"after reset_cache() answered True although {how} "
+                           "raised EIO (an error it swallowed left the blocks behind: it answers False when it cannot)")
+                break
         if held:
             self._closed_by_shutdown(kit, held, f"{len(stored)} stores and {len(loaded)} loads")
 
@@ -191,6 +189,24 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         store_again(kit, keys, "TIER-31", "with no fault armed", " after a store of them whose sync raised EIO: a "
                     "failed sync must not keep a key from being stored later")
         hit_and_loaded(kit, keys, "TIER-31", "stored again after a store whose sync raised EIO")
+
+    def _reset_while_io_fails(self, kit: SecondaryDriver, failing: int, how: str) -> bool:
+        """``reset_cache()`` with the next ``failing`` read or write calls raising EIO: its answer, a bool
+        (TIER-16), never an exception (TIER-31)."""
+        self.fail_io(kit.tier, failing)
+        try:
+            answer: object = kit.tier.reset_cache()
+        except Exception as error:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"reset_cache() while {how} raised EIO raised {type(error).__name__}: {error} "
+                "(it answers False when it cannot now, TIER-16)",
+            ) from error
+        finally:
+            self.fail_io(kit.tier, 0)
+        if not isinstance(answer, bool):
+            raise ConformanceFailure("TIER-16", f"reset_cache answered {answer!r}, not a bool")
+        return answer
 
     @staticmethod
     def _closed_by_shutdown(kit: SecondaryDriver, held: set[str], transfers: str) -> None:
