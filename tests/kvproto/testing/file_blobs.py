@@ -9,6 +9,8 @@ import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kvproto.tierkit import Published
+
 
 class FileBlobs:
     """Existence (``sizes``), ``delete``, the restart scan's ``list_blobs`` and ``clear`` of blobs
@@ -28,6 +30,18 @@ class FileBlobs:
             except FileNotFoundError:
                 out.append(None)
         return out
+
+    @staticmethod
+    def link_in(tmp: Path, final: Path) -> Published:
+        """Give the written temporary file ``tmp`` its final name, create-if-absent (a hard link: the
+        first writer's blob stays), and remove the temporary name either way."""
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return Published.EXISTED
+        finally:
+            tmp.unlink()
+        return Published.CREATED
 
     def delete(self, name: str) -> None:
         (self.root / name).unlink(missing_ok=True)

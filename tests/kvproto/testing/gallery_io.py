@@ -69,13 +69,7 @@ class _Files(FileBlobs):
             tmp.unlink()
             raise
         os.close(fd)
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
-            return Published.EXISTED
-        finally:
-            tmp.unlink()
-        return Published.CREATED
+        return self.link_in(tmp, final)
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
         fd = os.open(self.root / name, os.O_RDONLY)
@@ -166,13 +160,7 @@ class _SwallowingFiles(FileBlobs):
             write_full(_OS, fd, parts, 0)
         finally:
             os.close(fd)
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
-            return Published.EXISTED
-        finally:
-            tmp.unlink()
-        return Published.CREATED
+        return self.link_in(tmp, final)
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
         self.ops.request(f"GET {name}")

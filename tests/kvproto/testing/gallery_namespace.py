@@ -13,11 +13,12 @@ with the check and clause it must fail on (gallery_registry.py); gallery_index.p
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from kvproto import LookupResult, OffloadKey, ReqContext
+from kvproto import LookupResult, OffloadKey, ReqContext, envelope as env
 from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
-from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend
+from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from kvproto_obj import ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
@@ -143,3 +144,52 @@ def scan_stops_after_its_first_batch() -> TierSpec:
     return TierSpec("scan_stops_after_its_first_batch", "secondary", build,
                     hooks={**_BLOB_HOOKS, "reopen": _reopen_scan_stops}, limits=_QUICK,
                     tier_class=ScanStopsAfterItsFirstBatch)
+
+
+class _SidecarBlobs(MemoryBackend):
+    """Blobs in memory, each with a sidecar record (``<name>.meta``: its size, as a store that keeps an
+    index beside its blobs) written at publish; a delete forgets the sidecar, ``clear`` removes both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sidecars: dict[str, int] = {}
+
+    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        published = super().publish(name, parts, size)
+        with self._lock:
+            self.sidecars.setdefault(f"{name}.meta", size)
+        return published
+
+    def delete(self, name: str) -> None:
+        super().delete(name)  # the bug: the sidecar stays (del self.sidecars[f"{name}.meta"] is missing)
+
+    def clear(self, namespace: str) -> None:
+        super().clear(namespace)
+        with self._lock:
+            for name in [n for n in self.sidecars if n.startswith(namespace + "/")]:
+                del self.sidecars[name]
+
+
+class EvictionLeavesSidecars(FaultyJobs):
+    """Bug: a private tier with a byte budget whose backend keeps a sidecar record per blob and deletes
+    only the blob: every eviction is reported and the blocks left keep the budget, yet the storage grows
+    by one record per eviction, without bound (a held-out Redis tier left a chunk per evicted blob)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        row = buffer.nbytes // len(buffer)
+        self.blobs = _SidecarBlobs()
+        config = BlobTierConfig(shared=False, start_in_background=False, max_bytes=16 * (env.HEADER_BYTES + row))
+        super().__init__(self.blobs, buffer, config, name="eviction-leaves-sidecars", wrap=FaultyBackend)
+
+
+def _sidecar_names(tier: EvictionLeavesSidecars) -> list[str]:
+    with tier.blobs._lock:
+        return [*tier.blobs.blobs, *tier.blobs.sidecars]
+
+
+@NAMESPACE_GALLERY.fails("test_evictions_leave_nothing_behind", "TIER-29", "its evictions leave something behind")
+def eviction_leaves_sidecars() -> TierSpec:
+    return TierSpec(
+        "EvictionLeavesSidecars", "secondary", EvictionLeavesSidecars, limits=_QUICK, tier_class=EvictionLeavesSidecars,
+        hooks={"storage_names": _sidecar_names},
+    )

@@ -58,17 +58,7 @@ class SecondaryBudgetChecks(SecondaryRole):
         reported and its deletions ran (waited for within the kit's job bound), and a REMOVED event
         named the evicted ones."""
         tier = kit.tier
-        room: int | None = None
-        said = ""
-        if isinstance(tier, BlobTier):
-            budget = tier.blob_config.max_bytes
-            room = None if budget is None else budget // (env.HEADER_BYTES + kit.block_bytes)
-            said = f"whose max_bytes ({budget}) holds"
-        elif self.has_hook("capacity_blocks"):
-            room = self.capacity_blocks(tier)
-            said = "whose capacity_blocks hook says it holds"
-        if room is None:
-            pytest.skip("needs a byte budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
+        room, said = self._room(kit)
         keys = key_pool("budget", room + 16)
         removed: set[bytes] = set()
         stored: set[bytes] = set()
@@ -97,6 +87,73 @@ class SecondaryBudgetChecks(SecondaryRole):
                 "TIER-14",
                 f"{len(unnamed)} of the blocks evicted to keep the byte budget were named by no REMOVED event",
             )
+
+    def _room(self, kit: SecondaryDriver) -> tuple[int, str]:
+        """How many of the kit's blocks the tier's byte budget holds, and how the kit knows (a BlobTier's
+        ``max_bytes``, or the ``capacity_blocks`` hook); a tier with neither skips the check."""
+        tier = kit.tier
+        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
+            budget = tier.blob_config.max_bytes
+            return budget // (env.HEADER_BYTES + kit.block_bytes), f"whose max_bytes ({budget}) holds"
+        if not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
+            return self.capacity_blocks(tier), "whose capacity_blocks hook says it holds"
+        pytest.skip("needs a byte budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
+
+    @check("TIER-29", needs=("eviction",), hooks=("storage_names",))
+    def test_evictions_leave_nothing_behind(self, kit: SecondaryDriver) -> None:
+        """A tier with a byte budget (as :meth:`test_a_byte_budget_is_kept`), filled to it (8 blocks per
+        job), holds some number of names in its storage (``storage_names``: blobs, chunks, sidecars,
+        manifests; directories, named with a trailing ``/``, are not counted). After twice the budget
+        more fresh blocks are stored (8 per job, a step after each), every one past the budget evicting
+        one, the storage holds within the kit's job bound at most that number plus one block's names:
+        an eviction deletes everything its block had in the storage, or the storage outgrows the budget
+        while every eviction is reported (a chunked blob whose last chunk a delete forgets: a held-out
+        Redis tier, which the byte count through ``read_block`` could not see)."""
+        room, said = self._room(kit)
+        first = key_pool("t29-names", room)
+        for i in range(0, room, _JOB):
+            if not kit.store(first[i : i + _JOB], store_slots(kit, len(first[i : i + _JOB]))).success:
+                raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-29")
+            kit.step()
+        kit.quiet_steps(2)
+        full = self._settled_names(kit, None)
+        per_block = max(1, -(-full // max(1, room)))  # what one block holds, rounded up (a manifest counted in)
+        bound = full + per_block  # the budget's floor in blocks may leave room for one more
+        past = key_pool("t29-names-past", 2 * room)
+        for i in range(0, len(past), _JOB):
+            kit.store(past[i : i + _JOB], store_slots(kit, len(past[i : i + _JOB])))
+            kit.step()
+        held = self._settled_names(kit, bound)
+        if held > bound:
+            raise ConformanceFailure(
+                "TIER-29",
+                f"a tier {said} {room} of the kit's blocks held {full} names in its storage when full; after "
+                f"{len(past)} more blocks were stored past its budget it holds {held} "
+                f"({kit.limits.job_timeout_s:g} s after the last job was reported), more than the {bound} that the "
+                "budget explains: its evictions leave something behind (a chunk, a sidecar), and the "
+                "storage outgrows the budget while each eviction is reported",
+            )
+
+    def _entries(self, kit: SecondaryDriver) -> int:
+        """How many names the storage holds, directories (names ending in ``/``) left out: a fan-out of
+        directories is bounded by its layout, not by the blocks stored."""
+        return sum(1 for name in self.storage_names(kit.tier) if not name.endswith("/"))
+
+    def _settled_names(self, kit: SecondaryDriver, bound: int | None) -> int:
+        """How many names the storage holds once the tier's background deletions ran: polled, a quiet step
+        apart, until the count stops falling (``bound`` None) or is at most ``bound``, within the kit's job
+        bound."""
+        deadline = time.monotonic() + kit.limits.job_timeout_s
+        count = self._entries(kit)
+        while time.monotonic() < deadline:
+            if bound is not None and count <= bound:
+                break
+            kit.quiet_steps(1)
+            now = self._entries(kit)
+            if bound is None and now >= count:
+                return now
+            count = now
+        return count
 
     @check("TIER-29", needs=("eviction", "holds_hits"), hooks=("read_block",))
     def test_held_blocks_count_against_the_byte_budget(self, kit: SecondaryDriver) -> None:

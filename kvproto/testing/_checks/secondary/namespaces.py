@@ -18,7 +18,7 @@ A tier without them is "not checked" on TIER-37 (the kit skips, naming the hook)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
@@ -39,11 +39,6 @@ _SHOWN = 3  # stray names a failure lists
 class SecondaryNamespaceChecks(SecondaryClassChecks):
     """Every name a tier writes lies under its own namespace (TIER-37), in the kit's order (see
     ``SecondaryTierTests``). Builds on :class:`SecondaryClassChecks` for its ``reopen_other_layout`` hook."""
-
-    def storage_names(self, tier: SecondaryTier) -> Iterable[str]:
-        """Every name the storage ``tier`` writes to holds, listed without the tier: the backdoor hook
-        of :meth:`test_a_tier_writes_only_under_its_own_namespace` (KIT-5)."""
-        raise NotImplementedError
 
     def namespace_of(self, tier: SecondaryTier) -> str:
         """The prefix under which every name ``tier`` writes lies (KIT-5)."""

@@ -180,6 +180,12 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         """Store ``data`` under ``key`` directly in the tier's storage."""
         raise NotImplementedError
 
+    def storage_names(self, tier: SecondaryTier) -> Iterable[str]:
+        """Every name the storage ``tier`` writes to holds, listed without the tier: the backdoor hook
+        of ``test_a_tier_writes_only_under_its_own_namespace`` (TIER-37) and
+        ``test_evictions_leave_nothing_behind`` (TIER-29) (KIT-5)."""
+        raise NotImplementedError
+
     def read_block(self, tier: SecondaryTier, key: OffloadKey) -> bytes | None:
         """The bytes the tier's storage holds under ``key``, or None."""
         raise NotImplementedError
