@@ -451,10 +451,9 @@ class ExplorerMachine(RuleBasedStateMachine):
         """With nothing in flight, every instance is asked for every key of the pool in a new request
         (with rows over 64 KiB, its HITs then load in one job in that request, reported before the next
         instance is asked: a load of MiBs, past the batch limits a backend's multi-key requests keep, as
-        a read split at 4 MiB); the run's first
-        comparison, where the tier declares eviction and rows are up to 64 KiB, floods
-        the first instance first (:meth:`_flood`; the rule draws nothing, so the search over the other
-        rules is the same with or without it)."""
+        a read split at 4 MiB); the run's first comparison, where the tier declares eviction and rows
+        are up to 64 KiB, floods the first instance first (:meth:`_flood`; the rule draws nothing, so the
+        search over the other rules is the same with or without it)."""
         for instance in self.live:
             instance.driver.settle()
         self._absorb_all()
@@ -468,9 +467,10 @@ class ExplorerMachine(RuleBasedStateMachine):
             answers = instance.driver.resolve(list(_POOL), context, patient=True)
             self._absorb(instance)
             self._removals_taken()
+            shared = {key for key in answers if self._shared_verdict(instance, key)}
             for key, answer in answers.items():
-                self._judged(instance, key, answer, shared=self._shared_verdict(instance, key))
-            hits = [k for k, a in answers.items() if a is lr.HIT and not self._shared_verdict(instance, k)]
+                self._judged(instance, key, answer, shared=key in shared)
+            hits = [key for key, answer in answers.items() if answer is lr.HIT and key not in shared]
             if self.block_size > _CROWD_MAX_BYTES and len(hits) > 1 and self._load(
                 instance, hits[:NUM_SLOTS], _Request(context, asked=set(_POOL))
             ):
