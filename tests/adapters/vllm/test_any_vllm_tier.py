@@ -24,6 +24,7 @@ FS = "vllm:vllm.v1.kv_offload.tiering.fs.manager:FileSystemTierManager"
 BUFFERED = "vllm:tests.adapters.vllm.vllm_tiers:BufferedFileSystemTier"
 COPYING = "vllm:tests.adapters.vllm.vllm_tiers:CopyingDictTier"
 STOPS = "vllm:tests.adapters.vllm.vllm_tiers:StopsAtFirstMissingKey"
+WHOLE = "vllm:tests.adapters.vllm.vllm_tiers:FailsWholeOnAMissingKey"
 CPU = "vllm:vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager"
 #: What vllm-fs passes vLLM's FileSystemTierManager besides the root (kvproto_vllm._conformance).
 FS_OPTIONS = ["--option", "n_read_threads=2", "--option", "n_write_threads=2", "--option", "enable_kv_events=true"]
@@ -44,6 +45,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, di
         # No kit.* option: a correct plugin class conforms as it is (issue 40: TIER-18 and CAP-4 blamed it).
         COPYING: conform_report(out / "copying.json", COPYING),
         STOPS: conform_report(out / "stops.json", STOPS),
+        WHOLE: conform_report(out / "whole.json", WHOLE),
     }
 
 
@@ -63,12 +65,13 @@ def test_a_vllm_class_reports_the_findings_of_its_registered_name(
     assert xfailed == (set(NO_RESET_CHECKS) if target == BUFFERED else set())
 
 
-@pytest.mark.parametrize("target", [COPYING, STOPS])
+@pytest.mark.parametrize("target", [COPYING, STOPS, WHOLE])
 def test_a_correct_vllm_tier_written_outside_kvproto_conforms(
     reports: dict[str, tuple[int, dict[str, dict[str, Any]]]], target: str
 ) -> None:
     """With no option (issue 40): neither TIER-18 (every ability known), nor CAP-4 (a partial load is
-    vLLM's interface), nor TIER-10 for a load that stops at its first missing key blames it."""
+    vLLM's interface), nor TIER-10 for a load that stops at, or fails whole on, its first missing key
+    blames it."""
     code, checks = reports[target]
     failed = {name: c["reason"] for name, c in checks.items() if c["outcome"] == "failed"}
     assert failed == {} and code == 0

@@ -18,7 +18,7 @@ from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
-__all__ = ["BufferedFileSystemTier", "CopyingDictTier", "StopsAtFirstMissingKey"]
+__all__ = ["BufferedFileSystemTier", "CopyingDictTier", "FailsWholeOnAMissingKey", "StopsAtFirstMissingKey"]
 
 
 class CopyingDictTier(vtier.SecondaryTierManager):
@@ -105,6 +105,25 @@ class StopsAtFirstMissingKey(CopyingDictTier):
         ok = len(loaded) == len(job_metadata.keys)
         self._done.append(vtier.JobResult(job_metadata.job_id, ok, successful_keys=None if ok else loaded,
                                           transfer_time=1e-9, transfer_bytes=len(loaded) * self._row))
+
+
+class FailsWholeOnAMissingKey(CopyingDictTier):
+    """Correct too (held-out round 6: the kit blamed such a tier on TIER-10 as a lost write): a load with
+    a key that is missing fails whole (``success=False``, no ``successful_keys``: every key shares the
+    job's fate, as vLLM's ``JobResult`` allows), though it copied the keys before it; nothing is lost,
+    a later load of those keys delivers them."""
+
+    def submit_load(self, job_metadata: vtier.TransferJob) -> None:
+        moved = 0
+        for key, row in self._rows(job_metadata):
+            data = self._blocks.get(key)
+            if data is None:
+                break
+            self._flat[row] = data
+            moved += 1
+        ok = moved == len(job_metadata.keys)
+        self._done.append(vtier.JobResult(job_metadata.job_id, ok, transfer_time=1e-9,
+                                          transfer_bytes=moved * self._row))
 
 
 class BufferedFileSystemTier(FileSystemTierManager):

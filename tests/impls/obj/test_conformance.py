@@ -122,6 +122,7 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert outcomes["test_persistence_across_instances"] == "passed"
     assert outcomes["test_a_large_batch_sees_the_other_instances_blocks"] == "passed"  # TIER-32: answered by a listing
     assert outcomes["test_io_errors_inside_transfers_fail_cleanly"] == "passed"  # TIER-31 through KitStoreOps
+    assert outcomes["test_a_write_lost_to_a_failed_writer_is_no_store"] == "passed"  # TIER-10: a 409, nothing stored
 
 
 def test_job_faults_live_in_the_kit_and_the_tier_has_no_knob() -> None:

@@ -217,7 +217,7 @@ class ExpiryFreesItsSlot(ClockedPrimary):
         self._free.append(self._quarantine.pop(key))  # the bug: reused before the late write lands
 
 
-@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived")
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion")
 def expiry_frees_its_slot() -> TierSpec:
     return clocked_spec(ExpiryFreesItsSlot)
 
@@ -241,6 +241,25 @@ class ReservesAnExpiredKeyAgain(ClockedPrimary):
 @FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "was reserved again in slot")
 def reserves_an_expired_key_again() -> TierSpec:
     return clocked_spec(ReservesAnExpiredKeyAgain)
+
+
+class ResetForgetsLateSlots(ClockedPrimary):
+    """Bug: ``reset_cache`` rebuilds the free list from every slot but the pinned ones, forgetting the
+    slots quarantined for writes past their deadline: the next block may take one while the stalled
+    transfer can still land in it (held-out round 6, a primary written on tierkit's slot pieces)."""
+
+    tier_name = "reset-forgets-late-slots"
+
+    def reset_cache(self) -> bool:
+        if not super().reset_cache():
+            return False
+        self._free[:] = [s for s in range(self._num_slots - 1, -1, -1) if s not in self._held]  # the bug
+        return True
+
+
+@FAULTS_GALLERY.fails("test_a_late_write_never_lands_in_a_reused_slot", "TIER-25", "before that write's late completion arrived")
+def reset_forgets_late_slots() -> TierSpec:
+    return clocked_spec(ResetForgetsLateSlots)
 
 
 class ExpiresInMilliseconds(ClockedPrimary):

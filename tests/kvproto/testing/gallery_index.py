@@ -17,6 +17,7 @@ module attribute the target names); add ``**X_GALLERY`` to ``GALLERY`` below. A 
 from __future__ import annotations
 
 from tests.kvproto.testing.gallery import GALLERY as _MEMORY
+from tests.kvproto.testing.gallery_async_dir_tier import ASYNC_DIR_GALLERY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
 from tests.kvproto.testing.gallery_explore import EXPLORE_GALLERY
@@ -29,6 +30,7 @@ from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
+from tests.kvproto.testing.gallery_slab_tier import SLAB_GALLERY
 from tests.kvproto.testing.gallery_store import STORE_GALLERY
 
 __all__ = ["GALLERY", "Expected"]
@@ -36,7 +38,7 @@ __all__ = ["GALLERY", "Expected"]
 GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
-    **LOCKS_GALLERY,
+    **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -44,4 +46,5 @@ HITs (gallery_hits.py), the primaries' optional abilities (gallery_optional.py),
 what the fs tier's fallbacks handle (gallery_files.py), faults and request plans below an object-store
 tier's backend (gallery_store.py), where a tier writes and what its fault paths raise (gallery_namespace.py),
 bugs only the explorer's stories reach (gallery_explore.py), threads that take two locks in both orders
-(gallery_locks.py)."""
+(gallery_locks.py), tiers written from scratch whose races only a storage call held on their own thread
+reaches (gallery_slab_tier.py, gallery_async_dir_tier.py: held-out round 6)."""

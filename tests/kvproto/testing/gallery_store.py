@@ -1,5 +1,5 @@
 """Broken tiers for faults and request plans below an object-store tier's backend (issue 17, sections 1
-and 5; TIER-23, TIER-31, TIER-33, TIER-34, KIT-20, KIT-21): ObjTiers over an in-memory store whose
+and 5; TIER-10, TIER-23, TIER-31, TIER-33, TIER-34, KIT-20, KIT-21): ObjTiers over an in-memory store whose
 requests go through kvproto-obj's :class:`~kvproto_obj._conformance.KitStoreOps` (OBJ-13), so the kit
 counts their requests, fails them, and answers their conditional writes as some S3 providers do.
 Each has one bug a mutant of kvproto-obj showed the kit passed (docs/mutation/obj.json).
@@ -70,6 +70,27 @@ class FailsOnConflict(FaultyJobs, ObjTier):
     def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
         super().__init__(buffer, config, **kwargs)
         self._io.__class__ = _ConflictIsFailure  # the same backend object (the engine holds it), the buggy publish
+
+
+class _ConflictIsExisting(ObstoreBackend):
+    """Bug: any refused conditional PUT, 409 or 412, is taken for "already there" without the HEAD that
+    shows the object is: a 409 from a concurrent upload that then failed leaves nothing, yet the store is
+    reported done (held-out round 6, a regression of kvproto-obj)."""
+
+    async def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
+        try:
+            await self.ops.put(self.store, self.path(name), list(parts), mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return Published.EXISTED  # the bug: a 409 proves nothing is there
+        return Published.CREATED
+
+
+class ConflictTakenForExisting(FaultyJobs, ObjTier):
+    """An ObjTier whose backend is :class:`_ConflictIsExisting`."""
+
+    def __init__(self, buffer: memoryview, config: ObjTierConfig, **kwargs: Any) -> None:
+        super().__init__(buffer, config, **kwargs)
+        self._io.__class__ = _ConflictIsExisting  # the same backend object (the engine holds it), the buggy publish
 
 
 class _ForgetsEtags(ObstoreBackend):
@@ -144,6 +165,11 @@ def never_lists() -> TierSpec:
 @STORE_GALLERY.fails("test_a_stored_block_is_never_overwritten", "TIER-23", "from a second instance over the same storage")
 def fails_on_conflict() -> TierSpec:
     return _spec(FailsOnConflict)
+
+
+@STORE_GALLERY.fails("test_a_write_lost_to_a_failed_writer_is_no_store", "TIER-10", "refused as a conflict")
+def conflict_taken_for_existing() -> TierSpec:
+    return _spec(ConflictTakenForExisting)
 
 
 @STORE_GALLERY.fails("test_a_block_replaced_after_its_hit_never_loads_the_new_bytes", "TIER-34", "replaced by other bytes")

@@ -50,6 +50,10 @@ class KitStoreOps(RequestFaults, StoreOps):
     * ``ranged``: the store lists in key order from a native start-after (OBJ-11's ranged listings;
       ``None``: as the tier's kind says). The kit's in-memory store does; the spec's first instance
       lists in ranges, as on S3, and the ``reopen`` instance in reverse key order.
+    * ``lost_races``: the next that many create-if-absent PUTs are answered ``PreconditionError`` (S3's
+      409 ConditionalRequestConflict: another writer's conditional upload of the name was in flight)
+      and store nothing, as when that other upload then fails; ``races_lost`` counts them (the
+      ``lose_write_races`` hook, TIER-10).
     * ``down``: every request fails (connection refused): the store is down (the ``start_down`` hook).
     * ``reversed_listings``: a listing comes in reverse key order, pages of the same size, as a store
       other than S3 may list (a local directory): only S3 is listed in ranges (OBJ-11). The kit's
@@ -66,11 +70,18 @@ class KitStoreOps(RequestFaults, StoreOps):
         self.reversed_listings = reversed_listings
         self.failing_lists = failing_lists
         self.conflicts_as_precondition = conflicts_as_precondition
+        self.lost_races = 0
+        self.races_lost = 0
 
     async def put(self, store: ObjectStore, path: str, body: Sequence[memoryview] | bytes, *,
                   mode: Literal["create", "overwrite"] = "overwrite") -> object:
-        """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode."""
+        """A PUT, counted; failed when armed; a conflict answered 412 in ``conflicts_as_precondition`` mode;
+        a create-if-absent PUT lost to a failed writer (409, nothing stored) while ``lost_races`` lasts."""
         self.request(f"PUT {path}")
+        if mode == "create" and self.lost_races > 0:
+            self.lost_races -= 1
+            self.races_lost += 1
+            raise PreconditionError(f"kvproto kit: PUT {path}: 409 ConditionalRequestConflict (another upload in flight)")
         try:
             return await super().put(store, path, body, mode=mode)
         except AlreadyExistsError as exc:
@@ -147,6 +158,15 @@ def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
         buffer, tier.config.model_copy(update={"layout": layout}), name=tier.name, store=tier.store, wrap=FaultyBackend,
         ops=kit_ops(tier.config),
     )
+
+
+def _lose_write_races(tier: ObjTier, n: int) -> int:
+    """The next ``n`` create-if-absent PUTs lose a race to a conditional upload that then fails: 409,
+    nothing stored (TIER-10); how many it answered so since the previous call."""
+    ops = ops_of(tier)
+    ops.lost_races = n
+    lost, ops.races_lost = ops.races_lost, 0
+    return lost
 
 
 def _start_down(tier: ObjTier, buffer: memoryview) -> ObjTier:
@@ -253,6 +273,7 @@ OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "corrupt_on_read": _corrupt_on_read,
     "fork_safe": _fork_safe,
     **remote_fault_hooks(KitStoreOps),
+    "lose_write_races": _lose_write_races,
     "grow_storage": _grow_storage,
     "request_plan": _request_plan,
     "start_down": _start_down,

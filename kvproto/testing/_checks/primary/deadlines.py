@@ -42,11 +42,12 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
         and an on_step_end ran is stored (HIT); writes still pending past it answer MISS, whether a
         lookup or on_step_end finds them first, and after that on_step_end no longer count as pending
         work; their slots are reserved for no other key while their late transfers may still land,
-        however many stores follow; a late ``complete_store`` is accepted, and every block stored
-        meanwhile keeps its bytes."""
+        however many stores follow, a ``reset_cache`` between included (its answer either way); a late
+        ``complete_store`` is accepted, and every block stored meanwhile keeps its bytes."""
         deadline = self._declared_deadline(kit.tier)
         self._in_time_write_is_stored(kit, deadline)
         slots = self._late_writes_fail(kit, deadline)
+        self._reset_keeps_late_slots(kit, slots)
         self._late_key_is_not_reserved_elsewhere(kit, slots)
         placed = self._late_slots_stay_reserved(kit, slots)
         self._late_completions_are_accepted(kit, slots)
@@ -120,6 +121,27 @@ class PrimaryDeadlineChecks(TierChecks[PrimaryDriver]):
                 f"answers {answer.name}: past the deadline it is failed and answers MISS",
             )
         return slots
+
+    @staticmethod
+    def _reset_keeps_late_slots(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> None:
+        """A ``reset_cache`` while failed writes' late transfers may still land forgets the blocks, not
+        the slots those transfers may write (TIER-25, TIER-16): whatever it answers, the fill that
+        follows (:meth:`_late_slots_stay_reserved`) must reserve none of ``slots`` for another key
+        (held-out round 6: a primary whose reset rebuilt its free list from every slot handed a
+        quarantined slot to the next block, and the stalled copy overwrote it)."""
+        answered: object = kit.tier.reset_cache()
+        if not isinstance(answered, bool):
+            raise ConformanceFailure(
+                "TIER-16", f"reset_cache() answered {answered!r:.80}, not a bool (True: reset; False: refused)"
+            )
+        for late in slots.values():
+            answer = kit.lookup(late)
+            if answer is not lr.MISS:
+                raise ConformanceFailure(
+                    "TIER-25",
+                    f"{short_key(late)}, whose write passed its pending deadline, answers {answer.name} after "
+                    f"reset_cache() answered {answered}: a failed write stays failed",
+                )
 
     @staticmethod
     def _late_key_is_not_reserved_elsewhere(kit: PrimaryDriver, slots: dict[int, OffloadKey]) -> None:

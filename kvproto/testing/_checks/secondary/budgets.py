@@ -27,7 +27,6 @@ import pytest
 
 from kvproto import envelope as env, members as lr
 from kvproto._events import EventKind
-from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
 from kvproto.testing._checks.secondary.role import SecondaryRole, store_slots
 from kvproto.testing._harness.data import key_pool
@@ -42,13 +41,6 @@ __all__ = ["SecondaryBudgetChecks", "SecondaryBudgetChecks"]
 
 class SecondaryBudgetChecks(SecondaryRole):
     """The byte budget, with no HIT held and with HITs held (TIER-29, TIERKIT-6)."""
-
-    def capacity_blocks(self, tier: SecondaryTier) -> int:
-        """The most of the kit's blocks (rows of the tier's buffer) that ``tier``'s storage may hold at once
-        by its configured budget (a tier that counts compressed or variable sizes: the most it could ever
-        hold): the backdoor hook of :meth:`test_a_byte_budget_is_kept` for a tier that is not a
-        :class:`~kvproto.tierkit.BlobTier` (whose ``max_bytes`` the kit reads itself) (KIT-5)."""
-        raise NotImplementedError
 
     @check("TIER-29", needs=("eviction",), hooks=("read_block",))
     def test_a_byte_budget_is_kept(self, kit: SecondaryDriver) -> None:

@@ -88,6 +88,63 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         previous call: the backdoor hook of :meth:`test_a_store_whose_sync_fails_is_reported_failed` (KIT-5)."""
         raise NotImplementedError
 
+    def lose_write_races(self, tier: SecondaryTier, n: int) -> int:
+        """Make the next ``n`` create-if-absent writes of the tier's storage lose a race to another
+        writer whose own write then fails: each is refused as a conflict and nothing is stored under
+        its name (S3's ``409 ConditionalRequestConflict``; 0 disarms); how many writes it refused since
+        the previous call: the backdoor hook of :meth:`test_a_write_lost_to_a_failed_writer_is_no_store`
+        (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-10", hooks=("lose_write_races",))
+    def test_a_write_lost_to_a_failed_writer_is_no_store(self, kit: SecondaryDriver) -> None:
+        """A store of new blocks whose create-if-absent writes are refused as a conflict with another
+        writer, whose own write then fails (nothing is stored under the names): a block the job reports
+        stored answers HIT and loads its bytes (a conflict is no proof the block is there: ask the
+        storage); one it reports failed answers MISS; afterwards, with nothing armed, every block stores
+        and loads (held-out round 6: an object-store tier that took any 409/412 for "already there"
+        reported the store done, then answered HIT, and the load failed)."""
+        keys = key_pool("t10-lost-race", 2)
+        self.lose_write_races(kit.tier, len(keys))
+        try:
+            kit.faults_injected = True
+            result = kit.store(keys, store_slots(kit, len(keys)))
+        finally:
+            refused = self.lose_write_races(kit.tier, 0)
+        if refused == 0:
+            if not result.success:  # nothing was refused: whatever failed the store, it is not this case
+                raise SetUpFailed(
+                    "TIER-10", f"storing {len(keys)} keys failed ({result}) although the lose_write_races hook "
+                    "refused no write", "TIER-10",
+                )
+            pytest.skip(
+                "needs a tier whose stores make create-if-absent writes: its stores made none (the "
+                "lose_write_races hook refused nothing), so a write lost to a failed writer was not checked"
+            )
+        done = result.succeeded_keys(kit.jobs[result.job_id])
+        kit.quiet_steps(2)
+        answers = kit.resolve(keys)
+        for key in keys:
+            if key in done and answers[key] is not lr.HIT:
+                raise ConformanceFailure(
+                    "TIER-10",
+                    f"the store job reported {short_key(key)} stored although its create-if-absent write was refused "
+                    f"as a conflict with a writer that then failed (nothing stored), and it answers {answers[key].name}: "
+                    "a conflict is no proof the block is there; a job may report stored only what the storage holds",
+                )
+            if key not in done and answers[key] is lr.HIT:
+                raise ConformanceFailure(
+                    "TIER-4",
+                    f"{short_key(key)}, whose store failed (its write lost a race to a writer that then failed), "
+                    "answers HIT: no HIT after a failed store",
+                )
+        stored = [k for k in keys if k in done]
+        if stored:
+            load_exact(kit, stored, "TIER-10", "reported stored after its write was refused as a conflict")
+        store_again(kit, keys, "TIER-10", "again with nothing armed", " after their writes lost a race to a writer "
+                    "that failed: a refused write must not keep a key from being stored later")
+        hit_and_loaded(kit, keys, "TIER-10", "stored again after their writes lost a race to a failed writer")
+
     @check("TIER-30", hooks=("short_io",))
     def test_short_transfers_move_every_byte(self, kit: SecondaryDriver) -> None:
         """With every read and write call of the tier's storage moving at most 7 bytes: blocks

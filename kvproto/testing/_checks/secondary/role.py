@@ -98,7 +98,7 @@ _HOOKS = (
     "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
     "storage_requests", "grow_storage", "request_plan", "replace_block", "refuse_direct", "lose_directories",
     "refuse_links", "plant_leftovers", "leftovers", "storage_names", "namespace_of", "hold_publish",
-    "fail_sync", "capacity_blocks",
+    "fail_sync", "capacity_blocks", "lose_write_races",
 )
 
 
@@ -203,6 +203,13 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
 
     def corrupt_on_read(self, tier: SecondaryTier, keys: Iterable[OffloadKey]) -> None:
         """Damage what the tier will read back for ``keys``."""
+        raise NotImplementedError
+
+    def capacity_blocks(self, tier: SecondaryTier) -> int:
+        """The most of the kit's blocks (rows of the tier's buffer) that ``tier``'s storage may hold at once
+        by its configured budget (a tier that counts compressed or variable sizes: the most it could ever
+        hold): the backdoor hook of :meth:`test_a_byte_budget_is_kept` for a tier that is not a
+        :class:`~kvproto.tierkit.BlobTier` (whose ``max_bytes`` the kit reads itself) (KIT-5)."""
         raise NotImplementedError
 
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:

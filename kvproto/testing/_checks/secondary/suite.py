@@ -20,6 +20,7 @@ from kvproto.testing._checks.secondary.budgets import SecondaryBudgetChecks
 from kvproto.testing._checks.secondary.crash import SecondaryCrashChecks
 from kvproto.testing._checks.secondary.faults_below import SecondaryFaultsBelowChecks
 from kvproto.testing._checks.secondary.faults_inside import SecondaryFaultsInsideChecks
+from kvproto.testing._checks.secondary.held_calls import SecondaryHeldCallChecks
 from kvproto.testing._checks.secondary.held_hits import HeldHitsChecks
 from kvproto.testing._checks.secondary.lookups_jobs_bytes import SecondaryDataChecks
 from kvproto.testing._checks.secondary.namespaces import SecondaryNamespaceChecks
@@ -55,6 +56,7 @@ class SecondaryTierTests(
     SecondarySharingChecks,
     SecondaryDataChecks,
     HeldHitsChecks,
+    SecondaryHeldCallChecks,
     SecondaryBudgetChecks,
     SecondaryRequestChecks,
 ):

@@ -1,0 +1,210 @@
+"""A secondary tier's own thread held at a storage call while the kit acts (TIER-10, TIER-4; KIT-23's
+"a writer paused inside a storage call"): :class:`SecondaryHeldCallChecks`, a base of
+:class:`~kvproto.testing.SecondaryTierTests`.
+
+The other checks that hold a tier mid-transfer need its backend (a BlobTier's FaultyBackend) or a
+hook of its spec (``hold_publish``). These need neither: a second instance over the same storage (the
+``reopen`` hook) is built under a :class:`~kvproto.testing._faults.calls.StorageCallGate`, which holds
+the first storage call one of that instance's threads makes once armed (a file, socket or SQLite call),
+so the kit acts while the tier's own thread is stopped there, every run (held-out round 6: a slab-file
+tier whose load read a block's bytes after letting go of its lock served another key's bytes once the
+slab was reused; an asynchronous-lookup tier applied an existence answer found before a
+``reset_cache`` to a request after it, a HIT whose load failed).
+
+A tier whose storage calls run on the engine's thread, or that answers without one, has nothing to
+hold: the check says it was not checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from kvproto import envelope as env, members as lr
+from kvproto._keys import OffloadKey
+from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
+from kvproto.testing._faults.calls import StorageCallGate, storage_calls_gated
+from kvproto.testing._faults.probes import GATE_BOUND_S
+from kvproto.testing._harness.data import key_pool, make_buffer
+from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import TrackedContext, short_key
+from kvproto.testing._harness.failures import SetUpFailed
+from kvproto.testing._harness.secondary_driver import SecondaryDriver
+from kvproto.tierkit import BlobTier
+
+__all__ = ["SecondaryHeldCallChecks"]
+
+_ENTER_BOUND_S = 5.0
+"""How long a check waits for the armed gate to hold a thread (a bound: a tier that makes no storage
+call on a thread of its own is "not checked", whatever the wait)."""
+_FILL_BATCH = 8
+_FILL_MOST = 128
+_HOLD_ROUNDS = 4
+"""How many storage calls of one load are held in turn (the first, the second, ...)."""
+_MEANWHILE_S = 1.0
+"""How long the kit's action waits on one thing (a reset, a store) while a tier's thread is held."""
+
+
+class SecondaryHeldCallChecks(SecondaryRole):
+    """Storage calls held on the tier's own threads, in the kit's order (see ``SecondaryTierTests``)."""
+
+    @contextmanager
+    def _held_instance(self, kit: SecondaryDriver, gate: StorageCallGate, first_job_id: int) -> Iterator[SecondaryDriver]:
+        """A second instance over ``kit``'s storage, built with ``gate`` installed in every thread it starts."""
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        with storage_calls_gated(gate):
+            held = SecondaryDriver(self.reopen(kit.tier, buffer), buffer, kit.capabilities, kit.limits,
+                                   first_job_id=first_job_id)
+            try:
+                held.wait_started()
+                yield held
+            finally:
+                gate.release()
+                held.shutdown()
+
+    def _fill(self, driver: SecondaryDriver) -> int:
+        """How many new blocks to store so that an evicting tier drops every block it held: its budget
+        (a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook) and 8 more, at most 128."""
+        tier = driver.tier
+        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
+            room = tier.blob_config.max_bytes // (env.HEADER_BYTES + driver.block_bytes)
+        elif not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
+            room = self.capacity_blocks(tier)
+        else:
+            room = 2 * _FILL_BATCH
+        return min(room + _FILL_BATCH, _FILL_MOST)
+
+    @check("TIER-10", hooks=("reopen",))
+    def test_a_load_held_at_a_storage_call_never_serves_another_blocks_bytes(self, kit: SecondaryDriver) -> None:
+        """A second instance stores two blocks, then loads one; the load's first, second, third... storage
+        call on a thread of the tier's own (one per round, up to 4 rounds, until a load makes no more) is
+        held there (before the call) while that instance's ``reset_cache`` runs (its answer either way)
+        and, where it declares eviction, it stores its budget's worth of new blocks and 8 more (the held
+        block evicted, its place reused); then the load goes on. It may fail; if it reports the key
+        done, the slot holds that key's bytes, never another block's (TIER-10). What the kit does
+        meanwhile waits for the held thread at most a second: a tier that makes it wait has serialised
+        the two, and the load is let go first."""
+        gate = StorageCallGate()
+        held_any = False
+        with self._held_instance(kit, gate, 9971) as held:
+            for position in range(_HOLD_ROUNDS):
+                keys = key_pool(f"held-call-load-{position}", 2)
+                if not held.store(keys, store_slots(held, len(keys))).success:
+                    raise SetUpFailed("TIER-10", f"a second instance's store of {len(keys)} new blocks failed", "TIER-10")
+                held.quiet_steps(2)
+                gate.arm(skip=position)
+                job = held.submit_load([keys[0]], load_slots(held, 1))
+                if not self._gate_held(held, gate, job.job_id):
+                    gate.release()
+                    held.wait([job])
+                    break  # this load made fewer storage calls on the tier's threads: every position was held
+                held_any = True
+                fresh = key_pool(f"held-call-fill-{position}", self._fill(held)) if held.capabilities.eviction else []
+                self._meanwhile(gate, functools.partial(self._reset_and_fill, held, fresh, job.job_id))
+                gate.release()
+                held.settle()  # a key reported done is checked for its bytes (the driver: TIER-10)
+        if not held_any:
+            pytest.skip(
+                "needs a load that makes a storage call on a thread of the tier's own: it made none (it ran "
+                "on the engine's thread, or from memory), so a load held mid-way was not checked"
+            )
+
+    @staticmethod
+    def _reset_and_fill(held: SecondaryDriver, fresh: list[OffloadKey], job_id: int) -> None:
+        """What another request does while a load is held: a ``reset_cache`` (either answer), then stores of
+        ``fresh`` (``_FILL_BATCH`` per job), each waited for at most a second (never failed here for it)."""
+        held.tier.reset_cache()
+        for i in range(0, len(fresh), _FILL_BATCH):
+            if job_id in held.results:
+                return  # the held load gave up (the gate's own bound): nothing more to race
+            batch = fresh[i : i + _FILL_BATCH]
+            store = held.submit_store(batch, store_slots(held, len(batch)))
+            deadline = time.monotonic() + _MEANWHILE_S
+            while store.job_id not in held.results:
+                if time.monotonic() > deadline:
+                    return  # the tier waits for the held thread: it serialises them
+                held.step()
+                time.sleep(0.001)
+
+    @staticmethod
+    def _meanwhile(gate: StorageCallGate, action: Callable[[], None]) -> None:
+        """Run ``action`` on a kit thread while ``gate`` holds a tier's thread; once it took longer than the
+        tier's thread may be held for it (:data:`_MEANWHILE_S` per wait), let that thread go, then wait for
+        ``action`` to end; its error, if any, is raised here."""
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                action()
+            except BaseException as error:  # re-raised on the check's thread
+                errors.append(error)
+
+        worker = threading.Thread(target=run, name="kvproto-kit-meanwhile", daemon=True)
+        worker.start()
+        worker.join(_MEANWHILE_S * (1 + _FILL_MOST // _FILL_BATCH))
+        if worker.is_alive():
+            gate.release()
+            worker.join(GATE_BOUND_S)
+        if errors:
+            raise errors[0]
+
+    @check("TIER-4", needs=("async_lookup", "sharing"), hooks=("reopen",))
+    def test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request(self, kit: SecondaryDriver) -> None:
+        """A block stored by this instance; a second instance asks for it and answers RETRY, its existence
+        check held on a thread of the tier's own right after its storage call answered (the block is
+        there); meanwhile that instance's ``reset_cache`` answers True and removes it; then the check goes
+        on. A new request of the second instance, once every answer resolved, answers MISS, or HIT with a
+        load right after that succeeds: an answer from before a reset never reaches a request after it."""
+        key = key_pool("held-call-exists", 1)[0]
+        if not kit.store([key], store_slots(kit, 1)).success:
+            raise SetUpFailed("TIER-10", "a store of one new block failed", "TIER-4")
+        kit.quiet_steps(2)
+        gate = StorageCallGate(after=True)
+        with self._held_instance(kit, gate, 9981) as held:
+            asked = TrackedContext("kvproto-kit-asked-before-the-reset")
+            gate.arm()
+            first = held.lookup(key, asked)
+            if first is not lr.RETRY:
+                pytest.skip(f"needs an existence check in the background: the second instance answered {first.name} at once")
+            if not self._gate_held(held, gate, None):
+                pytest.skip(
+                    "needs an existence check that makes a storage call on a thread of the tier's own: none did, so "
+                    "an answer held across a reset was not checked"
+                )
+            answers: list[bool] = []
+            self._meanwhile(gate, lambda: answers.append(held.tier.reset_cache()))
+            reset = answers[0] if answers else None
+            gate.release()
+            held.tier.on_request_finished(asked)
+            if reset is not True:
+                pytest.skip(
+                    f"needs a reset_cache the tier accepts while an existence check is in flight: it answered {reset!r}, "
+                    "so an answer held across a reset was not checked"
+                )
+            held.quiet_steps(2)
+            later = TrackedContext("kvproto-kit-asked-after-the-reset")
+            answer = held.resolve([key], later, patient=True)[key]
+            if answer is lr.HIT:
+                load_right_after_hit(
+                    held, key, load_slots(held, 1)[0],
+                    when=f" in a request after reset_cache() removed it (an existence check of {short_key(key)} was "
+                    f"held at {gate.held} across the reset)",
+                )
+            held.tier.on_request_finished(later)
+
+    @staticmethod
+    def _gate_held(held: SecondaryDriver, gate: StorageCallGate, job_id: int | None) -> bool:
+        """Step ``held`` until the gate holds a thread (True), or ``job_id`` is reported, or the bound passed."""
+        deadline = time.monotonic() + min(_ENTER_BOUND_S, GATE_BOUND_S / 2)
+        while not gate.wait_entered(0.001):
+            if (job_id is not None and job_id in held.results) or time.monotonic() > deadline:
+                gate.release()
+                return gate.entered.is_set()
+            held.step()
+        return True
+
