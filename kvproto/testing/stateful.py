@@ -160,12 +160,14 @@ class TierStateMachine(RuleBasedStateMachine):
                         "TIER-4", "a load submitted right after a HIT failed (the HIT was not readable)"
                     )
                 sure = self.certain_at_load.pop(job_id, frozenset())
-                # A job holding a key not surely stored may fail any of its others (CAP-4: whole, or,
-                # with partial_jobs, from its first missing key on, the rest untried, or whatever it
-                # reports): a failed key is no lost write there. Those keys stay certain: a later load
-                # must deliver them.
-                whole = all(k in sure for k in job.keys)
-                lost = [k for k in job.keys if k in self.certain and k not in ok] if whole else []
+                # A job holding a key not surely stored may fail whole (CAP-4, declared partial_jobs or
+                # not), or, reporting some keys done (partial_jobs), from its first such key on (a load
+                # may stop at its first missing key, the rest untried). Those keys stay certain: a later
+                # load must deliver them.
+                first_unsure = next((i for i, k in enumerate(job.keys) if k not in sure), len(job.keys))
+                whole = first_unsure == len(job.keys)
+                tried = job.keys if whole else job.keys[:first_unsure] if ok else ()
+                lost = [k for k in tried if k in self.certain and k not in ok]
                 if lost:
                     self._lost_write(f"key {short_key(lost[0])} was stored successfully but its load failed")
 

@@ -26,9 +26,9 @@ holds that instance to, and judges each observation as it is made:
   nowhere, and a load holding it may fail (whole, or from it on); every other block keeps its
   judgements: a delete of the damaged block that took its neighbour with it is a lost write.
 * **A certain block loads** (TIER-10): a load of keys stored for certain fails none of them unless the
-  storage was disturbed meanwhile. A load holding a key not stored for certain may fail any of its
-  others (whole, from that key on, or as a partial-jobs tier reports: CAP-4); they stay certain, and a
-  later load must deliver them.
+  storage was disturbed meanwhile. A load holding a key not stored for certain may fail whole (with
+  or without partial_jobs), or, reporting some keys done, from that key on (CAP-4); they stay certain,
+  and a later load must deliver them.
 * **Bytes are the key's** (TIER-10): judged by each instance's driver for every key a load reports done.
 
 The model only reads what the explorer tells it; it never calls a tier.
@@ -246,9 +246,10 @@ class SharedStorageModel:
                 f"same request{HELD_NOTE if pending.held else ''}, failed while no instance disturbed the storage "
                 "since the HIT: the HIT was not readable",
             )
-        # A job holding a key not surely stored may fail any of its others (CAP-4): judged only whole.
-        whole = all(k in pending.sure for k in keys)
-        lost = [k for k in keys if k not in done and k in self.certain.get(instance, ())] if whole else []
+        # A job holding a key not surely stored may fail whole, or, reporting some keys done, from that key on (CAP-4).
+        first_unsure = next((i for i, k in enumerate(keys) if k not in pending.sure), len(keys))
+        tried = keys if first_unsure == len(keys) else keys[:first_unsure] if done else ()
+        lost = [k for k in tried if k not in done and k in self.certain.get(instance, ())]
         if lost and not self.caps.eviction:
             raise ConformanceFailure(
                 "TIER-10",

@@ -73,6 +73,17 @@ def _kit_thread(thread: threading.Thread) -> bool:
     return thread is threading.main_thread() or thread.name.startswith("kvproto-kit")
 
 
+_PLUMBING = tuple(
+    os.path.join(os.path.dirname(os.__file__), name) for name in ("asyncio", "logging", "selectors.py", "concurrent")
+)
+"""Standard-library modules whose own calls are plumbing, not storage: an event loop's wake-up socket,
+a log handler's file, an executor's queue."""
+
+
+def _plumbing(frame: FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(_PLUMBING)
+
+
 class StorageCallGate:
     """Holds the first storage call (see the module docstring) a tier's own thread makes once armed.
 
@@ -87,6 +98,7 @@ class StorageCallGate:
         self.held: str | None = None
         """``"<thread name>: <call>"`` of the thread held (or that was), once one was."""
         self._armed = False
+        self._closed = False
         self._skip = 0
         self._go = threading.Event()
         self._lock = threading.Lock()
@@ -95,8 +107,8 @@ class StorageCallGate:
     def arm(self, skip: int = 0) -> None:
         """Hold a storage call of a tier's thread: the next one, or the one after ``skip`` more went by."""
         with self._lock:
-            self.entered.clear()
-            self._go.clear()
+            self.entered = threading.Event()  # new events: a thread let go by an earlier round is not held again
+            self._go = threading.Event()
             self.held = None
             self._skip = skip
             self._armed = True
@@ -106,11 +118,22 @@ class StorageCallGate:
         """Whether the next storage call of a tier's thread will be held."""
         return self._armed
 
+    @property
+    def released(self) -> bool:
+        """Whether the check let go of the thread held (or of the hold it armed) since the last :meth:`arm`."""
+        return self._go.is_set()
+
     def release(self) -> None:
         """Let the held thread go on (and hold no other)."""
         with self._lock:
             self._armed = False
-        self._go.set()
+            go = self._go
+        go.set()
+
+    def close(self) -> None:
+        """Release, and have each profiled thread that calls again drop the profile function (no cost left)."""
+        self._closed = True
+        self.release()
 
     def wait_entered(self, timeout_s: float) -> bool:
         """Whether a thread is held (or was), waiting up to ``timeout_s``."""
@@ -118,10 +141,13 @@ class StorageCallGate:
 
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
         """The profile function (:func:`threading.setprofile`) of every thread started while installed."""
+        if self._closed:
+            sys.setprofile(None)  # this thread outlived the check: it stops paying for the gate
+            return
         if event != self._event or not self.armed:
             return
         call = _storage_call(arg)
-        if call is None:
+        if call is None or _plumbing(frame):
             return
         thread = threading.current_thread()
         if _kit_thread(thread):
@@ -134,17 +160,20 @@ class StorageCallGate:
                 return
             self._armed = False
             self.held = f"{thread.name}: {call}"
-        self.entered.set()
-        self._go.wait(GATE_BOUND_S)
+            entered, go = self.entered, self._go
+        entered.set()
+        go.wait(GATE_BOUND_S)
 
 
 @contextmanager
 def storage_calls_gated(gate: StorageCallGate) -> Iterator[StorageCallGate]:
     """Install ``gate`` for every thread started inside the block (build the instance to hold inside
-    it); on the way out the gate is released and no thread started later sees it."""
+    it); on the way out the gate is closed (each thread it profiled drops it at its next call), and threads
+    started later get the profile function installed before."""
+    before = threading.getprofile()
     threading.setprofile(gate.profile)
     try:
         yield gate
     finally:
-        threading.setprofile(None)
-        gate.release()
+        threading.setprofile(before)
+        gate.close()

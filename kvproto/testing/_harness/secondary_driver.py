@@ -131,6 +131,13 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             self.armed_jobs[job.job_id] = "fail_next_jobs"
         return job
 
+    def restart_bounds(self, job_ids: Iterable[int]) -> None:
+        """Count the job bounds (TIER-11) of ``job_ids`` from now: the kit held the tier's thread doing
+        them (a storage-call gate), so the steps and seconds that took are the kit's, not the tier's."""
+        for job_id in job_ids:
+            if job_id in self._submitted_at:
+                self._submitted_at[job_id] = (self.steps, time.monotonic())
+
     # ---- what the kit armed a backdoor hook for (KIT-5) ------------------------------------
     def arm_failing_jobs(self, n: int) -> None:
         """The kit called ``fail_next_jobs(tier, n)``: the next ``n`` jobs submitted must fail whole

@@ -68,9 +68,12 @@ class SecondaryHeldCallChecks(SecondaryRole):
                 held.shutdown()
 
     def _fill(self, driver: SecondaryDriver) -> int:
-        """How many new blocks to store so that an evicting tier drops every block it held: its budget
-        (a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook) and 8 more, at most 128."""
+        """How many new blocks to store after the reset: one batch (a tier reusing what the reset freed);
+        for an evicting tier, so that it drops every block it held: its budget (a BlobTier's
+        ``max_bytes``, the ``capacity_blocks`` hook) and 8 more, at most 128."""
         tier = driver.tier
+        if not driver.capabilities.eviction:
+            return _FILL_BATCH
         if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
             room = tier.blob_config.max_bytes // (env.HEADER_BYTES + driver.block_bytes)
         elif not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
@@ -104,9 +107,9 @@ class SecondaryHeldCallChecks(SecondaryRole):
                     held.wait([job])
                     break  # this load made fewer storage calls on the tier's threads: every position was held
                 held_any = True
-                fresh = key_pool(f"held-call-fill-{position}", self._fill(held)) if held.capabilities.eviction else []
-                self._meanwhile(gate, functools.partial(self._reset_and_fill, held, fresh, job.job_id))
-                gate.release()
+                fresh = key_pool(f"held-call-fill-{position}", self._fill(held))
+                self._meanwhile(gate, functools.partial(self._reset_and_fill, held, fresh, job.job_id, gate=gate))
+                held.restart_bounds(held.pending())  # the time the kit held them is not the tier's (TIER-11)
                 held.settle()  # a key reported done is checked for its bytes (the driver: TIER-10)
         if not held_any:
             pytest.skip(
@@ -115,41 +118,53 @@ class SecondaryHeldCallChecks(SecondaryRole):
             )
 
     @staticmethod
-    def _reset_and_fill(held: SecondaryDriver, fresh: list[OffloadKey], job_id: int) -> None:
+    def _reset_and_fill(
+        held: SecondaryDriver, fresh: list[OffloadKey], job_id: int, progress: list[float], gate: StorageCallGate
+    ) -> None:
         """What another request does while a load is held: a ``reset_cache`` (either answer), then stores of
-        ``fresh`` (``_FILL_BATCH`` per job), each waited for at most a second (never failed here for it)."""
+        ``fresh`` (``_FILL_BATCH`` per job); ``progress`` holds when the last of them ended. Once the
+        gate let the held thread go, the stores are left to finish (the check waits for them)."""
         held.tier.reset_cache()
+        progress[0] = time.monotonic()
         for i in range(0, len(fresh), _FILL_BATCH):
-            if job_id in held.results:
-                return  # the held load gave up (the gate's own bound): nothing more to race
+            if job_id in held.results or not gate.entered.is_set() or gate.released:
+                return  # the held load went on: nothing more to race
             batch = fresh[i : i + _FILL_BATCH]
             store = held.submit_store(batch, store_slots(held, len(batch)))
-            deadline = time.monotonic() + _MEANWHILE_S
-            while store.job_id not in held.results:
-                if time.monotonic() > deadline:
-                    return  # the tier waits for the held thread: it serialises them
+            while store.job_id not in held.results and not gate.released:
                 held.step()
                 time.sleep(0.001)
+            progress[0] = time.monotonic()
 
     @staticmethod
-    def _meanwhile(gate: StorageCallGate, action: Callable[[], None]) -> None:
-        """Run ``action`` on a kit thread while ``gate`` holds a tier's thread; once it took longer than the
-        tier's thread may be held for it (:data:`_MEANWHILE_S` per wait), let that thread go, then wait for
-        ``action`` to end; its error, if any, is raised here."""
+    def _meanwhile(gate: StorageCallGate, action: Callable[[list[float]], None]) -> None:
+        """Run ``action(progress)`` on a kit thread while ``gate`` holds a tier's thread. Once what it
+        waits for took :data:`_MEANWHILE_S` without ending (the tier waits for the held thread: it
+        serialises the two), the held thread is let go; then the check waits for ``action`` to end, and
+        raises its error, if any. An action still running :data:`GATE_BOUND_S` after that is an error
+        of the check's set-up (the tier's ``reset_cache`` or ``submit_store`` did not return)."""
         errors: list[BaseException] = []
+        progress = [time.monotonic()]
 
         def run() -> None:
             try:
-                action()
+                action(progress)
             except BaseException as error:  # re-raised on the check's thread
                 errors.append(error)
 
         worker = threading.Thread(target=run, name="kvproto-kit-meanwhile", daemon=True)
         worker.start()
-        worker.join(_MEANWHILE_S * (1 + _FILL_MOST // _FILL_BATCH))
+        while worker.is_alive() and not gate.released:
+            worker.join(0.01)
+            if time.monotonic() - progress[0] > _MEANWHILE_S:
+                gate.release()
+        gate.release()
+        worker.join(GATE_BOUND_S)
         if worker.is_alive():
-            gate.release()
-            worker.join(GATE_BOUND_S)
+            raise SetUpFailed(
+                "TIER-16", f"a reset_cache or store did not return within {GATE_BOUND_S:g} s after the kit let the "
+                "tier's held thread go", "TIER-10",
+            )
         if errors:
             raise errors[0]
 
@@ -177,7 +192,7 @@ class SecondaryHeldCallChecks(SecondaryRole):
                     "an answer held across a reset was not checked"
                 )
             answers: list[bool] = []
-            self._meanwhile(gate, lambda: answers.append(held.tier.reset_cache()))
+            self._meanwhile(gate, lambda progress: answers.append(held.tier.reset_cache()))
             reset = answers[0] if answers else None
             gate.release()
             held.tier.on_request_finished(asked)
