@@ -17,6 +17,7 @@ hold: the check says it was not checked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -63,9 +64,13 @@ class SecondaryHeldCallChecks(SecondaryRole):
             try:
                 held.wait_started()
                 yield held
-            finally:
+            except BaseException:
                 gate.release()
-                held.shutdown()
+                with contextlib.suppress(Exception):  # the check's first finding stands, not what shutdown adds
+                    held.shutdown()
+                raise
+            gate.release()
+            held.shutdown()
 
     def _fill(self, driver: SecondaryDriver) -> int:
         """How many new blocks to store after the reset: one batch (a tier reusing what the reset freed);
