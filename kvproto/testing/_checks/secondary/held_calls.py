@@ -92,11 +92,11 @@ class SecondaryHeldCallChecks(SecondaryRole):
         """A second instance stores two blocks, then loads one; the load's first, second, third... storage
         call on a thread of the tier's own (one per round, up to 4 rounds, until a load makes no more) is
         held there (before the call) while that instance's ``reset_cache`` runs (its answer either way)
-        and, where it declares eviction, it stores its budget's worth of new blocks and 8 more (the held
-        block evicted, its place reused); then the load goes on. It may fail; if it reports the key
-        done, the slot holds that key's bytes, never another block's (TIER-10). What the kit does
-        meanwhile waits for the held thread at most a second: a tier that makes it wait has serialised
-        the two, and the load is let go first."""
+        and it stores new blocks: one batch of 8, or, where it declares eviction, its budget's worth and 8
+        more (the held block evicted, its place reused); then the load goes on. It may fail; if it reports
+        the key done, the slot holds that key's bytes, never another block's (TIER-10). Once what the kit
+        does meanwhile has waited a second on the held thread (the tier serialises the two), the load is
+        let go first."""
         gate = StorageCallGate()
         held_any = False
         with self._held_instance(kit, gate, 9971) as held:
@@ -132,7 +132,7 @@ class SecondaryHeldCallChecks(SecondaryRole):
         held.tier.reset_cache()
         progress[0] = time.monotonic()
         for i in range(0, len(fresh), _FILL_BATCH):
-            if job_id in held.results or not gate.entered.is_set() or gate.released:
+            if job_id in held.results or gate.released:
                 return  # the held load went on: nothing more to race
             batch = fresh[i : i + _FILL_BATCH]
             store = held.submit_store(batch, store_slots(held, len(batch)))
