@@ -3,7 +3,8 @@ check (TIER-24). The check's judgement lives in :mod:`kvproto.testing._checks.se
 
 The child is forked (POSIX): it inherits the check's objects, builds its own tier instance over
 the same storage (the ``reopen`` hook), and reports over a pipe, one line each: ``R`` once ready,
-``A <index>`` for each key whose store job reported it stored, ``D`` when done (its tier shut down),
+``A <index>`` for each key whose store job reported it stored, ``W <count>`` for the storage writes it
+counted (:class:`~kvproto.testing._faults.kills.StorageWriteKills`), ``D`` when done (its tier shut down),
 ``F <clause>\\t<detail>`` for a conformance failure in it, ``E <error>`` for anything else. The parent
 reads with a bound and kills; every wait is for a line or the child's end, never a fixed time.
 """
@@ -85,6 +86,10 @@ class Child:
     def acked(self) -> list[int]:
         """The indices of the keys the child said were stored."""
         return [int(line[2:]) for line in self.lines if line.startswith("A ")]
+
+    def writes(self) -> int:
+        """How many storage writes the child said it made (its ``W <count>`` line; 0 without one)."""
+        return next((int(line[2:]) for line in self.lines if line.startswith("W ")), 0)
 
     def failure(self) -> str | None:
         """The child's own failure line (``F ...`` or ``E ...``), if it sent one."""

@@ -26,6 +26,7 @@ from tests.kvproto.testing.gallery_files import FILES_GALLERY
 from tests.kvproto.testing.gallery_hits import HITS_GALLERY
 from tests.kvproto.testing.gallery_io import IO_GALLERY
 from tests.kvproto.testing.gallery_locks import LOCKS_GALLERY
+from tests.kvproto.testing.gallery_log_tier import LOG_GALLERY
 from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
@@ -38,7 +39,7 @@ __all__ = ["GALLERY", "Expected"]
 GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
-    **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY,
+    **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -47,4 +48,5 @@ what the fs tier's fallbacks handle (gallery_files.py), faults and request plans
 tier's backend (gallery_store.py), where a tier writes and what its fault paths raise (gallery_namespace.py),
 bugs only the explorer's stories reach (gallery_explore.py), threads that take two locks in both orders
 (gallery_locks.py), tiers written from scratch whose races only a storage call held on their own thread
-reaches (gallery_slab_tier.py, gallery_async_dir_tier.py: held-out round 6)."""
+reaches (gallery_slab_tier.py, gallery_async_dir_tier.py: held-out round 6), and one whose torn tail only a
+kill inside a write leaves (gallery_log_tier.py, round 6)."""

@@ -89,7 +89,7 @@ class SlabTier:
         if type(capacity_blocks) is not int or capacity_blocks < 1:
             raise ConfigurationError(f"SlabTier: capacity_blocks must be an int >= 1, got {capacity_blocks!r}")
         self._name = name
-        self._slots, self._bb = buffer.shape  # type: ignore[misc]
+        self._slots, self._bb = buffer.shape  # type: ignore[misc]  # a 2-D view's shape: two ints (checked above)
         self._rows = buffer.cast("B")
         self.root = Path(root)
         self.dir = self.root / env.namespace_id(env.namespace_manifest(self._bb, layout or {})).hex()

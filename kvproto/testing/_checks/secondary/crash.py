@@ -22,6 +22,7 @@ from kvproto import EventKind, members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots, store_again, store_slots
+from kvproto.testing._faults.kills import StorageWriteKills
 from kvproto.testing._faults.probes import KitBackend, faulty_backend_of
 from kvproto.testing._harness.crash import Child, kill_self
 from kvproto.testing._harness.data import key_pool, make_buffer
@@ -30,10 +31,14 @@ from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
-__all__ = ["CRASH_SEED", "RANDOM_KILLS", "SecondaryCrashChecks"]
+__all__ = ["CRASH_SEED", "RANDOM_KILLS", "WRITE_KILLS", "SecondaryCrashChecks"]
 
 RANDOM_KILLS = 3
 """Kills at seeded random moments per check (after the declared and the kit's points)."""
+
+WRITE_KILLS = 4
+"""Kills at seeded storage writes of the writer process per check (:class:`StorageWriteKills`: right before
+the n-th, or halfway through it where it is an ``os.write`` or ``os.pwrite``), of as many as a clean run made."""
 
 CRASH_SEED = 2417
 """The seed of those moments: the same kills, so the same verdict, every run."""
@@ -84,9 +89,10 @@ class SecondaryCrashChecks(SecondaryRole):
         kit.shutdown()
         template = kit.tier
         clean = key_pool("crash-clean", _KEYS_PER_ROUND)
-        child = self._writer(kit, template, clean, None)
+        child = self._writer(kit, template, clean, None, kills=StorageWriteKills(None))
         child.read_until(lambda lines: False)
         child.reap()
+        writes = child.writes()
         trouble = child.failure()
         if trouble is not None:
             pytest.skip(
@@ -132,14 +138,32 @@ class SecondaryCrashChecks(SecondaryRole):
                 self._child_failed(child, "before the kit killed it")
             how = f"at a random moment (after {acks} acknowledged blocks and {pause * 1000:.1f} ms; seed {CRASH_SEED})"
             self._after_crash(kit, template, keys, child.acked(), f"killed {how}", short=short)
+        points = random.Random(CRASH_SEED + 1)  # apart from the moments': those stay as they were
+        for number, nth in enumerate(sorted(points.sample(range(1, writes + 1), min(WRITE_KILLS, writes)))):
+            keys = key_pool(f"crash-write-{number}", _KEYS_PER_ROUND)
+            child = self._writer(kit, template, keys, None, kills=StorageWriteKills(nth))
+            child.read_until(lambda lines: False)
+            how = (f"at its storage write {nth} of the {writes} a clean run made (right before it, or halfway through "
+                   f"an os.write or os.pwrite; seed {CRASH_SEED + 1})")
+            if child.killed():
+                how = f"killed {how}"
+            else:
+                self._child_failed(child, how)
+                how = f"let run to its end (it made fewer than {nth} storage writes this time)"
+            self._after_crash(kit, template, keys, child.acked(), how, short=short)
 
     # ---- the child's side ----------------------------------------------------------------
-    def _writer(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], arm: Arm | None) -> Child:
+    def _writer(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], arm: Arm | None,
+                *, kills: StorageWriteKills | None = None) -> Child:
         """A child process storing ``keys`` in a new instance over ``template``'s storage: ``_BATCH`` per job,
-        or one per job when ``arm`` sets a kill point (so the block cut short is the same every run)."""
+        or one per job when ``arm`` sets a kill point (so the block cut short is the same every run).
+        ``kills``: installed in the child before its instance is built; it says how many storage writes the
+        child made (``W <count>``) before its end."""
         caps, limits = kit.capabilities, kit.limits
 
         def run(say: Callable[[str], None]) -> None:
+            if kills is not None:
+                kills.install()
             buffer = make_buffer(self.num_slots, self.block_bytes)
             writer = SecondaryDriver(self.reopen(template, buffer), buffer, caps, limits, first_job_id=30_001)
             if arm is not None:
@@ -154,6 +178,8 @@ class SecondaryCrashChecks(SecondaryRole):
                     if key in done:
                         say(f"A {keys.index(key)}")
             writer.shutdown()
+            if kills is not None:
+                say(f"W {kills.count}")
 
         return Child(run)
 
@@ -231,9 +257,30 @@ class SecondaryCrashChecks(SecondaryRole):
                             ": a crashed writer's leftovers must never block a later store of the same key")
             other.expect(other.resolve(keys), lr.HIT, "TIER-24", f"stored again after their writer was {how}")
             self._load_all(other, list(keys), f"was stored again after its writer was {how}")
-            self._empty_for_the_next_round(other)
         finally:
             other.shutdown()
+        self._after_restart(kit, template, keys, how)
+
+    def _after_restart(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], how: str) -> None:
+        """The instance that stored ``keys`` again after a crash shut down cleanly: the next one still holds
+        every one of them, and each loads its bytes (what the crash left behind, a torn tail its restart
+        skipped, must not swallow the stores made after it)."""
+        again = self._reopened(kit, template)
+        try:
+            answers = again.resolve(keys)
+            lost = [k for k in keys if answers[k] is not lr.HIT]
+            if lost:
+                raise ConformanceFailure(
+                    "TIER-24",
+                    f"{len(lost)} of {len(keys)} block(s) stored again (and reported stored) after their writer was "
+                    f"{how} answer {answers[lost[0]].name} once that instance shut down cleanly and a new one started "
+                    f"(first {short_key(lost[0])}): with persistence declared, a reported store outlives a restart, "
+                    "whatever an earlier crash left in the storage",
+                )
+            self._load_all(again, list(keys), f"was stored again after its writer was {how}, then the tier restarted")
+            self._empty_for_the_next_round(again)
+        finally:
+            again.shutdown()
 
     def _evicting_after_crash(self, other: SecondaryDriver, keys: Sequence[OffloadKey], how: str) -> None:
         """:meth:`_after_crash` for a tier declaring eviction: each batch looked up, its HITs loaded at once;
