@@ -57,11 +57,14 @@ class BlobBackend(Protocol):
     """
 
     def prepare(self, namespace: str) -> None:
-        """Make ``namespace`` ready for use (directories, orphan sweeps); called once, before any other I/O.
+        """Make ``namespace`` ready for use (directories, orphan sweeps): no job's store or load starts
+        before it returned (TIERKIT-1).
 
         Runs on the engine's housekeeping thread at start-up (and again after
-        :meth:`clear`). May be slow. An exception is logged; the tier still
-        starts (its I/O will fail and be reported as failed jobs).
+        :meth:`clear`; the jobs submitted after that reset wait for it too). May be slow:
+        a job waits for it until its deadline (``job_timeout_s``), or 30 s without one, then
+        starts anyway. Existence checks (:meth:`sizes`) may run meanwhile. An exception is
+        logged; the tier still starts (its I/O will fail and be reported as failed jobs).
         """
         ...
 

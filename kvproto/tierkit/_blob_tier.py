@@ -54,6 +54,9 @@ __all__ = ["BlobTier"]
 
 _log = logging.getLogger("kvproto.tierkit")
 
+PREPARE_WAIT_S = 30.0
+"""How long a job without a deadline waits for the backend's prepare before it starts anyway."""
+
 
 def _backend_faces(
     backend: BlobBackend | AsyncBlobBackend, wrap: Callable[[BlobBackend], BlobBackend] | None, name: str,
@@ -146,6 +149,8 @@ class BlobTier:
         self._closed = False
         self._generation = 0  # bumped by reset_cache: a scan of an older generation adds nothing
         self._scan_done = threading.Event()
+        self._prepared = threading.Condition()  # notified when a generation's prepare ended
+        self._prepared_to = -1  # the newest generation whose prepare ended (done or failed): jobs start after it
         self._complete = False  # private mode and the scan is over: the index is the whole answer (hot path)
         self._stop = threading.Event()
         self._write_bound = asyncio.Semaphore(config.write_threads)  # used on the loop only
@@ -324,7 +329,7 @@ class BlobTier:
         try:
             self._housekeeping().submit(self._prepare, generation)
         except RuntimeError:
-            pass  # shut down: nothing more will be stored
+            self._note_prepared(generation)  # shut down: nothing more will be stored, nothing waits
         if not self._shared:
             self._scan_done.set()  # nothing left to find
             self._complete = True
@@ -347,6 +352,8 @@ class BlobTier:
             self._closed = True
             self._dispatcher.close_soon()  # under the lock: after every job posted, before any refused
         self._stop.set()
+        with self._prepared:
+            self._prepared.notify_all()  # a job waiting for a prepare starts now (and is refused)
         self._dispatcher.close()  # every job handed over is started
         self._writers.shutdown(wait=True)
         self._readers.shutdown(wait=True)
@@ -495,8 +502,27 @@ class BlobTier:
             self._running[job_id] = future
             if self._closed:
                 failed_outcome(job, since, KeyVerdict.REFUSED, future)
-            else:
-                self._dispatcher.post(partial(start_job, launch, job, since, future))  # closed under this lock
+            else:  # its I/O starts once the backend's prepare of this generation ended (TIERKIT-1)
+                self._dispatcher.post(partial(self._once_prepared, self._generation, deadline,
+                                              partial(start_job, launch, job, since, future)))  # closed under this lock
+
+    def _once_prepared(self, generation: int, deadline: float | None, start: Callable[[], object]) -> None:
+        """Dispatcher's thread: ``start`` a job once the backend's prepare of ``generation`` (at start-up, or
+        after the reset before it) has ended, as :meth:`BlobBackend.prepare` promises: no job's I/O races
+        it (a sweep of a crashed writer's temporary files would take a live writer's). Waits at most until
+        the job's deadline (or :data:`PREPARE_WAIT_S`); after that, or at shutdown, it starts anyway (its
+        I/O then fails or is refused as it would have)."""
+        if self._prepared_to < generation:
+            bound = PREPARE_WAIT_S if deadline is None else max(0.0, deadline - time.monotonic())
+            with self._prepared:
+                self._prepared.wait_for(lambda: self._prepared_to >= generation or self._stop.is_set(), bound)
+        start()
+
+    def _note_prepared(self, generation: int) -> None:
+        """The prepare of ``generation`` ended (done, failed or skipped as stale): jobs of it may start."""
+        with self._prepared:
+            self._prepared_to = max(self._prepared_to, generation)
+            self._prepared.notify_all()
 
     def _distrust(self) -> None:
         """Scheduler's thread (a load's report): every index stamp until now stops vouching (TIERKIT-10)."""
@@ -576,14 +602,18 @@ class BlobTier:
                 self._ops.delete(key, damaged=False)
 
     def _prepare(self, generation: int) -> None:
-        """Housekeeping thread: let the backend prepare the namespace; write its manifest."""
-        with self._lock:
-            if generation != self._generation:
-                return
-        ns = self._ops.namespace_hex
-        self.backend.prepare(ns)
-        body = (json.dumps(self.manifest, sort_keys=True, indent=2) + "\n").encode()
-        self.backend.publish(f"{ns}/manifest.json", (memoryview(body),), len(body))
+        """Housekeeping thread: let the backend prepare the namespace; write its manifest. The jobs of
+        ``generation`` start once this ended, however it ended (:meth:`_once_prepared`)."""
+        try:
+            with self._lock:
+                if generation != self._generation:
+                    return
+            ns = self._ops.namespace_hex
+            self.backend.prepare(ns)
+            body = (json.dumps(self.manifest, sort_keys=True, indent=2) + "\n").encode()
+            self.backend.publish(f"{ns}/manifest.json", (memoryview(body),), len(body))
+        finally:
+            self._note_prepared(generation)
 
     def _start_up(self, generation: int) -> None:
         """Housekeeping thread: prepare, then (private mode) the restart scan (TIERKIT-1)."""
