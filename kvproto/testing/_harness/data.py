@@ -14,12 +14,14 @@ __all__ = ["block_for", "differing_bytes", "key_pool", "make_buffer", "row", "se
 _TAG_BYTES = 32  # the key's own bytes at each end of a sparse block
 
 
-def block_for(key: bytes, block_bytes: int) -> bytes:
+def block_for(key: bytes, block_bytes: int, era: int = 0) -> bytes:
     """The bytes the kit stores under ``key``: a function of the key, so a load
     that returns another key's bytes is always detectable. One key in four holds a sparse block, as
     an engine's padding blocks are: zeros between 32 bytes of its own at each end, so a tier that
-    compresses (or deduplicates) meets blocks that shrink; the others hold bytes that do not."""
-    digest = hashlib.shake_256(b"kvproto-kit-block:" + key)
+    compresses (or deduplicates) meets blocks that shrink; the others hold bytes that do not.
+    ``era``: the same key stored again after a ``reset_cache`` (new weights: the same tokens, other
+    KV bytes) holds other bytes in each era; era 0 is every check's but the one storing anew."""
+    digest = hashlib.shake_256(b"kvproto-kit-block:" + key + (b"" if not era else b"#era" + era.to_bytes(4, "big")))
     if digest.digest(1)[0] & 3 or block_bytes <= 4 * _TAG_BYTES:
         return digest.digest(block_bytes)
     tag = digest.digest(2 * _TAG_BYTES)

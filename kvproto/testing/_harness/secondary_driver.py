@@ -72,6 +72,8 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
         self.another_build: Callable[[memoryview], SecondaryTier] | None = None
         # The keys the last resolve saw answer MISS only once the declared max_retry_steps had passed.
         self.deadline_misses: set[OffloadKey] = set()
+        # TIER-16: keys stored again with new bytes after a reset (new_era); absent: era 0.
+        self.eras: dict[OffloadKey, int] = {}
         # What each slot must hold; None while a load job targets it or after a failed load.
         self._shadow: list[bytes | None] = []
         for slot in range(self.num_slots):
@@ -86,7 +88,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
 
     def put_block(self, slot: int, key: OffloadKey) -> None:
         """Write ``key``'s bytes into ``slot``, as the device -> CPU copy would."""
-        data = block_for(key, self.block_bytes)
+        data = self.block_of(key)
         row(self.buffer, slot)[:] = data
         self._shadow[slot] = data
 
@@ -279,7 +281,7 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             if key not in done:
                 self._shadow[slot] = None  # a failed load may leave anything in its slot
                 continue
-            want = block_for(key, self.block_bytes)
+            want = self.block_of(key)
             got = self.slot_bytes(slot)
             self._shadow[slot] = got  # what it holds now; judged below
             if got != want and wrong is None:
@@ -288,9 +290,23 @@ class SecondaryDriver(TierDriver[SecondaryTier]):
             key, slot, got = wrong
             raise ConformanceFailure("TIER-10", self._diagnose(job, key, slot, got))
 
+    def block_of(self, key: OffloadKey) -> bytes:
+        """The bytes the kit stores under ``key`` now: :func:`block_for` of its era (:meth:`new_era`)."""
+        return block_for(key, self.block_bytes, self.eras.get(key, 0))
+
+    def new_era(self, keys: Sequence[OffloadKey]) -> None:
+        """From now on ``keys`` are stored (and must load) with other bytes than before: the same keys
+        stored again after a ``reset_cache``, as after a weight update (TIER-16)."""
+        for key in keys:
+            self.eras[key] = self.eras.get(key, 0) + 1
+
     def _diagnose(self, job: TransferJob, key: OffloadKey, slot: int, got: bytes) -> str:
-        want = block_for(key, self.block_bytes)
+        want = self.block_of(key)
         head = f"load job {job.job_id} reported key {short_key(key)} done, but slot {slot}"
+        era = self.eras.get(key, 0)
+        if era and any(got == block_for(key, self.block_bytes, before) for before in range(era)):
+            return (f"{head} holds the bytes stored under that key before a reset_cache; the key was stored "
+                    "again with new bytes since")
         # A slot holding the key's bytes counts only where the kit did not put them itself.
         elsewhere = next(
             (

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from tests.kvproto.testing.gallery import GALLERY as _MEMORY
 from tests.kvproto.testing.gallery_async_dir_tier import ASYNC_DIR_GALLERY
+from tests.kvproto.testing.gallery_cached_dir_tier import CACHED_DIR_GALLERY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
 from tests.kvproto.testing.gallery_explore import EXPLORE_GALLERY
@@ -30,6 +31,7 @@ from tests.kvproto.testing.gallery_log_tier import LOG_GALLERY
 from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
+from tests.kvproto.testing.gallery_scrubbing_primary import SCRUBBING_GALLERY
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
 from tests.kvproto.testing.gallery_slab_tier import SLAB_GALLERY
 from tests.kvproto.testing.gallery_store import STORE_GALLERY
@@ -40,6 +42,7 @@ GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
     **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
+    **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -49,4 +52,6 @@ tier's backend (gallery_store.py), where a tier writes and what its fault paths 
 bugs only the explorer's stories reach (gallery_explore.py), threads that take two locks in both orders
 (gallery_locks.py), tiers written from scratch whose races only a storage call held on their own thread
 reaches (gallery_slab_tier.py, gallery_async_dir_tier.py: held-out round 6), and one whose torn tail only a
-kill inside a write leaves (gallery_log_tier.py, round 6)."""
+kill inside a write leaves (gallery_log_tier.py, round 6), and a read cache a reset leaves behind
+(gallery_cached_dir_tier.py, round 7) and a primary whose refused reset scrubs its rows anyway
+(gallery_scrubbing_primary.py, round 7)."""

@@ -311,16 +311,31 @@ class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChec
 
     @check("TIER-16")
     def test_reset_cache_with_pins_held(self, kit: PrimaryDriver) -> None:
-        """reset_cache while a block is pinned (a load in flight) answers False and changes nothing."""
+        """reset_cache while a block is pinned (a load in flight) answers False and changes nothing: every
+        block still answers HIT, the pinned slot still holds its bytes for the load in flight, and the
+        others load theirs (a refused reset that scrubbed the rows anyway is caught here)."""
         keys = key_pool("p-reset-pin", 3)
         kit.store(keys)
-        kit.load(keys[:1])
+        (pinned,) = kit.load(keys[:1])
         answer: object = kit.tier.reset_cache()
         if answer is not False:
             raise ConformanceFailure(
                 "TIER-16", f"reset_cache with a pin held answered {answer!r}; a load is in flight, so it must be False"
             )
         kit.expect(keys, lr.HIT, "TIER-16", "after reset_cache refused")
+        if bytes(row(kit.buffer, pinned)) != block_for(keys[0], kit.block_bytes):
+            raise ConformanceFailure(
+                "TIER-16", f"after reset_cache refused (a load in flight), slot {pinned}, pinned by that load, no longer "
+                f"holds the bytes of {short_key(keys[0])}: a refused reset changes nothing",
+            )
+        try:
+            kit.load(keys[1:])
+        except ConformanceFailure as failure:
+            if failure.clause != "TIER-8":
+                raise
+            raise ConformanceFailure("TIER-16", f"after reset_cache refused: {failure.detail}; a refused reset "
+                                     "changes nothing") from failure
+        kit.tier.complete_load(keys[1:])
         kit.tier.complete_load(keys[:1])
         if kit.tier.reset_cache() is not True:
             raise ConformanceFailure("TIER-16", "reset_cache with every pin released did not answer True")
