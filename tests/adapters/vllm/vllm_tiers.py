@@ -18,7 +18,9 @@ from vllm.v1.kv_offload.tiering.fs.manager import FileSystemTierManager
 if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
-__all__ = ["BufferedFileSystemTier", "CopyingDictTier", "FailsWholeOnAMissingKey", "StopsAtFirstMissingKey"]
+__all__ = [
+    "BufferedFileSystemTier", "CopyingDictTier", "FailsWholeOnAMissingKey", "ForgetsAFailedPromotion", "StopsAtFirstMissingKey",
+]
 
 
 class CopyingDictTier(vtier.SecondaryTierManager):
@@ -132,3 +134,57 @@ class BufferedFileSystemTier(FileSystemTierManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._use_o_direct = False
+
+
+class ForgetsAFailedPromotion(CopyingDictTier):
+    """Correct under vLLM (held-out round 7: the kit blamed such a tier on TIER-10 as a lost write): a store
+    lands at the next poll (as where a tier's writes run on its own threads), and a key whose promotion
+    failed is forgotten when that failure is reported (its bytes are gone or damaged: never HIT again).
+    A promotion of a key racing its own store would fail and then forget the block the store just
+    landed; vLLM's manager never starts one (it keeps a key being stored pinned in CPU memory, and
+    promotes only keys its lookup answered HIT), and neither does the kit through the bridge (VLLM-9)."""
+
+    def __init__(
+        self,
+        offloading_spec: vbase.OffloadingSpec,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        backpressure_detector: BackpressureDetector | None = None,
+        **unused: Any,
+    ) -> None:
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self._landing: list[tuple[vtier.JobResult, dict[vbase.OffloadKey, bytes], list[vbase.OffloadKey]]] = []
+
+    def submit_store(self, job_metadata: vtier.TransferJob) -> None:
+        blocks = {key: bytes(self._flat[row]) for key, row in self._rows(job_metadata)}
+        size = len(job_metadata.keys) * self._row
+        self._landing.append((vtier.JobResult(job_metadata.job_id, True, transfer_time=1e-9, transfer_bytes=size),
+                              blocks, []))
+
+    def submit_load(self, job_metadata: vtier.TransferJob) -> None:
+        loaded: list[vbase.OffloadKey] = []
+        failed: list[vbase.OffloadKey] = []
+        for key, row in self._rows(job_metadata):
+            data = self._blocks.get(key)
+            if data is None:
+                failed.append(key)
+                continue
+            self._flat[row] = data
+            loaded.append(key)
+        ok = not failed
+        result = vtier.JobResult(job_metadata.job_id, ok, successful_keys=None if ok else loaded,
+                                 transfer_time=1e-9, transfer_bytes=len(loaded) * self._row)
+        self._landing.append((result, {}, failed))
+
+    def get_finished_jobs(self) -> Iterable[vtier.JobResult]:
+        done: list[vtier.JobResult] = []
+        for result, blocks, failed in self._landing:  # in submission order: a store lands, a failed load forgets
+            self._blocks.update(blocks)
+            for key in failed:
+                self._blocks.pop(key, None)
+            done.append(result)
+        self._landing = []
+        return done
+
+    def has_pending_work(self) -> bool:
+        return bool(self._landing)

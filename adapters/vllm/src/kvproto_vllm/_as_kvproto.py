@@ -166,6 +166,10 @@ class VllmSecondaryTier(_VllmTier):
         self.capabilities = capabilities
         self._violation = violation
         self._unreported: set[int] = set()
+        self._stores: dict[int, tuple[OffloadKey, ...]] = {}  # store jobs in flight: their keys
+        self._storing: Counter[OffloadKey] = Counter()  # keys with a store in flight: how many stores
+        self._deferred: list[tuple[TransferJob, vbase.ReqContext]] = []  # loads waiting for stores (submit_load)
+        self._held_back: list[JobResult] = []  # deferred loads failed at shutdown, never handed to the tier
         self._closed = False
         self._parent = NoPeers()
         self._poller = TierPollThread() if inner.tolerates_off_thread_polling else None
@@ -195,10 +199,33 @@ class VllmSecondaryTier(_VllmTier):
             self.inner.on_new_request(finished)
             self.inner.submit_store(self._job(job, finished))
             self.inner.on_request_finished(finished)
+            self._stores[job.job_id] = job.keys
+            self._storing.update(job.keys)
 
     def submit_load(self, job: TransferJob) -> None:
+        """vLLM's ``submit_load`` (a promotion). A load naming a key whose store is still unreported is handed
+        to the tier only once every such store was reported (in ``get_finished_jobs``): vLLM's manager never
+        promotes a key while storing it (it keeps the key pinned in CPU memory meanwhile, and serves it
+        there), so a tier is never judged on a load racing its own store of the key (VLLM-9)."""
         with self._lock:
-            self.inner.submit_load(self._job(job, self._request_of(job)))
+            request = self._request_of(job)
+            if any(key in self._storing for key in job.keys):
+                self._unreported.add(job.job_id)
+                self._deferred.append((job, request))
+                return
+            self.inner.submit_load(self._job(job, request))
+
+    def _submit_deferred(self) -> None:
+        """Under the lock: hand the tier each deferred load none of whose keys is being stored any more."""
+        waiting: list[tuple[TransferJob, vbase.ReqContext]] = []
+        for job, request in self._deferred:
+            if self._closed:
+                self._held_back.append(JobResult(job.job_id, False))
+            elif any(key in self._storing for key in job.keys):
+                waiting.append((job, request))
+            else:
+                self.inner.submit_load(self._job(job, request))
+        self._deferred = waiting
 
     def _poll_round(self) -> list[vtier.JobResult]:
         """vLLM's ``poll_tiers`` for this tier, run on the poll thread; a raise is the tier's fault."""
@@ -224,13 +251,22 @@ class VllmSecondaryTier(_VllmTier):
             if self._poller is not None and not self._closed:
                 raw.extend(self._poller.run(self._poll_round))
             raw.extend(self.inner.get_finished_jobs())
-        out: list[JobResult] = []
-        for result in raw:
-            self._unreported.discard(result.job_id)
-            succeeded = None
-            if not result.success and result.successful_keys is not None:
-                succeeded = frozenset(from_vllm_keys(result.successful_keys))
-            out.append(JobResult(result.job_id, result.success, succeeded))
+            out, self._held_back = self._held_back, []
+            for result in raw:
+                self._unreported.discard(result.job_id)
+                for key in self._stores.pop(result.job_id, ()):
+                    left = self._storing[key] - 1
+                    if left > 0:
+                        self._storing[key] = left
+                    else:
+                        del self._storing[key]
+                succeeded = None
+                if not result.success and result.successful_keys is not None:
+                    succeeded = frozenset(from_vllm_keys(result.successful_keys))
+                out.append(JobResult(result.job_id, result.success, succeeded))
+            self._unreported.difference_update(r.job_id for r in out)
+            if self._deferred:
+                self._submit_deferred()
         return out
 
     def on_step_end(self) -> None:
@@ -255,6 +291,7 @@ class VllmSecondaryTier(_VllmTier):
             if self._closed:
                 return
             self._closed = True
+            self._submit_deferred()  # loads still waiting for a store fail, reported by the next get_finished_jobs
             if self._poller is not None:
                 self._poller.close()
             self.inner.shutdown()

@@ -141,6 +141,9 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
     ) -> Iterator[SecondaryTier]:
         if not getattr(request.function, "records_threads", False):
             built = tier_factory(primary_buffer)
+            request.node.stash[ANOTHER_BUILD] = (  # KIT-26, as below
+                (lambda buffer: self.reopen(built, buffer)) if self.has_hook("reopen") else tier_factory
+            )
             yield built
             if not request.node.stash.get(CLOSED, False):
                 built.shutdown()
