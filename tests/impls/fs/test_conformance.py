@@ -80,6 +80,7 @@ def test_conform_fs_passes_every_check_through_the_entry_point(tmp_path: Path) -
     assert outcomes["test_a_hit_loads_after_another_instance_deleted_the_block"] == "passed"
     assert outcomes["test_held_hits_are_released_on_every_path"] == "passed"
     assert outcomes["test_held_hits_are_released_after_a_failed_load"] == "passed"
+    assert outcomes["test_releasing_held_hits_closes_only_their_own_descriptors"] == "passed"
     for check in ("test_short_transfers_move_every_byte", "test_io_errors_inside_transfers_fail_cleanly",
                   "test_a_large_batch_sees_the_other_instances_blocks"):  # TIER-30..32, through KitFileOps
         assert outcomes[check] == "passed", check

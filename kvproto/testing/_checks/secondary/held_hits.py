@@ -9,10 +9,17 @@ bound of steps, ``reset_cache``, ``shutdown``.
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from typing import IO
+
+import pytest
+
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
-from kvproto.testing._checks.secondary.role import SecondaryRole
+from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots
 from kvproto.testing._harness.data import block_for, key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext, short_key
@@ -132,3 +139,55 @@ class HeldHitsChecks(SecondaryRole):
         if result.succeeded_keys(kit.jobs[result.job_id]) & set(keys[:2]):
             raise ConformanceFailure("KIT-5", "the fail_keys hook had no effect: the load of the keys it names succeeded")
         _expect_released(tier, "a load of the keys answered HIT was reported, failed for two of them")
+
+    @check("TIER-26", needs=("holds_hits",))
+    def test_releasing_held_hits_closes_only_their_own_descriptors(self, kit: SecondaryDriver) -> None:
+        """Two requests hold HITs, each lookup followed by a file the engine opens (so its descriptor's number
+        sits between the tier's held ones); the first request ends: every file the engine opened is still
+        open and still the same file, and the second request's HITs load their bytes. Releasing a held HIT
+        closes that handle alone, never a descriptor the tier was not given (held-out round 7: an fs
+        regression closing held descriptors in runs, ``os.closerange``, closed the engine's files and
+        another request's handles)."""
+        if not sys.platform.startswith("linux"):
+            pytest.skip("not checked: the engine's descriptors are compared by their files on Linux only")
+        keys = key_pool("held-own-fds", 6)
+        kit.store(keys)
+        kit.settle()
+        first, second = TrackedContext("kvproto-kit-held-first"), TrackedContext("kvproto-kit-held-second")
+        engines: list[tuple[IO[bytes], tuple[int, int]]] = []
+        try:
+            for context, batch in ((first, keys[:3]), (second, keys[3:])):
+                for key in batch:
+                    kit.expect(kit.resolve([key], context), lr.HIT, "TIER-10", "after its store succeeded")
+                    made = tempfile.TemporaryFile()  # the engine's file, opened between the tier's handles
+                    made_stat = os.fstat(made.fileno())
+                    engines.append((made, (made_stat.st_dev, made_stat.st_ino)))
+            _expect_holding(kit.tier, keys[0])
+            kit.tier.on_request_finished(first)
+            for engine_file, identity in engines:
+                fd = engine_file.fileno()
+                info: os.stat_result | None
+                try:
+                    info = os.fstat(fd)
+                except OSError:
+                    info = None
+                if info is None or (info.st_dev, info.st_ino) != identity:
+                    raise ConformanceFailure(
+                        "TIER-26",
+                        f"after a request holding HITs finished, descriptor {fd}, a file the engine opened between "
+                        f"the tier's lookups, is {'closed' if info is None else 'another file'}: releasing held HITs "
+                        "must close the tier's own handles only",
+                    )
+            result = kit.load(keys[3:], load_slots(kit, 3), context=second)
+            if not result.success:
+                raise ConformanceFailure(
+                    "TIER-26", f"after another request holding HITs finished, this request's load of its own HITs "
+                    f"failed: {result}; releasing one request's held HITs must leave the others' handles open",
+                )
+            kit.tier.on_request_finished(second)
+        finally:
+            for engine_file, _ in engines:
+                try:
+                    engine_file.close()
+                except OSError:
+                    pass  # the tier closed it already (the failure above says so)
