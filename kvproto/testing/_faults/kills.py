@@ -85,14 +85,14 @@ class StorageWriteKills:
 
     def install(self) -> None:
         """Start counting (and killing): every storage write of this process from now on."""
-        self._tear("write", lambda real, args: real(args[0], _half(args[1]), *args[2:]))
-        self._tear("pwrite", lambda real, args: real(args[0], _half(args[1]), *args[2:]))
+        self._tear("write")
+        self._tear("pwrite")
         threading.setprofile(self._profile)
         sys.setprofile(self._profile)
 
-    def _tear(self, name: str, prefix: Callable[[Callable[..., int], tuple[object, ...]], object]) -> None:
-        """Replace ``os.<name>`` with one that counts a call made outside the kit and, at the ``nth``, writes
-        the first half of its bytes (``prefix``) and kills the process."""
+    def _tear(self, name: str) -> None:
+        """Replace ``os.<name>`` (``write`` or ``pwrite``: the buffer second) with one that counts a call made
+        outside the kit and, at the ``nth``, writes the first half of its bytes and kills the process."""
         real: Callable[..., int] | None = getattr(os, name, None)
         if real is None:
             return
@@ -101,7 +101,7 @@ class StorageWriteKills:
         def torn(*args: object) -> int:
             if not _kit_frame(sys._getframe(1)) and kills._reached():
                 try:
-                    prefix(real, args)
+                    real(args[0], _half(args[1]), *args[2:])
                 except OSError:
                     pass  # the half could not be written (an O_DIRECT alignment): the kill still lands
                 kill_self()

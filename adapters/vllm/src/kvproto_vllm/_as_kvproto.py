@@ -253,7 +253,6 @@ class VllmSecondaryTier(_VllmTier):
             raw.extend(self.inner.get_finished_jobs())
             out, self._held_back = self._held_back, []
             for result in raw:
-                self._unreported.discard(result.job_id)
                 for key in self._stores.pop(result.job_id, ()):
                     left = self._storing[key] - 1
                     if left > 0:

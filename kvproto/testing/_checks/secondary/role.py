@@ -141,9 +141,7 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
     ) -> Iterator[SecondaryTier]:
         if not getattr(request.function, "records_threads", False):
             built = tier_factory(primary_buffer)
-            request.node.stash[ANOTHER_BUILD] = (  # KIT-26, as below
-                (lambda buffer: self.reopen(built, buffer)) if self.has_hook("reopen") else tier_factory
-            )
+            request.node.stash[ANOTHER_BUILD] = self._another_build(built, tier_factory)
             yield built
             if not request.node.stash.get(CLOSED, False):
                 built.shutdown()
@@ -152,13 +150,17 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
             request.node.stash[THREADS] = ledger
             built = tier_factory(primary_buffer)
             ledger.mark_built()
-            # KIT-26: another instance, over the same storage where the spec can reopen it, else a new build.
-            request.node.stash[ANOTHER_BUILD] = (
-                (lambda buffer: self.reopen(built, buffer)) if self.has_hook("reopen") else tier_factory
-            )
+            request.node.stash[ANOTHER_BUILD] = self._another_build(built, tier_factory)
             yield built
             if not request.node.stash.get(CLOSED, False):
                 built.shutdown()
+
+    def _another_build(self, built: SecondaryTier, tier_factory: SecondaryTierFactory) -> SecondaryTierFactory:
+        """KIT-26: how a check builds another instance: over ``built``'s storage where the spec can reopen it,
+        else a new build from the factory."""
+        if self.has_hook("reopen"):
+            return lambda buffer: self.reopen(built, buffer)
+        return tier_factory
 
     @pytest.fixture
     def kit(
