@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kvproto.hosting import build_secondary_tier
+    from kvproto.testing._checks.primary.data_plane import DeviceCopy
     from kvproto.testing._checks.primary.suite import PrimaryTierFactory, PrimaryTierTests
     from kvproto.testing._checks.secondary.faults_inside import PROGRAMMING_ERRORS, programming_errors_logged
     from kvproto.testing._checks.secondary.suite import SecondaryTierFactory, SecondaryTierTests
@@ -67,6 +68,7 @@ __all__ = [
     "PROGRAMMING_ERRORS",
     "CheckInfo",
     "ConformanceFailure",
+    "DeviceCopy",
     "DifferentialStateMachine",
     "FaultyBackend",
     "FaultyJobs",
@@ -128,6 +130,7 @@ _WHERE = {
     "check": "_harness.decorator",
     "checks_of": "_harness.decorator",
     "ConformanceFailure": "_harness.failures",
+    "DeviceCopy": "_checks.primary.data_plane",
     "DifferentialStateMachine": "stateful",
     "PrimaryStateMachine": "stateful",
     "TierStateMachine": "stateful",

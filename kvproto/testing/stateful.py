@@ -464,6 +464,18 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         self.kit.tier.complete_load([key])
         self.pins[key] -= 1
 
+    @rule()
+    def step_end(self) -> None:
+        """The scheduler's end of a step (TIER-13), between any two operations: what a tier does there
+        (expire deadlines, give memory back) leaves every READY block's bytes as they were (TIER-8): each
+        is loaded (its row checked) and released right after."""
+        self.steps += 1
+        self.kit.tier.on_step_end()
+        ready = sorted(self.ready)
+        if ready:
+            self.kit.load(ready)
+            self.kit.tier.complete_load(ready)
+
     @rule(key=st.sampled_from(_PPOOL))
     def lookup(self, key: OffloadKey) -> None:
         self.steps += 1

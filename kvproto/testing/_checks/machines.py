@@ -58,12 +58,12 @@ def run_machine(
 def run_primary_machine(
     tests: KitBase, tier_factory: Callable[[], PrimaryTier], profile: KitProfile, request: pytest.FixtureRequest
 ) -> None:
-    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`)."""
+    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`), ``primary_examples`` examples."""
     recorder = StepRecorder(PrimaryStateMachine)
     machine = PrimaryStateMachine.configure(
         recorder.traced_factory(tier_factory), capabilities=tests.capabilities, limits=tests.limits
     )
-    run_recorded(machine, machine.runs, profile, request, recorder)
+    run_recorded(machine, machine.runs, profile, request, recorder, examples=profile.primary_examples)
 
 
 def run_explorer(

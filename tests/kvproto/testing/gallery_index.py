@@ -21,6 +21,7 @@ from tests.kvproto.testing.gallery_async_dir_tier import ASYNC_DIR_GALLERY
 from tests.kvproto.testing.gallery_cached_dir_tier import CACHED_DIR_GALLERY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
+from tests.kvproto.testing.gallery_data_plane import DATA_PLANE_GALLERY
 from tests.kvproto.testing.gallery_explore import EXPLORE_GALLERY
 from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
 from tests.kvproto.testing.gallery_files import FILES_GALLERY
@@ -35,6 +36,7 @@ from tests.kvproto.testing.gallery_scrubbing_primary import SCRUBBING_GALLERY
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
 from tests.kvproto.testing.gallery_slab_tier import SLAB_GALLERY
 from tests.kvproto.testing.gallery_store import STORE_GALLERY
+from tests.kvproto.testing.gallery_trimming_primary import TRIMMING_GALLERY
 
 __all__ = ["GALLERY", "Expected"]
 
@@ -42,7 +44,8 @@ GALLERY: dict[str, Expected] = {
     **_MEMORY, **CAPS_GALLERY, **CLASSES_GALLERY, **FAULTS_GALLERY, **SHARING_GALLERY, **IO_GALLERY,
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
     **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
-    **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY,
+    **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY, **TRIMMING_GALLERY,
+    **DATA_PLANE_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -54,4 +57,6 @@ bugs only the explorer's stories reach (gallery_explore.py), threads that take t
 reaches (gallery_slab_tier.py, gallery_async_dir_tier.py: held-out round 6), and one whose torn tail only a
 kill inside a write leaves (gallery_log_tier.py, round 6), and a read cache a reset leaves behind
 (gallery_cached_dir_tier.py, round 7) and a primary whose refused reset scrubs its rows anyway
-(gallery_scrubbing_primary.py, round 7)."""
+(gallery_scrubbing_primary.py, round 7), and a primary that gives back the page under a READY row's tail
+(gallery_trimming_primary.py, round 8); a primary's data plane that copies another block (gallery_data_plane.py,
+the class of rounds 7 and 8's kvproto-cpu regressions)."""

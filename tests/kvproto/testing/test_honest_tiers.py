@@ -127,3 +127,18 @@ def test_a_small_tier_is_still_judged_on_what_it_declares(
     assert (result["outcome"], result["violated_clause"]) == ("failed", clause), result["reason"]
     assert words in result["reason"]
     assert code == 1
+
+
+def test_a_store_its_storage_refuses_at_a_hard_cap_is_not_an_eviction(tmp_path: Path) -> None:
+    """TIER-14's eviction set-up stores 96 blocks into a BlobTier whose storage refuses publishes past one
+    and a half budgets (honest_capped_store.py): the keys it refused were never stored and are due no
+    REMOVED event; the tier conforms (held-out round 8: a correct spill-over tier was blamed so)."""
+    report = tmp_path / "report.json"
+    code = main(["conform", "tests.kvproto.testing.honest_capped_store:hard_capped_store", "--no-typecheck",
+                 "--json", str(report)])
+    data = json.loads(report.read_text())
+    outcomes = {c["check"]: c["outcome"] for t in data["tiers"] for c in t["checks"]}
+    failing = [(c["check"], c["reason"]) for t in data["tiers"] for c in t["checks"] if c["outcome"] in ("failed", "error")]
+    assert failing == []
+    assert outcomes["test_events_report_removals"] == "passed"
+    assert code == 0

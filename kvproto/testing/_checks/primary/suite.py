@@ -14,6 +14,7 @@ from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import PrimaryTier, ReadyKeys
 from kvproto._requests import ReqContext
+from kvproto.testing._checks.primary.data_plane import PrimaryDataPlaneChecks
 from kvproto.testing._checks.primary.deadlines import PrimaryDeadlineChecks
 from kvproto.testing._checks.primary.optional_abilities import PrimaryOptionalChecks, through_every_ready_state
 from kvproto.testing._checks.primary.pins import PrimaryPinChecks
@@ -32,7 +33,9 @@ PrimaryTierFactory = Callable[[], PrimaryTier]
 """Builds an EMPTY primary tier (it owns its slot buffer)."""
 
 
-class PrimaryTierTests(PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChecks, PrimaryOptionalChecks):
+class PrimaryTierTests(
+    PrimaryClassChecks, PrimaryPinChecks, PrimaryDeadlineChecks, PrimaryOptionalChecks, PrimaryDataPlaneChecks
+):
     """Subclass this (as ``TestMyPrimary``) and override the ``tier_factory`` fixture,
     which returns a zero-argument callable building an EMPTY primary tier."""
 

@@ -180,6 +180,43 @@ class SecondarySharingChecks(SecondaryRole):
             kit.step()
         kit.tier.on_request_finished(live)
 
+    @check("TIER-4", needs=("sharing",), hooks=("reopen",))
+    def test_blocks_another_instance_reset_and_stored_again_load_here(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 4 blocks; this instance, which knew none of them, is told HIT and loads
+        them twice (whatever it keeps about a block it read: an index entry, a version, an ETag, a handle).
+        Then the second instance resets (in a shared storage, for everyone) and stores the same keys again
+        with other bytes (a weight update). Asked in a new request, every key this instance answers HIT
+        loads, with the new bytes: nothing disturbed the storage since that HIT (TIER-4, TIER-16)."""
+        keys = key_pool("share-reset-again", 4)
+        with self._second_instance(kit, 9961) as other:
+            other.wait_started()
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise SetUpFailed("TIER-10", f"a store of {len(keys)} blocks into the second instance failed", "TIER-4")
+            kit.wait_started()
+            for attempt in ("kvproto-kit-before-reset", "kvproto-kit-before-reset-again"):
+                context = TrackedContext(attempt)
+                held = [k for k, answer in kit.resolve(keys, context).items() if answer is lr.HIT]
+                if held:
+                    kit.load(held, load_slots(kit, len(held)), context=context)  # the driver checks their bytes
+                kit.tier.on_request_finished(context)
+            kit.settle()
+            other.quiet_steps(1)
+            if other.tier.reset_cache() is not True:
+                pytest.skip("not checked: the second instance's reset_cache answered False with nothing in flight")
+            other.new_era(keys)
+            kit.new_era(keys)
+            if not other.store(keys, store_slots(other, len(keys))).success:
+                raise ConformanceFailure("TIER-16", f"storing {len(keys)} keys again after reset_cache failed")
+            other.quiet_steps(1)
+        after = TrackedContext("kvproto-kit-after-reset-elsewhere")
+        answers = kit.resolve(keys, after)
+        try:
+            for key in (k for k in keys if answers[k] is lr.HIT):
+                load_right_after_hit(kit, key, load_slots(kit, 1)[0],
+                                     when=" after another instance reset the storage and stored it again")
+        finally:
+            kit.tier.on_request_finished(after)
+
     @check("TIER-32", needs=("sharing",), hooks=("reopen",))
     def test_a_large_batch_sees_the_other_instances_blocks(self, kit: SecondaryDriver) -> None:
         """A second instance stores 32 blocks; the first instance, which knows none of them, asks for
