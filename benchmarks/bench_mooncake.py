@@ -5,7 +5,8 @@ both sides, through the one client this process sets up (the tier's shared clien
 engine for both). 64 blocks of 2 MiB (one 16-token Llama-3-8B block each) are stored from a primary
 buffer into a :class:`kvproto_mooncake.MooncakeTier` and loaded back (``submit_store`` / ``submit_load`` /
 ``get_finished_jobs``, jobs of 32 keys; the scheduler side polls every 1 ms), side by side in one run
-with raw client calls.
+with raw client calls, whose futures the scheduler side polls the same way (``benchmarks._jobs.poll_futures``:
+a scheduler thread never blocks on a transfer).
 
 What both sides do, call for call: batches of 32 keys, one batch call at a time (the tier's defaults
 ``batch_keys`` and ``batches_in_flight``; the raw side runs ``IN_FLIGHT`` threads), values of the same size (the raw side puts
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Protocol
 from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
 from benchmarks._abba import abba_round
-from benchmarks._jobs import wait_all
+from benchmarks._jobs import poll_futures, wait_all
 from benchmarks._result import BenchResult, record_round
 
 if TYPE_CHECKING:
@@ -101,7 +102,10 @@ class _Raw:
             return self.client.batch_put_from(batch, [base + (start + i) * self.size for i in range(len(batch))],
                                               [self.size] * len(batch))
 
-        return all(code == 0 for codes in self.pool.map(one, range(0, len(keys), BATCH)) for code in codes)
+        def put(start: int) -> bool:
+            return all(code == 0 for code in one(start))
+
+        return poll_futures([self.pool.submit(put, start) for start in range(0, len(keys), BATCH)], POLL_S)
 
     def load(self, keys: list[str]) -> bool:
         base = _address(self.landing)
@@ -120,7 +124,8 @@ class _Raw:
 
         # IN_FLIGHT lanes of staging slots: batches alternate lanes, and each lane runs one batch at a time.
         lanes = [[s for s in range(0, len(keys), BATCH) if lane_of[s] == lane] for lane in range(IN_FLIGHT)]
-        return all(self.pool.map(lambda starts: all([one(s) for s in starts]), lanes))
+        return poll_futures([self.pool.submit(lambda starts: all([one(s) for s in starts]), lane) for lane in lanes],
+                            POLL_S)
 
     def close(self) -> None:
         self.pool.shutdown()

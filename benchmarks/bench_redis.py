@@ -22,14 +22,19 @@ every 0.5 ms), side by side in one run with raw redis-py. Each side's work, per 
   the bytes are of use; no checksum).
 
 Both sides use the same client settings (:func:`kvproto_redis.make_client` of the same config: a
-blocking pool of as many connections), and their thread pools live across rounds. What only the
-tier does: the envelope header and its checksum per store, the checksum verified per load, its
-index, events and job reports, and the scheduler's side polling ``get_finished_jobs`` (every
-0.5 ms) where the raw side blocks on its futures.
+blocking pool of as many connections), and their thread pools live across rounds, and both are
+waited for as an engine's scheduler waits: its thread never blocks on a transfer, it looks every
+0.5 ms at what finished (ours: ``on_step_end`` and ``get_finished_jobs``; raw: which futures are done,
+``benchmarks._jobs.poll_futures``). Until stop 56 the raw side blocked on its futures instead, which
+no scheduler thread can do: its thread then never took the GIL from the pool's threads while they
+worked, and that alone was worth ~0.06 of the store ratio and ~0.04 of the load ratio on 2 cores. What only the tier does: the
+envelope header and its checksum per store, the checksum verified per load, its index, events and
+job reports.
 
 Timing: rounds in ABBA order (ours store, raw store, raw load, ours load; the next round starts with
-raw), each phase's ratio taken within its round, the result the median over ``ROUNDS`` rounds (one
-with ``--quick``), ``*_ratio_q1`` / ``*_ratio_q3`` the quartiles. Each round stores fresh keys and
+raw), each phase's ratio taken within its round, the result the median over ``ROUNDS`` rounds (61, ~1
+minute: a round's ratio spreads over 0.77-0.95 between its quartiles, and medians of 15 rounds moved by
+0.05 from run to run; one round with ``--quick``), ``*_ratio_q1`` / ``*_ratio_q3`` the quartiles. Each round stores fresh keys and
 the database is flushed after it (the tier is kept across rounds; it never reads back a key of an
 earlier round). A warm-up round of each side goes first, untimed. Ratio = ours / raw MB/s, the worse
 of store and load; target >= 0.9. ``*_client_cpu_ms``: each phase's CPU time in this process
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING
 
 from kvproto import OffloadKey, TransferJob, envelope as env, make_key
 
-from benchmarks._jobs import wait_all
+from benchmarks._jobs import poll_futures, wait_all
 from benchmarks._result import BenchResult, record_round
 
 if TYPE_CHECKING:
@@ -61,7 +66,7 @@ if TYPE_CHECKING:
 BLOCK_BYTES = 64 << 10
 BLOCKS = 1024
 PER_JOB = 16
-ROUNDS = 15  # ABBA rounds; the median of their ratios is the result (9 left runs 0.83-0.90 apart on a loaded box)
+ROUNDS = 61  # ABBA rounds; the median of their ratios is the result (15 left medians 0.05 apart run to run)
 POLL_S = 0.0005
 
 Phase = Callable[[list[OffloadKey], str], tuple[float, bool]]
@@ -126,7 +131,8 @@ class _Sides:
             return ok
 
         t0, c0 = time.perf_counter(), time.process_time()
-        ok = all(self.pools[promotion].map(load if promotion else store, range(0, self.blocks, PER_JOB)))
+        pool = self.pools[promotion]
+        ok = poll_futures([pool.submit(load if promotion else store, j) for j in range(0, self.blocks, PER_JOB)], POLL_S)
         self.cpu_s["raw_load" if promotion else "raw_store"].append(time.process_time() - c0)
         return time.perf_counter() - t0, ok
 
