@@ -41,11 +41,12 @@ _REDIS = (
 #: Each reference tier whose lines run fall below TARGET_SHARE -> why the default profile does not
 #: reach it (issue 40: "or the exception is named in the docs"), read off its not-checked functions.
 BELOW_TARGET: dict[str, str] = {
-    "cpu": "most of kvproto_cpu is its device data plane (_transfer's CpuTransferHandler and DeviceLayout, _copy_kernels: "
-    "273 of its lines), which an engine's GPU<->CPU transfers call and no tier protocol names (tests/impls/cpu runs it); "
-    "its protocol code is kvproto's SlotTable, not its own; tensor, pinned, config, block_bytes, slot_view are an "
-    "engine's accessors, from_mapping builds it by name, _unpin runs only pinned (the spec runs unpinned), "
-    "_conforms is read only by mypy",
+    "cpu": "the data plane runs through the device_copy hook (a CpuTransferHandler over a CPU cache of two layers), "
+    "but on CPU tensors: its CUDA copies (_cuda_copy, _cuda_store_chunk, _cuda_load_chunk: tests/impls/cpu/test_cuda.py, "
+    "on a GPU), the kernel loader (_streaming_copy: it runs at import, before the kit measures), and the handler's own "
+    "completion of the tier (_complete: the hook leaves complete_store/complete_load to the kit) never run; its protocol code is "
+    "kvproto's SlotTable, not its own; tensor, pinned, config, block_bytes, slot_view are an engine's accessors, "
+    "from_mapping builds it by name, _unpin runs only pinned (the spec runs unpinned), _conforms is read only by mypy",
     "fs": "no check starts an instance whose start-up lists the storage (list_blobs, _subdirs, FileOps.scandir): the "
     "spec runs shared mode, whose index is a memo, never a restart scan; with held HITs on (the default) existence "
     "checks open what they find (open_sizes, KIT-25), so sizes and _stat_size run only with them off; the spec runs "
