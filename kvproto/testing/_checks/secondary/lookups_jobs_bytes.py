@@ -426,11 +426,14 @@ class SecondaryDataChecks(SecondaryRole):
         for i in range(rounds):
             fresh = pool[2 * i : 2 * i + 2]
             base = (4 * i) % (slots - 4)
-            kit.submit_store(fresh, [base, base + 1])
+            landing = kit.submit_store(fresh, [base, base + 1])
             if stored:
                 key = rng.choice(stored)
                 target = slots - 1 - (cursor % 4)
                 cursor += 1
+                if kit.capabilities.eviction:  # it may make room as a store lands (TIER-4): the HIT is asked after
+                    kit.wait([landing])  # that, so the load right after it has nothing landing in between: the same
+                    kit.quiet_steps(1)  # verdict whichever would have landed first
                 match kit.lookup(key):
                     case lr.HIT:
                         load_right_after_hit(kit, key, target)
