@@ -85,7 +85,9 @@ def test_answers_that_differ_between_runs_blame_no_clause(tmp_path: Path) -> Non
     reason: str = check["reason"]
     assert "answered the same operations differently from one run to the next" in reason
     assert "TIER-10" not in reason
-    assert re.search(r"prepare: prepare_store\(\[[^]]*\]\) -> None", reason.split(STEPS, 1)[1])
+    # The steps listed are one run's, with that run's answers: which of its prepare_store calls the busy tier
+    # refused (every third, counted across runs) depends on where the search stopped, so any answer is listed.
+    assert re.search(r"prepare: prepare_store\(\[[^]]*\]\) -> (None|\[)", reason.split(STEPS, 1)[1])
 
 
 # ---- a factory that builds no tier --------------------------------------------------------------
