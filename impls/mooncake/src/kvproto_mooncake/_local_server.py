@@ -3,7 +3,11 @@
 ``mooncake_master`` (RPC, HTTP metadata and admin ports, each free when picked) with the HTTP metadata
 server on, then ``mooncake_client``, the standalone storage process that contributes the memory
 (``storage_bytes``). Readiness is polled, never slept for: the master's ``/health`` says
-``"service_ready":true``, then its ``/get_all_segments`` lists the storage process's segment. Both
+``"service_ready":true`` and the master itself listens on its RPC port, then its ``/get_all_segments``
+lists the storage process's segment. A port picked free can be taken by another process before the
+master binds it; the master then serves ``/health`` but never its RPC (measured: it logs nothing, and the
+storage process retries "Client not available" forever), so a listener on the RPC port that is not the
+master's, or a storage process that never registers, starts the pair again on fresh ports (3 tries). Both
 run with ``MC_TCP_BIND_ADDRESS=127.0.0.1`` (loopback only), log to files in a temporary directory,
 and are stopped by PID (SIGTERM, then SIGKILL after 10 s). The binaries come with Mooncake's wheel.
 """
@@ -30,7 +34,11 @@ from kvproto_mooncake._config import MooncakeTierConfig
 __all__ = ["LocalMooncake", "mooncake_binary"]
 
 _READY_S = 30.0
+_STORAGE_READY_S = 20.0
+"""A storage process registers in about a second; one that has not in 20 s never will (its master does not
+serve RPC), and the pair starts again."""
 _STOP_S = 10.0
+_TRIES = 3
 
 
 def mooncake_binary(name: str) -> Path | None:
@@ -101,16 +109,18 @@ class LocalMooncake:
         if master is None or storage is None:
             raise ConfigurationError("mooncake_master and mooncake_client are not installed: "
                                      "pip install mooncake-transfer-engine-non-cuda")
-        for attempt in range(3):  # a port picked free may be taken before the master binds it
+        for attempt in range(_TRIES):  # a port picked free may be taken before the master binds it
             self.rpc_port, self.metadata_port, self.admin_port = _free_port(), _free_port(), _free_port()
             try:
                 self.start_master(master)
-                break
+                self.start_storage(storage)
+                return self
             except ConfigurationError:
-                if attempt == 2:
+                self.stop_storage()
+                self.stop_master()
+                if attempt == _TRIES - 1:
                     raise
-        self.start_storage(storage)
-        return self
+        raise ConfigurationError("LocalMooncake.start: unreachable")  # the loop returns or raises
 
     def start_master(self, binary: Path | None = None) -> None:
         """Start (or restart, on the same ports) the master; return once ``/health`` says it serves."""
@@ -122,8 +132,9 @@ class LocalMooncake:
                 f"--http_metadata_server_port={self.metadata_port}", "--metrics_host=127.0.0.1",
                 f"--metrics_port={self.admin_port}", "--rpc_thread_num=2", "--logtostderr=1",
                 f"--client_ttl={self.client_ttl_s}"]
-        self.master_process = self._spawn(args, "master")
-        self._wait_for(self.master_process, "master", lambda: b'"service_ready":true' in self._get("/health"))
+        process = self.master_process = self._spawn(args, "master")
+        self._wait_for(process, "master",
+                       lambda: b'"service_ready":true' in self._get("/health") and self._serves_rpc(process))
 
     def start_storage(self, binary: Path | None = None) -> None:
         """Start the storage process; return once the master lists a segment."""
@@ -134,7 +145,18 @@ class LocalMooncake:
                 f"--global_segment_size={self.storage_bytes}", f"--master_server_address={self.master}",
                 f"--metadata_server={self.metadata_server}", "--protocol=tcp"]
         self.storage_process = self._spawn(args, "storage")
-        self._wait_for(self.storage_process, "storage process", lambda: bool(self._get("/get_all_segments").strip()))
+        self._wait_for(self.storage_process, "storage process", lambda: bool(self._get("/get_all_segments").strip()),
+                       within=_STORAGE_READY_S)
+
+    def _serves_rpc(self, master: subprocess.Popen[bytes]) -> bool:
+        """Whether the master listens on its RPC port: False while nobody does yet, a ConfigurationError
+        when another process holds it (the master serves ``/health`` but never its RPC then)."""
+        listeners = _listening_sockets(self.rpc_port)
+        if not listeners:
+            return False
+        if listeners & _process_sockets(master.pid):
+            return True
+        raise ConfigurationError(f"the Mooncake master's RPC port {self.rpc_port} is held by another process")
 
     def _spawn(self, args: list[str], what: str) -> subprocess.Popen[bytes]:
         log = (self._dir / f"{what}.log").open("ab")
@@ -149,8 +171,8 @@ class LocalMooncake:
             body: bytes = answer.read()
             return body
 
-    def _wait_for(self, process: subprocess.Popen[bytes], what: str, ready: Any) -> None:
-        deadline = time.monotonic() + _READY_S
+    def _wait_for(self, process: subprocess.Popen[bytes], what: str, ready: Any, within: float = _READY_S) -> None:
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise ConfigurationError(f"the Mooncake {what} exited with {process.returncode}: {self.log_tail(what)}")
@@ -161,7 +183,7 @@ class LocalMooncake:
                 pass  # not listening yet
             time.sleep(0.02)
         _stop(process)
-        raise ConfigurationError(f"the Mooncake {what} was not ready within {_READY_S:.0f} s: {self.log_tail(what)}")
+        raise ConfigurationError(f"the Mooncake {what} was not ready within {within:.0f} s: {self.log_tail(what)}")
 
     def log_tail(self, what: str) -> str:
         """The last lines of a process's log (``master`` or ``storage``), on one line."""
@@ -218,6 +240,33 @@ class LocalMooncake:
         """The variables that point ``kvproto conform mooncake`` at this cluster (MC-10)."""
         return {"KVPROTO_MOONCAKE_MASTER": self.master, "KVPROTO_MOONCAKE_METADATA": self.metadata_server,
                 "KVPROTO_MOONCAKE_ADMIN": self.admin_url}
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on ``port`` (any address), from ``/proc/net/tcp{,6}``."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _process_sockets(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open (``/proc/PID/fd``)."""
+    inodes: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    return inodes
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
