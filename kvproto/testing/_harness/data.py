@@ -8,7 +8,8 @@ from kvproto._keys import OffloadKey, make_key
 from kvproto._tier_spec import make_buffer  # defined below the kit (TierSpec.build); re-exported here
 from kvproto.errors import InvalidArgumentError
 
-__all__ = ["block_for", "differing_bytes", "key_pool", "make_buffer", "row", "sentinel_for", "tricky_keys"]
+__all__ = ["block_for", "differing_bytes", "key_pool", "make_buffer", "row", "same_bytes_pool", "sentinel_for",
+           "tricky_keys"]
 
 
 _TAG_BYTES = 32  # the key's own bytes at each end of a sparse block
@@ -20,12 +21,21 @@ def block_for(key: bytes, block_bytes: int, era: int = 0) -> bytes:
     an engine's padding blocks are: zeros between 32 bytes of its own at each end, so a tier that
     compresses (or deduplicates) meets blocks that shrink; the others hold bytes that do not.
     ``era``: the same key stored again after a ``reset_cache`` (new weights: the same tokens, other
-    KV bytes) holds other bytes in each era; era 0 is every check's but the one storing anew."""
-    digest = hashlib.shake_256(b"kvproto-kit-block:" + key + (b"" if not era else b"#era" + era.to_bytes(4, "big")))
+    KV bytes) holds other bytes in each era; era 0 is every check's but the one storing anew.
+    The keys of :func:`same_bytes_pool` all hold one block (an engine's many all-padding blocks: what a
+    deduplicating tier stores once)."""
+    seed = _SAME_BYTES_SEED if key in _SAME_BYTES else key
+    digest = hashlib.shake_256(b"kvproto-kit-block:" + seed + (b"" if not era else b"#era" + era.to_bytes(4, "big")))
     if digest.digest(1)[0] & 3 or block_bytes <= 4 * _TAG_BYTES:
         return digest.digest(block_bytes)
     tag = digest.digest(2 * _TAG_BYTES)
     return tag[:_TAG_BYTES] + bytes(block_bytes - 2 * _TAG_BYTES) + tag[_TAG_BYTES:]
+
+
+def same_bytes_pool() -> tuple[OffloadKey, ...]:
+    """64 distinct keys whose :func:`block_for` is one and the same block (per size and era): stored together
+    they are the duplicates a content-addressed tier keeps once (TIER-29)."""
+    return _SAME_BYTES_POOL
 
 
 def sentinel_for(slot: int, block_bytes: int) -> bytes:
@@ -39,6 +49,11 @@ def key_pool(tag: str, count: int, *, group: int = 0) -> list[OffloadKey]:
         make_key(hashlib.blake2b(f"{tag}:{i}".encode(), digest_size=16).digest(), group)
         for i in range(count)
     ]
+
+
+_SAME_BYTES_SEED = b"kvproto-kit-same-bytes"
+_SAME_BYTES_POOL: tuple[OffloadKey, ...] = tuple(key_pool("same-bytes", 64))
+_SAME_BYTES: frozenset[bytes] = frozenset(_SAME_BYTES_POOL)
 
 
 def tricky_keys() -> list[OffloadKey]:

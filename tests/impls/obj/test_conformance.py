@@ -116,6 +116,7 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
         "test_a_byte_budget_is_kept", "test_evictions_leave_nothing_behind",  # TIER-29: obj sets no max_bytes (no eviction)
+        "test_evicted_blocks_with_the_same_bytes_keep_the_budget",
         "test_a_job_larger_than_the_tier_keeps_its_events_in_order",  # TIER-14's oversized job: no eviction either
         "test_held_blocks_count_against_the_byte_budget",  # TIER-29 with held HITs: no eviction, no holds_hits
         *unheld, *below,

@@ -22,6 +22,7 @@ from tests.kvproto.testing.gallery_cached_dir_tier import CACHED_DIR_GALLERY
 from tests.kvproto.testing.gallery_caps import CAPS_GALLERY
 from tests.kvproto.testing.gallery_classes import CLASSES_GALLERY
 from tests.kvproto.testing.gallery_data_plane import DATA_PLANE_GALLERY
+from tests.kvproto.testing.gallery_dedup_tier import DEDUP_GALLERY
 from tests.kvproto.testing.gallery_explore import EXPLORE_GALLERY
 from tests.kvproto.testing.gallery_faults import FAULTS_GALLERY
 from tests.kvproto.testing.gallery_files import FILES_GALLERY
@@ -45,7 +46,7 @@ GALLERY: dict[str, Expected] = {
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
     **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
     **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY, **TRIMMING_GALLERY,
-    **DATA_PLANE_GALLERY,
+    **DATA_PLANE_GALLERY, **DEDUP_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -59,4 +60,5 @@ kill inside a write leaves (gallery_log_tier.py, round 6), and a read cache a re
 (gallery_cached_dir_tier.py, round 7) and a primary whose refused reset scrubs its rows anyway
 (gallery_scrubbing_primary.py, round 7), and a primary that gives back the page under a READY row's tail
 (gallery_trimming_primary.py, round 8); a primary's data plane that copies another block (gallery_data_plane.py,
-the class of rounds 7 and 8's kvproto-cpu regressions)."""
+the class of rounds 7 and 8's kvproto-cpu regressions); a content-addressed tier whose evictions of keys sharing
+a blob leave its budget unkept (gallery_dedup_tier.py, round 8)."""

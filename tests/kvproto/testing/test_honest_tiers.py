@@ -142,3 +142,17 @@ def test_a_store_its_storage_refuses_at_a_hard_cap_is_not_an_eviction(tmp_path: 
     assert failing == []
     assert outcomes["test_events_report_removals"] == "passed"
     assert code == 0
+
+
+def test_a_content_addressed_tier_keeping_shared_blocks_once_conforms(tmp_path: Path) -> None:
+    """Round 8's content-addressed directory, fixed (gallery_dedup_tier.py): keys holding the same bytes
+    share one blob, which goes with its last key; the duplicate-bytes budget check passes it."""
+    report = tmp_path / "report.json"
+    code = main(["conform", "tests.kvproto.testing.gallery_dedup_tier:deduplicating_files", "--no-typecheck",
+                 "--json", str(report)])
+    data = json.loads(report.read_text())
+    outcomes = {c["check"]: c["outcome"] for t in data["tiers"] for c in t["checks"]}
+    failing = [(c["check"], c["reason"]) for t in data["tiers"] for c in t["checks"] if c["outcome"] in ("failed", "error")]
+    assert failing == []
+    assert outcomes["test_evicted_blocks_with_the_same_bytes_keep_the_budget"] == "passed"
+    assert code == 0

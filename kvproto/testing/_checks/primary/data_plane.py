@@ -105,7 +105,8 @@ class PrimaryDataPlaneChecks:
                 out = kit.tier.prepare_store(fresh, kit.context)
                 if out is None or not out.keys_to_store:
                     raise ConformanceFailure("TIER-6", f"prepare_store of {count} new keys refused with room to evict")
-                ready = [k for k in ready if k not in set(out.evicted)]
+                evicted = set(out.evicted)
+                ready = [k for k in ready if k not in evicted]
                 blocks = _device_blocks(rng, total, len(out.keys_to_store))
                 for key, block in zip(out.keys_to_store, blocks, strict=True):
                     plane.write_block(block, block_for(key, kit.block_bytes))

@@ -27,9 +27,10 @@ import pytest
 
 from kvproto import envelope as env, members as lr
 from kvproto._events import EventKind
+from kvproto._keys import OffloadKey
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
 from kvproto.testing._checks.secondary.role import SecondaryRole, store_slots
-from kvproto.testing._harness.data import key_pool
+from kvproto.testing._harness.data import key_pool, same_bytes_pool
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
@@ -101,8 +102,26 @@ class SecondaryBudgetChecks(SecondaryRole):
         an eviction deletes everything its block had in the storage, or the storage outgrows the budget
         while every eviction is reported (a chunked blob whose last chunk a delete forgets: a held-out
         Redis tier, which the byte count through ``read_block`` could not see)."""
+        self._names_past_the_budget(kit, "t29-names", [], "")
+
+    @check("TIER-29", needs=("eviction",), hooks=("storage_names",))
+    def test_evicted_blocks_with_the_same_bytes_keep_the_budget(self, kit: SecondaryDriver) -> None:
+        """As :meth:`test_evictions_leave_nothing_behind`, with up to 64 keys holding one and the same block
+        stored between the fill and the fresh blocks (``same_bytes_pool``: an engine's padding blocks).
+        A tier that keeps such a block once (content-addressed) must still keep its budget once those keys
+        are evicted: each eviction frees the stored bytes only with the block's last key (round 8's
+        content-addressed directory subtracted a block per key evicted, and its storage grew past the
+        budget without bound while it believed itself at it)."""
+        room, _ = self._room(kit)
+        same = list(same_bytes_pool()[: max(2, min(64, room))])
+        self._names_past_the_budget(kit, "t29-same", same, f", {len(same)} of them holding one and the same block")
+
+    def _names_past_the_budget(self, kit: SecondaryDriver, tag: str, middle: list[OffloadKey], told: str) -> None:
+        """Fill the budget with fresh blocks (``tag``), count the storage's names, store ``middle`` then twice
+        the budget in fresh blocks (8 per job, a step after each), and fail TIER-29 if the storage then holds
+        more names than the full budget plus one block's (``told`` describes ``middle`` in the reason)."""
         room, said = self._room(kit)
-        first = key_pool("t29-names", room)
+        first = key_pool(tag, room)
         for i in range(0, room, _JOB):
             if not kit.store(first[i : i + _JOB], store_slots(kit, len(first[i : i + _JOB]))).success:
                 raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-29")
@@ -111,7 +130,7 @@ class SecondaryBudgetChecks(SecondaryRole):
         full = self._settled_names(kit, None)
         per_block = max(1, -(-full // max(1, room)))  # what one block holds, rounded up (a manifest counted in)
         bound = full + per_block  # the budget's floor in blocks may leave room for one more
-        past = key_pool("t29-names-past", 2 * room)
+        past = middle + key_pool(f"{tag}-past", 2 * room)
         for i in range(0, len(past), _JOB):
             kit.store(past[i : i + _JOB], store_slots(kit, len(past[i : i + _JOB])))
             kit.step()
@@ -120,10 +139,10 @@ class SecondaryBudgetChecks(SecondaryRole):
             raise ConformanceFailure(
                 "TIER-29",
                 f"a tier {said} {room} of the kit's blocks held {full} names in its storage when full; after "
-                f"{len(past)} more blocks were stored past its budget it holds {held} "
+                f"{len(past)} more blocks were stored past its budget{told} it holds {held} "
                 f"({kit.limits.job_timeout_s:g} s after the last job was reported), more than the {bound} that the "
-                "budget explains: its evictions leave something behind (a chunk, a sidecar), and the "
-                "storage outgrows the budget while each eviction is reported",
+                "budget explains: its evictions leave something behind (a chunk, a sidecar, a block other keys "
+                "no longer share), and the storage outgrows the budget while each eviction is reported",
             )
 
     def _entries(self, kit: SecondaryDriver) -> int:
