@@ -5,6 +5,7 @@ kvproto's own ``KvprotoL2Adapter`` hosting ``memory`` and ``fs`` conform."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,3 +65,27 @@ def test_a_correct_adapter_conforms_with_no_option(reports: Reports, target: str
     assert {n: c["reason"][:300] for n, c in _failed(checks).items()} == {} and code == 0
     assert {n for n, c in checks.items() if c["outcome"] == "xfailed"} == NO_RESET_CHECKS
 
+
+
+DIR_ADAPTERS = "lmcache:tests.adapters.lmcache.dir_l2_adapter"
+"""Held-out round 8's directory adapter (dir_l2_adapter.py), which skips a key another store task is writing."""
+SHARED_KEY_CHECK = "test_a_store_sharing_a_key_with_a_held_store_reports_it_only_once_stored"
+
+
+@pytest.mark.parametrize("adapter, verdict", [("DirL2Adapter", "failed"), ("WaitsForTheFirstWriter", "passed")])
+def test_a_task_reported_done_while_another_writes_its_key_is_a_lost_write(
+    tmp_path: Path, adapter: str, verdict: str
+) -> None:
+    """The first writer of a key held at a storage call while a second task naming that key is submitted:
+    the broken adapter pops the second task successful and the next lookup misses the key (TIER-10); the
+    fixed one waits for the first writer and conforms on that check."""
+    code, checks = conform_report(tmp_path / "report.json", f"{DIR_ADAPTERS}:{adapter}", "--option", "root={tmpdir}",
+                                  "-k", SHARED_KEY_CHECK)
+    check = checks[SHARED_KEY_CHECK]
+    assert check["outcome"] == verdict, check["reason"][:400]
+    if verdict == "failed":
+        assert check["violated_clause"] == "TIER-10"
+        assert "a lost write" in check["reason"] and "was held at" in check["reason"]
+        assert code == 1
+    else:
+        assert code == 0

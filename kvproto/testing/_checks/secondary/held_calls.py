@@ -35,7 +35,7 @@ from kvproto.testing._faults.probes import GATE_BOUND_S
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext, short_key
-from kvproto.testing._harness.failures import SetUpFailed
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.tierkit import BlobTier
 
@@ -85,15 +85,9 @@ class SecondaryHeldCallChecks(SecondaryRole):
         """How many new blocks to store after the reset: one batch (a tier reusing what the reset freed);
         for an evicting tier, so that it drops every block it held: its budget (a BlobTier's
         ``max_bytes``, the ``capacity_blocks`` hook) and 8 more, at most 128."""
-        tier = driver.tier
         if not driver.capabilities.eviction:
             return _FILL_BATCH
-        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
-            room = tier.blob_config.max_bytes // (env.HEADER_BYTES + driver.block_bytes)
-        elif not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
-            room = self.capacity_blocks(tier)
-        else:
-            room = 2 * _FILL_BATCH
+        room = self._budget_blocks(driver) or 2 * _FILL_BATCH
         return min(room + _FILL_BATCH, _FILL_MOST)
 
     @check("TIER-10")
@@ -183,6 +177,94 @@ class SecondaryHeldCallChecks(SecondaryRole):
             )
         if errors:
             raise errors[0]
+
+    @check("TIER-10")
+    def test_a_store_sharing_a_key_with_a_held_store_reports_it_only_once_stored(self, kit: SecondaryDriver) -> None:
+        """A second instance (as :meth:`test_a_load_held_at_a_storage_call_never_serves_another_blocks_bytes`)
+        stores one new block (job A); its first, second, third... storage call on a thread of the tier's own
+        (one per round, up to 4 rounds, until a store makes no more) is held there while the same instance
+        stores that key and a fresh one (job B: a retried job, or two requests offloading one shared prefix).
+        B may wait for A, or write the key itself; if B is reported with the shared key stored while A is
+        still held, a lookup of that key in a new request answers HIT (TIER-10: a job reported successful
+        holds its blocks; one reported before its block was stored is a lost write once A fails: held-out
+        round 8's LMCache adapter skipped a key another task was writing and reported its task done). Once
+        B has waited a second, A goes on; then every key either job reported stored answers HIT in a new
+        request and loads its bytes. A tier declaring eviction is judged where its budget is known (a
+        BlobTier's ``max_bytes``, the ``capacity_blocks`` hook) and holds 8 blocks or more."""
+        gate = StorageCallGate()
+        held_any = False
+        with self._held_instance(kit, gate, 9961) as held:
+            if held.capabilities.eviction and self._budget_blocks(held) < _FILL_BATCH:
+                pytest.skip("needs a tier that keeps two blocks it just stored: it declares eviction, and its budget "
+                            "is unknown or under 8 blocks (a BlobTier's max_bytes, the capacity_blocks hook)")
+            for position in range(_HOLD_ROUNDS):
+                shared, fresh = key_pool(f"held-call-twin-{position}", 2)
+                gate.arm(skip=position)
+                first = held.submit_store([shared], store_slots(held, 1))
+                if not self._gate_held(held, gate, first.job_id):
+                    gate.release()
+                    held.wait([first])
+                    break  # this store made fewer storage calls on the tier's threads: every position was held
+                held_any = True
+                second = held.submit_store([shared, fresh], store_slots(held, 2))
+                deadline = time.monotonic() + _MEANWHILE_S
+                while second.job_id not in held.results and time.monotonic() < deadline:
+                    held.step()
+                    time.sleep(0.001)
+                early = held.results.get(second.job_id)
+                if early is not None and shared in early.succeeded_keys(second) and not gate.released:
+                    self._expect_hit(held, shared, f" while job {first.job_id} storing it was held at {gate.held}, "
+                                     f"after job {second.job_id} ({short_key(shared)}, {short_key(fresh)}) was "
+                                     "reported with it stored", load=False, control=fresh)
+                gate.release()
+                held.restart_bounds(held.pending())  # the time the kit held them is not the tier's (TIER-11)
+                held.settle()
+                for job in (first, second):
+                    for key in held.results[job.job_id].succeeded_keys(job):
+                        self._expect_hit(held, key, f" after job {job.job_id} was reported with it stored (job "
+                                         f"{first.job_id} storing {short_key(shared)} had been held at {gate.held})",
+                                         load=True)
+        if not held_any:
+            pytest.skip(
+                "needs a store that makes a storage call on a thread of the tier's own: it made none (it ran on the "
+                "engine's thread, or into memory), so a store sharing a key with a held one was not checked"
+            )
+
+    def _budget_blocks(self, driver: SecondaryDriver) -> int:
+        """How many blocks the tier's budget holds: a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook;
+        0 if unknown."""
+        tier = driver.tier
+        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
+            return tier.blob_config.max_bytes // (env.HEADER_BYTES + driver.block_bytes)
+        if not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
+            return self.capacity_blocks(tier)
+        return 0
+
+    @staticmethod
+    def _expect_hit(held: SecondaryDriver, key: OffloadKey, when: str, *, load: bool,
+                    control: OffloadKey | None = None) -> None:
+        """``key`` answers HIT in a new request, and with ``load`` a load right after it delivers its bytes
+        (the driver checks them); else TIER-10. A MISS past the tier's own lookup deadline (RETRY through its
+        ``max_retry_steps``, then MISS) is asked again, three times at most; it counts as the tier's answer
+        when ``control``, a key the tier holds, asked in the same requests, answered HIT each time (the
+        lookups were answered, not cut short); otherwise the check was not checked."""
+        asked = [key] if control is None else [key, control]
+        for _ in range(3):
+            context = TrackedContext("kvproto-kit-after-a-reported-store")
+            answers = held.resolve(asked, context, patient=True)
+            answer = answers[key]
+            late = key in held.deadline_misses and (control is None or answers[control] is not lr.HIT)
+            if answer is lr.HIT and load:
+                load_right_after_hit(held, key, load_slots(held, 1)[0], when=when)
+            held.tier.on_request_finished(context)
+            if answer is lr.HIT or not late:
+                break
+        else:
+            pytest.skip(f"needs a lookup answered before the tier's own deadline: {short_key(key)} missed it three "
+                        "times, so a store reported with a key stored was not checked")
+        if answer is not lr.HIT:
+            raise ConformanceFailure("TIER-10", f"lookup({short_key(key)}) in a new request answered {answer.name}{when}: "
+                                     "a job reported a block stored that the tier does not hold (a lost write)")
 
     @check("TIER-4", needs=("async_lookup", "sharing"), hooks=("reopen",))
     def test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request(self, kit: SecondaryDriver) -> None:
