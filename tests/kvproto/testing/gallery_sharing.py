@@ -1,6 +1,7 @@
 """Broken tiers for visibility across instances (issue 17, section 1): shared BlobTiers over one
 in-memory backend (the ``reopen`` hook builds a second live instance over it), each with one bug
-the kit passed while it asked only after the other instance had stored.
+the kit passed while it asked only after the other instance had stored (and one it passed until
+another instance's reset and store again was followed by loads here: issue 40, round 8).
 
 ``SHARING_GALLERY`` maps each ``kvproto conform`` target to the check and clause it must fail on;
 gallery_index.py gathers it into ``GALLERY``.
@@ -8,11 +9,13 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 from collections.abc import Sequence
 from typing import ClassVar
 
 from kvproto import LookupResult, OffloadKey, ReqContext, TransferJob, members as lr
-from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, ForwardingBackend, TierSpec
 from kvproto.tierkit import BlobBackend, BlobTierConfig, MemoryBackend
 
 from tests.kvproto.testing.gallery import _QUICK, HitsRememberedPerRequest
@@ -184,3 +187,58 @@ class ListsOnlyTheFirstPage(_Shared):
 @SHARING_GALLERY.fails("test_a_large_batch_sees_the_other_instances_blocks", "TIER-32", "must decide what per-key checks decide")
 def lists_only_the_first_page() -> TierSpec:
     return _spec(ListsOnlyTheFirstPage)
+
+
+class _ReadsTheVersionItLastSaw(ForwardingBackend):
+    """One instance's view of the shared storage, reading as an object store's conditional GET does (an
+    ``If-Match`` on the version its existence check saw, so a load never mixes two versions): but the version
+    is kept after the load that used it (the bug: ``get``, where ``pop`` forgets it), and a later load with no
+    existence check of its own in between is conditional on a version the storage may no longer hold."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner)
+        self.shared = inner
+        self.seen: dict[str, bytes] = {}
+
+    def _version(self, name: str) -> bytes | None:
+        blob = self.shared.blobs.get(name)
+        return None if blob is None else hashlib.blake2b(bytes(blob), digest_size=8).digest()
+
+    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
+        answers = self.shared.sizes(names)
+        for name, size in zip(names, answers, strict=True):
+            version = self._version(name)
+            if size is not None and version is not None:
+                self.seen[name] = version
+        return answers
+
+    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
+        want = self.seen.get(name)  # the bug: kept for the next load (self.seen.pop(name, None) forgets it)
+        if want is not None and want != self._version(name):
+            raise OSError(errno.EIO, f"precondition failed: {name} is not the version its existence check saw")
+        return self.shared.read_into(name, buffers)
+
+
+class KeepsTheVersionAfterItsLoad(_Shared):
+    """Bug: a load is conditional on the version of the block an earlier existence check saw, kept after the
+    load that used it: once another instance resets the storage and stores the block again, a HIT answered
+    from what this instance knows loads under the old version and fails (held-out round 8's kvproto-obj
+    regression kept the HEAD's ETag after the load that used it)."""
+
+    tier_name = "keeps-the-version-after-its-load"
+
+    def __init__(self, buffer: memoryview, *, storage: BlobBackend | None = None) -> None:
+        below = MemoryBackend() if storage is None else storage
+        if not isinstance(below, MemoryBackend):
+            raise TypeError(f"{type(self).__name__} needs a MemoryBackend below it, got {type(below).__name__}")
+        self._below = below
+        super().__init__(buffer, storage=_ReadsTheVersionItLastSaw(below))
+
+    def storage(self) -> BlobBackend:
+        return self._below
+
+
+@SHARING_GALLERY.fails("test_blocks_another_instance_reset_and_stored_again_load_here", "TIER-4",
+                       "after another instance reset the storage and stored it again")
+def keeps_the_version_after_its_load() -> TierSpec:
+    return _spec(KeepsTheVersionAfterItsLoad)
