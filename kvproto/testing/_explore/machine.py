@@ -339,14 +339,21 @@ class ExplorerMachine(RuleBasedStateMachine):
 
     def _asked(self, instance: _Instance, keys: Sequence[OffloadKey], context: ReqContext) -> list[OffloadKey]:
         """Ask ``instance`` for ``keys``, in order, in ``context``'s request until each settles, judge the
-        answers, and return the HITs the model vouches for (not older verdicts shared with an open request)."""
+        answers, and return the HITs the model vouches for (not older verdicts shared with an open request).
+        A MISS is judged by what the model held certain when the asking began: a store reported while the
+        lookups resolved (the tier stepped meanwhile) may have landed after the tier answered (round 9: a
+        correct tier answered MISS for a key its store in flight had not yet written, and was blamed)."""
         shared = {key for key in keys if self._shared_verdict(instance, key)}
+        self._absorb(instance)
+        certain = set(self.model.certain.get(instance.index, ()))
         answers = instance.driver.resolve(keys, context)
         self._absorb(instance)
         self._removals_taken()
         hits: list[OffloadKey] = []
         for key, answer in answers.items():
             match answer:
+                case lr.MISS if key not in certain:
+                    pass  # not certain when asked: the MISS may predate a store reported since
                 case lr.HIT | lr.MISS:
                     self._judged(instance, key, answer, shared=key in shared)
                     if answer is lr.HIT and key not in shared:
