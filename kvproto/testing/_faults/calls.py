@@ -14,7 +14,8 @@ that happens every run, not by luck (KIT-19).
 Storage calls: the ``os`` module's file calls (``open``, ``pread``, ``pwrite``, ``read``, ``write``,
 ``stat``, ``rename``, ``link``, ``unlink``, ``fsync``, ...), the read and write methods of ``io``'s file
 objects (the interpreter's own standard streams left out: a log line is no storage call), a socket's
-sends and receives, and ``sqlite3``'s ``execute`` family. Threads the kit runs (the main thread, and
+sends and receives, and ``sqlite3``'s ``execute`` family and incremental blob I/O (``blobopen``, a blob's
+``read`` and ``write``). Threads the kit runs (the main thread, and
 those named ``kvproto-kit...``) are never held: a tier that does its storage I/O on the engine's
 thread has nothing the gate can hold, and the checks using it say so ("not checked").
 """
@@ -47,7 +48,9 @@ _FILE_METHODS = frozenset({"read", "readinto", "readall", "read1", "readinto1", 
 _SOCKET_METHODS = frozenset({"send", "sendall", "sendmsg", "recv", "recv_into", "recvfrom", "recvfrom_into",
                              "recvmsg"})
 _SQLITE_METHODS = frozenset({"execute", "executemany", "executescript", "commit", "fetchone", "fetchmany",
-                             "fetchall"})
+                             "fetchall", "blobopen"})
+_SQLITE_BLOB = getattr(sqlite3, "Blob", None)  # incremental blob I/O (Connection.blobopen)
+_BLOB_METHODS = frozenset({"read", "write"})
 
 
 def _storage_call(func: object) -> str | None:
@@ -66,6 +69,8 @@ def _storage_call(func: object) -> str | None:
         return f"socket.{name}"
     if isinstance(owner, (sqlite3.Connection, sqlite3.Cursor)) and name in _SQLITE_METHODS:
         return f"sqlite3.{type(owner).__name__}.{name}"
+    if _SQLITE_BLOB is not None and isinstance(owner, _SQLITE_BLOB) and name in _BLOB_METHODS:
+        return f"sqlite3.Blob.{name}"
     return None
 
 

@@ -7,7 +7,8 @@ acknowledgements, never inside one block's sequence of writes. This reaches them
 in the forked writer process only (the patches and profile functions die with it): installed before the
 writer's instance is built, it counts every storage write call the process makes outside the kit (the
 ``os`` module's creating, writing, renaming, linking, removing and syncing calls; the write methods of
-``io``'s file objects and of ``mmap``; a socket's sends; ``sqlite3``'s ``execute`` family and ``commit``)
+``io``'s file objects and of ``mmap``; a socket's sends; ``sqlite3``'s ``execute`` family, ``commit``,
+``blobopen`` and a blob's ``write``)
 and kills the process (SIGKILL) at the ``nth``: right before that call, except an ``os.write`` or
 ``os.pwrite``, which first writes the first half of its bytes, as a writer killed inside the call can
 leave them (a torn write). ``nth=None`` only counts, so that a clean run says how many points there are.
@@ -38,7 +39,8 @@ _WRITE_OS = frozenset(id(getattr(os, name)) for name in _WRITE_OS_NAMES if hasat
 _FILE_WRITES = frozenset({"write", "writelines", "flush", "truncate"})
 _MMAP_WRITES = frozenset({"write", "write_byte", "flush", "move", "resize"})
 _SOCKET_SENDS = frozenset({"send", "sendall", "sendmsg", "sendto"})
-_SQLITE_WRITES = frozenset({"execute", "executemany", "executescript", "commit"})
+_SQLITE_WRITES = frozenset({"execute", "executemany", "executescript", "commit", "blobopen"})
+_SQLITE_BLOB = getattr(sqlite3, "Blob", None)  # incremental blob I/O: a row's bytes written after its INSERT
 
 
 def _storage_write(func: object) -> bool:
@@ -57,6 +59,8 @@ def _storage_write(func: object) -> bool:
         return name in _SOCKET_SENDS
     if isinstance(owner, (sqlite3.Connection, sqlite3.Cursor)):
         return name in _SQLITE_WRITES
+    if _SQLITE_BLOB is not None and isinstance(owner, _SQLITE_BLOB):
+        return name == "write"
     return False
 
 
