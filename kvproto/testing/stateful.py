@@ -24,7 +24,7 @@ from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from kvproto import members as lr
 from kvproto._capabilities import Capabilities
@@ -42,12 +42,16 @@ from kvproto.testing.strategies import key_lists
 if TYPE_CHECKING:
     from kvproto.testing._harness.base import KitBase
 
-__all__ = ["DifferentialStateMachine", "PrimaryStateMachine", "TierStateMachine"]
+__all__ = ["DifferentialStateMachine", "FullPrimaryStateMachine", "PrimaryStateMachine", "TierStateMachine"]
 
 _M = TypeVar("_M", bound=RuleBasedStateMachine)
 
 _POOL: tuple[OffloadKey, ...] = tuple(key_pool("machine", 8))
 _PPOOL: tuple[OffloadKey, ...] = tuple(key_pool("p-machine", 12))
+_FILL_MOST = 64
+_PFILL: tuple[OffloadKey, ...] = tuple(key_pool("p-machine-fill", _FILL_MOST))
+"""Blocks stored before an example's operations begin, up to the tier's slots: a tier with more slots than
+the machine's 12 keys is still driven into eviction, refused stores and pins over most of its blocks."""
 _KEYS = key_lists(_POOL, max_size=3, unique=True)
 
 
@@ -509,3 +513,44 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         if hasattr(type(self), "runs"):
             type(self).runs[1] += self.steps
         self.kit.shutdown()
+
+
+class FullPrimaryStateMachine(PrimaryStateMachine):
+    """:class:`PrimaryStateMachine` on a tier filled first: up to 64 filler blocks stored before the operations
+    begin (0, 1 or 3 slots left), most of them pinned by loads or none, and READY blocks asked for too. A
+    tier with more slots than the machine's 12 keys is driven into eviction, into stores refused while most
+    blocks are pinned, and into evictions among blocks a lookup just found (held-out round 9: a primary
+    whose refused store left its victims' slots free, and one whose eviction among protected blocks chose a
+    victim twice, passed the machine, which never filled them)."""
+
+    @initialize(room=st.sampled_from((0, 1, 3)), unpinned=st.sampled_from((None, 0, 1, 2)))
+    def fill(self, room: int, unpinned: int | None) -> None:
+        """Store filler blocks (READY, then driven like any other) until ``room`` slots are left, then pin all
+        but ``unpinned`` of them with loads (None: no pin; the machine's ``release`` lets them go one at a
+        time): with the tier full or nearly, the machine's stores evict, or are refused while most blocks
+        are pinned (TIER-6: a refused store changes nothing, its slots included)."""
+        count = max(0, min(self.kit.num_slots, _FILL_MOST) - room)
+        for at in range(0, count, 4):
+            keys = list(_PFILL[at : min(at + 4, count)])
+            out = self.kit.prepare(keys)
+            if out is None:
+                return  # refused: the tier is full before its slots say so (a byte budget)
+            for key in out.evicted:
+                self.ready.discard(key)
+            self.kit.tier.complete_store(list(out.keys_to_store), True)
+            self.ready |= set(out.keys_to_store)
+        if unpinned is None:
+            return
+        pinned = sorted(k for k in _PFILL if k in self.ready)[unpinned:]
+        if pinned:
+            self.kit.load(pinned)
+            for key in pinned:
+                self.pins[key] = self.pins.get(key, 0) + 1
+
+    @rule(data=st.data())
+    def lookup_ready(self, data: st.DataObject) -> None:
+        """A READY block asked for, as :meth:`lookup` (HIT: a tier may protect what a lookup just found)."""
+        if not self.ready:
+            return
+        self.lookup(data.draw(st.sampled_from(sorted(self.ready))))
+

@@ -22,7 +22,12 @@ from kvproto.testing._harness.driver import searching
 from kvproto.testing._harness.failures import ConformanceFailure, SearchHalted
 from kvproto.testing._harness.settings import KitProfile, hypothesis_settings
 from kvproto.testing._harness.steps import StepRecorder, explain_flaky, with_steps
-from kvproto.testing.stateful import DifferentialStateMachine, PrimaryStateMachine, TierStateMachine
+from kvproto.testing.stateful import (
+    DifferentialStateMachine,
+    FullPrimaryStateMachine,
+    PrimaryStateMachine,
+    TierStateMachine,
+)
 
 if TYPE_CHECKING:
     import pytest
@@ -56,14 +61,16 @@ def run_machine(
 
 
 def run_primary_machine(
-    tests: KitBase, tier_factory: Callable[[], PrimaryTier], profile: KitProfile, request: pytest.FixtureRequest
+    tests: KitBase, tier_factory: Callable[[], PrimaryTier], profile: KitProfile, request: pytest.FixtureRequest,
+    *, full: bool = False,
 ) -> None:
-    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`), ``primary_examples`` examples."""
-    recorder = StepRecorder(PrimaryStateMachine)
-    machine = PrimaryStateMachine.configure(
-        recorder.traced_factory(tier_factory), capabilities=tests.capabilities, limits=tests.limits
-    )
-    run_recorded(machine, machine.runs, profile, request, recorder, examples=profile.primary_examples)
+    """Run the primary-tier machine under ``profile`` (see :func:`run_recorded`), ``primary_examples`` examples;
+    ``full``: :class:`FullPrimaryStateMachine` (the tier filled first), half as many."""
+    base = FullPrimaryStateMachine if full else PrimaryStateMachine
+    recorder = StepRecorder(base)
+    machine = base.configure(recorder.traced_factory(tier_factory), capabilities=tests.capabilities, limits=tests.limits)
+    examples = max(2, profile.primary_examples // 2) if full else profile.primary_examples
+    run_recorded(machine, machine.runs, profile, request, recorder, examples=examples)
 
 
 def run_explorer(

@@ -407,5 +407,14 @@ class PrimaryTierTests(
 
         run_primary_machine(self, tier_factory, self.profile(request), request)
 
+    @check("TIER-6", hypothesis=True)
+    def test_state_machine_from_a_full_tier(self, tier_factory: PrimaryTierFactory, request: pytest.FixtureRequest) -> None:
+        """The same machine on a tier filled first (up to 64 blocks, 0 to 3 slots left), most of them pinned or
+        none, READY blocks asked for too: stores evict, or are refused and change nothing (TIER-6), and every
+        READY block keeps its bytes (TIER-8)."""
+        from kvproto.testing._checks.machines import run_primary_machine
+
+        run_primary_machine(self, tier_factory, self.profile(request), request, full=True)
+
 
 PrimaryTierTests._kit_base = PrimaryTierTests
