@@ -109,18 +109,22 @@ class LocalMooncake:
         if master is None or storage is None:
             raise ConfigurationError("mooncake_master and mooncake_client are not installed: "
                                      "pip install mooncake-transfer-engine-non-cuda")
-        for attempt in range(_TRIES):  # a port picked free may be taken before the master binds it
-            self.rpc_port, self.metadata_port, self.admin_port = _free_port(), _free_port(), _free_port()
+        for attempt in range(1, _TRIES + 1):  # a port picked free may be taken before the master binds it
             try:
-                self.start_master(master)
-                self.start_storage(storage)
-                return self
+                return self._start_pair(master, storage)
             except ConfigurationError:
                 self.stop_storage()
                 self.stop_master()
-                if attempt == _TRIES - 1:
+                if attempt == _TRIES:
                     raise
-        raise ConfigurationError("LocalMooncake.start: unreachable")  # the loop returns or raises
+        return self  # not reached: the last try returned or raised
+
+    def _start_pair(self, master: Path, storage: Path) -> LocalMooncake:
+        """Pick fresh ports, start the master, then the storage process (ConfigurationError if either fails)."""
+        self.rpc_port, self.metadata_port, self.admin_port = _free_port(), _free_port(), _free_port()
+        self.start_master(master)
+        self.start_storage(storage)
+        return self
 
     def start_master(self, binary: Path | None = None) -> None:
         """Start (or restart, on the same ports) the master; return once ``/health`` says it serves."""
