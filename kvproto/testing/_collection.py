@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 
+from kvproto._tier_names import is_engine_target
 from kvproto.testing._checks.primary.suite import PrimaryTierTests
 from kvproto.testing._checks.secondary.suite import SecondaryTierTests
 from kvproto.testing._harness.base import KitBase
+from kvproto.testing._harness.tier_coverage import engine_code
 from kvproto.testing._harness.tier_spec import TierSpec
 
 __all__ = ["ANCHOR", "TierClasses", "tier_test_class"]
@@ -62,6 +64,7 @@ def tier_test_class(spec: TierSpec, *, profile: str | None = None, name: str | N
         "limits": spec.limits,
         "kit_profile": profile,
         "_hook_owner": f"the TierSpec of {spec.name!r} (TierSpec.hooks)",
+        "own_code": tuple(engine_code(spec.name)) if is_engine_target(spec.name) else (),
         "__doc__": f"kvproto conformance kit against {spec.name}",
     }
     for hook_name, fn in spec.hooks.items():

@@ -40,6 +40,8 @@ class KitBase:
       RETRY may take before the kit calls it lost).
     * ``kit_profile``: ``"fast"``, ``"default"`` or ``"thorough"``; ``None``
       takes ``--kvproto-profile`` or ``$KVPROTO_KIT_PROFILE``.
+    * ``own_code``: the modules and packages of the tier's own code (KIT-24), where the kit gives it
+      another process's ``hash()`` (TIER-18); empty (the default): the package of the tier's class.
     """
 
     capabilities: ClassVar[Capabilities | None] = None
@@ -49,6 +51,7 @@ class KitBase:
     _not_checked: str | None = None
     limits: ClassVar[KitLimits] = KitLimits()
     kit_profile: ClassVar[str | None] = None
+    own_code: ClassVar[tuple[str, ...]] = ()
     # The kit base class whose checks the guard protects; set by each base.
     _kit_base: ClassVar[type[KitBase]]
     # Backdoor hooks the subclass may define; the base versions mean "not available".

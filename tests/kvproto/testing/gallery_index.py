@@ -33,6 +33,7 @@ from tests.kvproto.testing.gallery_log_tier import LOG_GALLERY
 from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
+from tests.kvproto.testing.gallery_restart import RESTART_GALLERY
 from tests.kvproto.testing.gallery_scrubbing_primary import SCRUBBING_GALLERY
 from tests.kvproto.testing.gallery_sharing import SHARING_GALLERY
 from tests.kvproto.testing.gallery_slab_tier import SLAB_GALLERY
@@ -46,7 +47,7 @@ GALLERY: dict[str, Expected] = {
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
     **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
     **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY, **TRIMMING_GALLERY,
-    **DATA_PLANE_GALLERY, **DEDUP_GALLERY,
+    **DATA_PLANE_GALLERY, **DEDUP_GALLERY, **RESTART_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held

@@ -8,6 +8,11 @@ with ``wrap=FaultyBackend`` (right before and right after a block's publish), an
 moments (the same moments every run: after the n-th acknowledged block, then a seeded pause). After
 each kill a new instance over the same storage must answer HIT only for blocks that load with their
 bytes, keep every block whose store was reported, and store every key again.
+
+A forked writer keeps its parent's ``hash()`` salt; a restarted engine is a new process with another.
+So once a clean writer's blocks are seen, every later writer's own code gets another process's
+``hash()`` (:class:`~kvproto.testing._faults.process_hash.OtherProcessHash`), and a clean writer with it
+must be seen in full too (TIER-18).
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots, store_again, store_slots
 from kvproto.testing._faults.kills import StorageWriteKills
 from kvproto.testing._faults.probes import KitBackend, faulty_backend_of
+from kvproto.testing._faults.process_hash import OtherProcessHash
 from kvproto.testing._harness.crash import Child, kill_self
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
+from kvproto.testing._harness.tier_coverage import tier_code
 
 __all__ = ["CRASH_SEED", "RANDOM_KILLS", "WRITE_KILLS", "SecondaryCrashChecks"]
 
@@ -109,6 +116,9 @@ class SecondaryCrashChecks(SecondaryRole):
                 "vacuous: a new instance did not see the blocks a child process stored and shut down cleanly "
                 "(the kit's instance keeps its storage in this process only)"
             )
+        other = self._other_process(template)
+        if not short:
+            self._seen_from_another_process(kit, template, other, len(acked))
         rounds: list[tuple[str, Arm | None]] = []
         if self.has_hook("crash_points"):
             for point in self.crash_points(template):
@@ -118,7 +128,7 @@ class SecondaryCrashChecks(SecondaryRole):
             rounds.append(("right after a block's publish, before its job was reported", self._at_publish(after=True)))
         for number, (how, arm) in enumerate(rounds):
             keys = key_pool(f"crash-point-{number}", _KEYS_PER_ROUND)
-            child = self._writer(kit, template, keys, arm)
+            child = self._writer(kit, template, keys, arm, other=other)
             child.read_until(lambda lines: False)
             if not child.killed():
                 self._child_failed(child, how)
@@ -130,7 +140,7 @@ class SecondaryCrashChecks(SecondaryRole):
             keys = key_pool(f"crash-random-{number}", _KEYS_PER_ROUND)
             acks = rng.randrange(0, _KEYS_PER_ROUND)
             pause = rng.uniform(0.0, 0.003)
-            child = self._writer(kit, template, keys, None)
+            child = self._writer(kit, template, keys, None, other=other)
             child.read_until(_acked_at_least(acks))
             time.sleep(pause)  # where the kill lands; the verdict never depends on it
             child.kill()
@@ -141,7 +151,7 @@ class SecondaryCrashChecks(SecondaryRole):
         points = random.Random(CRASH_SEED + 1)  # apart from the moments': those stay as they were
         for number, nth in enumerate(sorted(points.sample(range(1, writes + 1), min(WRITE_KILLS, writes)))):
             keys = key_pool(f"crash-write-{number}", _KEYS_PER_ROUND)
-            child = self._writer(kit, template, keys, None, kills=StorageWriteKills(nth))
+            child = self._writer(kit, template, keys, None, kills=StorageWriteKills(nth), other=other)
             child.read_until(lambda lines: False)
             how = (f"at its storage write {nth} of the {writes} a clean run made (right before it, or halfway through "
                    f"an os.write or os.pwrite; seed {CRASH_SEED + 1})")
@@ -152,16 +162,76 @@ class SecondaryCrashChecks(SecondaryRole):
                 how = f"let run to its end (it made fewer than {nth} storage writes this time)"
             self._after_crash(kit, template, keys, child.acked(), how, short=short)
 
+    def _other_process(self, template: SecondaryTier) -> OtherProcessHash:
+        """Another process's ``hash()`` for the tier's own code: its packages as KIT-24 names them (the
+        engine plugin's for an engine target; for a tier over a backend, the backend's too)."""
+        packages = list(self.own_code) or tier_code(template)[0]
+        backend = getattr(template, "backend", None)
+        while backend is not None and type(backend).__module__.startswith("kvproto."):
+            backend = getattr(backend, "inner", None)  # through the kit's wrappers to the author's backend
+        if backend is not None:
+            packages += [p for p in tier_code(backend)[0] if p not in packages]
+        return OtherProcessHash(packages)
+
+    def _seen_from_another_process(
+        self, kit: SecondaryDriver, template: SecondaryTier, other: OtherProcessHash, stored: int
+    ) -> None:
+        """A clean writer whose own code has another process's ``hash()`` stores a round and shuts down:
+        a new instance here sees every block it reported stored, as it saw the round of a writer with this
+        process's ``hash()`` (``stored`` blocks, all seen) (TIER-18)."""
+        keys = key_pool("crash-clean-other-process", _KEYS_PER_ROUND)
+        child = self._writer(kit, template, keys, None, other=other)
+        child.read_until(lambda lines: False)
+        child.reap()
+        how = "with another process's hash() (PYTHONHASHSEED), storing and shutting down cleanly"
+        self._child_failed(child, how)
+        acked = [keys[i] for i in child.acked()]
+        lost = self._lost_after_restart(kit, template, keys, acked)
+        if lost:
+            raise ConformanceFailure(
+                "TIER-18",
+                f"{len(lost)} of {len(acked)} block(s) that a writer process stored, reported stored and shut down "
+                f"cleanly (first {short_key(lost[0])}) do not answer HIT and load their bytes in a new instance when "
+                "the writer's hash() of str and bytes is another process's, as a restarted engine's is; with this "
+                f"process's hash() all {stored} were seen: the tier places or finds blocks with Python's per-process "
+                "hash() (salted by PYTHONHASHSEED), so a block stored before a restart is lost after it (a stable "
+                "hash: hashlib, zlib.crc32, xxhash)",
+            )
+
+    def _lost_after_restart(
+        self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], acked: Sequence[OffloadKey]
+    ) -> list[OffloadKey]:
+        """The keys of ``acked`` that a new instance does not answer HIT for, or whose load (8 per job, right
+        after their lookups) fails: the driver checks the bytes of every key a load reports done."""
+        other = self._reopened(kit, template)
+        lost: list[OffloadKey] = []
+        try:
+            for i in range(0, len(keys), 8):
+                batch = keys[i : i + 8]
+                answers = other.resolve(batch)
+                hits = [k for k in batch if answers[k] is lr.HIT]
+                done: set[OffloadKey] = set()
+                if hits:
+                    result = other.load(hits, load_slots(other, len(hits)))
+                    done = set(result.succeeded_keys(other.jobs[result.job_id]))
+                lost += [k for k in batch if k in acked and k not in done]
+            self._empty_for_the_next_round(other)
+        finally:
+            other.shutdown()
+        return lost
+
     # ---- the child's side ----------------------------------------------------------------
     def _writer(self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], arm: Arm | None,
-                *, kills: StorageWriteKills | None = None) -> Child:
+                *, kills: StorageWriteKills | None = None, other: OtherProcessHash | None = None) -> Child:
         """A child process storing ``keys`` in a new instance over ``template``'s storage: ``_BATCH`` per job,
         or one per job when ``arm`` sets a kill point (so the block cut short is the same every run).
         ``kills``: installed in the child before its instance is built; it says how many storage writes the
-        child made (``W <count>``) before its end."""
+        child made (``W <count>``) before its end. ``other``: the tier's own code gets that ``hash()``."""
         caps, limits = kit.capabilities, kit.limits
 
         def run(say: Callable[[str], None]) -> None:
+            if other is not None:
+                other.install()
             if kills is not None:
                 kills.install()
             buffer = make_buffer(self.num_slots, self.block_bytes)
