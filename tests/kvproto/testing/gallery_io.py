@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvproto.testing import FaultyBackend, FaultyJobs, RequestFaults, TierSpec, fresh_directory, remote_fault_hooks
+from kvproto import JobResult, MemoryTier, TransferJob
+from kvproto.testing import (
+    MEMORY_HOOKS,
+    FaultyBackend,
+    FaultyJobs,
+    RequestFaults,
+    TierSpec,
+    fresh_directory,
+    remote_fault_hooks,
+)
 from kvproto.tierkit import BlobTierConfig, Published
 
 from kvproto_fs._conformance import KitFileOps
@@ -201,4 +211,53 @@ def reset_swallows_errors() -> TierSpec:
     return TierSpec(
         "ResetSwallowsErrors", "secondary", ResetSwallowsErrors, limits=_QUICK, tier_class=ResetSwallowsErrors,
         hooks={"fail_io": remote_fault_hooks(_Requests)["fail_io"]},
+    )
+
+
+RESERVING_ARENA_BLOCKS = 16
+"""What :class:`KeepsFailedStoresReservations` holds when no store has failed."""
+
+
+class KeepsFailedStoresReservations(MemoryTier):
+    """Bug: a store job reserves room for its blocks before it writes them; a write that raises (the kit's
+    ``fail_io``) reports the job failed and never gives the reservation back, so every I/O error shrinks
+    what the tier holds, until it holds nothing (held-out round 9's arena tier: a failed write's extent)."""
+
+    def __init__(self, buffer: memoryview) -> None:
+        super().__init__(buffer, name="keeps-failed-stores-reservations", capacity_blocks=RESERVING_ARENA_BLOCKS)
+        self.failing = 0
+        self._failures = threading.Lock()
+        self._failed: list[JobResult] = []
+
+    def submit_store(self, job: TransferJob) -> None:
+        with self._failures:
+            if self.failing:
+                self.failing -= 1
+                self._capacity = max(0, (self._capacity or 0) - len(job.keys))  # the bug: the room stays reserved
+                self._failed.append(JobResult(job.job_id, False))
+                return
+        super().submit_store(job)
+
+    def get_finished_jobs(self) -> Sequence[JobResult]:
+        with self._failures:
+            failed, self._failed = self._failed, []
+        return [*failed, *super().get_finished_jobs()]
+
+    def has_pending_work(self) -> bool:
+        with self._failures:
+            if self._failed:
+                return True
+        return super().has_pending_work()
+
+
+def _arm_failing_stores(tier: KeepsFailedStoresReservations, n: int) -> None:
+    tier.failing = n
+
+
+@IO_GALLERY.fails("test_failed_stores_leave_the_budget_whole", "TIER-31", "failed stores kept what they reserved")
+def keeps_failed_stores_reservations() -> TierSpec:
+    return TierSpec(
+        "keeps-failed-stores-reservations", "secondary", KeepsFailedStoresReservations, limits=_QUICK,
+        tier_class=KeepsFailedStoresReservations,
+        hooks={**MEMORY_HOOKS, "fail_io": _arm_failing_stores, "capacity_blocks": lambda tier: RESERVING_ARENA_BLOCKS},
     )

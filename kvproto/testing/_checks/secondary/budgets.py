@@ -82,15 +82,11 @@ class SecondaryBudgetChecks(SecondaryRole):
             )
 
     def _room(self, kit: SecondaryDriver) -> tuple[int, str]:
-        """How many of the kit's blocks the tier's byte budget holds, and how the kit knows (a BlobTier's
-        ``max_bytes``, or the ``capacity_blocks`` hook); a tier with neither skips the check."""
-        tier = kit.tier
-        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
-            budget = tier.blob_config.max_bytes
-            return budget // (env.HEADER_BYTES + kit.block_bytes), f"whose max_bytes ({budget}) holds"
-        if not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
-            return self.capacity_blocks(tier), "whose capacity_blocks hook says it holds"
-        pytest.skip("needs a byte budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
+        """:meth:`_budget_of`; a tier with no known budget skips the check."""
+        known = self._budget_of(kit)
+        if known is None:
+            pytest.skip("needs a byte budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
+        return known
 
     @check("TIER-29", needs=("eviction",), hooks=("storage_names",))
     def test_evictions_leave_nothing_behind(self, kit: SecondaryDriver) -> None:

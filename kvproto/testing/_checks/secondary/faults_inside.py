@@ -37,7 +37,14 @@ import pytest
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
-from kvproto.testing._checks.secondary.role import SecondaryRole, hit_and_loaded, load_exact, load_slots, store_again, store_slots
+from kvproto.testing._checks.secondary.role import (
+    SecondaryRole,
+    hit_and_loaded,
+    load_exact,
+    load_slots,
+    store_again,
+    store_slots,
+)
 from kvproto.testing._harness.data import key_pool
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.descriptors import FD_DIR, describe_fds, open_fds, settled_leaks, still_open
@@ -61,6 +68,11 @@ _EVERY_SYNC = 1_000_000
 """``fail_sync``'s count for "every sync of the store fails" (a retried sync fails again)."""
 _EVERY_CALL = 1_000_000
 """``fail_io``'s count for storage that is down for as long as the call lasts."""
+
+_FILL = 8
+"""Blocks per store job filling a budget."""
+_FAILED = 4
+"""Blocks per store job failed by an I/O error (:meth:`test_failed_stores_leave_the_budget_whole`)."""
 
 SHORT_IO_BYTES = 7
 """The most bytes one read or write call moves while ``short_io`` is armed (an odd number: no
@@ -213,6 +225,54 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
                 break
         if held:
             self._closed_by_shutdown(kit, held, f"{len(stored)} stores and {len(loaded)} loads")
+
+    @check("TIER-31", needs=("eviction",), hooks=("fail_io",))
+    def test_failed_stores_leave_the_budget_whole(self, kit: SecondaryDriver) -> None:
+        """A tier with a budget (a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook) is filled to it
+        (8 blocks per job) and its HITs counted; then as many store jobs of 4 fresh blocks as the budget
+        holds blocks, over 4, plus 2, each with its first read or write call raising EIO (``fail_io``),
+        take their slice of it; then, with no fault armed, twice the budget in fresh blocks is stored.
+        The tier then holds at least half as many of those as it held when first filled: a failed store
+        fails only itself, and what it reserved (an extent, a quota, a slot) goes back, or a passing disk
+        hiccup leaves a tier that holds nothing (round 9's arena tier kept each failed job's extent for
+        good, and afterwards stored nothing at all)."""
+        known = self._budget_of(kit)
+        if known is None:
+            pytest.skip("needs a budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
+        room, said = known
+        if room < _FILL:
+            pytest.skip(f"needs a budget of {_FILL} blocks or more (a tier {said} {room})")
+        first = key_pool("t31-budget-fill", room)
+        for i in range(0, room, _FILL):
+            if not kit.store(first[i : i + _FILL], store_slots(kit, len(first[i : i + _FILL]))).success:
+                raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-31")
+            kit.step()
+        kit.quiet_steps(2)
+        held = sum(1 for answer in kit.resolve(first).values() if answer is lr.HIT)
+        failing = key_pool("t31-budget-failed", (room // _FAILED + 2) * _FAILED)
+        kit.faults_injected = True
+        try:
+            for i in range(0, len(failing), _FAILED):
+                self.fail_io(kit.tier, 1)
+                kit.store(failing[i : i + _FAILED], store_slots(kit, _FAILED))
+                kit.step()
+        finally:
+            self.fail_io(kit.tier, 0)
+        kit.quiet_steps(2)  # from here a failed store is the faults' doing, no set-up failure: judged below
+        after = key_pool("t31-budget-after", 2 * room)
+        for i in range(0, len(after), _FILL):
+            kit.store(after[i : i + _FILL], store_slots(kit, len(after[i : i + _FILL])))
+            kit.step()
+        kit.quiet_steps(2)
+        now = sum(1 for answer in kit.resolve(after).values() if answer is lr.HIT)
+        if now < held // 2:
+            raise ConformanceFailure(
+                "TIER-31",
+                f"a tier {said} {room} of the kit's blocks held {held} when filled; after {len(failing) // _FAILED} "
+                f"store jobs of {_FAILED} fresh blocks, each with its first read or write call raising EIO, it holds "
+                f"only {now} of {len(after)} fresh blocks stored with no fault armed: failed stores kept what they "
+                "reserved (an extent, a quota, a slot), and the tier's room shrinks with every I/O error",
+            )
 
     @check("TIER-31", hooks=("fail_sync",))
     def test_a_store_whose_sync_fails_is_reported_failed(self, kit: SecondaryDriver) -> None:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kvproto import envelope as env, members as lr
+from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
@@ -37,7 +37,6 @@ from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext, short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
-from kvproto.tierkit import BlobTier
 
 __all__ = ["SecondaryHeldCallChecks"]
 
@@ -238,14 +237,9 @@ class SecondaryHeldCallChecks(SecondaryRole):
             )
 
     def _budget_blocks(self, driver: SecondaryDriver) -> int:
-        """How many blocks the tier's budget holds: a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook;
-        0 if unknown."""
-        tier = driver.tier
-        if isinstance(tier, BlobTier) and tier.blob_config.max_bytes is not None:
-            return tier.blob_config.max_bytes // (env.HEADER_BYTES + driver.block_bytes)
-        if not isinstance(tier, BlobTier) and self.has_hook("capacity_blocks"):
-            return self.capacity_blocks(tier)
-        return 0
+        """How many blocks the tier's budget holds (:meth:`_budget_of`); 0 if unknown."""
+        known = self._budget_of(driver)
+        return 0 if known is None else known[0]
 
     @staticmethod
     def _expect_hit(held: SecondaryDriver, key: OffloadKey, when: str, *, load: bool,

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from kvproto import members as lr
+from kvproto import envelope as env, members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto._requests import ReqContext
@@ -26,6 +26,7 @@ from kvproto.testing._harness.lock_order import LockOrder
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.testing._harness.thread_ledger import ThreadLedger
 from kvproto.testing._harness.tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
+from kvproto.tierkit import BlobTier
 
 __all__ = [
     "SecondaryRole", "SecondaryTierFactory", "hit_and_loaded", "load_exact", "load_right_after_hit", "load_slots",
@@ -220,6 +221,20 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
     def reopen(self, tier: SecondaryTier, buffer: memoryview) -> SecondaryTier:
         """A new tier instance over the same storage as ``tier``."""
         raise NotImplementedError
+
+    def _budget_of(self, driver: SecondaryDriver) -> tuple[int, str] | None:
+        """How many of the kit's blocks the tier's budget holds, and how the kit knows (a BlobTier's
+        ``max_bytes``, else the ``capacity_blocks`` hook), as words ending a phrase "a tier ... N";
+        None when neither says (TIER-29)."""
+        tier = driver.tier
+        if isinstance(tier, BlobTier):
+            budget = tier.blob_config.max_bytes
+            if budget is None:
+                return None
+            return budget // (env.HEADER_BYTES + driver.block_bytes), f"whose max_bytes ({budget}) holds"
+        if self.has_hook("capacity_blocks"):
+            return self.capacity_blocks(tier), "whose capacity_blocks hook says it holds"
+        return None
 
     # ---- arming a hook: the driver learns what it must do, so a misfire is KIT-5 -----------
     def arm_fail_next_jobs(self, kit: SecondaryDriver, n: int) -> None:
