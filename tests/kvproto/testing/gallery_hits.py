@@ -6,6 +6,7 @@ conform`` target to the check and clause it must fail on, and gallery_index.py g
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -122,3 +123,43 @@ def _leaks_failed_loads(buffer: memoryview) -> LeaksFailedLoads:
 @HITS_GALLERY.fails("test_a_hit_loads_after_another_instance_deleted_the_block", "TIER-26", "failed after a second instance")
 def closes_handle_early() -> TierSpec:
     return TierSpec("closes-handle-early", "secondary", _closes_early, hooks=_HOOKS, limits=_QUICK, tier_class=FsTier)
+
+
+ASSUMED_STEP_S = 0.010
+"""How long :class:`HeldCopiesExpire` takes an end-of-step hook to be (a decode step)."""
+HOLD_STEPS = 64
+"""FsTierConfig's ``hold_hits_steps`` (its default): the bound :class:`HeldCopiesExpire` turns into a time."""
+
+
+class HeldCopiesExpire(ForwardingBackend):
+    """Bug: a held HIT is kept for twice the bound of steps in time, assuming each step takes 10 ms (a held
+    copy on a shared store given a TTL): once steps are slower, the hold is gone before the load."""
+
+    def open_held(self, name: str) -> object:
+        inner = self.inner
+        assert isinstance(inner, HeldReads)
+        ttl = 2 * HOLD_STEPS * ASSUMED_STEP_S  # the bug: steps taken for time
+        return (name, inner.open_held(name), time.monotonic() + ttl)
+
+    def read_held(self, handle: object, buffers: Sequence[memoryview]) -> int:
+        inner = self.inner
+        assert isinstance(inner, HeldReads) and isinstance(handle, tuple)
+        if time.monotonic() > handle[2]:
+            raise FileNotFoundError(f"the held copy of {handle[0]} expired")
+        return inner.read_held(handle[1], buffers)
+
+    def close_held(self, handle: object) -> None:
+        inner = self.inner
+        assert isinstance(inner, HeldReads) and isinstance(handle, tuple)
+        inner.close_held(handle[1])
+
+
+def _held_copies_expire(buffer: memoryview) -> FsTier:
+    return FsTier(buffer, FsTierConfig(root=fresh_root(), shared=True), name="held-copies-expire",
+                  wrap=HeldCopiesExpire)
+
+
+@HITS_GALLERY.fails("test_a_hit_held_through_slow_steps_still_loads", "TIER-26", "a hold is bounded in steps")
+def held_copies_expire() -> TierSpec:
+    return TierSpec("held-copies-expire", "secondary", _held_copies_expire, hooks=_HOOKS, limits=_QUICK,
+                    tier_class=FsTier)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from typing import IO
 
 import pytest
@@ -26,7 +27,11 @@ from kvproto.testing._harness.driver import TrackedContext, short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
-__all__ = ["HeldHitsChecks"]
+__all__ = ["SLOW_STEPS_S", "HeldHitsChecks"]
+
+SLOW_STEPS_S = 2.0
+"""How long the end-of-step hooks between a held HIT and its load take in all, in the slow-steps check."""
+_SLOWEST_STEP_S = 0.25
 
 
 def _held(tier: SecondaryTier) -> int:
@@ -124,6 +129,40 @@ class HeldHitsChecks(SecondaryRole):
         _expect_holding(tier, keys[4])
         kit.shutdown()
         _expect_released(tier, "shutdown")
+
+    @check("TIER-26", needs=("holds_hits",))
+    def test_a_hit_held_through_slow_steps_still_loads(self, kit: SecondaryDriver) -> None:
+        """Two stored blocks answer HIT in a request (held); then half the declared ``max_hold_steps`` (at
+        least one) end-of-step hooks run, spread over about :data:`SLOW_STEPS_S` seconds (each at most
+        a quarter of a second apart: a busy scheduler's prefill-heavy steps), and the request's load
+        brings both blocks' bytes. A hold is bounded in steps, never in time: a tier that turns the bound
+        into a deadline by assuming a step's length (round 9's Redis tier gave each held copy a TTL of
+        ``2 * max_hold_steps * 10 ms``) loses HITs whenever steps are slower."""
+        keys = key_pool("held-slow-steps", 2)
+        kit.store(keys)
+        kit.settle()
+        request = TrackedContext("kvproto-kit-held-slow")
+        kit.expect(kit.resolve(keys, request), lr.HIT, "TIER-10", "after its store succeeded")
+        _expect_holding(kit.tier, keys[0])
+        steps = max(1, kit.capabilities.max_hold_steps // 2)
+        apart = min(_SLOWEST_STEP_S, SLOW_STEPS_S / steps)
+        for _ in range(steps):
+            time.sleep(apart)  # the steps' length is what is checked: the tier must not count on it
+            kit.step()
+        slots = load_slots(kit, len(keys))
+        result = kit.load(keys, slots, context=request)
+        done = result.succeeded_keys(kit.jobs[result.job_id])
+        lost = [short_key(k) for k, s in zip(keys, slots, strict=True)
+                if k not in done or kit.slot_bytes(s) != block_for(k, self.block_bytes)]
+        kit.tier.on_request_finished(request)
+        if lost:
+            raise ConformanceFailure(
+                "TIER-26",
+                f"the load of {', '.join(lost)}, answered HIT and held, failed after {steps} end-of-step hooks "
+                f"{apart * 1000:.0f} ms apart ({steps * apart:.1f} s), within the declared max_hold_steps "
+                f"({kit.capabilities.max_hold_steps}): a hold is bounded in steps, not in time (a step may take "
+                "any time; a deadline derived from an assumed step length expires under a busy scheduler)",
+            )
 
     @check("TIER-26", needs=("holds_hits",), hooks=("fail_keys",))
     def test_held_hits_are_released_after_a_failed_load(self, kit: SecondaryDriver) -> None:
