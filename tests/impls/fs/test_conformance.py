@@ -23,7 +23,7 @@ class TestPrivateFsTier(HookTableTests):
     kit_profile = "fast"
     HOOKS = FS_HOOKS
     TABLE_HOOKS = ("short_io", "fail_io", "refuse_direct", "lose_directories", "refuse_links", "plant_leftovers",
-                   "leftovers")
+                   "leftovers", "reopen_with_layout")
 
     @pytest.fixture
     def tier_factory(self, tmp_path: Path) -> Callable[[memoryview], SecondaryTier]:

@@ -39,7 +39,7 @@ class TestMooncakeTier(HookTableTests):
     kit_profile = "fast"
     HOOKS = mc.MOONCAKE_HOOKS if MOONCAKE_MISSING is None else {}
     TABLE_HOOKS = ("reopen_other_layout", "start_down", "fail_io", "storage_requests", "grow_storage", "request_plan",
-                   "expected_abilities", "storage_names", "namespace_of")
+                   "expected_abilities", "storage_names", "namespace_of", "reopen_with_layout")
     run_hooks: Mapping[str, Callable[..., Any]]
 
     def _hook(self, name: str, *args: Any) -> Any:

@@ -30,6 +30,7 @@ class _ObjHooks(HookTableTests):
 
     kit_profile = "fast"
     HOOKS = obj.OBJ_HOOKS
+    TABLE_HOOKS = ("reopen_with_layout",)
 
 
 

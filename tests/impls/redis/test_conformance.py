@@ -29,7 +29,7 @@ class _RedisHooks(HookTableTests):
     kit_profile = "fast"
     HOOKS = REDIS_HOOKS
     TABLE_HOOKS = ("reopen_other_layout", "start_down", "fail_io", "storage_requests", "grow_storage", "request_plan",
-                   "expected_abilities", "storage_names", "namespace_of", "replace_block")
+                   "expected_abilities", "storage_names", "namespace_of", "replace_block", "reopen_with_layout")
 
 
 def _factory_over(server: LocalRedis) -> Iterator[Callable[[memoryview], SecondaryTier]]:

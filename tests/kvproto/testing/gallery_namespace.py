@@ -13,16 +13,19 @@ with the check and clause it must fail on (gallery_registry.py); gallery_index.p
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from kvproto import LookupResult, OffloadKey, ReqContext, envelope as env
-from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec
+from kvproto.testing import FaultyBackend, FaultyJobs, TierSpec, fresh_directory
 from kvproto.tierkit import BlobTier, BlobTierConfig, MemoryBackend, Published
 
 from kvproto_obj import ObjTier, ObjTierConfig
 from kvproto_obj._backend import ObstoreBackend
 from tests.kvproto.testing.gallery import _QUICK
+from tests.kvproto.testing.gallery_io import _Files
 from tests.kvproto.testing.gallery_registry import Gallery
 from tests.kvproto.testing.gallery_store import _spec
 from tests.kvproto.testing.mutation_specs import _HOOKS as _BLOB_HOOKS, HeldMemory
@@ -193,3 +196,32 @@ def eviction_leaves_sidecars() -> TierSpec:
         "EvictionLeavesSidecars", "secondary", EvictionLeavesSidecars, limits=_QUICK, tier_class=EvictionLeavesSidecars,
         hooks={"storage_names": _sidecar_names},
     )
+
+
+class LabelledLayouts(BlobTier):
+    """Bug: the namespace is made from a readable label, ``basename(model)__dtype`` (one path part, so that
+    operators can tell the caches apart), not from the whole layout: two owners' models of one name, or a
+    layout differing in a field the label leaves out, share blocks (held-out round 9's quota directory served
+    a base model's KV to its fine-tune)."""
+
+    def __init__(self, buffer: memoryview, *, root: Path | None = None, layout: Mapping[str, str] | None = None) -> None:
+        self.root = fresh_directory("kvproto-gallery-labelled-") if root is None else root
+        self.layout = dict(layout or {"model": "kit/labelled"})
+        label = f"{os.path.basename(self.layout.get('model', ''))}__{self.layout.get('dtype', 'auto')}"
+        files = _Files(self.root, one_call=False, close_on_error=True)
+        config = BlobTierConfig(shared=True, start_in_background=False, layout={"label": label})  # the bug
+        super().__init__(files, buffer, config, name="labelled-layouts")
+
+
+def _reopen_labelled(tier: LabelledLayouts, buffer: memoryview) -> LabelledLayouts:
+    return LabelledLayouts(buffer, root=tier.root, layout=tier.layout)
+
+
+def _labelled_with_layout(tier: LabelledLayouts, buffer: memoryview, layout: Mapping[str, str]) -> LabelledLayouts:
+    return LabelledLayouts(buffer, root=tier.root, layout={**tier.layout, **layout})
+
+
+@NAMESPACE_GALLERY.fails("test_layouts_that_differ_slightly_keep_apart", "TIER-22", "share a namespace")
+def labelled_layouts() -> TierSpec:
+    return TierSpec("labelled-layouts", "secondary", LabelledLayouts, limits=_QUICK, tier_class=LabelledLayouts,
+                    hooks={"reopen": _reopen_labelled, "reopen_with_layout": _labelled_with_layout})

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -417,6 +417,12 @@ def _reopen_other_layout(tier: FsTier, buffer: memoryview) -> FsTier:
     return kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name, cls=type(tier))
 
 
+def _reopen_with_layout(tier: FsTier, buffer: memoryview, layout: Mapping[str, str]) -> FsTier:
+    """A new instance over the same root whose layout is ``layout`` over the tier's own (TIER-22)."""
+    merged = {**tier.config.layout, **layout}
+    return kit_tier(buffer, tier.config.model_copy(update={"layout": merged}), tier.name, cls=type(tier))
+
+
 def _storage_names(tier: FsTier) -> list[str]:
     """Every file and directory under the tier's root, relative to it (``/``-separated), found without
     the tier: what every instance over that root wrote (TIER-37)."""
@@ -464,6 +470,7 @@ def _corrupt_on_read(tier: FsTier, keys: Iterable[OffloadKey]) -> None:
 FS_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
+    "reopen_with_layout": _reopen_with_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     **JOB_FAULT_HOOKS,  # the kit's spec: faulty_jobs(FsTier)(..., wrap=FaultyBackend)

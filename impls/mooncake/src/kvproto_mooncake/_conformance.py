@@ -325,6 +325,11 @@ def _run_hooks(run: KitRun) -> dict[str, Callable[..., Any]]:
         layout = {**tier.config.layout, "kvproto-kit": "another layout"}
         return _kit_tier(run, buffer, tier.config.model_copy(update={"layout": layout}), tier.name)
 
+    def reopen_with_layout(tier: MooncakeTier, buffer: memoryview, layout: Mapping[str, str]) -> MooncakeTier:
+        """A second instance over the same prefix whose layout is ``layout`` over the tier's own (TIER-22)."""
+        merged = {**tier.config.layout, **layout}
+        return _kit_tier(run, buffer, tier.config.model_copy(update={"layout": merged}), tier.name)
+
     def start_down(tier: MooncakeTier, buffer: memoryview) -> MooncakeTier:
         """A second instance while every request fails: MC-1's start-up check must refuse it (KIT-20)."""
         return _kit_tier(run, buffer, tier.config, tier.name, KitMooncakeOps(down=True))
@@ -334,7 +339,7 @@ def _run_hooks(run: KitRun) -> dict[str, Callable[..., Any]]:
         return [k for k in _all_keys(run.admin_url) if k.startswith(f"{tier.config.prefix}/")]
 
     hooks: dict[str, Callable[..., Any]] = {"reopen": reopen, "reopen_other_layout": reopen_other_layout,
-                                            "start_down": start_down}
+                                            "reopen_with_layout": reopen_with_layout, "start_down": start_down}
     if run.listable:
         hooks["storage_names"] = storage_names
     return hooks

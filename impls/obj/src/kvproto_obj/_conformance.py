@@ -13,7 +13,7 @@ test suite runs it against a loopback S3 server (moto).
 from __future__ import annotations
 
 import errno
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import obstore
@@ -160,6 +160,15 @@ def _reopen_other_layout(tier: ObjTier, buffer: memoryview) -> ObjTier:
     )
 
 
+def _reopen_with_layout(tier: ObjTier, buffer: memoryview, layout: Mapping[str, str]) -> ObjTier:
+    """A second instance over the same store and prefix whose layout is ``layout`` over the tier's own (TIER-22)."""
+    merged = {**tier.config.layout, **layout}
+    return faulty_jobs(ObjTier)(
+        buffer, tier.config.model_copy(update={"layout": merged}), name=tier.name, store=tier.store, wrap=FaultyBackend,
+        ops=kit_ops(tier.config),
+    )
+
+
 def _lose_write_races(tier: ObjTier, n: int) -> int:
     """The next ``n`` create-if-absent PUTs lose a race to a conditional upload that then fails: 409,
     nothing stored (TIER-10); how many it answered so since the previous call."""
@@ -268,6 +277,7 @@ def _fork_safe(tier: ObjTier) -> bool:
 OBJ_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
+    "reopen_with_layout": _reopen_with_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "corrupt_on_read": _corrupt_on_read,

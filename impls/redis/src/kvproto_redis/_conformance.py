@@ -25,7 +25,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kvproto import OffloadKey, envelope as env
@@ -213,6 +213,11 @@ def _reopen_other_layout(tier: RedisTier, buffer: memoryview) -> RedisTier:
     return _kit_tier(buffer, tier.config.model_copy(update={"layout": layout}), tier.name)
 
 
+def _reopen_with_layout(tier: RedisTier, buffer: memoryview, layout: Mapping[str, str]) -> RedisTier:
+    """A second instance over the same server and prefix whose layout is ``layout`` over the tier's own (TIER-22)."""
+    return _kit_tier(buffer, tier.config.model_copy(update={"layout": {**tier.config.layout, **layout}}), tier.name)
+
+
 def _start_down(tier: RedisTier, buffer: memoryview) -> RedisTier:
     """A second instance while every request fails: REDIS-1's start-up check must refuse it (KIT-20)."""
     return _kit_tier(buffer, tier.config, tier.name, down=True)
@@ -281,6 +286,7 @@ def _corrupt_on_read(tier: RedisTier, keys: Iterable[OffloadKey]) -> None:
 REDIS_HOOKS: dict[str, Callable[..., Any]] = {
     "reopen": _reopen,
     "reopen_other_layout": _reopen_other_layout,
+    "reopen_with_layout": _reopen_with_layout,
     "read_block": _read_block,
     "seed_block": _seed_block,
     "corrupt_on_read": _corrupt_on_read,

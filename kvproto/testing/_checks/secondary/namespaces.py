@@ -14,23 +14,46 @@ length). A tier's spec that can list its storage declares two backdoor hooks:
   namespace, ending in its separator).
 
 A tier without them is "not checked" on TIER-37 (the kit skips, naming the hook).
+
+TIER-22 with layouts the kit picks (:data:`NEAR_LAYOUTS`): ``reopen_other_layout`` says what "another
+layout" is, so a tier that makes its namespace a readable label (a model's last path part, fields
+joined by a separator, a truncated name, a prefix that lists another's) passes it with the layout
+its author chose and fails users whose layouts differ only where the label loses the difference
+(held-out round 9: ``basename(model)`` gave ``meta-llama/X`` and ``acme/X`` one directory, and the
+fine-tune loaded the base model's KV). With ``reopen_with_layout(tier, buffer, layout)`` the kit
+searches pairs of layouts that differ only slightly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import pytest
+
+from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
-from kvproto.testing._checks.secondary.role import store_slots
+from kvproto.testing._checks.secondary.role import hit_and_loaded, store_slots
 from kvproto.testing._checks.secondary.threads_and_order import SecondaryClassChecks
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
+from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
-__all__ = ["SecondaryNamespaceChecks"]
+__all__ = ["NEAR_LAYOUTS", "SecondaryNamespaceChecks"]
+
+_LONG = "kit/" + "long-model-name-" * 8
+NEAR_LAYOUTS: tuple[tuple[dict[str, str], dict[str, str], str], ...] = (
+    ({"model": "meta-llama/Llama-3.1-8B-Instruct"}, {"model": "acme/Llama-3.1-8B-Instruct"},
+     "the same model name under another owner"),
+    ({"model": "org/a_b"}, {"model": "org_a/b"}, "a '/' where the other has a '_'"),
+    ({"model": "kit/m", "tp_rank": "1"}, {"model": "kit/m", "tp_rank": "11"}, "a rank that is a prefix of the other's"),
+    ({"model": f"{_LONG}-a"}, {"model": f"{_LONG}-b"}, "long model names differing only at their ends"),
+    ({"model": "kit/m"}, {"model": "kit/m", "lora": "adapter-1"}, "one more field"),
+)
+"""Pairs of layouts that differ only slightly (TIER-22): each pair, with why its labels may collide."""
 
 _STORED = 3  # blocks each instance stores
 _SHOWN = 3  # stray names a failure lists
@@ -43,6 +66,73 @@ class SecondaryNamespaceChecks(SecondaryClassChecks):
     def namespace_of(self, tier: SecondaryTier) -> str:
         """The prefix under which every name ``tier`` writes lies (KIT-5)."""
         raise NotImplementedError
+
+    def reopen_with_layout(self, tier: SecondaryTier, buffer: memoryview, layout: Mapping[str, str]) -> SecondaryTier | None:
+        """A new instance over the same storage as ``tier`` whose model layout is ``layout`` (field names as
+        an engine gives them: ``model``, ``dtype``, ``tp_rank``, ...; over the fields of ``tier``'s own),
+        or None where the tier has no way to say that layout (a field it does not take): the backdoor
+        hook of :meth:`test_layouts_that_differ_slightly_keep_apart` (KIT-5)."""
+        raise NotImplementedError
+
+    @check("TIER-22", hooks=("reopen_with_layout",))
+    def test_layouts_that_differ_slightly_keep_apart(self, kit: SecondaryDriver) -> None:
+        """For each pair of :data:`NEAR_LAYOUTS` (the same model name under two owners, a ``/`` where the
+        other has ``_``, a rank that is a prefix of the other's, long names differing at their ends, one
+        more field; each a pair real deployments meet: a Hugging Face id holds no ``--``, and a dtype
+        comes from a fixed set): an instance for the first layout
+        over the tier's storage stores 2 blocks; an instance for the second answers MISS for them, stores
+        a block of its own and resets its cache; the first still answers HIT for both and loads their
+        bytes. A pair the hook answers None for is not checked; every pair None skips the check."""
+        checked = 0
+        for number, (first, second, why) in enumerate(NEAR_LAYOUTS):
+            ours = self._with_layout(kit, first, 22_100 + 200 * number)
+            if ours is None:
+                continue
+            try:
+                theirs = self._with_layout(kit, second, 22_200 + 200 * number)
+                if theirs is None:
+                    continue
+                try:
+                    checked += 1
+                    self._apart(ours, theirs, key_pool(f"t22-near-{number}", 2), f"{first} and {second} ({why})")
+                finally:
+                    theirs.shutdown()
+            finally:
+                ours.shutdown()
+        if not checked:
+            pytest.skip("not checked: reopen_with_layout answered None for every pair of layouts the kit tries")
+
+    def _with_layout(self, kit: SecondaryDriver, layout: Mapping[str, str], first_job_id: int) -> SecondaryDriver | None:
+        buffer = make_buffer(self.num_slots, self.block_bytes)
+        tier = self.reopen_with_layout(kit.tier, buffer, dict(layout))
+        if tier is None:
+            return None
+        driver = SecondaryDriver(tier, buffer, kit.capabilities, kit.limits, first_job_id=first_job_id)
+        driver.wait_started()
+        return driver
+
+    @staticmethod
+    def _apart(ours: SecondaryDriver, theirs: SecondaryDriver, keys: Sequence[OffloadKey], pair: str) -> None:
+        """``ours`` stores ``keys``; ``theirs`` answers MISS for them, stores and resets; ``ours`` still
+        serves them (TIER-22)."""
+        if not ours.store(keys, store_slots(ours, len(keys))).success:
+            raise SetUpFailed("TIER-10", first_setup_failure(ours), "TIER-22")
+        ours.quiet_steps(2)
+        answers = theirs.resolve(keys)
+        seen = [k for k in keys if answers[k] is not lr.MISS]
+        if seen:
+            raise ConformanceFailure(
+                "TIER-22",
+                f"{short_key(seen[0])}, stored by an instance for layout {pair.split(' and ')[0]}, answered "
+                f"{answers[seen[0]].name} in an instance over the same storage for another layout: the layouts "
+                f"{pair} share a namespace, so one model's KV would be served to the other",
+            )
+        own = key_pool("t22-near-theirs", 1)
+        theirs.store(own, store_slots(theirs, 1))
+        theirs.quiet_steps(2)
+        theirs.tier.reset_cache()  # its own namespace only, whatever it answers
+        theirs.quiet_steps(2)
+        hit_and_loaded(ours, keys, "TIER-22", f"after an instance for another layout reset its cache (layouts {pair})")
 
     @check("TIER-37", hooks=("storage_names", "namespace_of"))
     def test_a_tier_writes_only_under_its_own_namespace(self, kit: SecondaryDriver) -> None:

@@ -99,7 +99,7 @@ _HOOKS = (
     "seed_block", "read_block", "fail_next_jobs", "fail_keys", "corrupt_on_read", "reopen", "short_io", "fail_io",
     "storage_requests", "grow_storage", "request_plan", "replace_block", "refuse_direct", "lose_directories",
     "refuse_links", "plant_leftovers", "leftovers", "storage_names", "namespace_of", "hold_publish",
-    "fail_sync", "capacity_blocks", "lose_write_races",
+    "fail_sync", "capacity_blocks", "lose_write_races", "reopen_with_layout",
 )
 
 

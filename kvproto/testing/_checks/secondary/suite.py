@@ -93,6 +93,8 @@ class SecondaryTierTests(
       requests the tier makes and its declared plan for existence batches (TIER-33).
     * ``storage_names(tier)``, ``namespace_of(tier)``: every name in the storage instances share, and
       the prefix every name the tier writes lies under (TIER-37).
+    * ``reopen_with_layout(tier, buffer, layout) -> tier | None``: a new instance over the same storage
+      for the model layout the kit gives (TIER-22: layouts that differ only slightly keep apart).
 
     A hook with less effect than it says (nothing failed) or more (other jobs or keys failed too)
     fails KIT-5, never the tier's clauses.
