@@ -12,6 +12,8 @@ from kvproto import ReqContext, envelope as env
 from kvproto.errors import ConfigurationError
 
 redis_tier = pytest.importorskip("kvproto_redis", reason="kvproto-redis is not installed: pip install -e impls/redis")
+from redis import Redis  # noqa: E402 (kvproto-redis's dependency: after importorskip)
+
 from kvproto_redis import LocalRedis, RedisOps, RedisTier, RedisTierConfig  # noqa: E402 (after importorskip)
 from kvproto_redis._ops import Client, Probe  # noqa: E402 (white-box: this distribution's own tests)
 from tests.impls._tier_runner import BLOCK, block_of, key, make_buffer, shut_down_after  # noqa: E402
@@ -106,6 +108,22 @@ def test_keys_hold_envelopes_under_the_prefix_and_namespace(redis_server: LocalR
             assert 0 < raw.pttl(tier.key_of(k)) <= 600_000  # ttl_s: the block expires by itself
         manifest = json.loads(raw.get(f"{tier.namespace_prefix}manifest.json") or b"")
         assert env.namespace_id(manifest) == tier.namespace
+
+
+def test_the_urls_database_is_the_one_the_tier_uses(redis_server: LocalRedis) -> None:
+    """REDIS-1: ``url=redis://HOST:PORT/2`` stores in database 2, and an instance on database 3 of the same
+    server and prefix sees none of it (deployments kept apart by database number; held-out round 9: a copy
+    that built its pool from the ``db`` field stored every URL-configured tier in database 0)."""
+    base = config_for(redis_server)
+    on_2 = base.model_copy(update={"url": redis_server.url.rsplit("/", 1)[0] + "/2"})
+    on_3 = base.model_copy(update={"url": redis_server.url.rsplit("/", 1)[0] + "/3"})
+    with shut_down_after(open_tier(on_2)) as (tier, run):
+        assert run.store([key(1)]).success
+        with Redis(host="127.0.0.1", port=redis_server.port, db=2) as database_2:
+            assert database_2.exists(tier.key_of(key(1))) == 1
+        assert keys_under(redis_server, f"{base.prefix}:") == []  # database 0 holds none of it
+        with shut_down_after(open_tier(on_3)) as (_, other):
+            assert other.resolve([key(1)]) == {key(1): "MISS"}
 
 
 def test_prefixes_and_layouts_keep_their_blocks_apart(redis_server: LocalRedis) -> None:
