@@ -22,11 +22,15 @@ class FileBlobs:
     def prepare(self, namespace: str) -> None:
         (self.root / namespace).mkdir(parents=True, exist_ok=True)
 
+    def path_of(self, name: str) -> Path:
+        """The file of blob ``name``: ``root / name`` (a subclass may place blobs otherwise)."""
+        return self.root / name
+
     def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
         out: list[int | None] = []
         for name in names:
             try:
-                out.append(os.stat(self.root / name).st_size)
+                out.append(os.stat(self.path_of(name)).st_size)
             except FileNotFoundError:
                 out.append(None)
         return out
@@ -44,7 +48,7 @@ class FileBlobs:
         return Published.CREATED
 
     def delete(self, name: str) -> None:
-        (self.root / name).unlink(missing_ok=True)
+        self.path_of(name).unlink(missing_ok=True)
 
     def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
         base = self.root / namespace

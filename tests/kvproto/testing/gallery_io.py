@@ -62,7 +62,7 @@ class _Files(FileBlobs):
         (self.root / namespace / "tmp").mkdir(parents=True, exist_ok=True)  # also after a clear
 
     def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        final = self.root / name
+        final = self.path_of(name)
         if final.exists():
             return Published.EXISTED
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +82,7 @@ class _Files(FileBlobs):
         return self.link_in(tmp, final)
 
     def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        fd = os.open(self.root / name, os.O_RDONLY)
+        fd = os.open(self.path_of(name), os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             if self._one_call:

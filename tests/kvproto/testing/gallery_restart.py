@@ -11,15 +11,12 @@ gallery_index.py gathers it into ``GALLERY``.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from kvproto.testing import TierSpec, fresh_directory
-from kvproto.tierkit import BlobTier, BlobTierConfig, Published
+from kvproto.tierkit import BlobTier, BlobTierConfig
 
-from kvproto_fs._io import read_full, write_full
 from tests.kvproto.testing.gallery import _QUICK
 from tests.kvproto.testing.gallery_io import _Files
 from tests.kvproto.testing.gallery_registry import Gallery
@@ -36,43 +33,9 @@ class _ShardedFiles(_Files):
     """Blobs as files spread over ``_SHARDS`` folders of their namespace, the folder picked by
     ``hash(name)`` (the bug: another process picks another folder)."""
 
-    def _path(self, name: str) -> Path:
+    def path_of(self, name: str) -> Path:
         namespace, _, rest = name.partition("/")
         return self.root / namespace / f"shard{hash(name) % _SHARDS}" / rest
-
-    def publish(self, name: str, parts: Sequence[memoryview], size: int) -> Published:
-        final = self._path(name)
-        if final.exists():
-            return Published.EXISTED
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / name.split("/", 1)[0] / "tmp" / uuid.uuid4().hex
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            write_full(self.ops, fd, parts, 0)
-        finally:
-            os.close(fd)
-        return self.link_in(tmp, final)
-
-    def read_into(self, name: str, buffers: Sequence[memoryview]) -> int:
-        fd = os.open(self._path(name), os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            got = read_full(self.ops, fd, buffers, 0)
-            return size if got == min(size, sum(b.nbytes for b in buffers)) else got
-        finally:
-            os.close(fd)
-
-    def sizes(self, names: Sequence[str]) -> Sequence[int | None]:
-        out: list[int | None] = []
-        for name in names:
-            try:
-                out.append(os.stat(self._path(name)).st_size)
-            except FileNotFoundError:
-                out.append(None)
-        return out
-
-    def delete(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
 
     def list_blobs(self, namespace: str) -> Iterator[tuple[str, int]]:
         base = self.root / namespace
