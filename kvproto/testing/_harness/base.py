@@ -41,7 +41,8 @@ class KitBase:
     * ``kit_profile``: ``"fast"``, ``"default"`` or ``"thorough"``; ``None``
       takes ``--kvproto-profile`` or ``$KVPROTO_KIT_PROFILE``.
     * ``own_code``: the modules and packages of the tier's own code (KIT-24), where the kit gives it
-      another process's ``hash()`` (TIER-18); empty (the default): the package of the tier's class.
+      another process's ``hash()`` (TIER-18); empty (the default): the package of the tier's class. The
+      package of a BlobTier's backend (through the kit's wrappers) is added either way.
     """
 
     capabilities: ClassVar[Capabilities | None] = None

@@ -30,7 +30,7 @@ from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots, st
 from kvproto.testing._faults.kills import StorageWriteKills
 from kvproto.testing._faults.probes import KitBackend, faulty_backend_of
 from kvproto.testing._faults.process_hash import OtherProcessHash
-from kvproto.testing._harness.crash import Child, kill_self
+from kvproto.testing._harness.crash import CHILD_BOUND_S, Child, kill_self
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import short_key
@@ -117,8 +117,8 @@ class SecondaryCrashChecks(SecondaryRole):
                 "(the kit's instance keeps its storage in this process only)"
             )
         other = self._other_process(template)
-        if not short:
-            self._seen_from_another_process(kit, template, other, len(acked))
+        if seen == len(acked):
+            self._seen_from_another_process(kit, template, other)
         rounds: list[tuple[str, Arm | None]] = []
         if self.has_hook("crash_points"):
             for point in self.crash_points(template):
@@ -173,42 +173,56 @@ class SecondaryCrashChecks(SecondaryRole):
             packages += [p for p in tier_code(backend)[0] if p not in packages]
         return OtherProcessHash(packages)
 
-    def _seen_from_another_process(
-        self, kit: SecondaryDriver, template: SecondaryTier, other: OtherProcessHash, stored: int
-    ) -> None:
-        """A clean writer whose own code has another process's ``hash()`` stores a round and shuts down:
-        a new instance here sees every block it reported stored, as it saw the round of a writer with this
-        process's ``hash()`` (``stored`` blocks, all seen) (TIER-18)."""
-        keys = key_pool("crash-clean-other-process", _KEYS_PER_ROUND)
-        child = self._writer(kit, template, keys, None, other=other)
-        child.read_until(lambda lines: False)
-        child.reap()
-        how = "with another process's hash() (PYTHONHASHSEED), storing and shutting down cleanly"
-        self._child_failed(child, how)
-        acked = [keys[i] for i in child.acked()]
-        lost = self._lost_after_restart(kit, template, keys, acked)
+    def _seen_from_another_process(self, kit: SecondaryDriver, template: SecondaryTier, other: OtherProcessHash) -> None:
+        """Two clean writers store a round each and shut down: the first with this process's ``hash()`` (the
+        control), the second with another process's in the tier's own code. Where a new instance here sees
+        every block of the control (HIT, then a load of its bytes), it must see every block of the second
+        too, or the tier places or finds blocks with the per-process ``hash()`` (TIER-18). A control not
+        seen in full proves nothing about ``hash()``: the round is not judged (the other checks judge it)."""
+        control = self._clean_round(kit, template, "crash-clean-control", None)
+        if control:
+            return
+        lost = self._clean_round(kit, template, "crash-clean-other-process", other)
         if lost:
             raise ConformanceFailure(
                 "TIER-18",
-                f"{len(lost)} of {len(acked)} block(s) that a writer process stored, reported stored and shut down "
-                f"cleanly (first {short_key(lost[0])}) do not answer HIT and load their bytes in a new instance when "
-                "the writer's hash() of str and bytes is another process's, as a restarted engine's is; with this "
-                f"process's hash() all {stored} were seen: the tier places or finds blocks with Python's per-process "
-                "hash() (salted by PYTHONHASHSEED), so a block stored before a restart is lost after it (a stable "
-                "hash: hashlib, zlib.crc32, xxhash)",
+                f"{len(lost)} block(s) that a writer process stored, reported stored and shut down cleanly (first "
+                f"{short_key(lost[0])}) do not answer HIT and load their bytes in a new instance when the writer's "
+                "hash() of str and bytes is another process's, as a restarted engine's is, while every block of the "
+                "same round from a writer with this process's hash() did: the tier places or finds blocks with "
+                "Python's per-process hash() (salted by PYTHONHASHSEED), so a block stored before a restart is lost "
+                "after it (a stable hash: hashlib, zlib.crc32, xxhash)",
             )
+
+    def _clean_round(
+        self, kit: SecondaryDriver, template: SecondaryTier, tag: str, other: OtherProcessHash | None
+    ) -> list[OffloadKey]:
+        """A writer process (with ``other``'s ``hash()``, if given) stores a round of keys ``tag`` and shuts
+        down cleanly; the keys it reported stored that a new instance here then loses (:meth:`_lost_after_restart`).
+        A writer that fails, or does not finish within the kit's bound, fails its clause."""
+        keys = key_pool(tag, _KEYS_PER_ROUND)
+        child = self._writer(kit, template, keys, None, other=other)
+        child.read_until(lambda lines: False)
+        child.reap()
+        how = ("storing and shutting down cleanly" if other is None else
+               "with another process's hash() (PYTHONHASHSEED), storing and shutting down cleanly")
+        self._child_failed(child, how)
+        if "D" not in child.lines:
+            raise ConformanceFailure("TIER-24", f"a writer process {how} did not finish within {CHILD_BOUND_S:g} s")
+        return self._lost_after_restart(kit, template, keys, [keys[i] for i in child.acked()])
 
     def _lost_after_restart(
         self, kit: SecondaryDriver, template: SecondaryTier, keys: Sequence[OffloadKey], acked: Sequence[OffloadKey]
     ) -> list[OffloadKey]:
-        """The keys of ``acked`` that a new instance does not answer HIT for, or whose load (8 per job, right
-        after their lookups) fails: the driver checks the bytes of every key a load reports done."""
+        """The keys of ``acked`` that a new instance does not answer HIT for (waiting for its existence checks),
+        or whose load (8 per job, right after their lookups) fails: the driver checks the bytes of every key a
+        load reports done."""
         other = self._reopened(kit, template)
         lost: list[OffloadKey] = []
         try:
             for i in range(0, len(keys), 8):
                 batch = keys[i : i + 8]
-                answers = other.resolve(batch)
+                answers = other.resolve(batch, patient=True)  # an answer never rests on a step deadline
                 hits = [k for k in batch if answers[k] is lr.HIT]
                 done: set[OffloadKey] = set()
                 if hits:

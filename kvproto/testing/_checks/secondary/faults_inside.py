@@ -229,13 +229,16 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
     @check("TIER-31", needs=("eviction",), hooks=("fail_io",))
     def test_failed_stores_leave_the_budget_whole(self, kit: SecondaryDriver) -> None:
         """A tier with a budget (a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook) is filled to it
-        (8 blocks per job) and its HITs counted; then as many store jobs of 4 fresh blocks as the budget
-        holds blocks, over 4, plus 2, each with its first read or write call raising EIO (``fail_io``),
-        take their slice of it; then, with no fault armed, twice the budget in fresh blocks is stored.
-        The tier then holds at least half as many of those as it held when first filled: a failed store
+        (8 blocks per job) and the blocks it holds counted; then store jobs of 4 fresh blocks, each with its
+        first read or write call raising EIO (``fail_io``), until more keys than the budget holds were
+        reported failed (a tier declaring ``partial_jobs`` fails fewer keys per job; at most four times as
+        many jobs); then, with no fault armed, twice the budget in fresh blocks is stored. The tier then
+        holds, of every key the check stored, at least half as many as when first filled: a failed store
         fails only itself, and what it reserved (an extent, a quota, a slot) goes back, or a passing disk
         hiccup leaves a tier that holds nothing (round 9's arena tier kept each failed job's extent for
-        good, and afterwards stored nothing at all)."""
+        good, and afterwards stored nothing at all). Blocks are counted in a request of their own, ended
+        at once (a held HIT counts against a budget, TIERKIT-6), waiting for the tier's existence checks,
+        and over every key stored, so an eviction policy other than LRU is judged the same."""
         known = self._budget_of(kit)
         if known is None:
             pytest.skip("needs a budget: a BlobTier with BlobTierConfig.max_bytes, or the capacity_blocks() hook")
@@ -248,30 +251,38 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
                 raise SetUpFailed("TIER-10", first_setup_failure(kit), "TIER-31")
             kit.step()
         kit.quiet_steps(2)
-        held = sum(1 for answer in kit.resolve(first).values() if answer is lr.HIT)
-        failing = key_pool("t31-budget-failed", (room // _FAILED + 2) * _FAILED)
-        kit.faults_injected = True
+        held = _resident(kit, first)
+        most_jobs = 4 * (room // _FAILED + 2)
+        fresh = key_pool("t31-budget-failed", most_jobs * _FAILED)
+        failed = jobs = 0
+        kit.faults_injected = True  # from here a failed store is the faults' doing, no set-up failure: judged below
         try:
-            for i in range(0, len(failing), _FAILED):
+            while failed < room + _FAILED and jobs < most_jobs:
+                batch = fresh[jobs * _FAILED : (jobs + 1) * _FAILED]
                 self.fail_io(kit.tier, 1)
-                kit.store(failing[i : i + _FAILED], store_slots(kit, _FAILED))
+                result = kit.store(batch, store_slots(kit, _FAILED))
+                failed += _FAILED - len(result.succeeded_keys(kit.jobs[result.job_id]))
+                jobs += 1
                 kit.step()
         finally:
             self.fail_io(kit.tier, 0)
-        kit.quiet_steps(2)  # from here a failed store is the faults' doing, no set-up failure: judged below
+        if not failed:
+            raise ConformanceFailure("KIT-5", f"fail_io had no effect: none of the {jobs} store jobs it armed failed a key")
+        kit.quiet_steps(2)
         after = key_pool("t31-budget-after", 2 * room)
         for i in range(0, len(after), _FILL):
             kit.store(after[i : i + _FILL], store_slots(kit, len(after[i : i + _FILL])))
             kit.step()
         kit.quiet_steps(2)
-        now = sum(1 for answer in kit.resolve(after).values() if answer is lr.HIT)
+        now = _resident(kit, [*first, *fresh[: jobs * _FAILED], *after])
         if now < held // 2:
             raise ConformanceFailure(
                 "TIER-31",
-                f"a tier {said} {room} of the kit's blocks held {held} when filled; after {len(failing) // _FAILED} "
-                f"store jobs of {_FAILED} fresh blocks, each with its first read or write call raising EIO, it holds "
-                f"only {now} of {len(after)} fresh blocks stored with no fault armed: failed stores kept what they "
-                "reserved (an extent, a quota, a slot), and the tier's room shrinks with every I/O error",
+                f"a tier {said} {room} of the kit's blocks held {held} when filled; after {jobs} store jobs of "
+                f"{_FAILED} fresh blocks, each with its first read or write call raising EIO ({failed} keys failed), "
+                f"and {len(after)} fresh blocks stored with no fault armed, it holds only {now} of every block the "
+                "check stored: failed stores kept what they reserved (an extent, a quota, a slot), and the tier's "
+                "room shrinks with every I/O error",
             )
 
     @check("TIER-31", hooks=("fail_sync",))
@@ -415,6 +426,17 @@ class SecondaryFaultsInsideChecks(SecondaryRole):
         self.fail_io(kit.tier, failing)
         kit.store(key_pool(f"t38-new-{failing}", 1), store_slots(kit, 1))
         self.fail_io(kit.tier, 0)
+
+
+def _resident(kit: SecondaryDriver, keys: Sequence[OffloadKey]) -> int:
+    """How many of ``keys`` answer HIT, asked in a request of their own that ends at once (no HIT stays
+    held) and waiting for the tier's existence checks (an answer never rests on a step deadline)."""
+    request = TrackedContext("kvproto-kit-t31-budget")
+    try:
+        answers = kit.resolve(keys, request, patient=True)
+    finally:
+        kit.tier.on_request_finished(request)
+    return sum(1 for answer in answers.values() if answer is lr.HIT)
 
 
 def first_setup_failure(kit: SecondaryDriver) -> str:

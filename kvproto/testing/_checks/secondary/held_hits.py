@@ -24,7 +24,7 @@ from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots
 from kvproto.testing._harness.data import block_for, key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import TrackedContext, short_key
-from kvproto.testing._harness.failures import ConformanceFailure
+from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
 __all__ = ["SLOW_STEPS_S", "HeldHitsChecks"]
@@ -132,29 +132,34 @@ class HeldHitsChecks(SecondaryRole):
 
     @check("TIER-26", needs=("holds_hits",))
     def test_a_hit_held_through_slow_steps_still_loads(self, kit: SecondaryDriver) -> None:
-        """Two stored blocks answer HIT in a request (held); then half the declared ``max_hold_steps`` (at
-        least one) end-of-step hooks run, spread over about :data:`SLOW_STEPS_S` seconds (each at most
+        """Two stored blocks answer HIT in a request (held); then half the declared ``max_hold_steps`` (2 or
+        more, else not checked) end-of-step hooks run, spread over about :data:`SLOW_STEPS_S` seconds (each at most
         a quarter of a second apart: a busy scheduler's prefill-heavy steps), and the request's load
         brings both blocks' bytes. A hold is bounded in steps, never in time: a tier that turns the bound
         into a deadline by assuming a step's length (round 9's Redis tier gave each held copy a TTL of
         ``2 * max_hold_steps * 10 ms``) loses HITs whenever steps are slower."""
+        steps = kit.capabilities.max_hold_steps // 2
+        if steps < 1:
+            pytest.skip("needs max_hold_steps of 2 or more: a hold of one step leaves no step to slow down")
         keys = key_pool("held-slow-steps", 2)
-        kit.store(keys)
+        if not kit.store(keys).success:
+            raise SetUpFailed("TIER-10", "a store of 2 fresh blocks with no fault injected failed", "TIER-26")
         kit.settle()
         request = TrackedContext("kvproto-kit-held-slow")
-        kit.expect(kit.resolve(keys, request), lr.HIT, "TIER-10", "after its store succeeded")
-        _expect_holding(kit.tier, keys[0])
-        steps = max(1, kit.capabilities.max_hold_steps // 2)
-        apart = min(_SLOWEST_STEP_S, SLOW_STEPS_S / steps)
-        for _ in range(steps):
-            time.sleep(apart)  # the steps' length is what is checked: the tier must not count on it
-            kit.step()
-        slots = load_slots(kit, len(keys))
-        result = kit.load(keys, slots, context=request)
+        try:
+            kit.expect(kit.resolve(keys, request), lr.HIT, "TIER-10", "after its store succeeded")
+            _expect_holding(kit.tier, keys[0])
+            apart = min(_SLOWEST_STEP_S, SLOW_STEPS_S / steps)
+            for _ in range(steps):
+                time.sleep(apart)  # the steps' length is what is checked: the tier must not count on it
+                kit.step()
+            slots = load_slots(kit, len(keys))
+            result = kit.load(keys, slots, context=request)
+        finally:
+            kit.tier.on_request_finished(request)
         done = result.succeeded_keys(kit.jobs[result.job_id])
         lost = [short_key(k) for k, s in zip(keys, slots, strict=True)
                 if k not in done or kit.slot_bytes(s) != block_for(k, self.block_bytes)]
-        kit.tier.on_request_finished(request)
         if lost:
             raise ConformanceFailure(
                 "TIER-26",

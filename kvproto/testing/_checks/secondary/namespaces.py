@@ -34,13 +34,14 @@ from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
-from kvproto.testing._checks.secondary.role import hit_and_loaded, store_slots
+from kvproto.testing._checks.secondary.role import hit_and_loaded, load_slots, store_slots
 from kvproto.testing._checks.secondary.threads_and_order import SecondaryClassChecks
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
+from kvproto.testing._harness.tier_spec import shut_down_probe
 
 __all__ = ["NEAR_LAYOUTS", "SecondaryNamespaceChecks"]
 
@@ -89,12 +90,16 @@ class SecondaryNamespaceChecks(SecondaryClassChecks):
             if ours is None:
                 continue
             try:
-                theirs = self._with_layout(kit, second, 22_200 + 200 * number)
+                keys = key_pool(f"t22-near-{number}", 2)
+                if not ours.store(keys, store_slots(ours, len(keys))).success:
+                    raise SetUpFailed("TIER-10", first_setup_failure(ours), "TIER-22")
+                ours.quiet_steps(2)
+                theirs = self._with_layout(kit, second, 22_200 + 200 * number)  # after the store: a start-up scan sees it
                 if theirs is None:
                     continue
                 try:
                     checked += 1
-                    self._apart(ours, theirs, key_pool(f"t22-near-{number}", 2), f"{first} and {second} ({why})")
+                    self._apart(ours, theirs, keys, first, f"{first} and {second} ({why})")
                 finally:
                     theirs.shutdown()
             finally:
@@ -103,29 +108,46 @@ class SecondaryNamespaceChecks(SecondaryClassChecks):
             pytest.skip("not checked: reopen_with_layout answered None for every pair of layouts the kit tries")
 
     def _with_layout(self, kit: SecondaryDriver, layout: Mapping[str, str], first_job_id: int) -> SecondaryDriver | None:
+        """An instance over the kit tier's storage for ``layout``, started; None where the hook says the tier
+        cannot take that layout."""
         buffer = make_buffer(self.num_slots, self.block_bytes)
         tier = self.reopen_with_layout(kit.tier, buffer, dict(layout))
         if tier is None:
             return None
-        driver = SecondaryDriver(tier, buffer, kit.capabilities, kit.limits, first_job_id=first_job_id)
-        driver.wait_started()
+        try:
+            driver = SecondaryDriver(tier, buffer, kit.capabilities, kit.limits, first_job_id=first_job_id)
+        except BaseException:
+            shut_down_probe(tier)
+            raise
+        try:
+            driver.wait_started()
+        except BaseException:
+            driver.shutdown()
+            raise
         return driver
 
     @staticmethod
-    def _apart(ours: SecondaryDriver, theirs: SecondaryDriver, keys: Sequence[OffloadKey], pair: str) -> None:
-        """``ours`` stores ``keys``; ``theirs`` answers MISS for them, stores and resets; ``ours`` still
-        serves them (TIER-22)."""
-        if not ours.store(keys, store_slots(ours, len(keys))).success:
-            raise SetUpFailed("TIER-10", first_setup_failure(ours), "TIER-22")
-        ours.quiet_steps(2)
+    def _apart(
+        ours: SecondaryDriver, theirs: SecondaryDriver, keys: Sequence[OffloadKey], first: Mapping[str, str], pair: str
+    ) -> None:
+        """``theirs`` answers MISS for the blocks ``ours`` stored (layout ``first``) and cannot load them;
+        it stores a block and resets its cache; ``ours`` still serves every block (TIER-22)."""
         answers = theirs.resolve(keys)
         seen = [k for k in keys if answers[k] is not lr.MISS]
         if seen:
             raise ConformanceFailure(
                 "TIER-22",
-                f"{short_key(seen[0])}, stored by an instance for layout {pair.split(' and ')[0]}, answered "
+                f"{short_key(seen[0])}, stored by an instance for layout {dict(first)}, answered "
                 f"{answers[seen[0]].name} in an instance over the same storage for another layout: the layouts "
                 f"{pair} share a namespace, so one model's KV would be served to the other",
+            )
+        result = theirs.load(keys, load_slots(theirs, len(keys)))
+        loaded = sorted(result.succeeded_keys(theirs.jobs[result.job_id]))
+        if loaded:
+            raise ConformanceFailure(
+                "TIER-22",
+                f"a load of {short_key(loaded[0])}, stored by an instance for layout {dict(first)}, succeeded in an "
+                f"instance for another layout: the layouts {pair} share their blocks",
             )
         own = key_pool("t22-near-theirs", 1)
         theirs.store(own, store_slots(theirs, 1))
