@@ -13,11 +13,13 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import IO
 
 import pytest
 
 from kvproto import members as lr
+from kvproto._jobs import JobResult
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_slots
@@ -42,6 +44,14 @@ def _held(tier: SecondaryTier) -> int:
             "TIER-26", f"the tier declares holds_hits but its held_hits is {count!r:.60}, not an int count"
         )
     return count
+
+
+def _not_loaded(kit: SecondaryDriver, keys: Sequence[OffloadKey], slots: Sequence[int], result: JobResult) -> list[str]:
+    """The keys of a load ``result`` (``keys`` into ``slots``) not reported done, or whose slot does not
+    hold their bytes, shortened for a failure's reason."""
+    done = result.succeeded_keys(kit.jobs[result.job_id])
+    return [short_key(k) for k, s in zip(keys, slots, strict=True)
+            if k not in done or kit.slot_bytes(s) != block_for(k, kit.block_bytes)]
 
 
 def _expect_released(tier: SecondaryTier, path: str) -> None:
@@ -86,10 +96,7 @@ class HeldHitsChecks(SecondaryRole):
             other.shutdown()
         keys = [*keys, *theirs]
         slots = [10, 11, 12, 13]
-        result = kit.load(keys, slots)
-        done = result.succeeded_keys(kit.jobs[result.job_id])
-        lost = [short_key(k) for k, s in zip(keys, slots, strict=True)
-                if k not in done or kit.slot_bytes(s) != block_for(k, self.block_bytes)]
+        lost = _not_loaded(kit, keys, slots, kit.load(keys, slots))
         if lost:
             raise ConformanceFailure(
                 "TIER-26",
@@ -157,9 +164,7 @@ class HeldHitsChecks(SecondaryRole):
             result = kit.load(keys, slots, context=request)
         finally:
             kit.tier.on_request_finished(request)
-        done = result.succeeded_keys(kit.jobs[result.job_id])
-        lost = [short_key(k) for k, s in zip(keys, slots, strict=True)
-                if k not in done or kit.slot_bytes(s) != block_for(k, self.block_bytes)]
+        lost = _not_loaded(kit, keys, slots, result)
         if lost:
             raise ConformanceFailure(
                 "TIER-26",

@@ -30,15 +30,13 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.faults_inside import first_setup_failure
-from kvproto.testing._checks.secondary.role import hit_and_loaded, load_slots, store_slots
-from kvproto.testing._checks.secondary.threads_and_order import SecondaryClassChecks
+from kvproto.testing._checks.secondary.role import hit_and_loaded, store_slots
+from kvproto.testing._checks.secondary.threads_and_order import SecondaryClassChecks, another_layout_keeps_apart
 from kvproto.testing._harness.data import key_pool, make_buffer
 from kvproto.testing._harness.decorator import check
-from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure, SetUpFailed
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.testing._harness.tier_spec import shut_down_probe
@@ -132,28 +130,10 @@ class SecondaryNamespaceChecks(SecondaryClassChecks):
     ) -> None:
         """``theirs`` answers MISS for the blocks ``ours`` stored (layout ``first``) and cannot load them;
         it stores a block and resets its cache; ``ours`` still serves every block (TIER-22)."""
-        answers = theirs.resolve(keys)
-        seen = [k for k in keys if answers[k] is not lr.MISS]
-        if seen:
-            raise ConformanceFailure(
-                "TIER-22",
-                f"{short_key(seen[0])}, stored by an instance for layout {dict(first)}, answered "
-                f"{answers[seen[0]].name} in an instance over the same storage for another layout: the layouts "
-                f"{pair} share a namespace, so one model's KV would be served to the other",
-            )
-        result = theirs.load(keys, load_slots(theirs, len(keys)))
-        loaded = sorted(result.succeeded_keys(theirs.jobs[result.job_id]))
-        if loaded:
-            raise ConformanceFailure(
-                "TIER-22",
-                f"a load of {short_key(loaded[0])}, stored by an instance for layout {dict(first)}, succeeded in an "
-                f"instance for another layout: the layouts {pair} share their blocks",
-            )
-        own = key_pool("t22-near-theirs", 1)
-        theirs.store(own, store_slots(theirs, 1))
-        theirs.quiet_steps(2)
-        theirs.tier.reset_cache()  # its own namespace only, whatever it answers
-        theirs.quiet_steps(2)
+        another_layout_keeps_apart(
+            theirs, keys, f"by an instance for layout {dict(first)}", "t22-near-theirs",
+            f" (the layouts {pair} share a namespace, so one model's KV would be served to the other)",
+        )
         hit_and_loaded(ours, keys, "TIER-22", f"after an instance for another layout reset its cache (layouts {pair})")
 
     @check("TIER-37", hooks=("storage_names", "namespace_of"))

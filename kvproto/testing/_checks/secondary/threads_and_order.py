@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -33,7 +33,36 @@ from kvproto.testing._harness.driver import TrackedContext, short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 
-__all__ = ["SLOW_BACKEND_S", "SecondaryClassChecks"]
+__all__ = ["SLOW_BACKEND_S", "SecondaryClassChecks", "another_layout_keeps_apart"]
+
+
+def another_layout_keeps_apart(theirs: SecondaryDriver, keys: Sequence[OffloadKey], stored: str, tag: str,
+                               why: str = "") -> None:
+    """TIER-22 in an instance ``theirs`` for another layout over the storage where ``keys`` were stored
+    (``stored`` says how, ``why`` what it means when it fails): each answers MISS, and a load of them fails;
+    then ``theirs`` stores 2 blocks of its own (keys ``tag``) and resets its cache (its namespace only). The
+    caller then checks that the first instance still serves ``keys``."""
+    answers = theirs.resolve(keys)
+    seen = [k for k in keys if answers[k] is not lr.MISS]
+    if seen:
+        raise ConformanceFailure(
+            "TIER-22",
+            f"key {short_key(seen[0])}, stored {stored}, answered {answers[seen[0]].name} in an instance over the "
+            f"same storage for another layout: it must not load{why}",
+        )
+    result = theirs.load(keys, load_slots(theirs, len(keys)))
+    loaded = sorted(result.succeeded_keys(theirs.jobs[result.job_id]))
+    if loaded:
+        raise ConformanceFailure(
+            "TIER-22",
+            f"a load of {short_key(loaded[0])} in an instance for another layout succeeded: it read a block "
+            f"stored {stored}{why}",
+        )
+    own = key_pool(tag, 2)
+    theirs.store(own, store_slots(theirs, len(own)))
+    theirs.quiet_steps(2)
+    theirs.tier.reset_cache()  # its own namespace only, whatever it answers
+    theirs.quiet_steps(2)
 
 SLOW_BACKEND_S = 0.1
 """How long every backend call takes in the kit's latency mode (TIER-4, TIER-13): far above a
@@ -250,27 +279,7 @@ class SecondaryClassChecks(SecondaryRole, ClassChecks[SecondaryDriver]):
             self.reopen_other_layout(kit.tier, buffer), buffer, kit.capabilities, kit.limits, first_job_id=9701
         )
         try:
-            answers = other.resolve(keys)
-            seen = [k for k in keys if answers[k] is not lr.MISS]
-            if seen:
-                raise ConformanceFailure(
-                    "TIER-22",
-                    f"key {short_key(seen[0])}, stored under another namespace (model layout) over the same "
-                    f"storage, answered {answers[seen[0]].name} in an instance for this layout: it must not load",
-                )
-            result = other.load(keys, load_slots(other, len(keys)))
-            loaded = sorted(result.succeeded_keys(other.jobs[result.job_id]))
-            if loaded:
-                raise ConformanceFailure(
-                    "TIER-22",
-                    f"a load of {short_key(loaded[0])} in an instance for another layout succeeded: it read a "
-                    "block stored under another namespace (model layout)",
-                )
-            theirs = key_pool("t22-theirs", 2)
-            other.store(theirs, store_slots(other, len(theirs)))
-            other.quiet_steps(2)
-            other.tier.reset_cache()  # its own namespace only, whatever it answers
-            other.quiet_steps(2)
+            another_layout_keeps_apart(other, keys, "under another namespace (model layout)", "t22-theirs")
         finally:
             other.shutdown()
         what = "in the first instance after another layout's instance asked, stored blocks of its own and reset its cache"
