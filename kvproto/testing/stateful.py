@@ -20,7 +20,7 @@ per-call rules (LR-1, LR-3, LR-4, TIER-4, TIER-11).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from hypothesis import strategies as st
@@ -417,6 +417,8 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         self.ready: set[OffloadKey] = set()
         self.pins: dict[OffloadKey, int] = {}
         self.seen_hit: set[OffloadKey] = set()  # READY keys that answered HIT since they were stored
+        self.most_held = 0  # the most blocks (READY or being written) the tier has held at once
+        self.settled = True  # no failed store or reset since the last step end (their slots may free there)
         self.steps = 0
         if hasattr(type(self), "runs"):
             type(self).runs[0] += 1
@@ -425,9 +427,10 @@ class PrimaryStateMachine(RuleBasedStateMachine):
     def prepare(self, keys: list[OffloadKey]) -> None:
         self.steps += 1
         out = self.kit.prepare(keys)
-        if out is None:
-            return
         fresh = set(keys) - self.writing - self.ready
+        if out is None:
+            self.judge_refusal(keys, fresh)
+            return
         if set(out.keys_to_store) != fresh:
             raise ConformanceFailure("TIER-6", "prepare_store reserved other keys than the absent ones asked for")
         for key in out.evicted:
@@ -436,6 +439,31 @@ class PrimaryStateMachine(RuleBasedStateMachine):
             self.ready.discard(key)
             self.seen_hit.discard(key)
         self.writing |= fresh
+        self.most_held = max(self.most_held, len(self.ready) + len(self.writing))
+
+    def judge_refusal(self, keys: Sequence[OffloadKey], fresh: set[OffloadKey]) -> None:
+        """A refused ``prepare_store`` must mean not enough could be evicted (TIER-6). Blamed only where nothing
+        the contract allows explains it: the blocks it would have to keep (being written; READY and pinned,
+        asked for in this call, or found by a lookup since they were stored, which a policy may protect;
+        every READY block where the tier declares no eviction) plus the new ones are no more than the tier
+        already held at once, and a step has ended since the last failed store or reset (a tier may free
+        their slots there, once no copy can still be writing them). Held-out round 10: an LFU primary that lost its heap
+        entries on a refused store refused every later one with all its blocks unpinned."""
+        if not fresh or not self.settled:
+            return
+        asked = set(keys)
+        evicts = self.kit.evicts
+        kept = [k for k in self.ready if not evicts or self.pins.get(k) or k in self.seen_hit or k in asked]
+        need = len(self.writing) + len(kept) + len(fresh)
+        if need <= self.most_held:
+            raise ConformanceFailure(
+                "TIER-6",
+                f"prepare_store of {len(fresh)} new key(s) refused: the tier held {self.most_held} blocks at once "
+                f"before, and storing them would hold {need}"
+                + (f" after evicting {len(self.ready) - len(kept)} READY block(s) that are unpinned, not asked for "
+                   "and not found by a lookup since they were stored" if evicts else "")
+                + " (a refusal must mean not enough can be evicted)",
+            )
 
     @rule(data=st.data(), success=st.booleans())
     def complete(self, data: st.DataObject, success: bool) -> None:
@@ -447,6 +475,8 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         self.writing -= set(keys)
         if success:
             self.ready |= set(keys)
+        else:
+            self.settled = False
 
     @rule(data=st.data())
     def load(self, data: st.DataObject) -> None:
@@ -475,6 +505,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         is loaded (its row checked) and released right after."""
         self.steps += 1
         self.kit.tier.on_step_end()
+        self.settled = True
         ready = sorted(self.ready)
         if ready:
             self.kit.load(ready)
@@ -508,6 +539,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
             raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
         self.ready.clear()
         self.seen_hit.clear()
+        self.settled = False
 
     def teardown(self) -> None:
         if hasattr(type(self), "runs"):
@@ -539,6 +571,7 @@ class FullPrimaryStateMachine(PrimaryStateMachine):
                 self.ready.discard(key)
             self.kit.tier.complete_store(list(out.keys_to_store), True)
             self.ready |= set(out.keys_to_store)
+            self.most_held = max(self.most_held, len(self.ready))
         if unpinned is None:
             return
         pinned = sorted(k for k in _PFILL if k in self.ready)[unpinned:]
@@ -546,6 +579,16 @@ class FullPrimaryStateMachine(PrimaryStateMachine):
             self.kit.load(pinned)
             for key in pinned:
                 self.pins[key] = self.pins.get(key, 0) + 1
+
+    @rule()
+    def release_all(self) -> None:
+        """Every pin let go at once, as a long prefill that pinned its prefix ends (held-out round 10: an LFU
+        primary whose store refused while its blocks were pinned never evicted them again)."""
+        self.steps += 1
+        held = [k for k, n in self.pins.items() for _ in range(n)]
+        if held:
+            self.kit.tier.complete_load(held)
+            self.pins.clear()
 
     @rule(data=st.data())
     def lookup_ready(self, data: st.DataObject) -> None:

@@ -1,7 +1,8 @@
 """Broken primaries that offer an optional ability the tiering manager relies on and do not keep it:
 ``ready_contains`` (TIER-27) and :class:`kvproto.SlotQuarantine` (TIER-28); and one whose reset loses
 slots (TIER-16) and one that takes only sequences where its protocol says any iterable (TIER-1).
-Found by mutation testing (issue 17, section 5: docs/mutation/memory-primary.json).
+Found by mutation testing (issue 17, section 5: docs/mutation/memory-primary.json). And one whose
+refused store loses its eviction candidates (TIER-6, held-out round 10's LFU primary).
 
 Each is a MemoryPrimaryTier with exactly one bug; ``OPTIONAL_GALLERY`` maps each ``kvproto conform``
 target to the check and clause it must fail on, and gallery_index.py gathers it into ``GALLERY``.
@@ -9,7 +10,7 @@ target to the check and clause it must fail on, and gallery_index.py gathers it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 
 from kvproto import MemoryPrimaryTier, OffloadKey
 from kvproto.testing import TierSpec
@@ -82,3 +83,45 @@ class SequencesOnly(MemoryPrimaryTier):
 @OPTIONAL_GALLERY.fails("test_keys_given_as_any_iterable", "TIER-1", "takes any iterable of keys")
 def sequences_only() -> TierSpec:
     return memory_primary_spec(SequencesOnly)
+
+
+class _Either:
+    """Keys in either of two containers."""
+
+    def __init__(self, first: Container[OffloadKey], second: Container[OffloadKey]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.first or key in self.second
+
+
+class RefusedStoreForgetsItsCandidates(MemoryPrimaryTier):
+    """Bug: its policy takes candidates off its own heap as it looks for victims and puts them back only
+    when it found enough: after one store refused while most blocks were pinned (a long prefill loading its
+    prefix), those blocks stay READY but are never evicted again, and every later store that needs room is
+    refused, pins released or not (held-out round 10's LFU primary)."""
+
+    def __init__(self, *, num_slots: int, block_bytes: int) -> None:
+        super().__init__(num_slots=num_slots, block_bytes=block_bytes)
+        self._lost: set[OffloadKey] = set()
+
+    def select_victims(
+        self, count: int, keep: Container[OffloadKey], incoming: Collection[OffloadKey] = ()
+    ) -> list[OffloadKey] | None:
+        chosen = super().select_victims(count, _Either(keep, self._lost), incoming)
+        if chosen is None:
+            self._lost.update(self.ready_slots)  # the bug: the candidates it took off are not put back
+        return chosen
+
+    def reset_cache(self) -> bool:
+        done = super().reset_cache()
+        if done:
+            self._lost.clear()
+        return done
+
+
+@OPTIONAL_GALLERY.fails(
+    "test_state_machine_from_a_full_tier", "TIER-6", "a refusal must mean not enough can be evicted", profile="default"
+)
+def refused_store_forgets_its_candidates() -> TierSpec:
+    return memory_primary_spec(RefusedStoreForgetsItsCandidates)
