@@ -11,7 +11,12 @@ writer's instance is built, it counts every storage write call the process makes
 ``blobopen`` and a blob's ``write``)
 and kills the process (SIGKILL) at the ``nth``: right before that call, except an ``os.write`` or
 ``os.pwrite``, which first writes the first half of its bytes, as a writer killed inside the call can
-leave them (a torn write). ``nth=None`` only counts, so that a clean run says how many points there are.
+leave them (a torn write); or, with ``after``, right after the ``nth`` of the writes made since
+:meth:`StorageWriteKills.begin_stores` returned, before the tier's next step (held-out round 10: a slab
+tier appending its index record before copying the block into its mapping left a record naming an
+unwritten slot; no kill before a write lands between the two, since a copy into a mapping is no call;
+counted from the stores, since a new instance's start-up makes more writes with every earlier writer's
+files to open). ``nth=None`` only counts, so that a clean run says how many points there are.
 """
 
 from __future__ import annotations
@@ -76,16 +81,27 @@ class StorageWriteKills:
     the process's life.
     """
 
-    def __init__(self, nth: int | None) -> None:
+    def __init__(self, nth: int | None, *, after: bool = False) -> None:
         self.nth = nth
+        self.after = after
         self.count = 0
+        self.store_count = 0
+        """The storage writes made since :meth:`begin_stores` (``count``: all of them)."""
+        self._storing = False
         self._lock = threading.Lock()
+        self._returning: tuple[int, object] | None = None  # (thread, call) to kill at once it returned
+
+    def begin_stores(self) -> None:
+        """The writer's instance is built: its stores begin (``after`` counts from here)."""
+        with self._lock:
+            self._storing = True
 
     def _reached(self) -> bool:
         """Count one storage write; whether it is the one to kill at."""
         with self._lock:
             self.count += 1
-            return self.count == self.nth
+            self.store_count += self._storing
+            return (self._storing and self.store_count == self.nth) if self.after else self.count == self.nth
 
     def install(self) -> None:
         """Start counting (and killing): every storage write of this process from now on."""
@@ -105,7 +121,7 @@ class StorageWriteKills:
         def torn(*args: object) -> int:
             if not _kit_frame(sys._getframe(1)) and kills._reached():
                 try:
-                    real(args[0], _half(args[1]), *args[2:])
+                    real(*args) if kills.after else real(args[0], _half(args[1]), *args[2:])
                 except OSError:
                     pass  # the half could not be written (an O_DIRECT alignment): the kill still lands
                 kill_self()
@@ -114,10 +130,18 @@ class StorageWriteKills:
         setattr(os, name, torn)
 
     def _profile(self, frame: FrameType, event: str, arg: object) -> None:
-        if event != "c_call" or not _storage_write(arg) or _kit_frame(frame) or _plumbing(frame):
+        if event != "c_call":
+            returning = self._returning
+            if (returning is not None and event in ("c_return", "c_exception") and returning[1] is arg
+                    and returning[0] == threading.get_ident()):
+                kill_self()  # the nth storage write returned (or raised): before the tier's next step
+            return
+        if not _storage_write(arg) or _kit_frame(frame) or _plumbing(frame):
             return
         if self._reached():
-            kill_self()
+            if not self.after:
+                kill_self()
+            self._returning = (threading.get_ident(), arg)
 
 
 def _half(data: object) -> memoryview:

@@ -91,6 +91,10 @@ class Child:
         """How many storage writes the child said it made (its ``W <count>`` line; 0 without one)."""
         return next((int(line[2:]) for line in self.lines if line.startswith("W ")), 0)
 
+    def store_writes(self) -> int:
+        """How many of them it made once its instance was built (its ``S <count>`` line; 0 without one)."""
+        return next((int(line[2:]) for line in self.lines if line.startswith("S ")), 0)
+
     def failure(self) -> str | None:
         """The child's own failure line (``F ...`` or ``E ...``), if it sent one."""
         return next((line for line in self.lines if line[:2] in ("F ", "E ")), None)
