@@ -4,7 +4,8 @@ connector makes between its device KV cache and the tier's slots (kvproto-cpu: a
 ``CpuTransferHandler`` over a CPU tensor cache); :class:`PrimaryDataPlaneChecks` drives it.
 
 Rounds drawn from one seeded generator (the same tier gets the same rounds every run): store jobs
-of 1 to 8 blocks from device blocks that run in order, backwards or scattered, into the slots
+of 1 to 8 blocks from device blocks that run in order, backwards, scattered, or in two runs of different
+lengths, into the slots
 ``prepare_store`` reserved (as free lists after evictions and failed stores hand them out), and
 loads of READY blocks into other device blocks, each checked byte for byte against the block the
 kit wrote for that key. A copy plan that takes the wrong device block, the wrong slot, the wrong
@@ -64,12 +65,19 @@ class DeviceCopy(Protocol):
 
 
 def _device_blocks(rng: random.Random, total: int, count: int) -> list[int]:
-    """``count`` distinct device blocks of ``total``: a run in order, a run backwards, or scattered."""
-    shape = rng.randrange(3)
+    """``count`` distinct device blocks of ``total``: a run in order, a run backwards, scattered, or two runs in
+    order one block apart, of different lengths where ``count`` allows (a request's blocks, contiguous in
+    stretches; held-out round 10: a copy reusing the first run's piece bounds for every run of a job copied
+    only part of a longer later run)."""
+    shape = rng.randrange(4)
     if shape < 2 and count < total:
         start = rng.randrange(total - count + 1)
         run = list(range(start, start + count))
         return run if shape == 0 else run[::-1]
+    if shape == 3 and 3 <= count < total:
+        cut = rng.choice([n for n in range(1, count) if 2 * n != count])
+        start = rng.randrange(total - count)
+        return list(range(start, start + cut)) + list(range(start + cut + 1, start + count + 1))
     return rng.sample(range(total), count)
 
 
@@ -85,7 +93,7 @@ class PrimaryDataPlaneChecks:
     @check("TIER-10", hooks=("device_copy",))
     def test_blocks_copied_through_the_data_plane_keep_their_bytes(self, kit: PrimaryDriver) -> None:
         """Seeded rounds (:data:`DATA_PLANE_SEED`): store jobs of 1 to 8 blocks copied from device
-        blocks in order, backwards or scattered into the slots ``prepare_store`` reserved (some
+        blocks in order, backwards, scattered or in two runs into the slots ``prepare_store`` reserved (some
         failed, as a failed copy would be), and loads of READY blocks into other device blocks:
         every block a load copies out holds the bytes its key's store copied in (TIER-10), and a
         store slot holds them too (TIER-8)."""
