@@ -22,13 +22,14 @@ thread has nothing the gate can hold, and the checks using it say so ("not check
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import socket
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
@@ -89,16 +90,38 @@ def _plumbing(frame: FrameType) -> bool:
     return frame.f_code.co_filename.startswith(_PLUMBING)
 
 
+def _on_behalf_of(frame: FrameType | None, packages: tuple[str, ...]) -> bool:
+    """Whether a frame of a module of ``packages`` (or of a package inside them) is on ``frame``'s stack."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if isinstance(name, str) and any(name == p or name.startswith(f"{p}.") for p in packages):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class StorageCallGate:
     """Holds the first storage call (see the module docstring) a tier's own thread makes once armed.
 
     ``after``: hold the thread right after the call returned (its answer in hand, not yet used) instead
     of before it. A held thread waits until :meth:`release`, or :data:`GATE_BOUND_S` at most (a bound
     against a hang: a check that needs longer releases first). One thread per :meth:`arm`.
+
+    ``fail``: instead of holding it, make that call raise ``OSError(EIO)`` before it runs, as a disk or
+    a connection failing there would (the interpreter then stops profiling that thread: one fault per
+    thread, so a check that fails several calls builds an instance per fault).
+
+    ``packages``: only a call made on behalf of the tier's own code counts, one with a frame of a module
+    of these packages on its thread's stack (its client library's socket call included; an engine's
+    dispatcher thread resolving a path does not).
     """
 
-    def __init__(self, *, after: bool = False) -> None:
+    def __init__(self, *, after: bool = False, fail: bool = False, packages: Sequence[str] = ()) -> None:
+        if after and fail:
+            raise ValueError("StorageCallGate: a call that already returned cannot fail")
         self.after = after
+        self.fail = fail
+        self.packages = tuple(packages)
         self.entered = threading.Event()
         self.held: str | None = None
         """``"<thread name>: <call>"`` of the thread held (or that was), once one was."""
@@ -152,7 +175,7 @@ class StorageCallGate:
         if event != self._event or not self.armed:
             return
         call = _storage_call(arg)
-        if call is None or _plumbing(frame):
+        if call is None or _plumbing(frame) or (self.packages and not _on_behalf_of(frame, self.packages)):
             return
         thread = threading.current_thread()
         if _kit_thread(thread):
@@ -167,6 +190,8 @@ class StorageCallGate:
             self.held = f"{thread.name}: {call}"
             entered, go = self.entered, self._go
         entered.set()
+        if self.fail:
+            raise OSError(errno.EIO, f"kvproto-kit: an I/O error injected at {call}")
         go.wait(GATE_BOUND_S)
 
 

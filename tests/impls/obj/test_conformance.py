@@ -113,8 +113,9 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
              "test_a_writer_held_inside_its_publish_finds_the_block_there",
              # nor fail_sync (TIER-31: a store whose sync fails): ObjTier makes no sync call of its own
              "test_a_store_whose_sync_fails_is_reported_failed",
-             # obstore's requests run in its Rust runtime, no Python storage call the kit's gate can hold
-             "test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request"}
+             # obstore's requests run in its Rust runtime, no Python storage call the kit's gate can hold or fail
+             "test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request",
+             "test_a_storage_call_failing_inside_a_store_fails_that_store_alone"}
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
         "test_a_byte_budget_is_kept", "test_evictions_leave_nothing_behind",  # TIER-29: obj sets no max_bytes (no eviction)

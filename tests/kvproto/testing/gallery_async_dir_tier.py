@@ -333,3 +333,60 @@ ASYNC_DIR_GALLERY = Gallery()
 )
 def applies_answers_by_key() -> TierSpec:
     return conformance_spec()
+
+
+class RollsBackWhatItFound(AsyncDirTier):
+    """Bug (held-out round 10's LMCache adapter with a byte quota): a store job is all or nothing, so a key
+    that fails rolls back the keys of the job placed before it; a key whose file an earlier job had written
+    counts as one this job placed, and the rollback deletes it: a block stored and reported long before is
+    gone (REMOVED, though the tier declares no eviction) because another transfer failed (TIER-31). Its
+    base's bug (existence answers across a reset) is one this check never reaches: it resets nothing."""
+
+    def _run(self, job: TransferJob) -> None:
+        if job.promotion:
+            super()._run(job)
+            return
+        placed: list[OffloadKey] = []
+        try:
+            for key, slot in zip(job.keys, job.slots, strict=True):
+                if self.path_of(key).is_file():
+                    placed.append(key)  # the bug: an earlier job's block, counted as placed by this one
+                    continue
+                if not self._store_one(key, slot):
+                    raise OSError(f"AsyncDirTier {self._name}: could not place {key.hex()[:16]}")
+                placed.append(key)
+        except OSError:
+            _log.exception("AsyncDirTier %s: store job %d failed; rolling back %d keys", self._name, job.job_id,
+                           len(placed))
+            for key in placed:
+                with suppress(FileNotFoundError):
+                    os.unlink(self.path_of(key))
+            with self._lock:
+                gone = tuple(k for k in placed if k in self._held)
+                self._held.difference_update(gone)
+                if gone:
+                    self._events.append(OffloadingEvent(EventKind.REMOVED, gone, self._name))
+                self._finished.append(JobResult(job.job_id, False))
+            return
+        with self._lock:
+            for key in placed:
+                if (verdict := self._verdicts.get(key)) is not None:
+                    verdict.state = HIT
+            self._held.update(placed)
+            self._events.append(OffloadingEvent(EventKind.STORED, tuple(placed), self._name))
+            self._finished.append(JobResult(job.job_id, True))
+
+
+@ASYNC_DIR_GALLERY.fails(
+    "test_a_storage_call_failing_inside_a_store_fails_that_store_alone", "TIER-31", "fails its own transfer alone"
+)
+def rolls_back_what_it_found() -> TierSpec:
+    from kvproto.testing import TierSpec, fresh_directory
+
+    spec = conformance_spec()
+    return TierSpec(
+        "asyncdir-rollback", "secondary", lambda buffer: RollsBackWhatItFound(buffer, fresh_directory("asyncdir-")),
+        hooks={**spec.hooks, "reopen": lambda tier, buffer: RollsBackWhatItFound(buffer, tier.root)},
+        tier_class=RollsBackWhatItFound,
+        description="RollsBackWhatItFound(buffer, <fresh temporary directory>)",
+    )

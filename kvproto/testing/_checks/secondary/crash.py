@@ -4,8 +4,11 @@
 With ``persistence`` declared and the ``reopen`` hook, the kit runs a tier's stores in a forked
 child process (:mod:`kvproto.testing._harness.crash`) and kills it with SIGKILL: at the tier's own declared
 points (the hooks ``crash_points`` and ``arm_crash``), at the kit's points below a BlobTier built
-with ``wrap=FaultyBackend`` (right before and right after a block's publish), and at seeded random
-moments (the same moments every run: after the n-th acknowledged block, then a seeded pause). After
+with ``wrap=FaultyBackend`` (right before and right after a block's publish), at seeded random
+moments (the same moments every run: after the n-th acknowledged block, then a seeded pause), and at
+the writer's own storage writes (:class:`~kvproto.testing._faults.kills.StorageWriteKills`: right
+before seeded ones, or halfway through an ``os.write``; and right after one in each quarter of those
+its stores made, before the tier's next step). After
 each kill a new instance over the same storage must answer HIT only for blocks that load with their
 bytes, keep every block whose store was reported, and store every key again.
 
@@ -36,9 +39,8 @@ from kvproto.testing._harness.decorator import check
 from kvproto.testing._harness.driver import short_key
 from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
-from kvproto.testing._harness.tier_coverage import tier_code
 
-__all__ = ["CRASH_SEED", "RANDOM_KILLS", "WRITE_KILLS", "SecondaryCrashChecks"]
+__all__ = ["AFTER_WRITE_KILLS", "CRASH_SEED", "RANDOM_KILLS", "WRITE_KILLS", "SecondaryCrashChecks"]
 
 RANDOM_KILLS = 3
 """Kills at seeded random moments per check (after the declared and the kit's points)."""
@@ -47,6 +49,10 @@ WRITE_KILLS = 4
 """Kills at seeded storage writes of the writer process per check (:class:`StorageWriteKills`: right before
 the n-th, or halfway through it where it is an ``os.write`` or ``os.pwrite``), of as many as a clean run made."""
 
+AFTER_WRITE_KILLS = 4
+"""Kills right after storage writes of the writer process returned (:class:`StorageWriteKills` with
+``after``): one seeded write in each quarter of those a clean run made."""
+
 CRASH_SEED = 2417
 """The seed of those moments: the same kills, so the same verdict, every run."""
 
@@ -54,6 +60,14 @@ _KEYS_PER_ROUND = 16
 _BATCH = 4
 
 Arm = Callable[[SecondaryTier, Sequence[OffloadKey]], None]
+
+
+def _spread(total: int, count: int, rng: random.Random) -> list[int]:
+    """``count`` of the numbers 1..``total`` (all of them if fewer), one drawn by ``rng`` from each of ``count``
+    equal stretches: a writer's first storage writes are often its set-up, its stores come later."""
+    if total <= count:
+        return list(range(1, total + 1))
+    return [rng.randrange(total * i // count, total * (i + 1) // count) + 1 for i in range(count)]
 
 
 def _acked_at_least(count: int) -> Callable[[list[str]], bool]:
@@ -99,7 +113,7 @@ class SecondaryCrashChecks(SecondaryRole):
         child = self._writer(kit, template, clean, None, kills=StorageWriteKills(None))
         child.read_until(lambda lines: False)
         child.reap()
-        writes = child.writes()
+        writes, store_writes = child.writes(), child.store_writes()
         trouble = child.failure()
         if trouble is not None:
             pytest.skip(
@@ -149,12 +163,16 @@ class SecondaryCrashChecks(SecondaryRole):
             how = f"at a random moment (after {acks} acknowledged blocks and {pause * 1000:.1f} ms; seed {CRASH_SEED})"
             self._after_crash(kit, template, keys, child.acked(), f"killed {how}", short=short)
         points = random.Random(CRASH_SEED + 1)  # apart from the moments': those stay as they were
-        for number, nth in enumerate(sorted(points.sample(range(1, writes + 1), min(WRITE_KILLS, writes)))):
+        kills = [(nth, False) for nth in sorted(points.sample(range(1, writes + 1), min(WRITE_KILLS, writes)))]
+        kills += [(nth, True) for nth in _spread(store_writes, AFTER_WRITE_KILLS, random.Random(CRASH_SEED + 2))]
+        for number, (nth, after) in enumerate(kills):
             keys = key_pool(f"crash-write-{number}", _KEYS_PER_ROUND)
-            child = self._writer(kit, template, keys, None, kills=StorageWriteKills(nth), other=other)
+            child = self._writer(kit, template, keys, None, kills=StorageWriteKills(nth, after=after), other=other)
             child.read_until(lambda lines: False)
-            how = (f"at its storage write {nth} of the {writes} a clean run made (right before it, or halfway through "
-                   f"an os.write or os.pwrite; seed {CRASH_SEED + 1})")
+            how = (f"right after its storage write {nth} of the {store_writes} a clean run made once its instance was "
+                   f"built returned (seed {CRASH_SEED + 2})"
+                   if after else f"at its storage write {nth} of the {writes} a clean run made (right before it, or "
+                   f"halfway through an os.write or os.pwrite; seed {CRASH_SEED + 1})")
             if child.killed():
                 how = f"killed {how}"
             else:
@@ -165,13 +183,7 @@ class SecondaryCrashChecks(SecondaryRole):
     def _other_process(self, template: SecondaryTier) -> OtherProcessHash:
         """Another process's ``hash()`` for the tier's own code: its packages as KIT-24 names them (the
         engine plugin's for an engine target; for a tier over a backend, the backend's too)."""
-        packages = list(self.own_code) or tier_code(template)[0]
-        backend = getattr(template, "backend", None)
-        while backend is not None and type(backend).__module__.startswith("kvproto."):
-            backend = getattr(backend, "inner", None)  # through the kit's wrappers to the author's backend
-        if backend is not None:
-            packages += [p for p in tier_code(backend)[0] if p not in packages]
-        return OtherProcessHash(packages)
+        return OtherProcessHash(self._own_packages(template))
 
     def _seen_from_another_process(self, kit: SecondaryDriver, template: SecondaryTier, other: OtherProcessHash) -> None:
         """Two clean writers store a round each and shut down: the first with this process's ``hash()`` (the
@@ -250,6 +262,8 @@ class SecondaryCrashChecks(SecondaryRole):
                 kills.install()
             buffer = make_buffer(self.num_slots, self.block_bytes)
             writer = SecondaryDriver(self.reopen(template, buffer), buffer, caps, limits, first_job_id=30_001)
+            if kills is not None:
+                kills.begin_stores()
             if arm is not None:
                 arm(writer.tier, keys)
             say("R")
@@ -264,6 +278,7 @@ class SecondaryCrashChecks(SecondaryRole):
             writer.shutdown()
             if kills is not None:
                 say(f"W {kills.count}")
+                say(f"S {kills.store_count}")
 
         return Child(run)
 

@@ -29,7 +29,14 @@ import pytest
 from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
-from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
+from kvproto.testing._checks.secondary.role import (
+    SecondaryRole,
+    load_exact,
+    load_right_after_hit,
+    load_slots,
+    store_again,
+    store_slots,
+)
 from kvproto.testing._faults.calls import StorageCallGate, storage_calls_gated
 from kvproto.testing._faults.probes import GATE_BOUND_S
 from kvproto.testing._harness.data import key_pool, make_buffer
@@ -47,6 +54,8 @@ _FILL_BATCH = 8
 _FILL_MOST = 128
 _HOLD_ROUNDS = 4
 """How many storage calls of one load are held in turn (the first, the second, ...)."""
+_FAIL_ROUNDS = 4
+"""How many storage calls of one store fail in turn (the first, the second, ...), an instance each."""
 _MEANWHILE_S = 1.0
 """How long the kit's action waits on one thing (a reset, a store) while a tier's thread is held."""
 _SECOND_STORE_S = 0.5
@@ -310,6 +319,53 @@ class SecondaryHeldCallChecks(SecondaryRole):
                     f"held at {gate.held} across the reset)",
                 )
             held.tier.on_request_finished(later)
+
+    @check("TIER-31")
+    def test_a_storage_call_failing_inside_a_store_fails_that_store_alone(self, kit: SecondaryDriver) -> None:
+        """A second instance (as above) stores 4 blocks; then a store of 2 of them and 4 new blocks runs with
+        its first, second, third... storage call on a thread of the tier's own, made on behalf of the tier's
+        own code (KIT-24's packages on the thread's stack), raising ``OSError(EIO)`` (one per round, a new
+        instance each, up to 4 rounds, until a store makes no more). Needs no hook: the
+        error reaches the tier's own error paths however it is built (held-out round 10: an LMCache adapter
+        whose all-or-nothing store task, failing on a later key, rolled back the keys it had found already
+        stored by an earlier task, and deleted them). Whatever the store reports, the error fails that
+        transfer alone (TIER-31): where the tier declares no eviction, the 4 blocks stored before and every
+        key the store reported done answer HIT and load their bytes; and the store's new keys, stored again
+        with no fault, are reported done."""
+        rounds = 0
+        packages = self._own_packages(kit.tier)
+        for position in range(_FAIL_ROUNDS):
+            gate = StorageCallGate(fail=True, packages=packages)
+            with self._held_instance(kit, gate, 9401 + 100 * position) as held:
+                before = key_pool(f"failed-call-before-{position}", 4)
+                if not held.store(before, store_slots(held, len(before))).success:
+                    raise SetUpFailed("TIER-31", f"a second instance's store of {len(before)} new blocks failed", "TIER-31")
+                held.quiet_steps(2)
+                fresh = key_pool(f"failed-call-fresh-{position}", 4)
+                keys = [*before[:2], *fresh]
+                held.faults_injected = True  # the store may fail: that is the fault, not a failed set-up (KIT-17)
+                gate.arm(skip=position)
+                result = held.store(keys, store_slots(held, len(keys)))
+                gate.release()
+                if gate.held is None:
+                    break  # this store made fewer storage calls on the tier's threads: every position failed
+                rounds += 1
+                where = f"a store whose storage call {gate.held} raised OSError(EIO)"
+                held.quiet_steps(2)
+                if not held.capabilities.eviction:
+                    done = result.succeeded_keys(held.jobs[result.job_id])
+                    kept = [*before, *(k for k in keys if k in done and k not in before)]
+                    held.expect_seen(kept, "TIER-31", f"though it was stored before {where}, or reported stored by it: "
+                                     "an I/O error fails its own transfer alone, and dropping other blocks is an "
+                                     "undeclared eviction", patient=True)
+                    load_exact(held, kept, "TIER-31", f"was stored before {where}, or reported stored by it")
+                store_again(held, fresh, "TIER-31", f"after {where}", ": an I/O error must never keep a key from being "
+                            "stored later")
+        if not rounds:
+            pytest.skip(
+                "needs a store that makes a storage call on a thread of the tier's own: it made none (it ran on the "
+                "engine's thread, or in code the interpreter does not see), so an I/O error inside it was not checked"
+            )
 
     @staticmethod
     def _gate_held(held: SecondaryDriver, gate: StorageCallGate, job_id: int | None) -> bool:

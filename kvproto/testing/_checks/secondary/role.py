@@ -25,6 +25,7 @@ from kvproto.testing._harness.failures import ConformanceFailure
 from kvproto.testing._harness.lock_order import LockOrder
 from kvproto.testing._harness.secondary_driver import SecondaryDriver
 from kvproto.testing._harness.thread_ledger import ThreadLedger
+from kvproto.testing._harness.tier_coverage import tier_code
 from kvproto.testing._harness.tier_spec import SECONDARY_BLOCK_BYTES, SECONDARY_NUM_SLOTS
 from kvproto.tierkit import BlobTier
 
@@ -235,6 +236,19 @@ class SecondaryRole(TierChecks[SecondaryDriver]):
         if self.has_hook("capacity_blocks"):
             return self.capacity_blocks(tier), "whose capacity_blocks hook says it holds"
         return None
+
+    def _own_packages(self, tier: SecondaryTier) -> list[str]:
+        """The tier's own code as KIT-24 names it: the engine plugin's module for an engine target, else
+        the package of the tier's class; for a tier over a backend, the author's backend's too (through
+        the kit's wrappers). What the kit's interpreter-level faults reach (another process's ``hash()``,
+        a storage call that fails)."""
+        packages = list(self.own_code) or tier_code(tier)[0]
+        backend = getattr(tier, "backend", None)
+        while backend is not None and type(backend).__module__.startswith("kvproto."):
+            backend = getattr(backend, "inner", None)  # through the kit's wrappers to the author's backend
+        if backend is not None:
+            packages += [p for p in tier_code(backend)[0] if p not in packages]
+        return packages
 
     # ---- arming a hook: the driver learns what it must do, so a misfire is KIT-5 -----------
     def arm_fail_next_jobs(self, kit: SecondaryDriver, n: int) -> None:
