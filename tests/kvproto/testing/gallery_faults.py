@@ -408,3 +408,37 @@ def _read_stored(tier: object, key: OffloadKey) -> bytes | None:
     assert isinstance(memory, MemoryBackend)
     data = memory.blobs.get(tier.name_of(key))
     return None if data is None else data[env.HEADER_BYTES :]
+
+
+# ---- a batched read (TIER-4, TIERKIT-11) -----------------------------------------------------------
+class _PositionalReads(MemoryBackend):
+    """A store answering a multi-key read with the values it has, in order, leaving misses out (as
+    memcached's multi-get does)."""
+
+    def read_batch_keys(self, blob_bytes: int) -> int:
+        return 32
+
+    def read_many(self, reads: Sequence[tuple[str, Sequence[memoryview]]]) -> list[int | Exception]:
+        with self._lock:
+            answer = [self.blobs[name] for name, _ in reads if name in self.blobs]
+        out: list[int | Exception] = []
+        for at, (name, buffers) in enumerate(reads):  # the bug: the answer's values matched to the reads by position
+            out.append(MemoryBackend.scatter(answer[at], buffers) if at < len(answer) else FileNotFoundError(name))
+        return out
+
+
+class ReadsABatchByPosition(BlobTier):
+    """Bug (held-out round 10's memcached tier): its batched read matches the storage's answer to its keys
+    by position, so once another instance evicted one block of a load job, each later block of the job gets
+    the next one's bytes (the envelope rejects them) and a block still stored fails its load."""
+
+    def __init__(self, buffer: memoryview, blobs: _PositionalReads | None = None) -> None:
+        self.blobs = _PositionalReads() if blobs is None else blobs
+        config = BlobTierConfig(shared=True, max_bytes=16 * (env.HEADER_BYTES + 64))
+        super().__init__(self.blobs, buffer, config, name="reads-a-batch-by-position")
+
+
+@FAULTS_GALLERY.fails("test_blocks_another_instance_evicted_answer_no_stale_hit", "TIER-4", "answer each key for itself")
+def reads_a_batch_by_position() -> TierSpec:
+    return class_spec(ReadsABatchByPosition, name="reads-a-batch-by-position",
+                      hooks={"reopen": lambda tier, buffer: ReadsABatchByPosition(buffer, tier.blobs)})

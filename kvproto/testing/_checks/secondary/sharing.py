@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kvproto import members as lr
+from kvproto import EventKind, members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import SecondaryRole, load_right_after_hit, load_slots, store_slots
@@ -57,6 +57,72 @@ class SecondarySharingChecks(SecondaryRole):
             yield other
         finally:
             other.shutdown()
+
+    @check("TIER-4", needs=("sharing", "eviction"), hooks=("reopen",))
+    def test_blocks_another_instance_evicted_answer_no_stale_hit(self, kit: SecondaryDriver) -> None:
+        """A second instance stores 4 blocks (victims); this one asks for them (HIT) and loads them in a
+        request that then finishes, and stores 4 blocks of its own (keepers). The second instance, whose
+        budget is known (a BlobTier's ``max_bytes``, the ``capacity_blocks`` hook), stores its budget and 8
+        more, evicting victims (its REMOVED events say which), and is waited idle (``wait_idle``: its
+        deletions ran). Then a new request here asks for keepers and victims, interleaved, and loads every
+        HIT in one job. A keeper (never removed) that answered HIT loads its bytes: where its load fails
+        and the second instance then finds it and loads it, the block was there all along (held-out round
+        10: a batched read matching a multi-get's answers to its keys by position, with an evicted block
+        left out of the answer, filled the next key's slot with the wrong block). Where the deletions are
+        known to have run, an evicted victim answering HIT must load: it was gone before the request began
+        (held-out round 10: listings of shard directories cached across requests, revalidated by an mtime
+        that a deletion one level down never changes)."""
+        with self._second_instance(kit, 9931) as other:
+            budget = self._budget_of(other)
+            if budget is None:
+                pytest.skip("needs the second instance's budget: a BlobTier's max_bytes, or the capacity_blocks hook")
+            victims, keepers = key_pool("evicted-there", 4), key_pool("kept-here", 4)
+            if not other.store(victims, store_slots(other, len(victims))).success:
+                raise SetUpFailed("TIER-4", f"a store of {len(victims)} blocks into the second instance failed", "TIER-4")
+            asked = TrackedContext("kvproto-kit-asked-before-the-eviction")
+            found = [k for k, a in kit.resolve(victims, asked, patient=True).items() if a is lr.HIT]
+            if found:
+                kit.load(found, load_slots(kit, len(found)), context=asked)
+            kit.tier.on_request_finished(asked)
+            if not kit.store(keepers, store_slots(kit, len(keepers))).success:
+                raise SetUpFailed("TIER-4", f"a store of {len(keepers)} blocks into this instance failed", "TIER-4")
+            filler = key_pool("evicting-there", budget[0] + 8)
+            for at in range(0, len(filler), 16):
+                other.store(filler[at : at + 16], store_slots(other, len(filler[at : at + 16])))
+            other.quiet_steps(2)
+            removed = {k for e in other.tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+            gone = [k for k in victims if k in removed]
+            if not gone:
+                pytest.skip("not checked: the second instance evicted none of the 4 blocks it stored first")
+            deleted = other.wait_checks_back()
+            kit.quiet_steps(2)
+            ours = {k for e in kit.tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
+            kept = [k for k in keepers if k not in ours]
+            order = [k for pair in zip(keepers, victims, strict=True) for k in pair]
+            later = TrackedContext("kvproto-kit-asked-after-the-eviction")
+            hits = [k for k, a in kit.resolve(order, later, patient=True).items() if a is lr.HIT]
+            result = kit.load(hits, load_slots(kit, len(hits)), context=later) if hits else None
+            done = set() if result is None else result.succeeded_keys(kit.jobs[result.job_id])
+            kit.tier.on_request_finished(later)
+            failed = [k for k in hits if k not in done]
+            for key in (k for k in failed if k in kept):
+                there = other.resolve([key], patient=True)[key] is lr.HIT
+                again = other.load([key], load_slots(other, 1)) if there else None
+                if again is not None and key in again.succeeded_keys(other.jobs[again.job_id]):
+                    raise ConformanceFailure(
+                        "TIER-4",
+                        f"{short_key(key)}, stored here and never removed, answered HIT and its load failed in one job "
+                        f"with blocks another instance had evicted ({len(gone)} of them), though it was there all "
+                        "along (the other instance then loaded it): a batched read must answer each key for itself",
+                    )
+            stale = [k for k in failed if k in gone]
+            if stale and deleted:
+                raise ConformanceFailure(
+                    "TIER-4",
+                    f"{short_key(stale[0])} answered HIT to a request that began after another instance evicted it "
+                    "and its deletion ran (wait_idle), and its load failed: an existence answer from before the "
+                    "deletion outlived its request (HIT means readable now)",
+                )
 
     @check("TIER-10", needs=("sharing",), hooks=("reopen", "hold_publish"))
     def test_a_writer_held_inside_its_publish_finds_the_block_there(self, kit: SecondaryDriver) -> None:
