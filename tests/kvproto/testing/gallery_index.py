@@ -30,8 +30,10 @@ from tests.kvproto.testing.gallery_hits import HITS_GALLERY
 from tests.kvproto.testing.gallery_io import IO_GALLERY
 from tests.kvproto.testing.gallery_locks import LOCKS_GALLERY
 from tests.kvproto.testing.gallery_log_tier import LOG_GALLERY
+from tests.kvproto.testing.gallery_mmap_slab_tier import MMAP_SLAB_GALLERY
 from tests.kvproto.testing.gallery_namespace import NAMESPACE_GALLERY
 from tests.kvproto.testing.gallery_optional import OPTIONAL_GALLERY
+from tests.kvproto.testing.gallery_pack_file_tier import PACK_FILE_GALLERY
 from tests.kvproto.testing.gallery_registry import Expected
 from tests.kvproto.testing.gallery_restart import RESTART_GALLERY
 from tests.kvproto.testing.gallery_scrubbing_primary import SCRUBBING_GALLERY
@@ -47,7 +49,8 @@ GALLERY: dict[str, Expected] = {
     **HITS_GALLERY, **OPTIONAL_GALLERY, **FILES_GALLERY, **STORE_GALLERY, **NAMESPACE_GALLERY, **EXPLORE_GALLERY,
     **LOCKS_GALLERY, **SLAB_GALLERY, **ASYNC_DIR_GALLERY, **LOG_GALLERY,
     **CACHED_DIR_GALLERY, **SCRUBBING_GALLERY, **TRIMMING_GALLERY,
-    **DATA_PLANE_GALLERY, **DEDUP_GALLERY, **RESTART_GALLERY,
+    **DATA_PLANE_GALLERY, **DEDUP_GALLERY, **RESTART_GALLERY, **MMAP_SLAB_GALLERY,
+    **PACK_FILE_GALLERY,
 }
 """Target -> what it must fail: the memory tiers' (gallery.py), broken declarations (gallery_caps.py),
 the classes of issue 17 (gallery_classes.py, gallery_faults.py, gallery_sharing.py, gallery_io.py), held
@@ -62,4 +65,6 @@ kill inside a write leaves (gallery_log_tier.py, round 6), and a read cache a re
 (gallery_scrubbing_primary.py, round 7), and a primary that gives back the page under a READY row's tail
 (gallery_trimming_primary.py, round 8); a primary's data plane that copies another block (gallery_data_plane.py,
 the class of rounds 7 and 8's kvproto-cpu regressions); a content-addressed tier whose evictions of keys sharing
-a blob leave its budget unkept (gallery_dedup_tier.py, round 8)."""
+a blob leave its budget unkept (gallery_dedup_tier.py, round 8); an mmap slab tier whose index record names a
+slot before its bytes are copied there (gallery_mmap_slab_tier.py, round 10), and a pack-file tier whose restart
+applies its reset markers after the blocks stored since (gallery_pack_file_tier.py, round 10)."""
