@@ -416,7 +416,8 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         self.writing: set[OffloadKey] = set()
         self.ready: set[OffloadKey] = set()
         self.pins: dict[OffloadKey, int] = {}
-        self.seen_hit: set[OffloadKey] = set()  # READY keys that answered HIT since they were stored
+        self.seen_hit: set[OffloadKey] = set()  # READY keys a lookup found (HIT, or HIT_PENDING while written)
+        self.seen_pending: set[OffloadKey] = set()  # WRITING keys that answered HIT_PENDING: found, once READY
         self.most_held = 0  # the most blocks (READY or being written) the tier has held at once
         self.settled = True  # no failed store or reset since the last step end (their slots may free there)
         self.steps = 0
@@ -444,7 +445,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
     def judge_refusal(self, keys: Sequence[OffloadKey], fresh: set[OffloadKey]) -> None:
         """A refused ``prepare_store`` must mean not enough could be evicted (TIER-6). Blamed only where nothing
         the contract allows explains it: the blocks it would have to keep (being written; READY and pinned,
-        asked for in this call, or found by a lookup since they were stored, which a policy may protect;
+        asked for in this call, or found by a lookup since their store began, which a policy may protect;
         every READY block where the tier declares no eviction) plus the new ones are no more than the tier
         already held at once, and a step has ended since the last failed store or reset (a tier may free
         their slots there, once no copy can still be writing them). Held-out round 10: an LFU primary that lost its heap
@@ -461,7 +462,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
                 f"prepare_store of {len(fresh)} new key(s) refused: the tier held {self.most_held} blocks at once "
                 f"before, and storing them would hold {need}"
                 + (f" after evicting {len(self.ready) - len(kept)} READY block(s) that are unpinned, not asked for "
-                   "and not found by a lookup since they were stored" if evicts else "")
+                   "and not found by a lookup since their store began" if evicts else "")
                 + " (a refusal must mean not enough can be evicted)",
             )
 
@@ -473,8 +474,11 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         keys = data.draw(key_lists(sorted(self.writing), max_size=None))
         self.kit.tier.complete_store(keys, success)
         self.writing -= set(keys)
+        found = self.seen_pending & set(keys)
+        self.seen_pending -= found
         if success:
             self.ready |= set(keys)
+            self.seen_hit |= found  # a request told HIT_PENDING will load it: a policy may protect it
         else:
             self.settled = False
 
@@ -523,6 +527,8 @@ class PrimaryStateMachine(RuleBasedStateMachine):
         want = lr.HIT if key in self.ready else lr.HIT_PENDING if key in self.writing else lr.MISS
         if got is lr.HIT and want is lr.HIT:
             self.seen_hit.add(key)
+        elif got is lr.HIT_PENDING and want is lr.HIT_PENDING:
+            self.seen_pending.add(key)
         if got is not want:
             clause = "TIER-9" if want is lr.HIT and self.kit.capabilities.eviction else "TIER-7"
             if want is lr.HIT and key in self.seen_hit and not self.kit.capabilities.eviction:
@@ -539,6 +545,7 @@ class PrimaryStateMachine(RuleBasedStateMachine):
             raise ConformanceFailure("TIER-16", f"reset_cache with no work in flight answered {answer!r}")
         self.ready.clear()
         self.seen_hit.clear()
+        self.seen_pending.clear()
         self.settled = False
 
     def teardown(self) -> None:

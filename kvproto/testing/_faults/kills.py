@@ -132,8 +132,9 @@ class StorageWriteKills:
     def _profile(self, frame: FrameType, event: str, arg: object) -> None:
         if event != "c_call":
             returning = self._returning
-            if (returning is not None and event in ("c_return", "c_exception") and returning[1] is arg
-                    and returning[0] == threading.get_ident()):
+            # ==, not is: from Python 3.12 the profiler hands each event a new bound method of the same call
+            if (returning is not None and event in ("c_return", "c_exception") and returning[0] == threading.get_ident()
+                    and returning[1] == arg):
                 kill_self()  # the nth storage write returned (or raised): before the tier's next step
             return
         if not _storage_write(arg) or _kit_frame(frame) or _plumbing(frame):

@@ -438,7 +438,9 @@ class ReadsABatchByPosition(BlobTier):
         super().__init__(self.blobs, buffer, config, name="reads-a-batch-by-position")
 
 
-@FAULTS_GALLERY.fails("test_blocks_another_instance_evicted_answer_no_stale_hit", "TIER-4", "answer each key for itself")
+@FAULTS_GALLERY.fails(
+    "test_a_load_holding_blocks_another_instance_evicted_forgets_no_other", "TIER-4", "answers each key for itself"
+)
 def reads_a_batch_by_position() -> TierSpec:
     return class_spec(ReadsABatchByPosition, name="reads-a-batch-by-position",
                       hooks={"reopen": lambda tier, buffer: ReadsABatchByPosition(buffer, tier.blobs)})

@@ -177,7 +177,8 @@ class SecondaryCrashChecks(SecondaryRole):
                 how = f"killed {how}"
             else:
                 self._child_failed(child, how)
-                how = f"let run to its end (it made fewer than {nth} storage writes this time)"
+                made = "storage writes once its instance was built" if after else "storage writes"
+                how = f"let run to its end (it made fewer than {nth} {made} this time)"
             self._after_crash(kit, template, keys, child.acked(), how, short=short)
 
     def _other_process(self, template: SecondaryTier) -> OtherProcessHash:
