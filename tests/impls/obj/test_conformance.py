@@ -113,9 +113,13 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
              "test_a_writer_held_inside_its_publish_finds_the_block_there",
              # nor fail_sync (TIER-31: a store whose sync fails): ObjTier makes no sync call of its own
              "test_a_store_whose_sync_fails_is_reported_failed",
-             # obstore's requests run in its Rust runtime, no Python storage call the kit's gate can hold or fail
-             "test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request",
-             "test_a_storage_call_failing_inside_a_store_fails_that_store_alone"}
+             # obstore's requests run in its Rust runtime, no Python storage call the kit's gate can hold
+             "test_an_existence_answer_held_across_a_reset_never_reaches_a_later_request"}
+    # Whether a store makes a Python storage call on one of obj's threads (for the kit to fail) depends on
+    # which thread the in-memory store's call lands: passed or "needs ...", never failed.
+    failing = "test_a_storage_call_failing_inside_a_store_fails_that_store_alone"
+    assert outcomes.pop(failing) in ("passed", "skipped")
+    needs.discard(failing)
     assert needs == {
         "test_eviction_racing_a_load", "test_touch_keeps_a_block_under_lru", "test_a_killed_writer_leaves_no_false_hit",
         "test_a_byte_budget_is_kept", "test_evictions_leave_nothing_behind",  # TIER-29: obj sets no max_bytes (no eviction)
@@ -123,6 +127,7 @@ def test_conform_obj_passes_every_check_through_the_entry_point(tmp_path: Path) 
         "test_a_job_larger_than_the_tier_keeps_its_events_in_order",  # TIER-14's oversized job: no eviction either
         "test_held_blocks_count_against_the_byte_budget",  # TIER-29 with held HITs: no eviction, no holds_hits
         "test_failed_stores_leave_the_budget_whole",  # TIER-31's budget after failed stores: no eviction either
+        "test_a_load_holding_blocks_another_instance_evicted_forgets_no_other",  # TIER-4 after another's eviction
         *unheld, *below,
     }
     assert {o for name, o in outcomes.items() if name not in vacuous | needs} == {"passed"}, outcomes

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kvproto import EventKind, members as lr
+from kvproto import members as lr
 from kvproto._keys import OffloadKey
 from kvproto._protocols import SecondaryTier
 from kvproto.testing._checks.secondary.role import (
@@ -332,6 +332,11 @@ class SecondaryHeldCallChecks(SecondaryRole):
         transfer alone (TIER-31): where the tier declares no eviction, the 4 blocks stored before and every
         key the store reported done answer HIT and load their bytes; and the store's new keys, stored again
         with no fault, are reported done."""
+        if self.own_code:
+            pytest.skip(
+                "not checked for an engine plugin target: the engine's own threads (vLLM's tier-poll thread) call the "
+                "plugin's methods, and a fault injected on them is not one inside a store's transfer"
+            )
         rounds = 0
         packages = self._own_packages(kit.tier)
         for position in range(_FAIL_ROUNDS):
@@ -354,9 +359,8 @@ class SecondaryHeldCallChecks(SecondaryRole):
                 held.quiet_steps(2)
                 if not held.capabilities.eviction:
                     done = result.succeeded_keys(held.jobs[result.job_id])
-                    # A block the tier reported REMOVED it found damaged, which TIER-14 allows; a silent loss is not.
-                    removed = {k for e in held.tier.take_events() if e.kind is EventKind.REMOVED for k in e.keys}
-                    kept = [k for k in [*before, *(k for k in keys if k in done and k not in before)] if k not in removed]
+                    # An I/O error is no evidence of damage: a block removed for one is lost (TIERKIT-3), REMOVED or not.
+                    kept = [*before, *(k for k in keys if k in done and k not in before)]
                     held.expect_seen(kept, "TIER-31", f"though it was stored before {where}, or reported stored by it: "
                                      "an I/O error fails its own transfer alone, and dropping other blocks is an "
                                      "undeclared eviction", patient=True)
